@@ -1,0 +1,67 @@
+"""Alembic environment for postrelay.
+
+Migrations run under a transaction-scoped advisory lock, so two processes running
+`postrelay migrate` at once take turns: the second finds the schema at head and does nothing.
+"""
+
+from alembic import context
+from sqlalchemy import create_engine, pool, text
+
+from postrelay.core.db import SCHEMA, metadata, sqlalchemy_url
+from postrelay.core.migrate import MIGRATION_LOCK_KEY, VERSION_TABLE
+
+# Importing the schemas fills `metadata` so autogenerate and the model check see every table.
+import postrelay.queue.schema  # noqa: F401,E402
+
+config = context.config
+
+
+def _url() -> str:
+    url = config.attributes.get("url") or config.get_main_option("sqlalchemy.url")
+    if not url:
+        raise RuntimeError("no database URL given to the migration environment")
+    return str(url)
+
+
+def _common() -> dict:
+    return {
+        "target_metadata": metadata,
+        "version_table": VERSION_TABLE,
+        "version_table_schema": SCHEMA,
+        "include_schemas": True,
+        "include_name": lambda name, type_, parent: type_ != "schema" or name == SCHEMA,
+        "transaction_per_migration": False,
+    }
+
+
+def run_migrations_offline() -> None:
+    context.configure(url=sqlalchemy_url(_url()), literal_binds=True, **_common())
+    with context.begin_transaction():
+        context.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    connectable = config.attributes.get("connection")
+    if connectable is not None:
+        _run(connectable)
+        return
+    engine = create_engine(sqlalchemy_url(_url()), poolclass=pool.NullPool)
+    with engine.connect() as connection:
+        _run(connection)
+    engine.dispose()
+
+
+def _run(connection) -> None:  # type: ignore[no-untyped-def]
+    context.configure(connection=connection, **_common())
+    with context.begin_transaction():
+        # Serialise concurrent migrators; released at commit.
+        connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK_KEY})
+        connection.execute(text(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}"))
+        context.run_migrations()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()

@@ -1,0 +1,1 @@
+"""Operator commands: status, jobs, dlq (filled in by the admin module)."""

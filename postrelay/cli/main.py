@@ -1,0 +1,14 @@
+"""The root `postrelay` command; groups register themselves from their modules."""
+
+import typer
+
+app = typer.Typer(help="postrelay: outbox relay, email orchestrator and job queue on PostgreSQL.",
+                  no_args_is_help=True, add_completion=False)
+
+
+def _register() -> None:
+    # Imported for their side effect of adding commands to `app`.
+    from postrelay.cli import admin, schema, worker  # noqa: F401
+
+
+_register()

@@ -1,0 +1,48 @@
+"""`postrelay migrate` and `postrelay kinds add`: the database schema."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from postrelay.cli.common import database, settings_or_exit
+from postrelay.cli.main import app
+from postrelay.core import migrate as migrations
+
+kinds_app = typer.Typer(help="Job kinds (the mdm.job_kind enum).", no_args_is_help=True)
+app.add_typer(kinds_app, name="kinds")
+
+
+@app.command("migrate")
+def migrate_command(
+    sql: bool = typer.Option(False, "--sql", help="Print the SQL for a DBA instead of running it."),
+    revision: str = typer.Option("head", help="Target revision."),
+) -> None:
+    """Create or upgrade everything in schema `mdm` (safe to run twice, or from two
+    processes at once)."""
+    settings = settings_or_exit()
+    if sql:
+        # Offline mode needs only the dialect, never a running server.
+        url = settings.database_url or "postgresql+psycopg://offline/postrelay"
+        migrations.upgrade(url, revision, sql=True)
+        return
+    with database(settings) as db:
+        migrations.upgrade(db.url, revision)
+    typer.echo(f"database at revision {revision}")
+
+
+@kinds_app.command("add")
+def kinds_add(
+    name: str = typer.Argument(..., help="The new job kind, e.g. pdf_render."),
+    directory: Path | None = typer.Option(
+        None, "--dir", help="Where to write the migration (default: the versions folder)."
+    ),
+) -> None:
+    """Write a migration that adds NAME to mdm.job_kind; run `postrelay migrate` to apply it."""
+    try:
+        path = migrations.write_kind_migration(name, directory)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"wrote {path}")

@@ -1,0 +1,79 @@
+"""Run one piece of database logic on whatever the caller holds.
+
+Writes that join the caller's transaction (`enqueue`, `emit`) accept a sync or async
+SQLAlchemy Connection or Session. The logic is written once, as a generator that yields
+`(statement, params)` and receives the rows; `drive` runs it synchronously, or returns an
+awaitable when the caller holds an async connection or session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Generator, Sequence
+from typing import Any, TypeVar, Union
+
+from sqlalchemy import Connection, Row
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.orm import Session
+from sqlalchemy.sql import Executable
+
+T = TypeVar("T")
+Rows = Sequence[Row[Any]]
+Steps = Generator[tuple[Executable, Any], Rows, T]
+AnyConnection = Union[Connection, Session, AsyncConnection, AsyncSession]
+
+
+def is_async(conn: AnyConnection) -> bool:
+    return isinstance(conn, AsyncConnection | AsyncSession)
+
+
+def drive(conn: AnyConnection, steps: Steps[T]) -> T | Awaitable[T]:
+    if isinstance(conn, AsyncConnection | AsyncSession):
+        return _drive_async(conn, steps)
+    if isinstance(conn, Connection | Session):
+        return _drive_sync(conn, steps)
+    raise TypeError(
+        f"conn: expected a SQLAlchemy Connection or Session (sync or async), got {type(conn)!r}"
+    )
+
+
+def _drive_sync(conn: Connection | Session, steps: Steps[T]) -> T:
+    try:
+        statement, params = next(steps)
+        while True:
+            result = conn.execute(statement, params)
+            rows = result.fetchall() if result.returns_rows else []
+            statement, params = steps.send(rows)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+async def _drive_async(conn: AsyncConnection | AsyncSession, steps: Steps[T]) -> T:
+    try:
+        statement, params = next(steps)
+        while True:
+            result = await conn.execute(statement, params)
+            rows = result.fetchall() if result.returns_rows else []
+            statement, params = steps.send(rows)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+def current_transaction(conn: AnyConnection) -> object | None:
+    """The caller's open transaction object (stable for the transaction's life), if any."""
+    if isinstance(conn, AsyncConnection):
+        return conn.sync_connection.get_transaction() if conn.sync_connection else None
+    if isinstance(conn, AsyncSession):
+        return conn.sync_session.get_transaction()
+    return conn.get_transaction()
+
+
+def execution_option(conn: AnyConnection, name: str, default: Any) -> Any:
+    """An execution option set on the caller's connection or engine (e.g. to switch off
+    NOTIFY behind a pooler: `engine.execution_options(postrelay_notify=False)`)."""
+    if isinstance(conn, AsyncConnection):
+        return conn.sync_connection.get_execution_options().get(name, default)  # type: ignore[union-attr]
+    if isinstance(conn, Connection):
+        return conn.get_execution_options().get(name, default)
+    session = conn.sync_session if isinstance(conn, AsyncSession) else conn
+    bind = session.get_bind()
+    return bind.get_execution_options().get(name, default)

@@ -1,0 +1,22 @@
+"""One error root with few leaves. Validation errors name the field and the rule."""
+
+
+class PostrelayError(Exception):
+    """Root of every error postrelay raises on purpose."""
+
+
+class ValidationError(PostrelayError, ValueError):
+    """Input broke a rule; nothing was written."""
+
+    def __init__(self, field: str, rule: str) -> None:
+        self.field = field
+        self.rule = rule
+        super().__init__(f"{field}: {rule}")
+
+
+class NotFoundError(PostrelayError, LookupError):
+    """The named thing does not exist (or is not in the state the operation needs)."""
+
+
+class ConfigError(PostrelayError):
+    """A setting is missing or wrong; the process must not start."""

@@ -1,0 +1,60 @@
+"""Service settings: one pydantic-settings object, built once at the edge and passed down.
+
+Every field reads from the environment with the `POSTRELAY_` prefix, e.g.
+`POSTRELAY_JOB_RETRY_DELAY_SECS=10`.
+"""
+
+from pathlib import Path
+from typing import Literal
+
+import platformdirs
+import pydantic
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from postrelay.core.errors import ConfigError
+
+ENV_PREFIX = "POSTRELAY_"
+
+
+def _default_embedded_dir() -> Path:
+    return Path(platformdirs.user_data_dir("postrelay")) / "pgdata"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+
+    # None means: start the embedded PostgreSQL (pgserver) in `embedded_data_dir`.
+    database_url: str | None = None
+    embedded_data_dir: Path = Field(default_factory=_default_embedded_dir)
+
+    job_retry_delay_secs: float = Field(default=5.0, ge=0)
+    job_max_retries: int = Field(default=8, ge=1, le=1_000_000)
+    job_backoff: Literal["fixed", "exponential"] = "fixed"
+    job_backoff_max_secs: float = Field(default=3600.0, gt=0)
+    job_lease_secs: float = Field(default=450.0, gt=0)
+    job_retention_days: float = Field(default=14.0, gt=0)
+    job_timeout_secs: float | None = Field(default=None, gt=0)
+
+    worker_concurrency: int = Field(default=10, ge=1, le=10_000)
+    worker_grace_secs: float = Field(default=30.0, ge=0)
+    worker_poll_interval_secs: float = Field(default=1.0, gt=0)
+    maintenance_interval_secs: float = Field(default=30.0, gt=0)
+
+    # LISTEN/NOTIFY wake-ups; switch off behind a pooler in transaction mode.
+    notify: bool = True
+
+    log_level: str = "INFO"
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Build settings from the environment, turning a bad value into a ConfigError
+    that names the environment variable and the rule it broke."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except pydantic.ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            name = ENV_PREFIX + "_".join(str(p) for p in err["loc"]).upper()
+            problems.append(f"{name}: {err['msg']} (got {err.get('input')!r})")
+        raise ConfigError("invalid settings: " + "; ".join(problems)) from None

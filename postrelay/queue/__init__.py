@@ -1,0 +1,22 @@
+"""The generic job-queue core: enqueue in the caller's transaction, claim with SKIP LOCKED,
+retry with backoff, dead-letter, rescue stale claims, clean up. Knows nothing of email or
+outbox events."""
+
+from postrelay.queue.enqueue import JobSpec, enqueue, enqueue_many
+from postrelay.queue.model import Job
+from postrelay.queue.outcome import PermanentError, RetryAfter, StopJob
+from postrelay.queue.registry import Registry, handler
+from postrelay.queue.tenants import ensure_tenant
+
+__all__ = [
+    "Job",
+    "JobSpec",
+    "PermanentError",
+    "Registry",
+    "RetryAfter",
+    "StopJob",
+    "enqueue",
+    "enqueue_many",
+    "ensure_tenant",
+    "handler",
+]

@@ -1,0 +1,266 @@
+"""Enqueue jobs inside the caller's transaction.
+
+Both functions take the caller's connection or session (sync or async SQLAlchemy) and never
+commit it: the job exists only if the caller commits. With an async connection or session,
+await the result.
+
+    with engine.begin() as conn:
+        conn.execute(orders.insert().values(...))
+        job_id = enqueue(conn, "reindex", {"order": 42}, tenant_id=tenant)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+import weakref
+from collections.abc import Awaitable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from postrelay.core.dbcall import (
+    AnyConnection,
+    Steps,
+    current_transaction,
+    drive,
+    execution_option,
+)
+from postrelay.core.errors import ConfigError, ValidationError
+from postrelay.queue.queries import Q
+
+SMALLINT_MIN, SMALLINT_MAX = -32768, 32767
+INT_MAX = 2**31 - 1
+DEFAULT_MAX_ATTEMPTS = 8  # the AA_JOB column default
+MAX_ATTEMPTS_ENV = "POSTRELAY_JOB_MAX_RETRIES"
+
+# Transactions that already sent their wake-up NOTIFY: one per transaction is enough, and
+# each one costs a global lock at commit. Weak, so finished transactions drop out.
+_notified: weakref.WeakSet[object] = weakref.WeakSet()
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One job for `enqueue_many`; the fields mean what `enqueue`'s arguments mean."""
+
+    kind: str
+    payload: Mapping[str, Any]
+    tenant_id: UUID | str
+    priority: int = 100
+    delay: float | timedelta | None = None
+    run_at: datetime | None = None
+    max_attempts: int | None = None
+    idempotency_key: str | None = None
+
+
+def enqueue(
+    conn: AnyConnection,
+    kind: str,
+    payload: Mapping[str, Any],
+    *,
+    tenant_id: UUID | str,
+    priority: int = 100,
+    delay: float | timedelta | None = None,
+    run_at: datetime | None = None,
+    max_attempts: int | None = None,
+    idempotency_key: str | None = None,
+    created_by: str | None = None,
+    notify: bool = True,
+) -> UUID | Awaitable[UUID]:
+    """Insert one job in the caller's transaction and return its id.
+
+    A second enqueue with the same `(tenant_id, kind, idempotency_key)` returns the first
+    job's id and writes nothing. `max_attempts` defaults to POSTRELAY_JOB_MAX_RETRIES (8).
+    Bad input raises ValidationError naming the field before anything is written.
+    """
+    row = _validated_row(kind, payload, tenant_id, priority, delay, run_at, max_attempts,
+                         idempotency_key)
+    row["created_by"] = _created_by(created_by)
+    send_notify = notify and execution_option(conn, "postrelay_notify", True)
+    return drive(conn, _enqueue_steps(conn, row, send_notify))
+
+
+def _enqueue_steps(conn: AnyConnection, row: dict[str, Any], send_notify: bool) -> Steps[UUID]:
+    txn = current_transaction(conn)
+    with_notify = send_notify and (txn is None or txn not in _notified)
+    rows = yield Q["job_insert_notify" if with_notify else "job_insert"], row
+    if with_notify and rows:
+        # The transaction exists now even if it was begun by this very statement.
+        txn = current_transaction(conn)
+        if txn is not None:
+            _notified.add(txn)
+    if rows:
+        return rows[0][0]  # type: ignore[no-any-return]
+    (diagnosis,) = yield Q["job_insert_diagnose"], row
+    tenant_exists, kind_exists, existing_id = diagnosis
+    if not tenant_exists:
+        raise ValidationError("tenant_id", f"no tenant with id {row['tenant_id']}")
+    if not kind_exists:
+        raise ValidationError(
+            "kind", f"unknown job kind {row['kind']!r} (add it with `postrelay kinds add`)"
+        )
+    if existing_id is None:  # the competing transaction rolled back after blocking us: retry
+        return (yield from _enqueue_steps(conn, row, send_notify))
+    return existing_id  # type: ignore[no-any-return]
+
+
+def enqueue_many(
+    conn: AnyConnection,
+    jobs: Iterable[JobSpec],
+    *,
+    created_by: str | None = None,
+    notify: bool = True,
+) -> list[UUID] | Awaitable[list[UUID]]:
+    """Insert many jobs in one round trip; returns their ids in input order.
+
+    A job whose idempotency key is taken gets the existing job's id. If any job is invalid
+    (or names an unknown tenant or kind) nothing is written.
+    """
+    specs = list(jobs)
+    rows = [
+        _validated_row(s.kind, s.payload, s.tenant_id, s.priority, s.delay, s.run_at,
+                       s.max_attempts, s.idempotency_key, index=i)
+        for i, s in enumerate(specs)
+    ]
+    send_notify = notify and execution_option(conn, "postrelay_notify", True)
+    return drive(conn, _enqueue_many_steps(conn, rows, _created_by(created_by), send_notify))
+
+
+def _enqueue_many_steps(
+    conn: AnyConnection, rows: list[dict[str, Any]], created_by: str | None, send_notify: bool
+) -> Steps[list[UUID]]:
+    if not rows:
+        return []
+    tenant_ids = list({r["tenant_id"] for r in rows})
+    kinds = list({r["kind"] for r in rows})
+    ((missing_tenants, unknown_kinds),) = yield Q["job_batch_check"], {
+        "tenant_ids": tenant_ids, "kinds": kinds,
+    }
+    if missing_tenants:
+        raise ValidationError("tenant_id", f"no tenant with id {missing_tenants[0]}")
+    if unknown_kinds:
+        raise ValidationError("kind", f"unknown job kind {unknown_kinds[0]!r}")
+    ids = [uuid.uuid4() for _ in rows]
+    inserted = yield Q["job_insert_many"], {
+        "ids": ids,
+        "tenant_ids": [r["tenant_id"] for r in rows],
+        "kinds": [r["kind"] for r in rows],
+        "payloads": [r["payload"] for r in rows],
+        "priorities": [r["priority"] for r in rows],
+        "run_ats": [r["run_at"] for r in rows],
+        "delays": [r["delay"] for r in rows],
+        "max_attempts": [r["max_attempts"] for r in rows],
+        "idempotency_keys": [r["idempotency_key"] for r in rows],
+        "created_by": created_by,
+    }
+    if len(inserted) < len(rows):
+        ids = yield from _resolve_taken_keys(rows, ids, {r[0] for r in inserted})
+    txn = current_transaction(conn)
+    if send_notify and inserted and (txn is None or txn not in _notified):
+        yield Q["job_notify"], {}
+        if (txn := current_transaction(conn)) is not None:
+            _notified.add(txn)
+    return ids
+
+
+def _resolve_taken_keys(
+    rows: list[dict[str, Any]], ids: list[UUID], inserted: set[UUID]
+) -> Steps[list[UUID]]:
+    """Replace the ids of rows skipped for a taken idempotency key by the existing jobs'."""
+    resolved = list(ids)
+    skipped: dict[tuple[Any, str], list[int]] = {}
+    for i, (row, job_id) in enumerate(zip(rows, ids, strict=True)):
+        if job_id not in inserted:
+            skipped.setdefault((row["tenant_id"], row["kind"]), []).append(i)
+    for (tenant_id, kind), positions in skipped.items():
+        keys = [rows[i]["idempotency_key"] for i in positions]
+        found = yield Q["job_find_by_keys"], {"tenant_id": tenant_id, "kind": kind, "keys": keys}
+        by_key = {key: job_id for key, job_id in found}
+        for i in positions:
+            resolved[i] = by_key.get(rows[i]["idempotency_key"], resolved[i])
+    return resolved
+
+
+def default_max_attempts() -> int:
+    """POSTRELAY_JOB_MAX_RETRIES from the environment, read at call time (default 8)."""
+    raw = os.environ.get(MAX_ATTEMPTS_ENV)
+    if raw is None or raw.strip() == "":
+        return DEFAULT_MAX_ATTEMPTS
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{MAX_ATTEMPTS_ENV}: must be a whole number, got {raw!r}") from None
+    if not 1 <= value <= INT_MAX:
+        raise ConfigError(f"{MAX_ATTEMPTS_ENV}: must be at least 1, got {value}")
+    return value
+
+
+def _created_by(created_by: str | None) -> str | None:
+    if created_by is not None and not isinstance(created_by, str):
+        raise ValidationError("created_by", "must be a string")
+    return created_by
+
+
+def _validated_row(
+    kind: str,
+    payload: Mapping[str, Any],
+    tenant_id: UUID | str,
+    priority: int,
+    delay: float | timedelta | None,
+    run_at: datetime | None,
+    max_attempts: int | None,
+    idempotency_key: str | None,
+    *,
+    index: int | None = None,
+) -> dict[str, Any]:
+    def field_name(name: str) -> str:
+        return name if index is None else f"jobs[{index}].{name}"
+
+    if not isinstance(kind, str) or not kind:
+        raise ValidationError(field_name("kind"), "must be a non-empty string")
+    if not isinstance(payload, Mapping):
+        raise ValidationError(
+            field_name("payload"), f"must be a JSON object (a mapping), got {type(payload).__name__}"
+        )
+    try:
+        payload_json = json.dumps(payload, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(field_name("payload"), f"must be JSON-serialisable: {exc}") from None
+    if tenant_id is None:
+        raise ValidationError(field_name("tenant_id"), "is required")
+    try:
+        tenant = tenant_id if isinstance(tenant_id, UUID) else UUID(str(tenant_id))
+    except ValueError:
+        raise ValidationError(field_name("tenant_id"), f"must be a UUID, got {tenant_id!r}") from None
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ValidationError(field_name("priority"), "must be an integer")
+    if not SMALLINT_MIN <= priority <= SMALLINT_MAX:
+        raise ValidationError(
+            field_name("priority"), f"must be between {SMALLINT_MIN} and {SMALLINT_MAX} (smallint)"
+        )
+    if delay is not None and run_at is not None:
+        raise ValidationError(field_name("delay"), "give either delay or run_at, not both")
+    delay_secs = delay.total_seconds() if isinstance(delay, timedelta) else delay
+    if delay_secs is not None and (
+        isinstance(delay_secs, bool) or not isinstance(delay_secs, int | float) or delay_secs < 0
+    ):
+        raise ValidationError(field_name("delay"), "must be a number of seconds >= 0")
+    if run_at is not None and (not isinstance(run_at, datetime) or run_at.tzinfo is None):
+        raise ValidationError(field_name("run_at"), "must be a timezone-aware datetime")
+    attempts = default_max_attempts() if max_attempts is None else max_attempts
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= INT_MAX:
+        raise ValidationError(field_name("max_attempts"), "must be an integer >= 1")
+    if idempotency_key is not None and (not isinstance(idempotency_key, str) or not idempotency_key):
+        raise ValidationError(field_name("idempotency_key"), "must be a non-empty string or None")
+    return {
+        "kind": kind,
+        "payload": payload_json,
+        "tenant_id": tenant,
+        "priority": priority,
+        "delay": float(delay_secs or 0.0),
+        "run_at": run_at,
+        "max_attempts": attempts,
+        "idempotency_key": idempotency_key,
+    }

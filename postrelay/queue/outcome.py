@@ -1,0 +1,99 @@
+"""What a run ended as, and the pure decision of the job's next state.
+
+Handlers signal outcomes other than plain success or failure by raising one of the
+exceptions below. `decide` maps every outcome to a `Transition` without touching the
+database, so it is tested exhaustively on its own.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass
+from typing import Literal
+
+from postrelay.queue.backoff import Backoff
+from postrelay.queue.model import Job
+
+ERROR_LIMIT = 4096  # last_error is cut to 4 KB, as the seed says
+
+
+class RetryAfter(Exception):  # noqa: N818 - an instruction, not an error
+    """Run the job again after `delay_secs`; the attempt counts, as any other."""
+
+    def __init__(self, delay_secs: float, reason: str = "retry requested") -> None:
+        super().__init__(reason)
+        self.delay_secs = max(0.0, float(delay_secs))
+        self.reason = reason
+
+
+class PermanentError(Exception):
+    """The job can never succeed: straight to the DLQ, no retries burnt."""
+
+
+class StopJob(Exception):  # noqa: N818 - an instruction, not an error
+    """Stop the job as `failed` for diagnosis: neither retried nor dead-lettered."""
+
+
+@dataclass(frozen=True, slots=True)
+class Success:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    error: BaseException
+
+
+@dataclass(frozen=True, slots=True)
+class Returned:
+    """The run was not finished by this worker (shutdown): hand the job back uncounted."""
+
+
+Outcome = Success | Failure | Returned
+Status = Literal["pending", "done", "failed", "dlq"]
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    status: Status
+    delay_secs: float | None = None  # pending: wait this long before the next attempt
+    error: str | None = None
+    refund: bool = False  # give the claim's attempt back
+
+
+def decide(job: Job, outcome: Outcome, backoff: Backoff) -> Transition:
+    match outcome:
+        case Success():
+            return Transition("done")
+        case Returned():
+            return Transition("pending", delay_secs=0.0, refund=True)
+        case Failure(error=StopJob() as exc):
+            return Transition("failed", error=format_error(exc))
+        case Failure(error=PermanentError() as exc):
+            return Transition("dlq", error=format_error(exc))
+        case Failure(error=error):
+            if job.attempts >= job.max_attempts:
+                return Transition("dlq", error=format_error(error))
+            delay = error.delay_secs if isinstance(error, RetryAfter) else backoff.delay(job.attempts)
+            return Transition("pending", delay_secs=delay, error=format_error(error))
+    raise TypeError(f"unknown outcome {outcome!r}")
+
+
+def format_error(error: BaseException) -> str:
+    """The error with its traceback, cut to ERROR_LIMIT bytes (keeping the end, where the
+    cause is, when it is too long)."""
+    if isinstance(error, RetryAfter | StopJob | PermanentError) and error.__traceback__ is None:
+        text = f"{type(error).__name__}: {error}"
+    else:
+        text = "".join(traceback.format_exception(error)).rstrip()
+    return truncate_utf8(text, ERROR_LIMIT)
+
+
+def truncate_utf8(text: str, limit: int) -> str:
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return text
+    marker = "…[truncated]…\n".encode()
+    head = limit // 4
+    tail = limit - head - len(marker)
+    return (data[:head] + marker + data[-tail:]).decode("utf-8", errors="ignore")

@@ -1,0 +1,137 @@
+"""The queue's SQL, by name, and one thin typed function per hot-path statement.
+
+The statements themselves live in `sql/job.sql`; nothing here builds SQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from uuid import UUID
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from postrelay.core.sqlfiles import load_queries
+from postrelay.queue.model import Job
+
+Q = load_queries("postrelay.queue", "sql/job.sql")
+
+
+async def job_claim(
+    conn: AsyncConnection,
+    *,
+    worker: str,
+    demand: int,
+    tenant_ids: Sequence[UUID] | None,
+    kinds: Sequence[str] | None,
+) -> list[Job]:
+    result = await conn.execute(
+        Q["job_claim"],
+        {
+            "worker": worker,
+            "demand": demand,
+            "tenant_ids": list(tenant_ids) if tenant_ids else None,
+            "kinds": list(kinds) if kinds else None,
+        },
+    )
+    return [Job(*row) for row in result.fetchall()]
+
+
+async def job_next_available_at(
+    conn: AsyncConnection, *, tenant_ids: Sequence[UUID] | None, kinds: Sequence[str] | None
+) -> datetime | None:
+    result = await conn.execute(
+        Q["job_next_available_at"],
+        {"tenant_ids": list(tenant_ids) if tenant_ids else None, "kinds": list(kinds) if kinds else None},
+    )
+    return result.scalar_one()
+
+
+async def job_finalize_many(
+    conn: AsyncConnection,
+    *,
+    worker: str,
+    ids: list[UUID],
+    attempts: list[int],
+    statuses: list[str],
+    delays: list[float | None],
+    errors: list[str | None],
+    refunds: list[bool],
+) -> set[UUID]:
+    """Write a batch of outcomes; returns the ids whose guard held (the rest were rescued)."""
+    result = await conn.execute(
+        Q["job_finalize_many"],
+        {
+            "worker": worker,
+            "ids": ids,
+            "attempts": attempts,
+            "statuses": statuses,
+            "delays": delays,
+            "errors": errors,
+            "refunds": refunds,
+        },
+    )
+    return {row[0] for row in result.fetchall()}
+
+
+async def job_rescue_stale(
+    conn: AsyncConnection, *, now: datetime, lease_secs: float, limit: int, actor: str
+) -> list[tuple[UUID, str]]:
+    result = await conn.execute(
+        Q["job_rescue_stale"],
+        {"now": now, "lease_secs": lease_secs, "limit": limit, "actor": actor},
+    )
+    return [(row[0], row[1]) for row in result.fetchall()]
+
+
+async def job_delete_done_before(conn: AsyncConnection, *, before: datetime, batch: int) -> int:
+    result = await conn.execute(Q["job_delete_done_before"], {"before": before, "batch": batch})
+    return result.rowcount
+
+
+async def worker_register(
+    conn: AsyncConnection,
+    *,
+    id: str,
+    host: str,
+    pid: int,
+    tenants: Sequence[UUID] | None,
+    kinds: Sequence[str] | None,
+    concurrency: int,
+) -> None:
+    await conn.execute(
+        Q["worker_register"],
+        {
+            "id": id,
+            "host": host,
+            "pid": pid,
+            "tenants": list(tenants) if tenants else None,
+            "kinds": list(kinds) if kinds else None,
+            "concurrency": concurrency,
+        },
+    )
+
+
+async def worker_heartbeat(conn: AsyncConnection, *, id: str) -> bool:
+    result = await conn.execute(Q["worker_heartbeat"], {"id": id})
+    return result.rowcount == 1
+
+
+async def worker_delete(conn: AsyncConnection, *, id: str) -> None:
+    await conn.execute(Q["worker_delete"], {"id": id})
+
+
+async def worker_delete_dead(conn: AsyncConnection, *, now: datetime, lease_secs: float) -> int:
+    result = await conn.execute(Q["worker_delete_dead"], {"now": now, "lease_secs": lease_secs})
+    return result.rowcount
+
+
+async def lease_acquire(conn: AsyncConnection, *, name: str, holder: str, ttl_secs: float) -> bool:
+    result = await conn.execute(
+        Q["lease_acquire"], {"name": name, "holder": holder, "ttl_secs": ttl_secs}
+    )
+    return result.first() is not None
+
+
+async def lease_release(conn: AsyncConnection, *, name: str, holder: str) -> None:
+    await conn.execute(Q["lease_release"], {"name": name, "holder": holder})

@@ -1,0 +1,66 @@
+"""Which coroutine runs which job kind.
+
+    @handler("reindex", timeout=60)
+    async def reindex(job: Job) -> None: ...
+
+The decorator registers into the process-wide default registry, which `postrelay worker
+--app mymodule` uses after importing `mymodule`. Tests and embedders can build their own
+`Registry` and pass it to the worker instead.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from postrelay.core.errors import ValidationError
+from postrelay.queue.model import Job
+
+HandlerFn = Callable[[Job], Awaitable[object]]
+
+
+@dataclass(frozen=True, slots=True)
+class Handler:
+    kind: str
+    fn: HandlerFn
+    timeout_secs: float | None = None
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._handlers: dict[str, Handler] = {}
+
+    def register(self, kind: str, fn: HandlerFn, *, timeout: float | None = None) -> None:
+        if not inspect.iscoroutinefunction(fn):
+            raise ValidationError("handler", f"the handler for {kind!r} must be an async def")
+        if timeout is not None and timeout <= 0:
+            raise ValidationError("timeout", "must be a positive number of seconds")
+        self._handlers[kind] = Handler(kind, fn, timeout)
+
+    def handler(self, kind: str, *, timeout: float | None = None) -> Callable[[HandlerFn], HandlerFn]:
+        def decorate(fn: HandlerFn) -> HandlerFn:
+            self.register(kind, fn, timeout=timeout)
+            return fn
+
+        return decorate
+
+    def get(self, kind: str) -> Handler | None:
+        return self._handlers.get(kind)
+
+    def kinds(self) -> list[str]:
+        return sorted(self._handlers)
+
+    def merged(self, other: Registry) -> Registry:
+        """A new registry with this one's handlers, then `other`'s on top."""
+        merged = Registry()
+        merged._handlers = {**self._handlers, **other._handlers}
+        return merged
+
+
+default_registry = Registry()
+
+
+def handler(kind: str, *, timeout: float | None = None) -> Callable[[HandlerFn], HandlerFn]:
+    """Register an `async def handler(job)` for `kind` in the default registry."""
+    return default_registry.handler(kind, timeout=timeout)

@@ -1,0 +1,131 @@
+"""The queue's tables as SQLAlchemy metadata. The Alembic migrations create them; a test
+checks that the two agree."""
+
+import uuid
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    ForeignKey,
+    Identity,
+    Index,
+    Integer,
+    SmallInteger,
+    Table,
+    Text,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, ENUM, JSONB, TIMESTAMP, UUID
+
+from postrelay.core.db import SCHEMA, metadata
+
+# The seed's kinds. The database enum is the source of truth: `postrelay kinds add NAME`
+# writes a migration that extends it.
+BUILTIN_KINDS = (
+    "email_send",
+    "bulk_import",
+    "reindex",
+    "outbox_dispatch",
+    "cleanup_jobs",
+    "virus_scan",
+    "index_sync",
+    "gin_backfill",
+)
+STATUSES = ("pending", "running", "done", "failed", "dlq")
+
+job_kind = ENUM(*BUILTIN_KINDS, name="job_kind", schema=SCHEMA, create_type=False)
+job_status = ENUM(*STATUSES, name="job_status", schema=SCHEMA, create_type=False)
+
+TIMESTAMPTZ = TIMESTAMP(timezone=True)
+
+# The reserved tenant that owns installation-wide jobs such as retention cleanup.
+SYSTEM_TENANT_ID = uuid.UUID(int=0)
+
+tenant = Table(
+    "aa_tenant",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True, server_default=text("gen_random_uuid()")),
+    Column("name", Text, nullable=False, unique=True),
+    Column("created_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+)
+
+job = Table(
+    "aa_job",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True, server_default=text("gen_random_uuid()")),
+    Column("tenant_id", UUID(as_uuid=True), ForeignKey("mdm.aa_tenant.id"), nullable=False),
+    Column("job_kind", job_kind, nullable=False),
+    Column("status", job_status, nullable=False, server_default=text("'pending'")),
+    Column("payload", JSONB, nullable=False),
+    Column("priority", SmallInteger, nullable=False, server_default=text("100")),
+    Column("available_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("max_attempts", Integer, nullable=False, server_default=text("8")),
+    Column("last_error", Text),
+    Column("claimed_by", Text),
+    Column("claimed_at", TIMESTAMPTZ),
+    Column("completed_at", TIMESTAMPTZ),
+    Column("idempotency_key", Text),
+    Column("created_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+    Column("created_by", Text),
+    CheckConstraint("jsonb_typeof(payload) = 'object'", name="job_payload_is_object_chk"),
+    CheckConstraint("attempts >= 0 AND max_attempts >= 1", name="job_attempts_nonneg_chk"),
+    Index(
+        "job_idempotency_uk",
+        "tenant_id",
+        "job_kind",
+        "idempotency_key",
+        unique=True,
+        postgresql_where=text("idempotency_key IS NOT NULL"),
+    ),
+    Index(
+        "ix_job_dispatch",
+        "status",
+        "priority",
+        "available_at",
+        postgresql_where=text("status = 'pending'"),
+    ),
+    Index("ix_job_claimed_stale", "claimed_at", postgresql_where=text("status = 'running'")),
+    Index("ix_job_tenant_kind", "tenant_id", "job_kind", "status"),
+    Index("ix_job_done_completed", "completed_at", postgresql_where=text("status = 'done'")),
+)
+
+# What happened to a job outside the normal flow: dead-lettered, rescued, replayed, discarded.
+# No foreign key to aa_job: the audit row outlives a discarded or cleaned-up job.
+job_audit = Table(
+    "aa_job_audit",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column("job_id", UUID(as_uuid=True), nullable=False),
+    Column("tenant_id", UUID(as_uuid=True), nullable=False),
+    Column("job_kind", job_kind, nullable=False),
+    Column("action", Text, nullable=False),
+    Column("actor", Text, nullable=False),
+    Column("detail", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("created_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+    Index("ix_job_audit_job", "job_id"),
+)
+
+# Live workers and their heartbeats: the rescuer leaves a job alone while its worker beats.
+worker = Table(
+    "aa_worker",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("host", Text, nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("tenants", ARRAY(UUID(as_uuid=True))),
+    Column("kinds", ARRAY(Text)),
+    Column("concurrency", Integer, nullable=False),
+    Column("started_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+    Column("heartbeat_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+)
+
+# Named leases: which process runs maintenance right now.
+lease = Table(
+    "aa_lease",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("holder", Text, nullable=False),
+    Column("expires_at", TIMESTAMPTZ, nullable=False),
+)

@@ -1,0 +1,238 @@
+-- Statements of the job queue's hot paths: enqueue, claim, finalize, heartbeat, rescue,
+-- retention. Loaded by queue/queries.py; one thin Python function per statement.
+
+-- name: job_kinds
+SELECT unnest(enum_range(NULL::mdm.job_kind))::text AS kind;
+
+-- name: tenant_upsert
+INSERT INTO mdm.aa_tenant (name) VALUES (:name)
+ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name
+RETURNING id;
+
+-- name: job_insert
+-- Selecting from aa_tenant, and checking the kind against the enum first, turn an unknown
+-- tenant or kind into "no row" instead of an error that would abort the caller's
+-- transaction. No row can also mean the idempotency key is taken: job_insert_diagnose
+-- tells these apart on that rare path, so the common path is one round trip.
+INSERT INTO mdm.aa_job
+    (tenant_id, job_kind, payload, priority, available_at, max_attempts,
+     idempotency_key, created_by)
+SELECT t.id, CAST(CAST(:kind AS text) AS mdm.job_kind), CAST(:payload AS jsonb), :priority,
+       COALESCE(CAST(:run_at AS timestamptz), now() + make_interval(secs => :delay)),
+       :max_attempts, :idempotency_key, :created_by
+FROM mdm.aa_tenant t
+WHERE t.id = :tenant_id
+  AND CAST(:kind AS text) = ANY(CAST(enum_range(NULL::mdm.job_kind) AS text[]))
+ON CONFLICT (tenant_id, job_kind, idempotency_key) WHERE idempotency_key IS NOT NULL
+DO NOTHING
+RETURNING id;
+
+-- name: job_insert_notify
+-- job_insert plus the wake-up for idle workers, in the same round trip. Used once per
+-- transaction: every NOTIFY takes a global lock at commit.
+WITH inserted AS (
+    INSERT INTO mdm.aa_job
+        (tenant_id, job_kind, payload, priority, available_at, max_attempts,
+         idempotency_key, created_by)
+    SELECT t.id, CAST(CAST(:kind AS text) AS mdm.job_kind), CAST(:payload AS jsonb), :priority,
+           COALESCE(CAST(:run_at AS timestamptz), now() + make_interval(secs => :delay)),
+           :max_attempts, :idempotency_key, :created_by
+    FROM mdm.aa_tenant t
+    WHERE t.id = :tenant_id
+      AND CAST(:kind AS text) = ANY(CAST(enum_range(NULL::mdm.job_kind) AS text[]))
+    ON CONFLICT (tenant_id, job_kind, idempotency_key) WHERE idempotency_key IS NOT NULL
+    DO NOTHING
+    RETURNING id
+)
+SELECT id, pg_notify('postrelay_jobs', '') FROM inserted;
+
+-- name: job_insert_diagnose
+-- Why job_insert wrote nothing: unknown tenant, unknown kind, or a taken idempotency key.
+SELECT EXISTS (SELECT 1 FROM mdm.aa_tenant WHERE id = :tenant_id) AS tenant_exists,
+       CAST(:kind AS text) = ANY(CAST(enum_range(NULL::mdm.job_kind) AS text[])) AS kind_exists,
+       (SELECT id FROM mdm.aa_job
+        WHERE tenant_id = :tenant_id AND job_kind::text = :kind
+          AND idempotency_key = :idempotency_key) AS existing_id;
+
+-- name: job_batch_check
+-- Before a batch insert: which tenants and kinds do not exist (nothing is written if any).
+SELECT ARRAY(SELECT t FROM unnest(CAST(:tenant_ids AS uuid[])) AS t
+             WHERE NOT EXISTS (SELECT 1 FROM mdm.aa_tenant a WHERE a.id = t)) AS missing_tenants,
+       ARRAY(SELECT k FROM unnest(CAST(:kinds AS text[])) AS k
+             WHERE k <> ALL(CAST(enum_range(NULL::mdm.job_kind) AS text[]))) AS unknown_kinds;
+
+-- name: job_find_by_key
+SELECT id FROM mdm.aa_job
+WHERE tenant_id = :tenant_id
+  AND job_kind = CAST(:kind AS mdm.job_kind)
+  AND idempotency_key = :idempotency_key;
+
+-- name: job_find_by_keys
+SELECT idempotency_key, id FROM mdm.aa_job
+WHERE tenant_id = :tenant_id
+  AND job_kind = CAST(:kind AS mdm.job_kind)
+  AND idempotency_key = ANY(CAST(:keys AS text[]));
+
+-- name: job_insert_many
+-- One round trip for a whole batch: the rows travel as parallel arrays. Ids are made by
+-- the caller so that it knows, without relying on RETURNING order, which rows a taken
+-- idempotency key skipped.
+INSERT INTO mdm.aa_job
+    (id, tenant_id, job_kind, payload, priority, available_at, max_attempts,
+     idempotency_key, created_by)
+SELECT r.id, r.tenant_id, CAST(r.kind AS mdm.job_kind), CAST(r.payload AS jsonb), r.priority,
+       COALESCE(r.run_at, now() + make_interval(secs => r.delay)),
+       r.max_attempts, r.idempotency_key, :created_by
+FROM unnest(
+    CAST(:ids AS uuid[]), CAST(:tenant_ids AS uuid[]), CAST(:kinds AS text[]),
+    CAST(:payloads AS text[]), CAST(:priorities AS smallint[]),
+    CAST(:run_ats AS timestamptz[]), CAST(:delays AS float8[]),
+    CAST(:max_attempts AS integer[]), CAST(:idempotency_keys AS text[])
+) AS r(id, tenant_id, kind, payload, priority, run_at, delay, max_attempts, idempotency_key)
+ON CONFLICT (tenant_id, job_kind, idempotency_key) WHERE idempotency_key IS NOT NULL
+DO NOTHING
+RETURNING id;
+
+-- name: job_notify
+SELECT pg_notify('postrelay_jobs', '');
+
+-- name: job_claim
+-- One statement claims a whole batch. The MATERIALIZED CTE is the fence that matters:
+-- without it the planner may fold the subquery into the UPDATE and lock more rows than
+-- LIMIT asks for, or re-evaluate it. SKIP LOCKED lets concurrent workers pass each other's
+-- rows instead of queueing behind them.
+WITH candidate AS MATERIALIZED (
+    SELECT id
+    FROM mdm.aa_job
+    WHERE status = 'pending'
+      AND available_at <= now()
+      AND (CAST(:tenant_ids AS uuid[]) IS NULL OR tenant_id = ANY(CAST(:tenant_ids AS uuid[])))
+      AND (CAST(:kinds AS text[]) IS NULL OR job_kind::text = ANY(CAST(:kinds AS text[])))
+    ORDER BY priority, available_at
+    LIMIT :demand
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE mdm.aa_job j
+SET status = 'running', claimed_by = :worker, claimed_at = now(), attempts = j.attempts + 1
+FROM candidate
+WHERE j.id = candidate.id
+RETURNING j.id, j.tenant_id, j.job_kind::text AS kind, j.payload, j.priority, j.attempts,
+          j.max_attempts, j.available_at, j.claimed_at, j.created_at, j.idempotency_key;
+
+-- name: job_next_available_at
+-- When the next pending job becomes due, so an idle worker wakes exactly then.
+SELECT min(available_at) AS next_at
+FROM mdm.aa_job
+WHERE status = 'pending'
+  AND (CAST(:tenant_ids AS uuid[]) IS NULL OR tenant_id = ANY(CAST(:tenant_ids AS uuid[])))
+  AND (CAST(:kinds AS text[]) IS NULL OR job_kind::text = ANY(CAST(:kinds AS text[])));
+
+-- name: job_finalize_many
+-- Writes the outcome of a batch of runs. Each row is guarded by the state it expects
+-- (still running, claimed by this worker, at the attempt this worker ran): a job that was
+-- rescued and claimed again meanwhile is left alone, so a late finish cannot overwrite the
+-- rescue. Dead-lettered jobs get their `job_dlq` audit row in the same statement.
+WITH outcome AS (
+    SELECT * FROM unnest(
+        CAST(:ids AS uuid[]), CAST(:attempts AS integer[]), CAST(:statuses AS text[]),
+        CAST(:delays AS float8[]), CAST(:errors AS text[]), CAST(:refunds AS boolean[])
+    ) AS o(id, attempts, status, delay, error, refund)
+), finalized AS (
+    UPDATE mdm.aa_job j
+    SET status = CAST(o.status AS mdm.job_status),
+        available_at = CASE WHEN o.delay IS NULL THEN j.available_at
+                            ELSE now() + make_interval(secs => o.delay) END,
+        last_error = COALESCE(o.error, j.last_error),
+        completed_at = CASE WHEN o.status IN ('done', 'dlq', 'failed') THEN now() END,
+        attempts = CASE WHEN o.refund THEN j.attempts - 1 ELSE j.attempts END
+    FROM outcome o
+    WHERE j.id = o.id
+      AND j.status = 'running'
+      AND j.claimed_by = :worker
+      AND j.attempts = o.attempts
+    RETURNING j.id, j.tenant_id, j.job_kind, j.status, j.attempts, j.last_error
+), audited AS (
+    INSERT INTO mdm.aa_job_audit (job_id, tenant_id, job_kind, action, actor, detail)
+    SELECT f.id, f.tenant_id, f.job_kind, 'job_dlq', :worker,
+           jsonb_build_object('attempts', f.attempts, 'last_error', f.last_error)
+    FROM finalized f
+    WHERE f.status = 'dlq'
+)
+SELECT id FROM finalized;
+
+-- name: job_rescue_stale
+-- A running job whose claim is older than the lease and whose worker has stopped
+-- heartbeating was lost with its worker: back to pending, or to the DLQ when that claim
+-- was its last attempt. A live worker keeps beating, so its long jobs stay put.
+WITH stale AS (
+    SELECT j.id
+    FROM mdm.aa_job j
+    WHERE j.status = 'running'
+      AND j.claimed_at < CAST(:now AS timestamptz) - make_interval(secs => :lease_secs)
+      AND NOT EXISTS (
+          SELECT 1 FROM mdm.aa_worker w
+          WHERE w.id = j.claimed_by
+            AND w.heartbeat_at >= CAST(:now AS timestamptz) - make_interval(secs => :lease_secs)
+      )
+    ORDER BY j.claimed_at
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+), rescued AS (
+    UPDATE mdm.aa_job j
+    SET status = CAST(CASE WHEN j.attempts >= j.max_attempts THEN 'dlq' ELSE 'pending' END
+                      AS mdm.job_status),
+        available_at = CAST(:now AS timestamptz),
+        completed_at = CASE WHEN j.attempts >= j.max_attempts THEN CAST(:now AS timestamptz) END,
+        last_error = 'lease expired: worker ' || coalesce(j.claimed_by, '?')
+                     || ' stopped heartbeating; claimed at ' || j.claimed_at::text
+    FROM stale
+    WHERE j.id = stale.id
+    RETURNING j.id, j.tenant_id, j.job_kind, j.status, j.attempts, j.claimed_by, j.last_error
+), audited AS (
+    INSERT INTO mdm.aa_job_audit (job_id, tenant_id, job_kind, action, actor, detail)
+    SELECT r.id, r.tenant_id, r.job_kind,
+           CASE WHEN r.status = 'dlq' THEN 'job_dlq' ELSE 'job_rescued' END, :actor,
+           jsonb_build_object('attempts', r.attempts, 'claimed_by', r.claimed_by,
+                              'last_error', r.last_error)
+    FROM rescued r
+)
+SELECT id, status::text AS status FROM rescued;
+
+-- name: job_delete_done_before
+-- Retention: one bounded batch of old done jobs. DLQ, failed and pending rows are never
+-- touched. SKIP LOCKED keeps two cleaners from waiting on each other.
+WITH doomed AS (
+    SELECT id FROM mdm.aa_job
+    WHERE status = 'done' AND completed_at < CAST(:before AS timestamptz)
+    ORDER BY completed_at
+    LIMIT :batch
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM mdm.aa_job j USING doomed WHERE j.id = doomed.id;
+
+-- name: worker_register
+INSERT INTO mdm.aa_worker (id, host, pid, tenants, kinds, concurrency)
+VALUES (:id, :host, :pid, CAST(:tenants AS uuid[]), CAST(:kinds AS text[]), :concurrency)
+ON CONFLICT (id) DO UPDATE SET heartbeat_at = now();
+
+-- name: worker_heartbeat
+UPDATE mdm.aa_worker SET heartbeat_at = now() WHERE id = :id;
+
+-- name: worker_delete
+DELETE FROM mdm.aa_worker WHERE id = :id;
+
+-- name: worker_delete_dead
+DELETE FROM mdm.aa_worker
+WHERE heartbeat_at < CAST(:now AS timestamptz) - make_interval(secs => :lease_secs);
+
+-- name: lease_acquire
+-- Take or renew the named lease; a row comes back only to the holder.
+INSERT INTO mdm.aa_lease (name, holder, expires_at)
+VALUES (:name, :holder, now() + make_interval(secs => :ttl_secs))
+ON CONFLICT (name) DO UPDATE
+SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
+WHERE mdm.aa_lease.holder = EXCLUDED.holder OR mdm.aa_lease.expires_at < now()
+RETURNING holder;
+
+-- name: lease_release
+DELETE FROM mdm.aa_lease WHERE name = :name AND holder = :holder;

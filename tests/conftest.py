@@ -1,0 +1,96 @@
+"""Shared fixtures: a real PostgreSQL for the whole run, migrated once, cleaned per test.
+
+With POSTRELAY_DATABASE_URL set, a fresh database is created on that server for this run;
+without it, an embedded PostgreSQL (pgserver) is started in a temporary folder.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from postrelay.core.db import libpq_url, sqlalchemy_url, start_embedded
+from postrelay.core.migrate import upgrade
+
+from tests.factories import TABLES_TO_CLEAN
+
+
+@pytest.fixture(scope="session")
+def server_url() -> Iterator[str]:
+    """A URL of a PostgreSQL server's maintenance database."""
+    given = os.environ.get("POSTRELAY_DATABASE_URL")
+    if given:
+        yield given
+        return
+    folder = Path(tempfile.mkdtemp(prefix="postrelay-test-pg-"))
+    uri, server = start_embedded(folder / "pgdata")
+    yield uri
+    server.cleanup()
+
+
+@pytest.fixture(scope="session")
+def database_url(server_url: str) -> Iterator[str]:
+    """A fresh database for this test run, migrated to head."""
+    name = f"postrelay_test_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    admin = create_engine(sqlalchemy_url(server_url), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = sqlalchemy_url(server_url).set(database=name).render_as_string(hide_password=False)
+    upgrade(url)
+    yield url
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def engine(database_url: str) -> Iterator[Engine]:
+    eng = create_engine(sqlalchemy_url(database_url))
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture(scope="session")
+async def async_engine(database_url: str) -> AsyncIterator[AsyncEngine]:
+    eng = create_async_engine(sqlalchemy_url(database_url))
+    yield eng
+    await eng.dispose()
+
+
+@pytest.fixture(scope="session")
+def libpq(database_url: str) -> str:
+    return libpq_url(database_url)
+
+
+@pytest.fixture
+def clean_db(engine: Engine) -> Iterator[None]:
+    """Empty every queue table (workers commit from other connections, so a rolled-back
+    transaction cannot isolate these tests)."""
+    with engine.begin() as conn:
+        conn.execute(text(f"TRUNCATE {', '.join(TABLES_TO_CLEAN)} CASCADE"))
+        conn.execute(text("DELETE FROM mdm.aa_tenant WHERE name <> 'system'"))
+    yield
+
+
+@pytest.fixture
+def tenant(engine: Engine, clean_db: None) -> uuid.UUID:
+    from postrelay.queue import ensure_tenant
+
+    with engine.begin() as conn:
+        return ensure_tenant(conn, "acme")  # type: ignore[return-value]
+
+
+@pytest.fixture
+def worker_env(database_url: str) -> dict[str, str]:
+    """Environment for a postrelay subprocess that uses this run's database."""
+    env = dict(os.environ)
+    env["POSTRELAY_DATABASE_URL"] = database_url
+    env["PYTHONUNBUFFERED"] = "1"
+    return env

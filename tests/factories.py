@@ -1,0 +1,77 @@
+"""Build any row state directly, so tests of rescue, retention and the DLQ need no waiting."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+TABLES_TO_CLEAN = ("mdm.aa_job", "mdm.aa_job_audit", "mdm.aa_worker", "mdm.aa_lease")
+
+
+def insert_job(
+    conn: Connection,
+    *,
+    tenant_id: uuid.UUID,
+    kind: str = "reindex",
+    status: str = "pending",
+    payload: dict[str, Any] | None = None,
+    priority: int = 100,
+    attempts: int = 0,
+    max_attempts: int = 8,
+    available_at: datetime | None = None,
+    claimed_by: str | None = None,
+    claimed_at: datetime | None = None,
+    completed_at: datetime | None = None,
+    last_error: str | None = None,
+    idempotency_key: str | None = None,
+) -> uuid.UUID:
+    row = conn.execute(
+        text(
+            """
+            INSERT INTO mdm.aa_job (tenant_id, job_kind, status, payload, priority, attempts,
+                max_attempts, available_at, claimed_by, claimed_at, completed_at, last_error,
+                idempotency_key)
+            VALUES (:tenant_id, CAST(:kind AS mdm.job_kind), CAST(:status AS mdm.job_status),
+                CAST(:payload AS jsonb), :priority, :attempts, :max_attempts,
+                COALESCE(:available_at, now()), :claimed_by, :claimed_at, :completed_at,
+                :last_error, :idempotency_key)
+            RETURNING id
+            """
+        ),
+        {
+            "tenant_id": tenant_id,
+            "kind": kind,
+            "status": status,
+            "payload": json.dumps(payload or {}),
+            "priority": priority,
+            "attempts": attempts,
+            "max_attempts": max_attempts,
+            "available_at": available_at,
+            "claimed_by": claimed_by,
+            "claimed_at": claimed_at,
+            "completed_at": completed_at,
+            "last_error": last_error,
+            "idempotency_key": idempotency_key,
+        },
+    ).scalar_one()
+    return row
+
+
+def job_row(conn: Connection, job_id: uuid.UUID) -> dict[str, Any]:
+    row = conn.execute(
+        text("SELECT *, job_kind::text AS kind, status::text AS state FROM mdm.aa_job WHERE id = :id"),
+        {"id": job_id},
+    ).mappings().one()
+    return dict(row)
+
+
+def audit_rows(conn: Connection, job_id: uuid.UUID) -> list[dict[str, Any]]:
+    rows = conn.execute(
+        text("SELECT action, actor, detail FROM mdm.aa_job_audit WHERE job_id = :id ORDER BY id"),
+        {"id": job_id},
+    ).mappings().all()
+    return [dict(r) for r in rows]

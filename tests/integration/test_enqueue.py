@@ -1,0 +1,155 @@
+import threading
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from postrelay.core.errors import ValidationError
+from postrelay.queue import JobSpec, enqueue, enqueue_many
+
+from tests.factories import job_row
+
+
+def count_jobs(engine) -> int:
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT count(*) FROM mdm.aa_job")).scalar_one()
+
+
+def test_enqueue_writes_only_when_caller_commits(engine, tenant):
+    with engine.connect() as conn:
+        with conn.begin() as txn:
+            enqueue(conn, "reindex", {"a": 1}, tenant_id=tenant)
+            txn.rollback()
+    assert count_jobs(engine) == 0
+    with engine.begin() as conn:
+        job_id = enqueue(conn, "reindex", {"a": 1}, tenant_id=tenant, priority=5, created_by="me")
+    with engine.connect() as conn:
+        row = job_row(conn, job_id)
+    assert row["state"] == "pending"
+    assert row["payload"] == {"a": 1}
+    assert row["priority"] == 5 and row["attempts"] == 0 and row["max_attempts"] == 8
+    assert row["created_by"] == "me"
+
+
+def test_enqueue_with_session_and_delay(engine, tenant):
+    with Session(engine) as session, session.begin():
+        job_id = enqueue(session, "bulk_import", {}, tenant_id=str(tenant), delay=60)
+    with engine.connect() as conn:
+        row = job_row(conn, job_id)
+        now = conn.execute(text("SELECT now()")).scalar_one()
+    assert row["available_at"] > now + timedelta(seconds=50)
+
+
+async def test_enqueue_async_connection_and_run_at(async_engine, tenant, engine):
+    run_at = datetime.now(UTC) + timedelta(hours=1)
+    async with async_engine.begin() as conn:
+        job_id = await enqueue(conn, "reindex", {"x": [1, 2]}, tenant_id=tenant, run_at=run_at)
+    with engine.connect() as conn:
+        assert abs((job_row(conn, job_id)["available_at"] - run_at).total_seconds()) < 0.01
+
+
+def test_idempotency_key_returns_first_job(engine, tenant):
+    with engine.begin() as conn:
+        first = enqueue(conn, "reindex", {"n": 1}, tenant_id=tenant, idempotency_key="k1")
+        second = enqueue(conn, "reindex", {"n": 2}, tenant_id=tenant, idempotency_key="k1")
+    assert first == second
+    assert count_jobs(engine) == 1
+
+
+def test_racing_idempotent_enqueues_make_one_job(engine, tenant):
+    barrier = threading.Barrier(2)
+    results: list[uuid.UUID] = []
+
+    def racer() -> None:
+        with engine.begin() as conn:
+            barrier.wait()
+            results.append(enqueue(conn, "reindex", {}, tenant_id=tenant, idempotency_key="race"))
+
+    threads = [threading.Thread(target=racer) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 2 and results[0] == results[1]
+    assert count_jobs(engine) == 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"payload": [1, 2]}, "payload"),
+        ({"payload": "text"}, "payload"),
+        ({"payload": {"x": object()}}, "payload"),
+        ({"kind": "no_such_kind"}, "kind"),
+        ({"kind": ""}, "kind"),
+        ({"tenant_id": None}, "tenant_id"),
+        ({"tenant_id": "not-a-uuid"}, "tenant_id"),
+        ({"tenant_id": uuid.uuid4()}, "tenant_id"),
+        ({"priority": 40000}, "priority"),
+        ({"priority": -40000}, "priority"),
+        ({"max_attempts": 0}, "max_attempts"),
+        ({"delay": -1}, "delay"),
+    ],
+)
+def test_bad_input_names_the_field_and_writes_nothing(engine, tenant, kwargs, field):
+    args = {"kind": "reindex", "payload": {"ok": True}, "tenant_id": tenant, **kwargs}
+    with engine.begin() as conn:
+        with pytest.raises(ValidationError) as info:
+            enqueue(conn, args.pop("kind"), args.pop("payload"), **args)
+        assert info.value.field == field
+        # The caller's transaction is still usable: nothing was aborted.
+        assert conn.execute(text("SELECT 1")).scalar_one() == 1
+    assert count_jobs(engine) == 0
+
+
+def test_enqueue_many_inserts_in_order_and_dedupes(engine, tenant):
+    with engine.begin() as conn:
+        existing = enqueue(conn, "reindex", {}, tenant_id=tenant, idempotency_key="k-3")
+    specs = [
+        JobSpec("reindex", {"i": i}, tenant, idempotency_key=f"k-{i}") for i in range(5000)
+    ]
+    with engine.begin() as conn:
+        ids = enqueue_many(conn, specs)
+    assert len(ids) == 5000 and ids[3] == existing
+    assert count_jobs(engine) == 5000
+    with engine.connect() as conn:
+        assert job_row(conn, ids[42])["payload"] == {"i": 42}
+
+
+def test_enqueue_many_rejects_whole_batch(engine, tenant):
+    specs = [JobSpec("reindex", {}, tenant), JobSpec("nope", {}, tenant)]
+    with engine.begin() as conn, pytest.raises(ValidationError) as info:
+        enqueue_many(conn, specs)
+    assert info.value.field == "kind"
+    specs = [JobSpec("reindex", {}, tenant), JobSpec("reindex", [], tenant)]  # type: ignore[arg-type]
+    with engine.begin() as conn, pytest.raises(ValidationError) as info:
+        enqueue_many(conn, specs)
+    assert info.value.field == "jobs[1].payload"
+    assert count_jobs(engine) == 0
+
+
+def test_one_notify_per_transaction(engine, tenant, libpq):
+    import psycopg
+
+    with psycopg.connect(libpq, autocommit=True) as listener:
+        listener.execute("LISTEN postrelay_jobs")
+        with engine.begin() as conn:
+            for i in range(20):
+                enqueue(conn, "reindex", {"i": i}, tenant_id=tenant)
+        with engine.begin() as conn:
+            enqueue(conn, "reindex", {}, tenant_id=tenant)
+        got = list(listener.notifies(timeout=0.5))
+    assert len(got) == 2
+
+
+def test_notify_can_be_switched_off(engine, tenant, libpq):
+    import psycopg
+
+    quiet = engine.execution_options(postrelay_notify=False)
+    with psycopg.connect(libpq, autocommit=True) as listener:
+        listener.execute("LISTEN postrelay_jobs")
+        with quiet.begin() as conn:
+            enqueue(conn, "reindex", {}, tenant_id=tenant)
+        assert list(listener.notifies(timeout=0.3)) == []

@@ -1,1 +1,238 @@
-"""Operator commands: status, jobs, dlq (filled in by the admin module)."""
+"""Operator commands: `status`, `jobs`, `dlq` and `tenants`.
+
+Each command runs in one transaction and prints a plain-text table, or JSON with `--json`.
+Mutations are audited with the actor `cli:<os user>@<host>`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import getpass
+import json
+import os
+import socket
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+import typer
+from sqlalchemy import Connection
+
+from postrelay.cli.common import database, settings_or_exit, user_errors
+from postrelay.cli.main import app
+from postrelay.queue import admin, ensure_tenant
+
+jobs_app = typer.Typer(help="Read jobs.", no_args_is_help=True)
+dlq_app = typer.Typer(help="The dead-letter queue: list, retry, requeue, discard.",
+                      no_args_is_help=True)
+tenants_app = typer.Typer(help="Tenants: every job belongs to one.", no_args_is_help=True)
+app.add_typer(jobs_app, name="jobs")
+app.add_typer(dlq_app, name="dlq")
+app.add_typer(tenants_app, name="tenants")
+
+JSON_OPT = typer.Option(False, "--json", help="Print JSON instead of a table.")
+TENANT_OPT = typer.Option(None, "--tenant", help="Only this tenant's jobs (tenant id).")
+CELL_WIDTH = 60
+
+
+@contextmanager
+def _transaction() -> Iterator[Connection]:
+    """One committed transaction on the configured database; postrelay errors exit 1."""
+    settings = settings_or_exit()
+    with user_errors(), database(settings) as db, db.sync_engine().begin() as conn:
+        yield conn
+
+
+def _actor() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry, as in some containers
+        user = str(os.getuid())
+    return f"cli:{user}@{socket.gethostname()}"
+
+
+@app.command("status")
+def status_command(as_json: bool = JSON_OPT) -> None:
+    """Job counts by status, kind and tenant, and how late the due backlog is."""
+    with _transaction() as conn:
+        status = admin.queue_status(conn)
+        names = _tenant_names(conn)
+    if as_json:
+        _print_json(status)
+        return
+    due_age = status.oldest_due_age_secs
+    typer.echo(_table(["STATUS", "JOBS"], list(status.by_status.items())))
+    typer.echo(f"\ndue pending: {status.due_pending}   oldest due waiting: "
+               + ("-" if due_age is None else f"{due_age:.1f} s"))
+    by_tenant = {names.get(t, str(t)): counts for t, counts in status.by_tenant.items()}
+    for title, groups in (("KIND", status.by_kind), ("TENANT", by_tenant)):
+        if groups:
+            rows = [[label, *(groups[label].get(s, 0) for s in admin.STATUSES)]
+                    for label in sorted(groups)]
+            typer.echo("\n" + _table([title, *(s.upper() for s in admin.STATUSES)], rows))
+
+
+@jobs_app.command("list")
+def jobs_list(
+    status: str | None = typer.Option(None, "--status", help="pending/running/done/failed/dlq"),
+    kind: str | None = typer.Option(None, "--kind", help="Only this job kind."),
+    tenant: str | None = TENANT_OPT,
+    limit: int = typer.Option(50, "--limit", help="At most this many (1-500)."),
+    as_json: bool = JSON_OPT,
+) -> None:
+    """Jobs, newest first."""
+    _print_jobs(lambda conn: admin.job_list(conn, status=status, kind=kind, tenant_id=tenant,
+                                            limit=limit), as_json)
+
+
+@jobs_app.command("show")
+def jobs_show(
+    job_id: str = typer.Argument(..., help="The job id."),
+    tenant: str | None = TENANT_OPT,
+    as_json: bool = JSON_OPT,
+) -> None:
+    """Every field of one job."""
+    with _transaction() as conn:
+        job = admin.job_get(conn, job_id, tenant_id=tenant)
+    if job is None:
+        typer.echo(f"error: no job {job_id}", err=True)
+        raise typer.Exit(1)
+    if as_json:
+        _print_json(job)
+        return
+    for name, value in dataclasses.asdict(job).items():
+        shown = json.dumps(value, indent=2) if name == "payload" else _cell(value, truncate=False)
+        typer.echo(f"{name + ':':<17}{shown}")
+
+
+@dlq_app.command("list")
+def dlq_list(
+    tenant: str | None = TENANT_OPT,
+    limit: int = typer.Option(50, "--limit", help="At most this many (1-500)."),
+    as_json: bool = JSON_OPT,
+) -> None:
+    """Dead jobs, the most recently dead-lettered first."""
+    _print_jobs(lambda conn: admin.dlq_list(conn, tenant_id=tenant, limit=limit), as_json)
+
+
+@dlq_app.command("retry")
+def dlq_retry(
+    job_id: str = typer.Argument(..., help="The dead job's id."),
+    tenant: str | None = TENANT_OPT,
+) -> None:
+    """Give one dead job exactly one more attempt (its attempts are kept)."""
+    with _transaction() as conn:
+        job = admin.dlq_retry(conn, job_id, actor=_actor(), tenant_id=tenant)
+    typer.echo(f"retried {job.id} (attempts so far {job.attempts}/{job.max_attempts})")
+
+
+@dlq_app.command("requeue")
+def dlq_requeue(
+    tenant: str | None = TENANT_OPT,
+    limit: int = typer.Option(1000, "--limit", help="At most this many (1-1000)."),
+) -> None:
+    """Send dead jobs back to pending, oldest first, at most 1000 per call."""
+    with _transaction() as conn:
+        count = admin.dlq_requeue(conn, actor=_actor(), tenant_id=tenant, limit=limit)
+    typer.echo(f"requeued {count}")
+
+
+@dlq_app.command("discard")
+def dlq_discard(
+    job_id: str = typer.Argument(..., help="The dead job's id."),
+    tenant: str | None = TENANT_OPT,
+) -> None:
+    """Delete one dead job; its audit row keeps a copy of it."""
+    with _transaction() as conn:
+        admin.dlq_discard(conn, job_id, actor=_actor(), tenant_id=tenant)
+    typer.echo(f"discarded {job_id}")
+
+
+@tenants_app.command("add")
+def tenants_add(name: str = typer.Argument(..., help="The tenant's unique name.")) -> None:
+    """Create a tenant (or find the existing one of that name) and print its id."""
+    with _transaction() as conn:
+        tenant_id = ensure_tenant(conn, name)
+    typer.echo(str(tenant_id))
+
+
+@tenants_app.command("list")
+def tenants_list(as_json: bool = JSON_OPT) -> None:
+    """Every tenant, by name."""
+    with _transaction() as conn:
+        tenants = admin.tenant_list(conn)
+    if as_json:
+        _print_json(tenants)
+        return
+    rows = [[t.id, t.name, t.created_at] for t in tenants]
+    typer.echo(_table(["ID", "NAME", "CREATED_AT"], rows))
+
+
+def _print_jobs(fetch: Callable[[Connection], list[admin.JobView]], as_json: bool) -> None:
+    with _transaction() as conn:
+        jobs = fetch(conn)
+        names = _tenant_names(conn) if jobs and not as_json else {}
+    if as_json:
+        _print_json(jobs)
+        return
+    headers = ["ID", "TENANT", "KIND", "STATUS", "ATTEMPTS", "PRIO", "AVAILABLE_AT",
+               "CREATED_AT", "LAST_ERROR"]
+    rows = [
+        [j.id, names.get(j.tenant_id, j.tenant_id), j.kind, j.status,
+         f"{j.attempts}/{j.max_attempts}", j.priority, j.available_at, j.created_at,
+         _error_summary(j.last_error)]
+        for j in jobs
+    ]
+    typer.echo(_table(headers, rows) if rows else "no jobs")
+
+
+def _tenant_names(conn: Connection) -> dict[UUID, str]:
+    return {t.id: t.name for t in admin.tenant_list(conn)}
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [list(headers), *([_cell(v) for v in row] for row in rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    return "\n".join(
+        "  ".join(value.ljust(width) for value, width in zip(row, widths, strict=True)).rstrip()
+        for row in cells
+    )
+
+
+def _cell(value: Any, *, truncate: bool = True) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    text = str(value)
+    if truncate:
+        text = text.replace("\n", " ")
+        if len(text) > CELL_WIDTH:
+            text = text[: CELL_WIDTH - 1] + "…"
+    return text
+
+
+def _error_summary(error: str | None) -> str | None:
+    # A traceback's last line names the exception and its message: the part that fits.
+    lines = [line for line in (error or "").splitlines() if line.strip()]
+    return lines[-1].strip() if lines else error
+
+
+def _print_json(value: Any) -> None:
+    typer.echo(json.dumps(_jsonable(value), indent=2))
+
+
+def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, UUID):
+        return str(value)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value

@@ -1,1 +1,42 @@
-"""`postrelay worker`."""
+"""`postrelay worker`: run jobs until SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+from uuid import UUID
+
+import typer
+
+from postrelay.cli.common import database, settings_or_exit
+from postrelay.cli.main import app
+from postrelay.runtime import build_worker, import_apps, run_until_signalled
+
+
+@app.command("worker")
+def worker_command(
+    apps: list[str] = typer.Option(
+        [], "--app", help="Module that registers handlers with @postrelay.queue.handler (repeatable)."
+    ),
+    concurrency: int | None = typer.Option(
+        None, min=1, help="Jobs run at once (default POSTRELAY_WORKER_CONCURRENCY)."
+    ),
+    tenants: list[UUID] = typer.Option([], "--tenant", help="Serve only these tenants (repeatable)."),
+    kinds: list[str] = typer.Option([], "--kind", help="Serve only these kinds (repeatable)."),
+    maintenance: bool = typer.Option(
+        True, help="Take part in maintenance (stale-claim rescue, retention)."
+    ),
+) -> None:
+    """Run the jobs of every registered kind until SIGTERM or SIGINT."""
+    settings = settings_or_exit()
+    import_apps(apps)
+    with database(settings) as db:
+        try:
+            process = build_worker(
+                settings, db, concurrency=concurrency,
+                tenants=tuple(tenants) or None, kinds=tuple(kinds) or None,
+                maintenance=maintenance,
+            )
+        except ValueError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        asyncio.run(run_until_signalled(process))

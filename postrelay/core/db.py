@@ -54,12 +54,14 @@ class Database:
     _engines: list[Engine | AsyncEngine] = field(default_factory=list)
 
     def sync_engine(self, **kwargs: Any) -> Engine:
-        engine = create_engine(self.url, pool_pre_ping=True, **kwargs)
+        kwargs.setdefault("pool_pre_ping", True)
+        engine = create_engine(self.url, **kwargs)
         self._engines.append(engine)
         return engine
 
     def async_engine(self, **kwargs: Any) -> AsyncEngine:
-        engine = create_async_engine(self.url, pool_pre_ping=True, **kwargs)
+        kwargs.setdefault("pool_pre_ping", True)
+        engine = create_async_engine(self.url, **kwargs)
         self._engines.append(engine)
         return engine
 

@@ -1,16 +1,18 @@
 """Run the Alembic migrations from code: `postrelay migrate`, tests and the demo use this.
 
 The migrations folder is the repository's `migrations/` in a checkout and
-`postrelay/_migrations` inside an installed wheel.
+`postrelay/_migrations` inside an installed wheel; `POSTRELAY_MIGRATIONS_DIR` points at
+another copy (tests use it so that `postrelay kinds add` never writes into the checkout).
 """
 
 from __future__ import annotations
 
 import io
+import os
 import re
 from pathlib import Path
 
-from alembic import command
+from alembic import command, util
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy import URL
@@ -24,6 +26,12 @@ _KIND_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 
 
 def migrations_dir() -> Path:
+    override = os.environ.get("POSTRELAY_MIGRATIONS_DIR")
+    if override:
+        folder = Path(override).expanduser().resolve()
+        if not (folder / "env.py").is_file():
+            raise FileNotFoundError(f"POSTRELAY_MIGRATIONS_DIR={override}: no env.py there")
+        return folder
     package_dir = Path(postrelay.__file__).resolve().parent
     for candidate in (package_dir / "_migrations", package_dir.parent / "migrations"):
         if (candidate / "env.py").is_file():
@@ -65,13 +73,21 @@ def write_kind_migration(name: str, directory: Path | None = None) -> Path:
             "starting with a letter, at most 63 characters"
         )
     cfg = alembic_config()
+    version_path = None
     if directory is not None:
-        cfg.set_main_option("version_locations", str(directory))
+        # Alembic finds the head only in its version locations: keep the shipped versions
+        # in the list, or the new revision would start a second history (down_revision None).
+        version_path = str(Path(directory).resolve())
+        shipped = str(migrations_dir() / "versions")
+        cfg.set_main_option("path_separator", "os")
+        locations = dict.fromkeys([shipped, version_path])  # once each, in order
+        cfg.set_main_option("version_locations", os.pathsep.join(locations))
     script = ScriptDirectory.from_config(cfg)
     revision = script.generate_revision(
-        None,
+        util.rev_id(),
         f"add job kind {name}",
         head="head",
+        version_path=version_path,
         upgrades=f'op.execute("ALTER TYPE mdm.job_kind ADD VALUE IF NOT EXISTS \'{name}\'")',
         downgrades="# PostgreSQL cannot remove an enum value; the kind stays defined.\n    pass",
     )

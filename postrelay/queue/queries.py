@@ -37,11 +37,11 @@ async def job_claim(
     return [Job(*row) for row in result.fetchall()]
 
 
-async def job_next_available_at(
+async def job_next_due_in(
     conn: AsyncConnection, *, tenant_ids: Sequence[UUID] | None, kinds: Sequence[str] | None
-) -> datetime | None:
+) -> float | None:
     result = await conn.execute(
-        Q["job_next_available_at"],
+        Q["job_next_due_in"],
         {"tenant_ids": list(tenant_ids) if tenant_ids else None, "kinds": list(kinds) if kinds else None},
     )
     return result.scalar_one()

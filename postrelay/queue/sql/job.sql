@@ -119,9 +119,10 @@ WHERE j.id = candidate.id
 RETURNING j.id, j.tenant_id, j.job_kind::text AS kind, j.payload, j.priority, j.attempts,
           j.max_attempts, j.available_at, j.claimed_at, j.created_at, j.idempotency_key;
 
--- name: job_next_available_at
--- When the next pending job becomes due, so an idle worker wakes exactly then.
-SELECT min(available_at) AS next_at
+-- name: job_next_due_in
+-- Seconds until the next pending job becomes due (negative: already due; NULL: none), so
+-- an idle worker wakes exactly then instead of a poll interval later.
+SELECT EXTRACT(EPOCH FROM min(available_at) - clock_timestamp())::float8 AS due_in
 FROM mdm.aa_job
 WHERE status = 'pending'
   AND (CAST(:tenant_ids AS uuid[]) IS NULL OR tenant_id = ANY(CAST(:tenant_ids AS uuid[])))

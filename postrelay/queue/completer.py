@@ -1,0 +1,96 @@
+"""Write run outcomes in batches.
+
+Finished runs queue up here while the previous batch is being written, so under load each
+statement carries many outcomes (one round trip for a hundred jobs) and when idle each
+outcome is written at once. A batch that fails to write (connection lost) is kept and
+retried: an outcome is never dropped while the process lives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from uuid import UUID
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from postrelay.core.telemetry import event
+from postrelay.queue import queries
+from postrelay.queue.model import Job
+from postrelay.queue.outcome import Transition
+
+RETRY_BASE_SECS = 0.05
+RETRY_MAX_SECS = 2.0
+
+
+class Completer:
+    def __init__(self, engine: AsyncEngine, worker_id: str) -> None:
+        self.engine = engine
+        self.worker_id = worker_id
+        self._queue: list[tuple[Job, Transition]] = []
+        self._ready = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._task: asyncio.Task[None] | None = None
+        self.written = 0
+        self.skipped = 0  # outcomes whose guard failed: the job was rescued meanwhile
+
+    def add(self, job: Job, transition: Transition) -> None:
+        self._queue.append((job, transition))
+        self._idle.clear()
+        self._ready.set()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="postrelay-completer")
+
+    async def stop(self) -> None:
+        """Write everything still queued, then stop."""
+        await self._idle.wait()
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _loop(self) -> None:
+        delay = RETRY_BASE_SECS
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            batch, self._queue = self._queue, []
+            try:
+                await self._write(batch)
+                delay = RETRY_BASE_SECS
+            except Exception as exc:  # keep the batch and try again
+                self._queue[:0] = batch
+                event("postrelay.completer.write_failed", logging.WARNING, error=repr(exc),
+                      pending=len(self._queue), retry_in=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_SECS)
+                self._ready.set()
+                continue
+            if not self._queue:
+                self._idle.set()
+
+    async def _write(self, batch: list[tuple[Job, Transition]]) -> None:
+        if not batch:
+            return
+        async with self.engine.begin() as conn:
+            written = await queries.job_finalize_many(
+                conn,
+                worker=self.worker_id,
+                ids=[job.id for job, _ in batch],
+                attempts=[job.attempts for job, _ in batch],
+                statuses=[t.status for _, t in batch],
+                delays=[t.delay_secs for _, t in batch],
+                errors=[t.error for _, t in batch],
+                refunds=[t.refund for _, t in batch],
+            )
+        self.written += len(written)
+        if len(written) < len(batch):
+            lost = [job for job, _ in batch if job.id not in written]
+            self.skipped += len(lost)
+            for job in lost:
+                event("postrelay.job.finalize_skipped", logging.WARNING, job_id=str(job.id),
+                      reason="no longer running under this worker's claim (rescued)")
+
+    def pending_ids(self) -> set[UUID]:
+        return {job.id for job, _ in self._queue}

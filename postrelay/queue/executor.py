@@ -1,0 +1,72 @@
+"""Run one claimed job and turn whatever happened into a Transition."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from postrelay.core.telemetry import event
+from postrelay.queue.backoff import Backoff
+from postrelay.queue.model import Job
+from postrelay.queue.outcome import (
+    Failure,
+    Outcome,
+    PermanentError,
+    Returned,
+    Success,
+    Transition,
+    decide,
+)
+from postrelay.queue.registry import Registry
+
+
+class JobTimeout(Exception):  # noqa: N818 - reads as the outcome it is
+    """The handler ran longer than its kind's timeout."""
+
+
+class Executor:
+    def __init__(
+        self, registry: Registry, backoff: Backoff, default_timeout_secs: float | None
+    ) -> None:
+        self.registry = registry
+        self.backoff = backoff
+        self.default_timeout_secs = default_timeout_secs
+
+    async def execute(self, job: Job) -> Transition:
+        """Run `job`; never raises except CancelledError-turned-Returned at shutdown."""
+        started = time.perf_counter()
+        outcome = await self._outcome(job)
+        transition = decide(job, outcome, self.backoff)
+        if transition.status != "done":
+            event(
+                "postrelay.job.finished",
+                logging.INFO if transition.status == "pending" else logging.WARNING,
+                job_id=str(job.id),
+                kind=job.kind,
+                attempt=job.attempts,
+                status=transition.status,
+                duration_ms=round((time.perf_counter() - started) * 1000, 2),
+                error=(transition.error or "").splitlines()[-1:] or None,
+            )
+        return transition
+
+    async def _outcome(self, job: Job) -> Outcome:
+        handler = self.registry.get(job.kind)
+        if handler is None:  # claimed only by kind, so this means a misconfigured registry
+            return Failure(PermanentError(f"no handler registered for kind {job.kind!r}"))
+        timeout = handler.timeout_secs or self.default_timeout_secs
+        deadline = asyncio.timeout(timeout)
+        try:
+            async with deadline:
+                await handler.fn(job)
+        except asyncio.CancelledError:
+            # Cancelled by shutdown (the deadline's own cancel surfaces as TimeoutError).
+            return Returned()
+        except TimeoutError as exc:
+            if deadline.expired():
+                return Failure(JobTimeout(f"job exceeded its timeout of {timeout:g} s"))
+            return Failure(exc)
+        except Exception as exc:
+            return Failure(exc)
+        return Success()

@@ -1,0 +1,56 @@
+"""LISTEN for enqueue wake-ups on a dedicated connection.
+
+A notification is only a hint that work may be waiting; the worker polls as well, so a
+lost notification (or a pooler that cannot LISTEN) costs latency, never a job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import psycopg
+
+from postrelay.core.telemetry import event
+
+CHANNEL = "postrelay_jobs"
+
+
+class Listener:
+    def __init__(self, libpq_url: str, on_notify: Callable[[], None]) -> None:
+        self.libpq_url = libpq_url
+        self.on_notify = on_notify
+        self._task: asyncio.Task[None] | None = None
+        self.connected = asyncio.Event()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="postrelay-listener")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _loop(self) -> None:
+        delay = 0.1
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                    self.libpq_url, autocommit=True
+                ) as conn:
+                    await conn.execute(f"LISTEN {CHANNEL}")
+                    self.connected.set()
+                    delay = 0.1
+                    # Anything may have been enqueued while we were not listening.
+                    self.on_notify()
+                    async for _ in conn.notifies():
+                        self.on_notify()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.connected.clear()
+                event("postrelay.listener.disconnected", logging.WARNING, error=repr(exc),
+                      retry_in=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)

@@ -1,0 +1,68 @@
+"""Retention: `done` jobs older than the window are hard-deleted by a `cleanup_jobs` job.
+
+The maintenance leader enqueues one cleanup job per hour (an idempotency key per hour
+makes a second enqueue a no-op); the built-in handler deletes in bounded batches, each in
+its own short transaction, and never touches dlq, failed or pending rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from postrelay.core.clock import utcnow
+from postrelay.core.telemetry import event
+from postrelay.queue import queries
+from postrelay.queue.enqueue import enqueue
+from postrelay.queue.model import Job
+from postrelay.queue.schema import SYSTEM_TENANT_ID
+
+RETENTION_KIND = "cleanup_jobs"
+DELETE_BATCH = 1000
+MAX_BATCHES_PER_RUN = 1000  # a backlog larger than a million rows continues next hour
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    engine: AsyncEngine
+    retention_days: float
+
+    async def run_once(self, now: datetime | None = None) -> bool:
+        """Enqueue this hour's cleanup job; True when it was new."""
+        now = now or utcnow()
+        slot = now.strftime("%Y-%m-%dT%H")
+        async with self.engine.begin() as conn:
+            await enqueue(
+                conn, RETENTION_KIND, {"retention_days": self.retention_days},
+                tenant_id=SYSTEM_TENANT_ID, idempotency_key=f"retention:{slot}",
+                created_by="postrelay.retention", max_attempts=3,
+            )
+        return True
+
+
+async def delete_done_before(engine: AsyncEngine, before: datetime) -> int:
+    deleted = 0
+    for _ in range(MAX_BATCHES_PER_RUN):
+        async with engine.begin() as conn:
+            n = await queries.job_delete_done_before(conn, before=before, batch=DELETE_BATCH)
+        deleted += n
+        if n < DELETE_BATCH:
+            break
+    return deleted
+
+
+def cleanup_handler(
+    engine: AsyncEngine, default_days: float
+) -> Callable[[Job], Awaitable[None]]:
+    """The built-in handler for `cleanup_jobs`."""
+
+    async def cleanup_jobs(job: Job) -> None:
+        days = float(job.payload.get("retention_days", default_days))
+        before = utcnow() - timedelta(days=days)
+        deleted = await delete_done_before(engine, before)
+        event("postrelay.retention.deleted", deleted=deleted, before=before.isoformat())
+
+    return cleanup_jobs

@@ -1,0 +1,134 @@
+-- Operator statements: queue status, reading jobs, and the dead-letter queue (retry,
+-- requeue, discard). Loaded by queue/admin.py; one thin Python function per statement.
+--
+-- :tenant_id is optional everywhere: NULL means every tenant; a value scopes the statement
+-- to that tenant's jobs, so another tenant's job behaves exactly as a missing one.
+-- Every mutation writes its aa_job_audit rows in the same statement (data-modifying CTE):
+-- there is no window in which a job changed without its audit row, or the reverse.
+
+-- name: job_status_counts
+-- One scan for all three breakdowns. GROUPING() tells the sets apart: 0 means the column
+-- is part of the row's grouping, 1 that it was rolled up.
+SELECT GROUPING(job_kind) AS kind_rolled_up,
+       GROUPING(tenant_id) AS tenant_rolled_up,
+       job_kind::text AS kind,
+       tenant_id,
+       status::text AS status,
+       count(*) AS n
+FROM mdm.aa_job
+WHERE CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid)
+GROUP BY GROUPING SETS ((status), (job_kind, status), (tenant_id, status));
+
+-- name: job_pending_due
+-- Pending jobs that are already due: the backlog workers have not caught up with yet.
+-- Jobs waiting for a later available_at (backoff, delay) are not late and do not count.
+SELECT count(*) AS due,
+       CAST(EXTRACT(EPOCH FROM now() - min(available_at)) AS float8) AS oldest_age_secs
+FROM mdm.aa_job
+WHERE status = 'pending'
+  AND available_at <= now()
+  AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid));
+
+-- name: job_get
+SELECT id, tenant_id, job_kind::text AS kind, status::text AS status, payload, priority,
+       available_at, attempts, max_attempts, last_error, claimed_by, claimed_at,
+       completed_at, idempotency_key, created_at, created_by
+FROM mdm.aa_job
+WHERE id = :id
+  AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid));
+
+-- name: job_list
+-- Newest first. The caller validates status and kind first: a bad enum cast would abort
+-- the caller's transaction.
+SELECT id, tenant_id, job_kind::text AS kind, status::text AS status, payload, priority,
+       available_at, attempts, max_attempts, last_error, claimed_by, claimed_at,
+       completed_at, idempotency_key, created_at, created_by
+FROM mdm.aa_job
+WHERE (CAST(:status AS text) IS NULL OR status = CAST(CAST(:status AS text) AS mdm.job_status))
+  AND (CAST(:kind AS text) IS NULL OR job_kind = CAST(CAST(:kind AS text) AS mdm.job_kind))
+  AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
+ORDER BY created_at DESC, id DESC
+LIMIT :limit;
+
+-- name: dlq_list
+-- The most recently dead-lettered first: that is what an operator looks at after an alert.
+SELECT id, tenant_id, job_kind::text AS kind, status::text AS status, payload, priority,
+       available_at, attempts, max_attempts, last_error, claimed_by, claimed_at,
+       completed_at, idempotency_key, created_at, created_by
+FROM mdm.aa_job
+WHERE status = 'dlq'
+  AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
+ORDER BY completed_at DESC NULLS LAST, id DESC
+LIMIT :limit;
+
+-- name: dlq_retry
+-- One dead job back to pending, due now. Attempts are NOT reset: the next claim takes
+-- attempts past max_attempts, so the job gets exactly one more try and a failure sends it
+-- straight back to the DLQ. The status guard makes a concurrent retry or discard of the
+-- same job find nothing (it re-checks the row after waiting for the other's lock).
+WITH retried AS (
+    UPDATE mdm.aa_job
+    SET status = 'pending', available_at = now(), completed_at = NULL
+    WHERE id = :id
+      AND status = 'dlq'
+      AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
+    RETURNING *
+), audited AS (
+    INSERT INTO mdm.aa_job_audit (job_id, tenant_id, job_kind, action, actor, detail)
+    SELECT r.id, r.tenant_id, r.job_kind, 'job_retry', :actor,
+           jsonb_build_object('attempts', r.attempts, 'max_attempts', r.max_attempts,
+                              'last_error', r.last_error)
+    FROM retried r
+)
+SELECT id, tenant_id, job_kind::text AS kind, status::text AS status, payload, priority,
+       available_at, attempts, max_attempts, last_error, claimed_by, claimed_at,
+       completed_at, idempotency_key, created_at, created_by
+FROM retried;
+
+-- name: dlq_requeue
+-- A bounded batch of dead jobs back to pending, oldest death first; call again for the
+-- rest. MATERIALIZED fences the locking subquery so the planner cannot fold it into the
+-- UPDATE and lock more rows than LIMIT; SKIP LOCKED lets a concurrent requeue (or a retry
+-- or discard holding a row) pass by instead of waiting. Attempts are kept, as in dlq_retry.
+WITH dead AS MATERIALIZED (
+    SELECT id
+    FROM mdm.aa_job
+    WHERE status = 'dlq'
+      AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
+    ORDER BY completed_at NULLS FIRST, created_at, id
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+), requeued AS (
+    UPDATE mdm.aa_job j
+    SET status = 'pending', available_at = now(), completed_at = NULL
+    FROM dead
+    WHERE j.id = dead.id
+    RETURNING j.id, j.tenant_id, j.job_kind, j.attempts, j.max_attempts, j.last_error
+), audited AS (
+    INSERT INTO mdm.aa_job_audit (job_id, tenant_id, job_kind, action, actor, detail)
+    SELECT r.id, r.tenant_id, r.job_kind, 'job_requeue', :actor,
+           jsonb_build_object('attempts', r.attempts, 'max_attempts', r.max_attempts,
+                              'last_error', r.last_error)
+    FROM requeued r
+)
+SELECT count(*) AS requeued FROM requeued;
+
+-- name: dlq_discard
+-- Deletes one dead job. The audit row keeps the whole job as it was (to_jsonb of the
+-- deleted row), since aa_job no longer will.
+WITH discarded AS (
+    DELETE FROM mdm.aa_job
+    WHERE id = :id
+      AND status = 'dlq'
+      AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
+    RETURNING *
+), audited AS (
+    INSERT INTO mdm.aa_job_audit (job_id, tenant_id, job_kind, action, actor, detail)
+    SELECT d.id, d.tenant_id, d.job_kind, 'job_discard', :actor, to_jsonb(d)
+    FROM discarded d
+    RETURNING job_id
+)
+SELECT job_id FROM audited;
+
+-- name: tenant_list
+SELECT id, name, created_at FROM mdm.aa_tenant ORDER BY name;

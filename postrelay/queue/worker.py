@@ -1,0 +1,226 @@
+"""The worker: claims jobs in batches and runs them concurrently on asyncio.
+
+    worker = Worker(engine, WorkerConfig(concurrency=20), registry=registry, ...)
+    await worker.start()
+    ...
+    await worker.stop()   # stop claiming, let runs finish within the grace period,
+                          # hand the rest back uncounted
+
+One loop claims (a single `FOR UPDATE SKIP LOCKED` statement per batch), a task per job
+runs the handler, and the Completer writes outcomes in batches. A heartbeat row in
+mdm.aa_worker tells the rescuer that this worker's long jobs are still alive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+from uuid import UUID
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from postrelay.core.telemetry import event
+from postrelay.queue import queries
+from postrelay.queue.backoff import Backoff, FixedBackoff
+from postrelay.queue.completer import Completer
+from postrelay.queue.executor import Executor
+from postrelay.queue.listener import Listener
+from postrelay.queue.model import Job
+from postrelay.queue.outcome import Returned, decide
+from postrelay.queue.registry import Registry
+
+RECONNECT_BASE_SECS = 0.1
+RECONNECT_MAX_SECS = 5.0
+
+
+def make_worker_id() -> str:
+    """`<host>/<pid>/<uuid>`, as the seed's claimed_by."""
+    return f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4()}"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    concurrency: int = 10
+    tenants: tuple[UUID, ...] | None = None  # None: every tenant
+    kinds: tuple[str, ...] | None = None  # None: every kind the registry handles
+    poll_interval_secs: float = 1.0
+    lease_secs: float = 450.0
+    grace_secs: float = 30.0
+    default_timeout_secs: float | None = None
+    listen: bool = True
+
+    @property
+    def heartbeat_secs(self) -> float:
+        # Several beats per lease, so one slow beat never looks like a dead worker.
+        return min(self.lease_secs / 5, 30.0)
+
+
+class Worker:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        config: WorkerConfig,
+        *,
+        registry: Registry,
+        backoff: Backoff | None = None,
+        listen_url: str | None = None,
+        worker_id: str | None = None,
+    ) -> None:
+        self.engine = engine
+        self.config = config
+        self.registry = registry
+        self.id = worker_id or make_worker_id()
+        self.executor = Executor(registry, backoff or FixedBackoff(), config.default_timeout_secs)
+        self.completer = Completer(engine, self.id)
+        self.kinds = self._served_kinds()
+        self._listener = (
+            Listener(listen_url, self.wake) if config.listen and listen_url else None
+        )
+        # Claimed jobs whose outcome is not yet handed to the completer.
+        self._running: dict[UUID, tuple[Job, asyncio.Task[None]]] = {}
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.claimed = 0
+
+    def _served_kinds(self) -> tuple[str, ...]:
+        handled = self.registry.kinds()
+        if self.config.kinds is None:
+            return tuple(handled)
+        missing = [k for k in self.config.kinds if k not in handled]
+        if missing:
+            raise ValueError(f"kinds: no handler registered for {', '.join(missing)}")
+        return tuple(self.config.kinds)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    @property
+    def running_ids(self) -> set[UUID]:
+        return set(self._running)
+
+    async def start(self) -> None:
+        await self._register()
+        self.completer.start()
+        if self._listener is not None:
+            self._listener.start()
+        self._tasks = [
+            asyncio.create_task(self._claim_loop(), name="postrelay-claim"),
+            asyncio.create_task(self._heartbeat_loop(), name="postrelay-heartbeat"),
+        ]
+        event("postrelay.worker.started", worker=self.id, kinds=",".join(self.kinds),
+              concurrency=self.config.concurrency)
+
+    async def stop(self) -> None:
+        """Stop claiming; let running jobs finish within the grace period; hand back the
+        rest without counting the attempt; write every outcome; deregister."""
+        self._stopping.set()
+        self._wake.set()
+        tasks = [task for _, task in self._running.values()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=self.config.grace_secs)
+        for _, task in list(self._running.values()):
+            task.cancel()  # the executor turns this into a Returned outcome
+        await asyncio.gather(*tasks, return_exceptions=True)
+        # A task cancelled before its first step never reached its own bookkeeping.
+        for job, _ in list(self._running.values()):
+            self.completer.add(job, decide(job, Returned(), self.executor.backoff))
+        self._running.clear()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.completer.stop()
+        if self._listener is not None:
+            await self._listener.stop()
+        try:
+            async with self.engine.begin() as conn:
+                await queries.worker_delete(conn, id=self.id)
+        except Exception as exc:  # the row expires on its own; nothing is lost
+            event("postrelay.worker.deregister_failed", logging.WARNING, error=repr(exc))
+        event("postrelay.worker.stopped", worker=self.id, claimed=self.claimed)
+
+    async def _register(self) -> None:
+        async with self.engine.begin() as conn:
+            await queries.worker_register(
+                conn, id=self.id, host=socket.gethostname(), pid=os.getpid(),
+                tenants=self.config.tenants, kinds=self.kinds,
+                concurrency=self.config.concurrency,
+            )
+
+    async def _claim_loop(self) -> None:
+        delay = RECONNECT_BASE_SECS
+        while not self._stopping.is_set():
+            free = self.config.concurrency - len(self._running)
+            if free <= 0 or not self.kinds:
+                self._wake.clear()  # a finishing job sets it again
+                await self._sleep(self.config.poll_interval_secs)
+                continue
+            # Clear before claiming: a wake-up that arrives during the claim is kept.
+            self._wake.clear()
+            try:
+                jobs, due_in = await self._claim(free)
+                delay = RECONNECT_BASE_SECS
+            except Exception as exc:
+                event("postrelay.worker.claim_failed", logging.WARNING, error=repr(exc),
+                      retry_in=delay)
+                await self._sleep(delay)
+                delay = min(delay * 2, RECONNECT_MAX_SECS)
+                continue
+            for job in jobs:
+                self._spawn(job)
+            if len(jobs) == free:
+                await asyncio.sleep(0)  # let the batch start, then claim what slots are left
+                continue
+            wait = self.config.poll_interval_secs
+            if due_in is not None:
+                wait = min(wait, max(due_in, 0.0))
+            await self._sleep(wait)
+
+    async def _claim(self, demand: int) -> tuple[list[Job], float | None]:
+        async with self.engine.begin() as conn:
+            jobs = await queries.job_claim(
+                conn, worker=self.id, demand=demand,
+                tenant_ids=self.config.tenants, kinds=self.kinds,
+            )
+        self.claimed += len(jobs)
+        if jobs:
+            return jobs, None
+        async with self.engine.connect() as conn:
+            due_in = await queries.job_next_due_in(
+                conn, tenant_ids=self.config.tenants, kinds=self.kinds
+            )
+        return jobs, due_in
+
+    async def _sleep(self, secs: float) -> None:
+        """Sleep until woken (notify, a freed slot, stop) or `secs` pass."""
+        try:
+            async with asyncio.timeout(secs):
+                await self._wake.wait()
+        except TimeoutError:
+            pass
+
+    def _spawn(self, job: Job) -> None:
+        task = asyncio.create_task(self._run(job), name=f"postrelay-job-{job.id}")
+        self._running[job.id] = (job, task)
+
+    async def _run(self, job: Job) -> None:
+        transition = await self.executor.execute(job)
+        if self._running.pop(job.id, None) is not None:
+            self.completer.add(job, transition)
+        self._wake.set()
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.heartbeat_secs)
+            try:
+                async with self.engine.begin() as conn:
+                    if not await queries.worker_heartbeat(conn, id=self.id):
+                        # Our row was pruned (e.g. the database was gone longer than the
+                        # lease); come back, so our remaining jobs are not rescued.
+                        await self._register()
+            except Exception as exc:
+                event("postrelay.worker.heartbeat_failed", logging.WARNING, error=repr(exc))

@@ -1,0 +1,110 @@
+"""The composition root: settings → database → engine → handlers → worker and maintenance.
+
+Everything above (CLI, HTTP API, demo) builds processes through here; everything below
+receives what it needs as arguments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+import signal
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from uuid import UUID
+
+from postrelay.core.db import Database
+from postrelay.core.settings import Settings
+from postrelay.queue.backoff import backoff_from
+from postrelay.queue.maintenance import (
+    RETENTION_KIND,
+    Maintenance,
+    Rescuer,
+    Retention,
+    cleanup_handler,
+)
+from postrelay.queue.registry import Registry, default_registry
+from postrelay.queue.worker import Worker, WorkerConfig
+
+
+def import_apps(modules: Iterable[str]) -> None:
+    """Import the application modules whose `@handler` decorators fill the registry."""
+    # Like uvicorn: `--app mymodule` finds modules in the directory the command runs from.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    for name in modules:
+        importlib.import_module(name)
+
+
+@dataclass
+class WorkerProcess:
+    worker: Worker
+    maintenance: Maintenance | None
+
+    async def start(self) -> None:
+        await self.worker.start()
+        if self.maintenance is not None:
+            self.maintenance.start()
+
+    async def stop(self) -> None:
+        if self.maintenance is not None:
+            await self.maintenance.stop()
+        await self.worker.stop()
+
+
+def build_worker(
+    settings: Settings,
+    db: Database,
+    *,
+    registry: Registry | None = None,
+    concurrency: int | None = None,
+    tenants: tuple[UUID, ...] | None = None,
+    kinds: tuple[str, ...] | None = None,
+    maintenance: bool = True,
+) -> WorkerProcess:
+    concurrency = concurrency or settings.worker_concurrency
+    # pool_pre_ping would add a round trip to every claim; a dropped connection is noticed
+    # by the failing statement instead, which invalidates the whole pool for a reconnect.
+    engine = db.async_engine(pool_pre_ping=False, pool_size=5, max_overflow=10)
+    builtin = Registry()
+    builtin.register(RETENTION_KIND, cleanup_handler(engine, settings.job_retention_days))
+    handlers = builtin.merged(registry if registry is not None else default_registry)
+    config = WorkerConfig(
+        concurrency=concurrency,
+        tenants=tenants,
+        kinds=kinds,
+        poll_interval_secs=settings.worker_poll_interval_secs,
+        lease_secs=settings.job_lease_secs,
+        grace_secs=settings.worker_grace_secs,
+        default_timeout_secs=settings.job_timeout_secs,
+        listen=settings.notify,
+    )
+    backoff = backoff_from(
+        settings.job_backoff, settings.job_retry_delay_secs, settings.job_backoff_max_secs
+    )
+    worker = Worker(engine, config, registry=handlers, backoff=backoff, listen_url=db.libpq_url)
+    keeper = None
+    if maintenance:
+        keeper = Maintenance(
+            engine,
+            holder=worker.id,
+            interval_secs=settings.maintenance_interval_secs,
+            rescuer=Rescuer(engine, lease_secs=settings.job_lease_secs, actor=worker.id),
+            retention=Retention(engine, settings.job_retention_days),
+        )
+    return WorkerProcess(worker, keeper)
+
+
+async def run_until_signalled(process: WorkerProcess) -> None:
+    """Run until SIGTERM or SIGINT, then stop gracefully."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await process.start()
+    try:
+        await stop.wait()
+    finally:
+        await process.stop()

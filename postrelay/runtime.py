@@ -52,6 +52,7 @@ class WorkerProcess:
         if self.maintenance is not None:
             await self.maintenance.stop()
         await self.worker.stop()
+        await self.worker.engine.dispose()
 
 
 def build_worker(

@@ -40,3 +40,15 @@ def worker_command(
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
         asyncio.run(run_until_signalled(process))
+
+
+@app.command("demo")
+def demo_command() -> None:
+    """Migrate, enqueue sample jobs (some retry, one dead-letters), run a worker until
+    they settle, and print the outcome. Uses the embedded PostgreSQL unless
+    POSTRELAY_DATABASE_URL is set."""
+    from postrelay.demo import run_demo
+
+    settings = settings_or_exit()
+    with database(settings) as db:
+        run_demo(settings, db, echo=typer.echo)

@@ -35,13 +35,17 @@ def libpq_url(url: str | URL) -> str:
 
 def start_embedded(data_dir: Any) -> tuple[str, Any]:
     """Start (or join) the embedded PostgreSQL in `data_dir`; returns its URL and handle."""
-    import pgserver  # imported late: only the embedded path needs it
-
+    import warnings
     from pathlib import Path
 
     path = Path(data_dir).expanduser().resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
-    server = pgserver.get_server(path, cleanup_mode="stop")
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); pgserver copes.
+        warnings.simplefilter("ignore")
+        import pgserver  # imported late: only the embedded path needs it
+
+        server = pgserver.get_server(path, cleanup_mode="stop")
     return server.get_uri(), server
 
 
@@ -72,7 +76,8 @@ class Database:
     def close(self) -> None:
         for engine in self._engines:
             if isinstance(engine, AsyncEngine):
-                engine.sync_engine.dispose()
+                # Its connections belong to an event loop that may be gone: drop, don't close.
+                engine.sync_engine.dispose(close=False)
             else:
                 engine.dispose()
         self._engines.clear()

@@ -18,6 +18,8 @@ def event(name: str, level: int = logging.INFO, /, **fields: Any) -> None:
 
 
 def configure_logging(level: str = "INFO") -> None:
+    """postrelay's events at `level`; other libraries' (pgserver, alembic) only from WARNING."""
     logging.basicConfig(
-        level=level.upper(), format="%(asctime)s %(levelname)s %(message)s", force=True
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s", force=True
     )
+    _logger.setLevel(level.upper())

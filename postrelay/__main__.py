@@ -1,0 +1,3 @@
+from postrelay.cli import app
+
+app()

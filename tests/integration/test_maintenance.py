@@ -1,0 +1,147 @@
+"""Rescue of stale claims, retention and the maintenance lease, driven by run_once()."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy import text
+
+from postrelay.core.clock import utcnow
+from postrelay.queue import queries
+from postrelay.queue.maintenance import Maintenance, Rescuer, Retention
+from postrelay.queue.maintenance.retention import cleanup_handler, delete_done_before
+from postrelay.queue.model import Job
+
+from tests.factories import audit_rows, insert_job, job_row
+
+LEASE = 450.0
+
+
+async def test_stale_claim_of_dead_worker_goes_back_to_pending(engine, async_engine, tenant):
+    now = utcnow()
+    with engine.begin() as conn:
+        stale = insert_job(conn, tenant_id=tenant, status="running", attempts=1,
+                           claimed_by="host/1/dead", claimed_at=now - timedelta(hours=1))
+        fresh = insert_job(conn, tenant_id=tenant, status="running", attempts=1,
+                           claimed_by="host/1/dead", claimed_at=now - timedelta(seconds=10))
+    result = await Rescuer(async_engine, lease_secs=LEASE, actor="test").run_once(now)
+    assert (result.pending, result.dlq) == (1, 0)
+    with engine.connect() as conn:
+        row = job_row(conn, stale)
+        assert row["state"] == "pending" and row["attempts"] == 1
+        assert "lease expired" in row["last_error"]
+        assert [a["action"] for a in audit_rows(conn, stale)] == ["job_rescued"]
+        assert job_row(conn, fresh)["state"] == "running"
+
+
+async def test_stale_claim_on_last_attempt_goes_to_dlq(engine, async_engine, tenant):
+    now = utcnow()
+    with engine.begin() as conn:
+        job_id = insert_job(conn, tenant_id=tenant, status="running", attempts=3, max_attempts=3,
+                            claimed_by="host/1/dead", claimed_at=now - timedelta(hours=1))
+    result = await Rescuer(async_engine, lease_secs=LEASE, actor="test").run_once(now)
+    assert (result.pending, result.dlq) == (0, 1)
+    with engine.connect() as conn:
+        row = job_row(conn, job_id)
+        assert row["state"] == "dlq" and row["completed_at"] is not None
+        assert [a["action"] for a in audit_rows(conn, job_id)] == ["job_dlq"]
+
+
+async def test_long_job_of_a_live_worker_is_left_alone(engine, async_engine, tenant):
+    now = utcnow()
+    async with async_engine.begin() as conn:
+        await queries.worker_register(conn, id="host/2/alive", host="host", pid=2, tenants=None,
+                                      kinds=None, concurrency=1)
+    with engine.begin() as conn:
+        job_id = insert_job(conn, tenant_id=tenant, status="running", attempts=1,
+                            claimed_by="host/2/alive", claimed_at=now - timedelta(hours=2))
+    result = await Rescuer(async_engine, lease_secs=LEASE, actor="test").run_once()
+    assert (result.pending, result.dlq) == (0, 0)
+    with engine.connect() as conn:
+        assert job_row(conn, job_id)["state"] == "running"
+    # Once the heartbeat is older than the lease, the worker counts as dead.
+    later = utcnow() + timedelta(seconds=LEASE + 1)
+    result = await Rescuer(async_engine, lease_secs=LEASE, actor="test").run_once(later)
+    assert result.pending == 1 and result.workers_pruned == 1
+
+
+async def test_late_finish_after_rescue_does_not_overwrite(engine, async_engine, tenant):
+    now = utcnow()
+    with engine.begin() as conn:
+        job_id = insert_job(conn, tenant_id=tenant, status="running", attempts=1,
+                            claimed_by="host/1/slow", claimed_at=now - timedelta(hours=1))
+    await Rescuer(async_engine, lease_secs=LEASE, actor="test").run_once(now)
+    async with async_engine.begin() as conn:
+        (claimed,) = await queries.job_claim(conn, worker="host/3/new", demand=1,
+                                             tenant_ids=None, kinds=None)
+    assert claimed.id == job_id and claimed.attempts == 2
+    async with async_engine.begin() as conn:  # the first worker finally reports
+        written = await queries.job_finalize_many(
+            conn, worker="host/1/slow", ids=[job_id], attempts=[1], statuses=["done"],
+            delays=[None], errors=[None], refunds=[False])
+    assert written == set()
+    with engine.connect() as conn:
+        row = job_row(conn, job_id)
+    assert row["state"] == "running" and row["claimed_by"] == "host/3/new"
+
+
+async def test_retention_deletes_only_old_done_jobs(engine, async_engine, tenant):
+    now = utcnow()
+    old = now - timedelta(days=15)
+    with engine.begin() as conn:
+        old_done = [insert_job(conn, tenant_id=tenant, status="done", completed_at=old)
+                    for _ in range(2500)]
+        recent_done = insert_job(conn, tenant_id=tenant, status="done",
+                                 completed_at=now - timedelta(days=13))
+        keep = [insert_job(conn, tenant_id=tenant, status=s, completed_at=old)
+                for s in ("dlq", "failed")]
+        keep.append(insert_job(conn, tenant_id=tenant, status="pending"))
+    deleted = await delete_done_before(async_engine, now - timedelta(days=14))
+    assert deleted == 2500
+    with engine.connect() as conn:
+        remaining = set(conn.execute(text("SELECT id FROM mdm.aa_job")).scalars())
+    assert remaining == {recent_done, *keep}
+    assert not remaining & set(old_done)
+
+
+async def test_cleanup_jobs_handler_uses_the_payload_window(engine, async_engine, tenant):
+    now = utcnow()
+    with engine.begin() as conn:
+        three_days = insert_job(conn, tenant_id=tenant, status="done",
+                                completed_at=now - timedelta(days=3))
+        one_day = insert_job(conn, tenant_id=tenant, status="done",
+                             completed_at=now - timedelta(days=1))
+    handler = cleanup_handler(async_engine, default_days=14)
+    job = Job(three_days, tenant, "cleanup_jobs", {"retention_days": 2}, 100, 1, 3, now, now,
+              now, None)
+    await handler(job)
+    with engine.connect() as conn:
+        ids = set(conn.execute(text("SELECT id FROM mdm.aa_job")).scalars())
+    assert ids == {one_day}
+
+
+async def test_retention_enqueues_one_cleanup_job_per_hour(engine, async_engine, clean_db):
+    retention = Retention(async_engine, retention_days=14)
+    now = utcnow()
+    await retention.run_once(now)
+    await retention.run_once(now)
+    await retention.run_once(now + timedelta(hours=1))
+    with engine.connect() as conn:
+        rows = conn.execute(text(
+            "SELECT idempotency_key, payload FROM mdm.aa_job WHERE job_kind = 'cleanup_jobs'"
+        )).all()
+    assert len(rows) == 2 and rows[0][1] == {"retention_days": 14}
+
+
+async def test_only_one_process_leads_maintenance(engine, async_engine, clean_db):
+    def keeper(holder: str) -> Maintenance:
+        return Maintenance(async_engine, holder=holder, interval_secs=10,
+                           rescuer=Rescuer(async_engine, lease_secs=LEASE, actor=holder),
+                           retention=None)
+
+    a, b = keeper("a"), keeper("b")
+    assert await a.run_once() is True
+    assert await b.run_once() is False
+    assert await a.run_once() is True  # the leader renews
+    await a.stop()  # releases the lease
+    assert await b.run_once() is True

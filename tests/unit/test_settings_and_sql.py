@@ -1,0 +1,47 @@
+import pytest
+
+from postrelay.core.errors import ConfigError
+from postrelay.core.settings import load_settings
+from postrelay.core.sqlfiles import load_queries, parse_named_sql
+
+
+def test_defaults_follow_the_seeds(monkeypatch) -> None:
+    for name in ("POSTRELAY_JOB_RETRY_DELAY_SECS", "POSTRELAY_JOB_MAX_RETRIES",
+                 "POSTRELAY_JOB_LEASE_SECS", "POSTRELAY_JOB_RETENTION_DAYS"):
+        monkeypatch.delenv(name, raising=False)
+    s = load_settings()
+    assert (s.job_retry_delay_secs, s.job_max_retries, s.job_lease_secs, s.job_retention_days) == (
+        5.0, 8, 450.0, 14.0)
+    assert s.worker_grace_secs == 30 and s.job_backoff == "fixed"
+
+
+def test_environment_overrides(monkeypatch) -> None:
+    monkeypatch.setenv("POSTRELAY_JOB_MAX_RETRIES", "3")
+    monkeypatch.setenv("POSTRELAY_JOB_BACKOFF", "exponential")
+    s = load_settings()
+    assert s.job_max_retries == 3 and s.job_backoff == "exponential"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("POSTRELAY_JOB_MAX_RETRIES", "0"), ("POSTRELAY_JOB_LEASE_SECS", "soon"),
+     ("POSTRELAY_JOB_BACKOFF", "linear"), ("POSTRELAY_WORKER_CONCURRENCY", "-2")],
+)
+def test_a_wrong_value_names_the_setting(monkeypatch, name: str, value: str) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as info:
+        load_settings()
+    assert name in str(info.value)
+
+
+def test_named_sql_blocks() -> None:
+    parsed = parse_named_sql("-- name: a\nSELECT 1;\n\n-- name: b_c\n-- why\nSELECT 2;\n")
+    assert parsed == {"a": "SELECT 1", "b_c": "-- why\nSELECT 2"}
+    with pytest.raises(ValueError):
+        parse_named_sql("-- name: a\nSELECT 1;\n-- name: a\nSELECT 2;")
+
+
+def test_queue_sql_files_load() -> None:
+    queries = load_queries("postrelay.queue", "sql/job.sql")
+    assert {"job_claim", "job_finalize_many", "job_rescue_stale", "job_delete_done_before"} <= set(
+        queries)

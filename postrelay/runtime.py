@@ -20,9 +20,9 @@ from postrelay.core.settings import Settings
 from postrelay.queue.backoff import backoff_from
 from postrelay.queue.maintenance import (
     RETENTION_KIND,
+    CronScheduler,
     Maintenance,
     Rescuer,
-    Retention,
     cleanup_handler,
 )
 from postrelay.queue.registry import Registry, default_registry
@@ -42,15 +42,18 @@ def import_apps(modules: Iterable[str]) -> None:
 class WorkerProcess:
     worker: Worker
     maintenance: Maintenance | None
+    scheduler: CronScheduler | None
 
     async def start(self) -> None:
         await self.worker.start()
-        if self.maintenance is not None:
-            self.maintenance.start()
+        for service in (self.maintenance, self.scheduler):
+            if service is not None:
+                service.start()
 
     async def stop(self) -> None:
-        if self.maintenance is not None:
-            await self.maintenance.stop()
+        for service in (self.scheduler, self.maintenance):
+            if service is not None:
+                await service.stop()
         await self.worker.stop()
         await self.worker.engine.dispose()
 
@@ -86,16 +89,16 @@ def build_worker(
         settings.job_backoff, settings.job_retry_delay_secs, settings.job_backoff_max_secs
     )
     worker = Worker(engine, config, registry=handlers, backoff=backoff, listen_url=db.libpq_url)
-    keeper = None
-    if maintenance:
-        keeper = Maintenance(
-            engine,
-            holder=worker.id,
-            interval_secs=settings.maintenance_interval_secs,
-            rescuer=Rescuer(engine, lease_secs=settings.job_lease_secs, actor=worker.id),
-            retention=Retention(engine, settings.job_retention_days),
-        )
-    return WorkerProcess(worker, keeper)
+    if not maintenance:
+        return WorkerProcess(worker, None, None)
+    keeper = Maintenance(
+        engine,
+        holder=worker.id,
+        interval_secs=settings.maintenance_interval_secs,
+        rescuer=Rescuer(engine, lease_secs=settings.job_lease_secs, actor=worker.id),
+    )
+    scheduler = CronScheduler(engine, interval_secs=settings.cron_interval_secs)
+    return WorkerProcess(worker, keeper, scheduler)
 
 
 async def run_until_signalled(process: WorkerProcess) -> None:

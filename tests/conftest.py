@@ -18,7 +18,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from postrelay.core.db import libpq_url, sqlalchemy_url, start_embedded
 from postrelay.core.migrate import upgrade
-
 from tests.factories import TABLES_TO_CLEAN
 
 
@@ -75,6 +74,8 @@ def clean_db(engine: Engine) -> Iterator[None]:
     transaction cannot isolate these tests)."""
     with engine.begin() as conn:
         conn.execute(text(f"TRUNCATE {', '.join(TABLES_TO_CLEAN)} CASCADE"))
+        conn.execute(text("DELETE FROM mdm.aa_cron_entry WHERE name <> 'postrelay.retention'"))
+        conn.execute(text("UPDATE mdm.aa_cron_entry SET last_run = NULL, next_run = NULL"))
         conn.execute(text("DELETE FROM mdm.aa_tenant WHERE name <> 'system'"))
     yield
 

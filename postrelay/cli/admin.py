@@ -7,21 +7,16 @@ Mutations are audited with the actor `cli:<os user>@<host>`.
 from __future__ import annotations
 
 import dataclasses
-import getpass
 import json
-import os
-import socket
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from datetime import UTC, datetime
-from typing import Any
+from collections.abc import Callable
 from uuid import UUID
 
 import typer
 from sqlalchemy import Connection
 
-from postrelay.cli.common import database, settings_or_exit, user_errors
+from postrelay.cli.common import actor, transaction
 from postrelay.cli.main import app
+from postrelay.cli.output import cell, print_json, table
 from postrelay.queue import admin, ensure_tenant
 
 jobs_app = typer.Typer(help="Read jobs.", no_args_is_help=True)
@@ -34,36 +29,19 @@ app.add_typer(tenants_app, name="tenants")
 
 JSON_OPT = typer.Option(False, "--json", help="Print JSON instead of a table.")
 TENANT_OPT = typer.Option(None, "--tenant", help="Only this tenant's jobs (tenant id).")
-CELL_WIDTH = 60
-
-
-@contextmanager
-def _transaction() -> Iterator[Connection]:
-    """One committed transaction on the configured database; postrelay errors exit 1."""
-    settings = settings_or_exit()
-    with user_errors(), database(settings) as db, db.sync_engine().begin() as conn:
-        yield conn
-
-
-def _actor() -> str:
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # no passwd entry, as in some containers
-        user = str(os.getuid())
-    return f"cli:{user}@{socket.gethostname()}"
 
 
 @app.command("status")
 def status_command(as_json: bool = JSON_OPT) -> None:
     """Job counts by status, kind and tenant, and how late the due backlog is."""
-    with _transaction() as conn:
+    with transaction() as conn:
         status = admin.queue_status(conn)
         names = _tenant_names(conn)
     if as_json:
-        _print_json(status)
+        print_json(status)
         return
     due_age = status.oldest_due_age_secs
-    typer.echo(_table(["STATUS", "JOBS"], list(status.by_status.items())))
+    typer.echo(table(["STATUS", "JOBS"], list(status.by_status.items())))
     typer.echo(f"\ndue pending: {status.due_pending}   oldest due waiting: "
                + ("-" if due_age is None else f"{due_age:.1f} s"))
     by_tenant = {names.get(t, str(t)): counts for t, counts in status.by_tenant.items()}
@@ -71,7 +49,7 @@ def status_command(as_json: bool = JSON_OPT) -> None:
         if groups:
             rows = [[label, *(groups[label].get(s, 0) for s in admin.STATUSES)]
                     for label in sorted(groups)]
-            typer.echo("\n" + _table([title, *(s.upper() for s in admin.STATUSES)], rows))
+            typer.echo("\n" + table([title, *(s.upper() for s in admin.STATUSES)], rows))
 
 
 @jobs_app.command("list")
@@ -94,16 +72,16 @@ def jobs_show(
     as_json: bool = JSON_OPT,
 ) -> None:
     """Every field of one job."""
-    with _transaction() as conn:
+    with transaction() as conn:
         job = admin.job_get(conn, job_id, tenant_id=tenant)
     if job is None:
         typer.echo(f"error: no job {job_id}", err=True)
         raise typer.Exit(1)
     if as_json:
-        _print_json(job)
+        print_json(job)
         return
     for name, value in dataclasses.asdict(job).items():
-        shown = json.dumps(value, indent=2) if name == "payload" else _cell(value, truncate=False)
+        shown = json.dumps(value, indent=2) if name == "payload" else cell(value, truncate=False)
         typer.echo(f"{name + ':':<17}{shown}")
 
 
@@ -123,8 +101,8 @@ def dlq_retry(
     tenant: str | None = TENANT_OPT,
 ) -> None:
     """Give one dead job exactly one more attempt (its attempts are kept)."""
-    with _transaction() as conn:
-        job = admin.dlq_retry(conn, job_id, actor=_actor(), tenant_id=tenant)
+    with transaction() as conn:
+        job = admin.dlq_retry(conn, job_id, actor=actor(), tenant_id=tenant)
     typer.echo(f"retried {job.id} (attempts so far {job.attempts}/{job.max_attempts})")
 
 
@@ -134,8 +112,8 @@ def dlq_requeue(
     limit: int = typer.Option(1000, "--limit", help="At most this many (1-1000)."),
 ) -> None:
     """Send dead jobs back to pending, oldest first, at most 1000 per call."""
-    with _transaction() as conn:
-        count = admin.dlq_requeue(conn, actor=_actor(), tenant_id=tenant, limit=limit)
+    with transaction() as conn:
+        count = admin.dlq_requeue(conn, actor=actor(), tenant_id=tenant, limit=limit)
     typer.echo(f"requeued {count}")
 
 
@@ -145,15 +123,15 @@ def dlq_discard(
     tenant: str | None = TENANT_OPT,
 ) -> None:
     """Delete one dead job; its audit row keeps a copy of it."""
-    with _transaction() as conn:
-        admin.dlq_discard(conn, job_id, actor=_actor(), tenant_id=tenant)
+    with transaction() as conn:
+        admin.dlq_discard(conn, job_id, actor=actor(), tenant_id=tenant)
     typer.echo(f"discarded {job_id}")
 
 
 @tenants_app.command("add")
 def tenants_add(name: str = typer.Argument(..., help="The tenant's unique name.")) -> None:
     """Create a tenant (or find the existing one of that name) and print its id."""
-    with _transaction() as conn:
+    with transaction() as conn:
         tenant_id = ensure_tenant(conn, name)
     typer.echo(str(tenant_id))
 
@@ -161,21 +139,21 @@ def tenants_add(name: str = typer.Argument(..., help="The tenant's unique name."
 @tenants_app.command("list")
 def tenants_list(as_json: bool = JSON_OPT) -> None:
     """Every tenant, by name."""
-    with _transaction() as conn:
+    with transaction() as conn:
         tenants = admin.tenant_list(conn)
     if as_json:
-        _print_json(tenants)
+        print_json(tenants)
         return
     rows = [[t.id, t.name, t.created_at] for t in tenants]
-    typer.echo(_table(["ID", "NAME", "CREATED_AT"], rows))
+    typer.echo(table(["ID", "NAME", "CREATED_AT"], rows))
 
 
 def _print_jobs(fetch: Callable[[Connection], list[admin.JobView]], as_json: bool) -> None:
-    with _transaction() as conn:
+    with transaction() as conn:
         jobs = fetch(conn)
         names = _tenant_names(conn) if jobs and not as_json else {}
     if as_json:
-        _print_json(jobs)
+        print_json(jobs)
         return
     headers = ["ID", "TENANT", "KIND", "STATUS", "ATTEMPTS", "PRIO", "AVAILABLE_AT",
                "CREATED_AT", "LAST_ERROR"]
@@ -185,33 +163,11 @@ def _print_jobs(fetch: Callable[[Connection], list[admin.JobView]], as_json: boo
          _error_summary(j.last_error)]
         for j in jobs
     ]
-    typer.echo(_table(headers, rows) if rows else "no jobs")
+    typer.echo(table(headers, rows) if rows else "no jobs")
 
 
 def _tenant_names(conn: Connection) -> dict[UUID, str]:
     return {t.id: t.name for t in admin.tenant_list(conn)}
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    cells = [list(headers), *([_cell(v) for v in row] for row in rows)]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    return "\n".join(
-        "  ".join(value.ljust(width) for value, width in zip(row, widths, strict=True)).rstrip()
-        for row in cells
-    )
-
-
-def _cell(value: Any, *, truncate: bool = True) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, datetime):
-        return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
-    text = str(value)
-    if truncate:
-        text = text.replace("\n", " ")
-        if len(text) > CELL_WIDTH:
-            text = text[: CELL_WIDTH - 1] + "…"
-    return text
 
 
 def _error_summary(error: str | None) -> str | None:
@@ -220,19 +176,3 @@ def _error_summary(error: str | None) -> str | None:
     return lines[-1].strip() if lines else error
 
 
-def _print_json(value: Any) -> None:
-    typer.echo(json.dumps(_jsonable(value), indent=2))
-
-
-def _jsonable(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, UUID):
-        return str(value)
-    if isinstance(value, datetime):
-        return value.isoformat()
-    return value

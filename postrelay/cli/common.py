@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import getpass
+import os
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import typer
+from sqlalchemy import Connection
 
 from postrelay.core.db import Database, open_database
 from postrelay.core.errors import ConfigError, PostrelayError
@@ -40,3 +44,19 @@ def user_errors() -> Iterator[None]:
     except PostrelayError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
+
+
+@contextmanager
+def transaction() -> Iterator[Connection]:
+    """One committed transaction on the configured database; postrelay errors exit 1."""
+    settings = settings_or_exit()
+    with user_errors(), database(settings) as db, db.sync_engine().begin() as conn:
+        yield conn
+
+
+def actor() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry, as in some containers
+        user = str(os.getuid())
+    return f"cli:{user}@{socket.gethostname()}"

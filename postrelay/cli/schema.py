@@ -8,7 +8,6 @@ import typer
 
 from postrelay.cli.common import database, settings_or_exit
 from postrelay.cli.main import app
-from postrelay.core import migrate as migrations
 
 kinds_app = typer.Typer(help="Job kinds (the mdm.job_kind enum).", no_args_is_help=True)
 app.add_typer(kinds_app, name="kinds")
@@ -21,6 +20,8 @@ def migrate_command(
 ) -> None:
     """Create or upgrade everything in schema `mdm` (safe to run twice, or from two
     processes at once)."""
+    from postrelay.core import migrate as migrations  # alembic is slow to import
+
     settings = settings_or_exit()
     if sql:
         # Offline mode needs only the dialect, never a running server.
@@ -40,6 +41,8 @@ def kinds_add(
     ),
 ) -> None:
     """Write a migration that adds NAME to mdm.job_kind; run `postrelay migrate` to apply it."""
+    from postrelay.core import migrate as migrations
+
     try:
         path = migrations.write_kind_migration(name, directory)
     except ValueError as exc:

@@ -9,7 +9,6 @@ import typer
 
 from postrelay.cli.common import database, settings_or_exit
 from postrelay.cli.main import app
-from postrelay.runtime import build_worker, import_apps, run_until_signalled
 
 
 @app.command("worker")
@@ -27,6 +26,8 @@ def worker_command(
     ),
 ) -> None:
     """Run the jobs of every registered kind until SIGTERM or SIGINT."""
+    from postrelay.runtime import build_worker, import_apps, run_until_signalled
+
     settings = settings_or_exit()
     import_apps(apps)
     with database(settings) as db:

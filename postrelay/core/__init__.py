@@ -3,7 +3,13 @@
 Nothing here imports anything else from postrelay.
 """
 
-from postrelay.core.errors import ConfigError, NotFoundError, PostrelayError, ValidationError
+from postrelay.core.errors import (
+    ConfigError,
+    ConflictError,
+    NotFoundError,
+    PostrelayError,
+    ValidationError,
+)
 from postrelay.core.settings import Settings
 
-__all__ = ["ConfigError", "NotFoundError", "PostrelayError", "Settings", "ValidationError"]
+__all__ = ["ConfigError", "ConflictError", "NotFoundError", "PostrelayError", "Settings", "ValidationError"]

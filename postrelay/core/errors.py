@@ -20,3 +20,7 @@ class NotFoundError(PostrelayError, LookupError):
 
 class ConfigError(PostrelayError):
     """A setting is missing or wrong; the process must not start."""
+
+
+class ConflictError(PostrelayError):
+    """The write collides with existing state (e.g. a cron name already taken)."""

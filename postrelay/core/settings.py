@@ -40,6 +40,8 @@ class Settings(BaseSettings):
     worker_grace_secs: float = Field(default=30.0, ge=0)
     worker_poll_interval_secs: float = Field(default=1.0, gt=0)
     maintenance_interval_secs: float = Field(default=30.0, gt=0)
+    # How often each worker's cron scheduler looks for due slots (schedules have seconds).
+    cron_interval_secs: float = Field(default=1.0, gt=0)
 
     # LISTEN/NOTIFY wake-ups; switch off behind a pooler in transaction mode.
     notify: bool = True

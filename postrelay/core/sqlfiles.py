@@ -5,9 +5,9 @@ name and never glues SQL strings together.
 """
 
 import re
+from collections.abc import Mapping
 from importlib import resources
 from types import MappingProxyType
-from typing import Mapping
 
 from sqlalchemy import TextClause, text
 

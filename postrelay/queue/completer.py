@@ -43,9 +43,16 @@ class Completer:
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="postrelay-completer")
 
-    async def stop(self) -> None:
-        """Write everything still queued, then stop."""
-        await self._idle.wait()
+    async def stop(self, timeout_secs: float = 30.0) -> None:
+        """Write everything still queued (trying for up to `timeout_secs` while the
+        database is unreachable), then stop. Whatever could not be written stays
+        `running` in the database and is rescued after the lease."""
+        try:
+            async with asyncio.timeout(timeout_secs):
+                await self._idle.wait()
+        except TimeoutError:
+            event("postrelay.completer.abandoned", logging.ERROR, unwritten=len(self._queue),
+                  reason="database unreachable at shutdown; the rescuer will recover them")
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)

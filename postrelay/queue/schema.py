@@ -14,6 +14,7 @@ from sqlalchemy import (
     SmallInteger,
     Table,
     Text,
+    UniqueConstraint,
     text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, ENUM, JSONB, TIMESTAMP, UUID
@@ -128,4 +129,26 @@ lease = Table(
     Column("name", Text, primary_key=True),
     Column("holder", Text, nullable=False),
     Column("expires_at", TIMESTAMPTZ, nullable=False),
+)
+
+# Cron entries: each firing enqueues one job. Schedules are stored with 6 fields
+# (seconds first); times are UTC.
+cron_entry = Table(
+    "aa_cron_entry",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True, server_default=text("gen_random_uuid()")),
+    Column("name", Text, nullable=False),
+    Column("tenant_id", UUID(as_uuid=True), ForeignKey("mdm.aa_tenant.id"), nullable=False),
+    Column("schedule", Text, nullable=False),
+    Column("job_kind", job_kind, nullable=False),
+    Column("payload", JSONB, nullable=False),
+    Column("priority", SmallInteger, nullable=False, server_default=text("100")),
+    Column("max_attempts", Integer),
+    Column("last_run", TIMESTAMPTZ),
+    Column("next_run", TIMESTAMPTZ),
+    Column("created_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+    Column("created_by", Text),
+    CheckConstraint("jsonb_typeof(payload) = 'object'", name="cron_payload_is_object_chk"),
+    CheckConstraint("max_attempts IS NULL OR max_attempts >= 1", name="cron_max_attempts_chk"),
+    UniqueConstraint("name", name="cron_name_uk"),
 )

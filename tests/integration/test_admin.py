@@ -22,7 +22,6 @@ from postrelay.queue.backoff import FixedBackoff
 from postrelay.queue.model import Job
 from postrelay.queue.outcome import Failure, decide
 from postrelay.queue.queries import Q
-
 from tests.factories import audit_rows, insert_job, job_row
 
 ACTOR = "test:ops"
@@ -260,12 +259,11 @@ def test_dlq_retry_of_other_tenants_or_unknown_job_is_not_found(engine, tenant, 
 def test_admin_writes_join_the_callers_transaction(engine, tenant):
     job_id = dead(engine, tenant)
     other = dead(engine, tenant)
-    with engine.connect() as conn:
-        with conn.begin() as txn:
-            dlq_retry(conn, job_id, actor=ACTOR)
-            dlq_discard(conn, other, actor=ACTOR)
-            assert dlq_requeue(conn, actor=ACTOR) == 0
-            txn.rollback()
+    with engine.connect() as conn, conn.begin() as txn:
+        dlq_retry(conn, job_id, actor=ACTOR)
+        dlq_discard(conn, other, actor=ACTOR)
+        assert dlq_requeue(conn, actor=ACTOR) == 0
+        txn.rollback()
     assert status_of(engine, job_id) == "dlq" and status_of(engine, other) == "dlq"
     assert audit_count(engine, "job_retry") == audit_count(engine, "job_discard") == 0
 
@@ -313,15 +311,13 @@ def test_dlq_requeue_takes_the_oldest_deaths_first(engine, tenant, other_tenant)
 def test_concurrent_requeues_skip_each_others_rows(engine, tenant):
     for i in range(5):
         dead(engine, tenant, died_ago=100 - i)
-    with engine.connect() as first:
-        with first.begin():
-            assert dlq_requeue(first, actor=ACTOR, limit=3) == 3
-            # The first transaction still holds its three rows: the second passes them by
-            # instead of waiting, and takes the other two.
-            with engine.connect() as second:
-                with second.begin():
-                    second.execute(text("SET LOCAL lock_timeout = '2s'"))
-                    assert dlq_requeue(second, actor=ACTOR) == 2
+    with engine.connect() as first, first.begin():
+        assert dlq_requeue(first, actor=ACTOR, limit=3) == 3
+        # The first transaction still holds its three rows: the second passes them by
+        # instead of waiting, and takes the other two.
+        with engine.connect() as second, second.begin():
+            second.execute(text("SET LOCAL lock_timeout = '2s'"))
+            assert dlq_requeue(second, actor=ACTOR) == 2
     assert audit_count(engine, "job_requeue") == 5
 
 

@@ -8,7 +8,6 @@ from sqlalchemy.orm import Session
 
 from postrelay.core.errors import ValidationError
 from postrelay.queue import JobSpec, enqueue, enqueue_many
-
 from tests.factories import job_row
 
 
@@ -18,10 +17,9 @@ def count_jobs(engine) -> int:
 
 
 def test_enqueue_writes_only_when_caller_commits(engine, tenant):
-    with engine.connect() as conn:
-        with conn.begin() as txn:
-            enqueue(conn, "reindex", {"a": 1}, tenant_id=tenant)
-            txn.rollback()
+    with engine.connect() as conn, conn.begin() as txn:
+        enqueue(conn, "reindex", {"a": 1}, tenant_id=tenant)
+        txn.rollback()
     assert count_jobs(engine) == 0
     with engine.begin() as conn:
         job_id = enqueue(conn, "reindex", {"a": 1}, tenant_id=tenant, priority=5, created_by="me")

@@ -8,10 +8,9 @@ from sqlalchemy import text
 
 from postrelay.core.clock import utcnow
 from postrelay.queue import queries
-from postrelay.queue.maintenance import Maintenance, Rescuer, Retention
+from postrelay.queue.maintenance import Maintenance, Rescuer
 from postrelay.queue.maintenance.retention import cleanup_handler, delete_done_before
 from postrelay.queue.model import Job
-
 from tests.factories import audit_rows, insert_job, job_row
 
 LEASE = 450.0
@@ -120,24 +119,10 @@ async def test_cleanup_jobs_handler_uses_the_payload_window(engine, async_engine
     assert ids == {one_day}
 
 
-async def test_retention_enqueues_one_cleanup_job_per_hour(engine, async_engine, clean_db):
-    retention = Retention(async_engine, retention_days=14)
-    now = utcnow()
-    await retention.run_once(now)
-    await retention.run_once(now)
-    await retention.run_once(now + timedelta(hours=1))
-    with engine.connect() as conn:
-        rows = conn.execute(text(
-            "SELECT idempotency_key, payload FROM mdm.aa_job WHERE job_kind = 'cleanup_jobs'"
-        )).all()
-    assert len(rows) == 2 and rows[0][1] == {"retention_days": 14}
-
-
 async def test_only_one_process_leads_maintenance(engine, async_engine, clean_db):
     def keeper(holder: str) -> Maintenance:
         return Maintenance(async_engine, holder=holder, interval_secs=10,
-                           rescuer=Rescuer(async_engine, lease_secs=LEASE, actor=holder),
-                           retention=None)
+                           rescuer=Rescuer(async_engine, lease_secs=LEASE, actor=holder))
 
     a, b = keeper("a"), keeper("b")
     assert await a.run_once() is True

@@ -6,14 +6,12 @@ import asyncio
 import time
 from collections import Counter
 
-import pytest
 from sqlalchemy import text
 
 from postrelay.queue import PermanentError, Registry, RetryAfter, StopJob, enqueue
 from postrelay.queue.backoff import FixedBackoff
 from postrelay.queue.model import Job
 from postrelay.queue.worker import Worker, WorkerConfig
-
 from tests.factories import audit_rows, job_row
 
 

@@ -1,9 +1,11 @@
-"""Maintenance that runs inside workers, once across all of them: stale-claim rescue and
-retention. A leader lease picks the process (efficiency); guarded statements and unique
-keys make an accidental double run harmless (correctness)."""
+"""Background work inside workers: stale-claim rescue (once across all workers, by a
+leader lease), the cron scheduler (in every worker; a slot still fires once) and the
+retention handler. Leases are for efficiency; guarded statements and unique keys make an
+accidental double run harmless (correctness)."""
 
 from postrelay.queue.maintenance.leader import Maintenance
 from postrelay.queue.maintenance.rescuer import Rescuer
-from postrelay.queue.maintenance.retention import RETENTION_KIND, Retention, cleanup_handler
+from postrelay.queue.maintenance.retention import RETENTION_KIND, cleanup_handler
+from postrelay.queue.maintenance.scheduler import CronScheduler
 
-__all__ = ["RETENTION_KIND", "Maintenance", "Rescuer", "Retention", "cleanup_handler"]
+__all__ = ["RETENTION_KIND", "CronScheduler", "Maintenance", "Rescuer", "cleanup_handler"]

@@ -1,5 +1,5 @@
-"""The maintenance loop: whichever worker holds the `maintenance` lease runs the rescuer
-and schedules retention; the others only renew their claim to it."""
+"""The maintenance loop: whichever worker holds the `maintenance` lease runs the rescuer;
+the others only try to take the lease."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from postrelay.core.service import Looper
 from postrelay.queue import queries
 from postrelay.queue.maintenance.rescuer import Rescuer
-from postrelay.queue.maintenance.retention import Retention
 
 LEASE_NAME = "maintenance"
 
@@ -23,13 +22,11 @@ class Maintenance(Looper):
         holder: str,
         interval_secs: float,
         rescuer: Rescuer,
-        retention: Retention | None,
     ) -> None:
         super().__init__(interval_secs)
         self.engine = engine
         self.holder = holder
         self.rescuer = rescuer
-        self.retention = retention
 
     async def run_once(self) -> bool:
         """One round; returns whether this process was the leader."""
@@ -41,8 +38,6 @@ class Maintenance(Looper):
         if not leader:
             return False
         await self.rescuer.run_once()
-        if self.retention is not None:
-            await self.retention.run_once()
         return True
 
     async def stop(self) -> None:

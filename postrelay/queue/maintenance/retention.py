@@ -1,14 +1,13 @@
 """Retention: `done` jobs older than the window are hard-deleted by a `cleanup_jobs` job.
 
-The maintenance leader enqueues one cleanup job per hour (an idempotency key per hour
-makes a second enqueue a no-op); the built-in handler deletes in bounded batches, each in
-its own short transaction, and never touches dlq, failed or pending rows.
+The job comes from the built-in cron entry `postrelay.retention` (hourly, created by
+migration 0002). The handler deletes in bounded batches, each in its own short
+transaction, and never touches dlq, failed or pending rows.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -16,31 +15,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from postrelay.core.clock import utcnow
 from postrelay.core.telemetry import event
 from postrelay.queue import queries
-from postrelay.queue.enqueue import enqueue
 from postrelay.queue.model import Job
-from postrelay.queue.schema import SYSTEM_TENANT_ID
 
 RETENTION_KIND = "cleanup_jobs"
 DELETE_BATCH = 1000
 MAX_BATCHES_PER_RUN = 1000  # a backlog larger than a million rows continues next hour
-
-
-@dataclass(frozen=True, slots=True)
-class Retention:
-    engine: AsyncEngine
-    retention_days: float
-
-    async def run_once(self, now: datetime | None = None) -> bool:
-        """Enqueue this hour's cleanup job; True when it was new."""
-        now = now or utcnow()
-        slot = now.strftime("%Y-%m-%dT%H")
-        async with self.engine.begin() as conn:
-            await enqueue(
-                conn, RETENTION_KIND, {"retention_days": self.retention_days},
-                tenant_id=SYSTEM_TENANT_ID, idempotency_key=f"retention:{slot}",
-                created_by="postrelay.retention", max_attempts=3,
-            )
-        return True
 
 
 async def delete_done_before(engine: AsyncEngine, before: datetime) -> int:
@@ -60,6 +39,7 @@ def cleanup_handler(
     """The built-in handler for `cleanup_jobs`."""
 
     async def cleanup_jobs(job: Job) -> None:
+        # An empty payload (the built-in entry's) means the worker's configured window.
         days = float(job.payload.get("retention_days", default_days))
         before = utcnow() - timedelta(days=days)
         deleted = await delete_done_before(engine, before)

@@ -1,0 +1,67 @@
+"""`postrelay cron add|list|rm`: cron entries (there is no update: remove and add again)."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from postrelay.cli.common import actor, transaction
+from postrelay.cli.main import app
+from postrelay.cli.output import print_json, table
+from postrelay.core.errors import ValidationError
+from postrelay.queue.cron import cron_create, cron_delete, cron_list
+from postrelay.queue.schema import SYSTEM_TENANT_ID
+
+cron_app = typer.Typer(help="Cron entries: each firing enqueues one job (times in UTC).",
+                       no_args_is_help=True)
+app.add_typer(cron_app, name="cron")
+
+
+@cron_app.command("add")
+def cron_add(
+    name: str = typer.Argument(..., help="Unique across the installation."),
+    schedule: str = typer.Argument(..., help="'min hour day month weekday', or seconds first."),
+    kind: str = typer.Argument(..., help="The job kind each firing enqueues."),
+    payload: str = typer.Option("{}", "--payload", help="JSON object, frozen at creation."),
+    tenant: str = typer.Option(str(SYSTEM_TENANT_ID), "--tenant", help="Owning tenant id."),
+    priority: int = typer.Option(100, "--priority"),
+    max_attempts: int | None = typer.Option(None, "--max-attempts"),
+) -> None:
+    """Create a cron entry."""
+    with transaction() as conn:
+        try:
+            body = json.loads(payload)
+        except json.JSONDecodeError as exc:
+            raise ValidationError("payload", f"not valid JSON: {exc}") from None
+        entry = cron_create(conn, name, schedule, kind, body, tenant_id=tenant,
+                            priority=priority, max_attempts=max_attempts, created_by=actor())
+    typer.echo(f"created {entry.name}: '{entry.schedule}' -> {entry.kind}")
+
+
+@cron_app.command("list")
+def cron_list_command(
+    tenant: str | None = typer.Option(None, "--tenant", help="Only this tenant's entries."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """Every cron entry with its last and next run."""
+    with transaction() as conn:
+        entries = cron_list(conn, tenant_id=tenant)
+    if as_json:
+        print_json(entries)
+        return
+    rows = [[e.name, e.schedule, e.kind, e.last_run, e.next_run, json.dumps(e.payload)]
+            for e in entries]
+    typer.echo(table(["NAME", "SCHEDULE", "KIND", "LAST_RUN", "NEXT_RUN", "PAYLOAD"], rows)
+               if rows else "no cron entries")
+
+
+@cron_app.command("rm")
+def cron_rm(
+    name: str = typer.Argument(...),
+    tenant: str | None = typer.Option(None, "--tenant", help="Only if it is this tenant's."),
+) -> None:
+    """Delete a cron entry by name; it never fires again."""
+    with transaction() as conn:
+        cron_delete(conn, name, tenant_id=tenant)
+    typer.echo(f"deleted {name}")

@@ -1,0 +1,167 @@
+"""Cron entries: a name, a schedule, a job kind and a payload frozen at creation; each
+firing enqueues one job.
+
+Schedules have 5 fields (min hour day month weekday) or 6 (seconds first); a 5-field
+schedule is stored with a leading `0` seconds field. Times are UTC. There is no update:
+delete the entry and create it again.
+
+    with engine.begin() as conn:
+        cron_create(conn, "nightly-cleanup", "0 3 * * *", "bulk_import", {"dryRun": False},
+                    tenant_id=tenant)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from croniter import croniter
+from sqlalchemy import Connection, Row
+
+from postrelay.core.errors import ConflictError, NotFoundError, ValidationError
+from postrelay.core.sqlfiles import load_queries
+from postrelay.queue.enqueue import INT_MAX, SMALLINT_MAX, SMALLINT_MIN
+
+C = load_queries("postrelay.queue", "sql/cron.sql")
+
+SCHEDULE_FORMAT = (
+    "expected 5 fields 'minute hour day month weekday' (e.g. '*/5 * * * *') or 6 fields "
+    "'second minute hour day month weekday' (e.g. '*/10 * * * * *'), in UTC"
+)
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+
+
+@dataclass(frozen=True, slots=True)
+class CronEntry:
+    id: UUID
+    name: str
+    tenant_id: UUID
+    schedule: str
+    kind: str
+    payload: dict[str, Any]
+    priority: int
+    max_attempts: int | None
+    last_run: datetime | None
+    next_run: datetime | None
+    created_at: datetime
+    created_by: str | None
+
+    @classmethod
+    def from_row(cls, row: Row[Any]) -> CronEntry:
+        return cls(*row)
+
+
+def normalize_schedule(schedule: str) -> str:
+    """The stored form of `schedule`: 6 fields, seconds first. Raises ValidationError
+    stating the expected format for aliases (@daily) and anything malformed."""
+    if not isinstance(schedule, str) or not schedule.strip():
+        raise ValidationError("schedule", SCHEDULE_FORMAT)
+    text = schedule.strip()
+    if text.startswith("@"):
+        raise ValidationError("schedule", f"aliases such as {text!r} are not accepted; "
+                                          + SCHEDULE_FORMAT)
+    fields = text.split()
+    if len(fields) == 5:
+        fields = ["0", *fields]
+    if len(fields) != 6:
+        raise ValidationError("schedule", f"{text!r} has {len(text.split())} fields; "
+                                          + SCHEDULE_FORMAT)
+    normalized = " ".join(fields)
+    if not croniter.is_valid(normalized, second_at_beginning=True):
+        raise ValidationError("schedule", f"{text!r} is not a valid schedule; " + SCHEDULE_FORMAT)
+    return normalized
+
+
+def slots_between(schedule: str, after: datetime, now: datetime) -> tuple[datetime, datetime] | None:
+    """The latest slot in (after, now] and the first slot after now; None if no slot is due.
+
+    Only the latest due slot fires: after downtime a missed slot fires once, not once per
+    missed slot.
+    """
+    first = croniter(schedule, after, second_at_beginning=True).get_next(datetime)
+    if first > now:
+        return None
+    # get_prev is strictly before its start, so start just after now to include now itself.
+    latest = croniter(schedule, now + timedelta(microseconds=1), second_at_beginning=True
+                      ).get_prev(datetime)
+    following = croniter(schedule, now, second_at_beginning=True).get_next(datetime)
+    return latest, following
+
+
+def cron_create(
+    conn: Connection,
+    name: str,
+    schedule: str,
+    kind: str,
+    payload: Mapping[str, Any],
+    *,
+    tenant_id: UUID | str,
+    priority: int = 100,
+    max_attempts: int | None = None,
+    created_by: str | None = None,
+) -> CronEntry:
+    """Create an entry in the caller's transaction. A taken name raises ConflictError."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValidationError("name", "1-128 characters: letters, digits and . _ : - "
+                                      "(starting with a letter or digit)")
+    stored = normalize_schedule(schedule)
+    if not isinstance(kind, str) or not kind:
+        raise ValidationError("kind", "must be a non-empty string")
+    if not isinstance(payload, Mapping):
+        raise ValidationError("payload", "must be a JSON object")
+    try:
+        payload_json = json.dumps(payload, allow_nan=False)
+        tenant = tenant_id if isinstance(tenant_id, UUID) else UUID(str(tenant_id))
+    except (TypeError, ValueError) as exc:
+        field = "payload" if "JSON" in str(exc) or "serializable" in str(exc) else "tenant_id"
+        raise ValidationError(field, str(exc)) from None
+    if isinstance(priority, bool) or not isinstance(priority, int) or not (
+        SMALLINT_MIN <= priority <= SMALLINT_MAX
+    ):
+        raise ValidationError("priority", f"must be an integer between {SMALLINT_MIN} and "
+                                          f"{SMALLINT_MAX}")
+    if max_attempts is not None and (
+        isinstance(max_attempts, bool) or not isinstance(max_attempts, int)
+        or not 1 <= max_attempts <= INT_MAX
+    ):
+        raise ValidationError("max_attempts", "must be an integer >= 1")
+    params = {"name": name, "schedule": stored, "kind": kind, "payload": payload_json,
+              "tenant_id": tenant, "priority": priority, "max_attempts": max_attempts,
+              "created_by": created_by}
+    row = conn.execute(C["cron_insert"], params).first()
+    if row is not None:
+        return CronEntry.from_row(row)
+    tenant_exists, kind_exists, name_taken = conn.execute(C["cron_insert_diagnose"], params).one()
+    if not tenant_exists:
+        raise ValidationError("tenant_id", f"no tenant with id {tenant}")
+    if not kind_exists:
+        raise ValidationError("kind", f"unknown job kind {kind!r}")
+    raise ConflictError(f"a cron entry named {name!r} already exists (delete it first)")
+
+
+def cron_list(conn: Connection, *, tenant_id: UUID | str | None = None) -> list[CronEntry]:
+    rows = conn.execute(C["cron_list"], {"tenant_id": _uuid_or_none(tenant_id)}).all()
+    return [CronEntry.from_row(r) for r in rows]
+
+
+def cron_delete(conn: Connection, name: str, *, tenant_id: UUID | str | None = None) -> None:
+    """Delete by name; it never fires again. An unknown name raises NotFoundError."""
+    deleted = conn.execute(
+        C["cron_delete"], {"name": name, "tenant_id": _uuid_or_none(tenant_id)}
+    ).first()
+    if deleted is None:
+        raise NotFoundError(f"no cron entry named {name!r}")
+
+
+def _uuid_or_none(value: UUID | str | None) -> UUID | None:
+    if value is None or isinstance(value, UUID):
+        return value
+    try:
+        return UUID(str(value))
+    except ValueError:
+        raise ValidationError("tenant_id", f"must be a UUID, got {value!r}") from None

@@ -1,0 +1,62 @@
+"""The cron scheduler: runs in every worker, fires each due slot exactly once.
+
+Every tick reads the entries, finds those with a slot due since their last run, and fires
+the latest such slot: claim it on the entry row (cron_claim_slot) and enqueue the job with
+an idempotency key of entry + slot, in one transaction. Several schedulers may race for a
+slot; the row lock and the key let exactly one job through.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from postrelay.core.clock import utcnow
+from postrelay.core.service import Looper
+from postrelay.core.telemetry import event
+from postrelay.queue.cron import C, slots_between
+from postrelay.queue.enqueue import enqueue
+
+
+@dataclass(frozen=True, slots=True)
+class Fired:
+    name: str
+    slot: datetime
+
+
+class CronScheduler(Looper):
+    name = "cron"
+
+    def __init__(self, engine: AsyncEngine, *, interval_secs: float = 1.0) -> None:
+        super().__init__(interval_secs)
+        self.engine = engine
+
+    async def run_once(self, now: datetime | None = None) -> list[Fired]:
+        now = now or utcnow()
+        async with self.engine.connect() as conn:
+            entries = (await conn.execute(C["cron_schedule_all"])).all()
+        fired = []
+        for entry_id, schedule, created_at, last_run in entries:
+            due = slots_between(schedule, last_run or created_at, now)
+            if due is not None and (result := await self._fire(entry_id, *due)) is not None:
+                fired.append(result)
+        return fired
+
+    async def _fire(self, entry_id: object, slot: datetime, next_run: datetime) -> Fired | None:
+        async with self.engine.begin() as conn:
+            row = (await conn.execute(
+                C["cron_claim_slot"], {"id": entry_id, "slot": slot, "next_run": next_run}
+            )).first()
+            if row is None:  # another scheduler fired it, or the entry was deleted
+                return None
+            name, tenant_id, kind, payload, priority, max_attempts = row
+            await enqueue(
+                conn, kind, payload if isinstance(payload, dict) else json.loads(payload),
+                tenant_id=tenant_id, priority=priority, max_attempts=max_attempts,
+                idempotency_key=f"cron:{entry_id}:{slot.isoformat()}", created_by=f"cron:{name}",
+            )
+        event("postrelay.cron.fired", name=name, slot=slot.isoformat())
+        return Fired(name, slot)

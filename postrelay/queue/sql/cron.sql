@@ -1,0 +1,48 @@
+-- Cron entries: created and deleted by operators, fired by the scheduler in every worker.
+
+-- name: cron_insert
+-- Selecting from aa_tenant and checking the kind first turn an unknown tenant or kind into
+-- "no row" rather than an error that would abort the caller's transaction; a taken name is
+-- "no row" too. cron_insert_diagnose tells these apart.
+INSERT INTO mdm.aa_cron_entry
+    (name, tenant_id, schedule, job_kind, payload, priority, max_attempts, created_by)
+SELECT :name, t.id, :schedule, CAST(CAST(:kind AS text) AS mdm.job_kind),
+       CAST(:payload AS jsonb), :priority, :max_attempts, :created_by
+FROM mdm.aa_tenant t
+WHERE t.id = :tenant_id
+  AND CAST(:kind AS text) = ANY(CAST(enum_range(NULL::mdm.job_kind) AS text[]))
+ON CONFLICT (name) DO NOTHING
+RETURNING id, name, tenant_id, schedule, job_kind::text AS kind, payload, priority,
+          max_attempts, last_run, next_run, created_at, created_by;
+
+-- name: cron_insert_diagnose
+SELECT EXISTS (SELECT 1 FROM mdm.aa_tenant WHERE id = :tenant_id) AS tenant_exists,
+       CAST(:kind AS text) = ANY(CAST(enum_range(NULL::mdm.job_kind) AS text[])) AS kind_exists,
+       EXISTS (SELECT 1 FROM mdm.aa_cron_entry WHERE name = :name) AS name_taken;
+
+-- name: cron_list
+SELECT id, name, tenant_id, schedule, job_kind::text AS kind, payload, priority,
+       max_attempts, last_run, next_run, created_at, created_by
+FROM mdm.aa_cron_entry
+WHERE CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid)
+ORDER BY name;
+
+-- name: cron_delete
+DELETE FROM mdm.aa_cron_entry
+WHERE name = :name
+  AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
+RETURNING id;
+
+-- name: cron_schedule_all
+-- What the scheduler needs to find due slots; cheap enough to read every tick.
+SELECT id, schedule, created_at, last_run FROM mdm.aa_cron_entry;
+
+-- name: cron_claim_slot
+-- Take one slot of one entry. The row lock makes a second scheduler wait here, then see
+-- last_run = :slot and get no row, so a slot fires once however many workers run the
+-- scheduler; the job's idempotency key (entry + slot) guards the same thing a second way.
+-- A deleted entry yields no row and never fires again.
+UPDATE mdm.aa_cron_entry
+SET last_run = :slot, next_run = :next_run
+WHERE id = :id AND (last_run IS NULL OR last_run < :slot)
+RETURNING name, tenant_id, job_kind::text AS kind, payload, priority, max_attempts;

@@ -1,0 +1,32 @@
+"""`postrelay cron add|list|rm` as an operator runs them."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+POSTRELAY = str(Path(sys.executable).parent / "postrelay")
+
+
+def run(env, *args):
+    return subprocess.run([POSTRELAY, *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_cron_add_list_rm(worker_env, tenant):
+    added = run(worker_env, "cron", "add", "nightly-cleanup", "*/1 * * * *", "bulk_import",
+                "--payload", '{"dryRun": false}', "--tenant", str(tenant))
+    assert added.returncode == 0, added.stderr
+    assert "'0 */1 * * * *'" in added.stdout
+    listed = run(worker_env, "cron", "list", "--json", "--tenant", str(tenant))
+    (entry,) = json.loads(listed.stdout)
+    assert entry["name"] == "nightly-cleanup" and entry["payload"] == {"dryRun": False}
+    assert entry["last_run"] is None and entry["next_run"] is None
+    assert run(worker_env, "cron", "rm", "nightly-cleanup").returncode == 0
+    gone = run(worker_env, "cron", "rm", "nightly-cleanup")
+    assert gone.returncode == 1 and "no cron entry named 'nightly-cleanup'" in gone.stderr
+
+
+def test_cron_add_refuses_aliases_with_the_format(worker_env, tenant):
+    refused = run(worker_env, "cron", "add", "daily", "@daily", "reindex", "--tenant", str(tenant))
+    assert refused.returncode == 1
+    assert "schedule:" in refused.stderr and "expected 5 fields" in refused.stderr

@@ -1,0 +1,114 @@
+"""Cron entries on a real PostgreSQL: create/list/delete rules and exactly-once firing."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import text
+
+from postrelay.core.clock import utcnow
+from postrelay.core.errors import ConflictError, NotFoundError, ValidationError
+from postrelay.queue.cron import cron_create, cron_delete, cron_list
+from postrelay.queue.maintenance import CronScheduler
+
+
+def cron_jobs(engine) -> list[tuple]:
+    with engine.connect() as conn:
+        return conn.execute(text(
+            "SELECT idempotency_key, payload, created_by FROM mdm.aa_job "
+            "WHERE created_by LIKE 'cron:%' AND created_by <> 'cron:postrelay.retention' "
+            "ORDER BY created_at")).all()
+
+
+def test_create_list_delete(engine, tenant):
+    with engine.begin() as conn:
+        entry = cron_create(conn, "nightly-cleanup", "0 3 * * *", "bulk_import",
+                            {"dryRun": False}, tenant_id=tenant)
+    assert entry.schedule == "0 0 3 * * *"
+    assert entry.last_run is None and entry.next_run is None
+    with engine.begin() as conn:
+        names = [e.name for e in cron_list(conn, tenant_id=tenant)]
+        assert names == ["nightly-cleanup"]
+        cron_delete(conn, "nightly-cleanup")
+        with pytest.raises(NotFoundError):
+            cron_delete(conn, "nightly-cleanup")
+
+
+def test_names_are_unique_across_the_installation(engine, tenant):
+    from postrelay.queue import ensure_tenant
+
+    with engine.begin() as conn:
+        other = ensure_tenant(conn, "other")
+        cron_create(conn, "report", "0 * * * *", "reindex", {}, tenant_id=tenant)
+    with engine.begin() as conn, pytest.raises(ConflictError):
+        cron_create(conn, "report", "0 * * * *", "reindex", {}, tenant_id=other)
+
+
+def test_a_tenant_sees_and_deletes_only_its_own(engine, tenant):
+    from postrelay.queue import ensure_tenant
+
+    with engine.begin() as conn:
+        other = ensure_tenant(conn, "other")
+        cron_create(conn, "theirs", "0 * * * *", "reindex", {}, tenant_id=other)
+        assert cron_list(conn, tenant_id=tenant) == []
+        with pytest.raises(NotFoundError):
+            cron_delete(conn, "theirs", tenant_id=tenant)
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [({"schedule": "@daily"}, "schedule"), ({"kind": "nope"}, "kind"),
+     ({"payload": [1]}, "payload"), ({"name": "has space"}, "name"),
+     ({"tenant_id": "00000000-0000-0000-0000-00000000beef"}, "tenant_id")],
+)
+def test_bad_entries_name_the_field_and_write_nothing(engine, tenant, args, field):
+    values = {"name": "x", "schedule": "* * * * *", "kind": "reindex", "payload": {},
+              "tenant_id": tenant, **args}
+    with engine.begin() as conn:
+        with pytest.raises(ValidationError) as info:
+            cron_create(conn, values.pop("name"), values.pop("schedule"), values.pop("kind"),
+                        values.pop("payload"), **values)
+        assert info.value.field == field
+        assert cron_list(conn, tenant_id=tenant) == []
+
+
+async def test_fires_once_per_slot_with_two_schedulers(engine, async_engine, tenant):
+    with engine.begin() as conn:
+        cron_create(conn, "every-second", "* * * * * *", "reindex", {"frozen": 1},
+                    tenant_id=tenant)
+    a, b = CronScheduler(async_engine), CronScheduler(async_engine)
+    now = utcnow() + timedelta(seconds=2)
+    fired = await asyncio.gather(a.run_once(now), b.run_once(now), a.run_once(now))
+    assert sum(len(f) for f in fired) == 1
+    jobs = cron_jobs(engine)
+    assert len(jobs) == 1 and jobs[0].payload == {"frozen": 1}
+    assert jobs[0].created_by == "cron:every-second"
+    with engine.connect() as conn:
+        (entry,) = cron_list(conn, tenant_id=tenant)
+    slot = now.replace(microsecond=0)
+    assert entry.last_run == slot and entry.next_run == slot + timedelta(seconds=1)
+
+
+async def test_missed_slots_fire_once_after_downtime(engine, async_engine, tenant):
+    with engine.begin() as conn:
+        cron_create(conn, "minutely", "* * * * *", "reindex", {}, tenant_id=tenant)
+    scheduler = CronScheduler(async_engine)
+    fired = await scheduler.run_once(utcnow() + timedelta(hours=3))
+    assert [f.name for f in fired if f.name != "postrelay.retention"] == ["minutely"]
+    assert len(cron_jobs(engine)) == 1
+
+
+async def test_deleted_entry_never_fires(engine, async_engine, tenant):
+    with engine.begin() as conn:
+        cron_create(conn, "doomed", "* * * * * *", "reindex", {}, tenant_id=tenant)
+        cron_delete(conn, "doomed")
+    assert await CronScheduler(async_engine).run_once(utcnow() + timedelta(minutes=5)) == []
+    assert cron_jobs(engine) == []
+
+
+async def test_retention_is_a_built_in_cron_entry(engine, async_engine, clean_db):
+    with engine.connect() as conn:
+        (entry,) = [e for e in cron_list(conn) if e.name == "postrelay.retention"]
+    assert entry.kind == "cleanup_jobs" and entry.schedule == "0 0 * * * *"

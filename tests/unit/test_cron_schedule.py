@@ -1,0 +1,57 @@
+"""Schedule rules of the hosted seed, checked without a database."""
+
+from datetime import UTC, datetime
+
+import pytest
+
+from postrelay.core.errors import ValidationError
+from postrelay.queue.cron import SCHEDULE_FORMAT, normalize_schedule, slots_between
+
+
+def at(text: str) -> datetime:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+def test_five_fields_get_a_leading_zero_seconds_field() -> None:
+    assert normalize_schedule("*/1 * * * *") == "0 */1 * * * *"
+    assert normalize_schedule("  0 3 * * *  ") == "0 0 3 * * *"
+
+
+def test_six_fields_are_kept_seconds_first() -> None:
+    assert normalize_schedule("*/10 * * * * *") == "*/10 * * * * *"
+
+
+@pytest.mark.parametrize("alias", ["@daily", "@hourly", "@reboot"])
+def test_aliases_are_refused_with_the_expected_format(alias: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        normalize_schedule(alias)
+    assert info.value.field == "schedule" and SCHEDULE_FORMAT in str(info.value)
+
+
+@pytest.mark.parametrize("bad", ["", "* * * *", "0 0 0 3 * * * *", "61 * * * *",
+                                 "* * * * * 99", "every minute", "0 3 * * * * 2027"])
+def test_malformed_schedules_are_refused(bad: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        normalize_schedule(bad)
+    assert "expected 5 fields" in str(info.value)
+
+
+def test_first_slot_after_creation_like_the_seed() -> None:
+    # Created at 15:40 (plus a few seconds), fired at 15:41:00, then next_run 15:42:00.
+    schedule = normalize_schedule("*/1 * * * *")
+    assert slots_between(schedule, at("2026-11-30T15:40:07"), at("2026-11-30T15:40:59")) is None
+    assert slots_between(schedule, at("2026-11-30T15:40:07"), at("2026-11-30T15:41:00.2")) == (
+        at("2026-11-30T15:41:00"), at("2026-11-30T15:42:00"))
+
+
+def test_after_downtime_only_the_latest_missed_slot_fires() -> None:
+    schedule = normalize_schedule("0 * * * *")
+    last_run = at("2026-11-30T01:00:00")
+    assert slots_between(schedule, last_run, at("2026-11-30T05:30:00")) == (
+        at("2026-11-30T05:00:00"), at("2026-11-30T06:00:00"))
+
+
+def test_a_slot_exactly_now_is_due() -> None:
+    schedule = normalize_schedule("*/5 * * * * *")
+    assert slots_between(schedule, at("2026-11-30T00:00:00"), at("2026-11-30T00:00:05")) == (
+        at("2026-11-30T00:00:05"), at("2026-11-30T00:00:10"))

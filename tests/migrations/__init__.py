@@ -1,0 +1,73 @@
+"""Migration tests: each one gets its own empty database on the test server, dropped after.
+
+The session's `database_url` is already migrated, so these tests cannot share it: they need
+a database that starts empty, or one they are free to downgrade.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import create_engine, text
+
+from postrelay.core.db import sqlalchemy_url
+
+# The seed's values, in the seed's order (AA_JOB, "Wertebereiche").
+SEED_KINDS = [
+    "email_send",
+    "bulk_import",
+    "reindex",
+    "outbox_dispatch",
+    "cleanup_jobs",
+    "virus_scan",
+    "index_sync",
+    "gin_backfill",
+]
+SEED_STATUSES = ["pending", "running", "done", "failed", "dlq"]
+
+
+@contextmanager
+def throwaway_database(server_url: str) -> Iterator[str]:
+    """Create an empty database on the server of `server_url`; yield its URL; drop it."""
+    name = f"postrelay_mig_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(sqlalchemy_url(server_url), isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+        yield sqlalchemy_url(server_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def enum_labels(conn, type_name: str) -> list[str]:  # type: ignore[no-untyped-def]
+    return list(
+        conn.execute(
+            text(
+                """
+                SELECT e.enumlabel
+                FROM pg_enum e
+                JOIN pg_type t ON t.oid = e.enumtypid
+                JOIN pg_namespace n ON n.oid = t.typnamespace
+                WHERE n.nspname = 'mdm' AND t.typname = :name
+                ORDER BY e.enumsortorder
+                """
+            ),
+            {"name": type_name},
+        ).scalars()
+    )
+
+
+def current_revision(conn) -> str | None:  # type: ignore[no-untyped-def]
+    from postrelay.core.migrate import VERSION_TABLE
+
+    exists = conn.execute(
+        text("SELECT to_regclass(:t) IS NOT NULL"), {"t": f"mdm.{VERSION_TABLE}"}
+    ).scalar_one()
+    if not exists:
+        return None
+    return conn.execute(text(f"SELECT version_num FROM mdm.{VERSION_TABLE}")).scalar_one_or_none()

@@ -14,20 +14,14 @@ from __future__ import annotations
 import json
 import os
 import uuid
-import weakref
 from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from postrelay.core.dbcall import (
-    AnyConnection,
-    Steps,
-    current_transaction,
-    drive,
-    execution_option,
-)
+from postrelay.core.dbcall import AnyConnection, Steps, drive
+from postrelay.core.notify import NotifyOnce
 from postrelay.core.errors import ConfigError, ValidationError
 from postrelay.queue.queries import Q
 
@@ -36,9 +30,7 @@ INT_MAX = 2**31 - 1
 DEFAULT_MAX_ATTEMPTS = 8  # the AA_JOB column default
 MAX_ATTEMPTS_ENV = "POSTRELAY_JOB_MAX_RETRIES"
 
-# Transactions that already sent their wake-up NOTIFY: one per transaction is enough, and
-# each one costs a global lock at commit. Weak, so finished transactions drop out.
-_notified: weakref.WeakSet[object] = weakref.WeakSet()
+_wakeup = NotifyOnce("postrelay_jobs")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,19 +70,14 @@ def enqueue(
     row = _validated_row(kind, payload, tenant_id, priority, delay, run_at, max_attempts,
                          idempotency_key)
     row["created_by"] = _created_by(created_by)
-    send_notify = notify and execution_option(conn, "postrelay_notify", True)
-    return drive(conn, _enqueue_steps(conn, row, send_notify))
+    return drive(conn, _enqueue_steps(conn, row, _wakeup.wanted(conn, notify)))
 
 
 def _enqueue_steps(conn: AnyConnection, row: dict[str, Any], send_notify: bool) -> Steps[UUID]:
-    txn = current_transaction(conn)
-    with_notify = send_notify and (txn is None or txn not in _notified)
+    with_notify = send_notify and _wakeup.needed(conn)
     rows = yield Q["job_insert_notify" if with_notify else "job_insert"], row
     if with_notify and rows:
-        # The transaction exists now even if it was begun by this very statement.
-        txn = current_transaction(conn)
-        if txn is not None:
-            _notified.add(txn)
+        _wakeup.mark(conn)  # the transaction exists now, even if this statement began it
     if rows:
         return rows[0][0]  # type: ignore[no-any-return]
     (diagnosis,) = yield Q["job_insert_diagnose"], row
@@ -124,8 +111,8 @@ def enqueue_many(
                        s.max_attempts, s.idempotency_key, index=i)
         for i, s in enumerate(specs)
     ]
-    send_notify = notify and execution_option(conn, "postrelay_notify", True)
-    return drive(conn, _enqueue_many_steps(conn, rows, _created_by(created_by), send_notify))
+    return drive(conn, _enqueue_many_steps(conn, rows, _created_by(created_by),
+                                           _wakeup.wanted(conn, notify)))
 
 
 def _enqueue_many_steps(
@@ -157,11 +144,9 @@ def _enqueue_many_steps(
     }
     if len(inserted) < len(rows):
         ids = yield from _resolve_taken_keys(rows, ids, {r[0] for r in inserted})
-    txn = current_transaction(conn)
-    if send_notify and inserted and (txn is None or txn not in _notified):
+    if send_notify and inserted and _wakeup.needed(conn):
         yield Q["job_notify"], {}
-        if (txn := current_transaction(conn)) is not None:
-            _notified.add(txn)
+        _wakeup.mark(conn)
     return ids
 
 

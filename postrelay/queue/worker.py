@@ -23,16 +23,17 @@ from uuid import UUID
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from postrelay.core.listener import Listener
 from postrelay.core.telemetry import event
 from postrelay.queue import queries
 from postrelay.queue.backoff import Backoff, FixedBackoff
 from postrelay.queue.completer import Completer
 from postrelay.queue.executor import Executor
-from postrelay.queue.listener import Listener
 from postrelay.queue.model import Job
 from postrelay.queue.outcome import Returned, decide
 from postrelay.queue.registry import Registry
 
+JOBS_CHANNEL = "postrelay_jobs"  # enqueue's NOTIFY (sql/job.sql)
 RECONNECT_BASE_SECS = 0.1
 RECONNECT_MAX_SECS = 5.0
 
@@ -78,7 +79,7 @@ class Worker:
         self.completer = Completer(engine, self.id)
         self.kinds = self._served_kinds()
         self._listener = (
-            Listener(listen_url, self.wake) if config.listen and listen_url else None
+            Listener(listen_url, JOBS_CHANNEL, self.wake) if config.listen and listen_url else None
         )
         # Claimed jobs whose outcome is not yet handed to the completer.
         self._running: dict[UUID, tuple[Job, asyncio.Task[None]]] = {}

@@ -1,7 +1,7 @@
-"""LISTEN for enqueue wake-ups on a dedicated connection.
+"""LISTEN for wake-ups on a dedicated connection.
 
-A notification is only a hint that work may be waiting; the worker polls as well, so a
-lost notification (or a pooler that cannot LISTEN) costs latency, never a job.
+A notification is only a hint that work may be waiting; workers and relays poll as well,
+so a lost notification (or a pooler that cannot LISTEN) costs latency, never work.
 """
 
 from __future__ import annotations
@@ -14,18 +14,16 @@ import psycopg
 
 from postrelay.core.telemetry import event
 
-CHANNEL = "postrelay_jobs"
-
-
 class Listener:
-    def __init__(self, libpq_url: str, on_notify: Callable[[], None]) -> None:
+    def __init__(self, libpq_url: str, channel: str, on_notify: Callable[[], None]) -> None:
         self.libpq_url = libpq_url
+        self.channel = channel
         self.on_notify = on_notify
         self._task: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="postrelay-listener")
+        self._task = asyncio.create_task(self._loop(), name=f"postrelay-listen-{self.channel}")
 
     async def stop(self) -> None:
         if self._task is not None:
@@ -39,7 +37,7 @@ class Listener:
                 async with await psycopg.AsyncConnection.connect(
                     self.libpq_url, autocommit=True
                 ) as conn:
-                    await conn.execute(f"LISTEN {CHANNEL}")
+                    await conn.execute(f"LISTEN {self.channel}")
                     self.connected.set()
                     delay = 0.1
                     # Anything may have been enqueued while we were not listening.

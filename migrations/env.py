@@ -12,6 +12,8 @@ from postrelay.core.migrate import MIGRATION_LOCK_KEY, VERSION_TABLE
 
 # Importing the schemas fills `metadata` so autogenerate and the model check see every table.
 import postrelay.queue.schema  # noqa: F401,E402
+import postrelay.api.schema  # noqa: F401,E402
+import postrelay.relay.schema  # noqa: F401,E402
 
 config = context.config
 

@@ -13,6 +13,7 @@ import signal
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Protocol
 from uuid import UUID
 
 from postrelay.core.db import Database
@@ -27,6 +28,7 @@ from postrelay.queue.maintenance import (
 )
 from postrelay.queue.registry import Registry, default_registry
 from postrelay.queue.worker import Worker, WorkerConfig
+from postrelay.relay import Relay, RelayConfig, RouteRegistry, default_routes
 
 
 def import_apps(modules: Iterable[str]) -> None:
@@ -101,7 +103,22 @@ def build_worker(
     return WorkerProcess(worker, keeper, scheduler)
 
 
-async def run_until_signalled(process: WorkerProcess) -> None:
+class Service(Protocol):
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+
+
+def build_relay(
+    settings: Settings, db: Database, *, routes: RouteRegistry | None = None
+) -> Relay:
+    engine = db.async_engine(pool_pre_ping=False, pool_size=3, max_overflow=2)
+    config = RelayConfig(batch_size=settings.relay_batch_size,
+                         max_attempts=settings.relay_max_attempts, listen=settings.notify)
+    return Relay(engine, routes if routes is not None else default_routes, config,
+                 listen_url=db.libpq_url)
+
+
+async def run_until_signalled(process: Service) -> None:
     """Run until SIGTERM or SIGINT, then stop gracefully."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -14,6 +14,7 @@ import psycopg
 
 from postrelay.core.telemetry import event
 
+
 class Listener:
     def __init__(self, libpq_url: str, channel: str, on_notify: Callable[[], None]) -> None:
         self.libpq_url = libpq_url

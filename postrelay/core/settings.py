@@ -9,7 +9,7 @@ from typing import Literal
 
 import platformdirs
 import pydantic
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from postrelay.core.errors import ConfigError
@@ -43,10 +43,18 @@ class Settings(BaseSettings):
     # How often each worker's cron scheduler looks for due slots (schedules have seconds).
     cron_interval_secs: float = Field(default=1.0, gt=0)
 
+    relay_batch_size: int = Field(default=500, ge=1, le=10_000)
+    # Failed routing attempts before an outbox event is parked as dead.
+    relay_max_attempts: int = Field(default=10, ge=1)
+
     # LISTEN/NOTIFY wake-ups; switch off behind a pooler in transaction mode.
     notify: bool = True
 
     log_level: str = "INFO"
+
+    # The HTTP API's service-role key (`apikey` header or `Authorization: Bearer`). Without
+    # one, `postrelay api` refuses to start rather than serve the queue unauthenticated.
+    service_role_key: SecretStr | None = None
 
 
 def load_settings(**overrides: object) -> Settings:

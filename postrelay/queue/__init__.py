@@ -2,13 +2,17 @@
 retry with backoff, dead-letter, rescue stale claims, clean up. Knows nothing of email or
 outbox events."""
 
-from postrelay.queue.enqueue import JobSpec, enqueue, enqueue_many
+from postrelay.queue.backoff import Backoff, ExponentialBackoff, FixedBackoff
+from postrelay.queue.enqueue import JobSpec, enqueue, enqueue_many, job_kinds, validate_spec
 from postrelay.queue.model import Job
 from postrelay.queue.outcome import PermanentError, RetryAfter, StopJob
 from postrelay.queue.registry import Registry, handler
 from postrelay.queue.tenants import ensure_tenant
 
 __all__ = [
+    "Backoff",
+    "ExponentialBackoff",
+    "FixedBackoff",
     "Job",
     "JobSpec",
     "PermanentError",
@@ -19,4 +23,6 @@ __all__ = [
     "enqueue_many",
     "ensure_tenant",
     "handler",
+    "job_kinds",
+    "validate_spec",
 ]

@@ -168,6 +168,23 @@ def _resolve_taken_keys(
     return resolved
 
 
+def validate_spec(spec: JobSpec) -> None:
+    """Raise ValidationError if `spec` breaks a rule that can be checked without the
+    database (kind existence and tenant existence need it; see `job_kinds`)."""
+    _validated_row(spec.kind, spec.payload, spec.tenant_id, spec.priority, spec.delay,
+                   spec.run_at, spec.max_attempts, spec.idempotency_key)
+
+
+def job_kinds(conn: AnyConnection) -> list[str] | Awaitable[list[str]]:
+    """The values of the mdm.job_kind enum, in order."""
+    return drive(conn, _kinds_steps())
+
+
+def _kinds_steps() -> Steps[list[str]]:
+    rows = yield Q["job_kinds"], {}
+    return [row[0] for row in rows]
+
+
 def default_max_attempts() -> int:
     """POSTRELAY_JOB_MAX_RETRIES from the environment, read at call time (default 8)."""
     raw = os.environ.get(MAX_ATTEMPTS_ENV)

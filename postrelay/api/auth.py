@@ -1,0 +1,80 @@
+"""Who is calling: the service-role key (everything) or a tenant key (one tenant's data).
+
+The key travels as the `apikey` header (as in the seed's curl lines) or as
+`Authorization: Bearer <key>`. The service-role key is compared in constant time; tenant
+keys are looked up by their sha256 (see keys.py).
+"""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass
+from typing import Annotated
+from uuid import UUID
+
+from fastapi import Depends, Request, Security
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy import Engine
+
+from postrelay.api.errors import ApiError
+from postrelay.api.keys import api_key_find
+
+SERVICE_ROLE_ACTOR = "api:service-role"
+
+# auto_error=False: a missing key must answer our 401 envelope, not FastAPI's 403.
+_apikey_header = APIKeyHeader(name="apikey", scheme_name="apikey", auto_error=False,
+                              description="The service-role key or a tenant key.")
+_bearer = HTTPBearer(scheme_name="bearer", auto_error=False,
+                     description="The same key as `Authorization: Bearer`.")
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """The caller. `tenant_id` None means the service role: every tenant."""
+
+    actor: str
+    tenant_id: UUID | None
+
+    @property
+    def is_service_role(self) -> bool:
+        return self.tenant_id is None
+
+
+def engine_of(request: Request) -> Engine:
+    return request.app.state.engine  # type: ignore[no-any-return]
+
+
+def principal(
+    request: Request,
+    apikey: Annotated[str | None, Security(_apikey_header)] = None,
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)] = None,
+) -> Principal:
+    """The FastAPI dependency every protected endpoint uses; 401 for no or a wrong key."""
+    key = apikey or (bearer.credentials if bearer is not None else None)
+    if not key:
+        raise _unauthorized("no API key: send it as the `apikey` header or "
+                            "`Authorization: Bearer <key>`")
+    service_key: bytes = request.app.state.service_role_key
+    if hmac.compare_digest(key.encode("utf-8"), service_key):
+        return Principal(SERVICE_ROLE_ACTOR, None)
+    with engine_of(request).connect() as conn:
+        found = api_key_find(conn, key)
+    if found is None:
+        raise _unauthorized("invalid API key")
+    name, tenant_id = found
+    return Principal(f"api:key:{name}", tenant_id)
+
+
+def service_role(caller: Annotated[Principal, Depends(principal)]) -> Principal:
+    """Like `principal`, but only the service-role key passes (installation-wide data)."""
+    if not caller.is_service_role:
+        raise _unauthorized("this endpoint needs the service-role key")
+    return caller
+
+
+def _unauthorized(message: str) -> ApiError:
+    return ApiError(401, message, headers={"WWW-Authenticate": 'Bearer realm="postrelay"'})
+
+
+Caller = Annotated[Principal, Depends(principal)]
+ServiceRole = Annotated[Principal, Depends(service_role)]

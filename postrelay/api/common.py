@@ -1,0 +1,45 @@
+"""What several routers share: the engine dependency, tenant scoping, documented errors."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from uuid import UUID
+
+from fastapi import Depends, Path
+from sqlalchemy import Engine
+
+from postrelay.api.auth import Principal, engine_of
+from postrelay.api.errors import ApiError
+from postrelay.api.models import ErrorEnvelope
+from postrelay.queue.schema import SYSTEM_TENANT_ID
+
+Db = Annotated[Engine, Depends(engine_of)]
+JobId = Annotated[UUID, Path(alias="id", description="The job's id.")]
+
+_DESCRIPTIONS = {
+    400: "Bad input; `error.field` names it.",
+    401: "No key, or a wrong or revoked one.",
+    404: "Not found (or another tenant's).",
+    409: "Conflicts with existing state.",
+    503: "Not ready.",
+}
+
+
+def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI entries for the error answers an endpoint can give."""
+    return {s: {"model": ErrorEnvelope, "description": _DESCRIPTIONS[s]} for s in statuses}
+
+
+def tenant_for_write(caller: Principal, given: UUID | None) -> UUID:
+    """The tenant a new job or cron entry belongs to.
+
+    A tenant key writes only for its own tenant (naming another is refused); the
+    service-role key writes for the tenant named, or for the system tenant when none is,
+    as `postrelay cron add` does.
+    """
+    if caller.tenant_id is None:
+        return given if given is not None else SYSTEM_TENANT_ID
+    if given is not None and given != caller.tenant_id:
+        raise ApiError(400, "tenantId: a tenant key can only act for its own tenant",
+                       field="tenantId")
+    return caller.tenant_id

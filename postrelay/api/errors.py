@@ -1,0 +1,107 @@
+"""Every error as `{"data": null, "error": {"code", "message"}}` with the right status.
+
+400 bad input (the field named), 401 no or wrong key, 404 not found, 409 conflict. Bad input
+must never surface as a 500: validation errors from FastAPI and from postrelay's own
+checks both land here, and a database DataError (a value the database refused) is a 400 too.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DataError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from postrelay.core.errors import ConflictError, NotFoundError, ValidationError
+from postrelay.core.telemetry import event
+
+# postrelay's Python names of inputs, as the API's bodies and paths spell them.
+API_FIELD_NAMES = {
+    "tenant_id": "tenantId",
+    "max_attempts": "maxAttempts",
+    "idempotency_key": "idempotencyKey",
+    "delay": "delaySecs",
+    "job_id": "id",
+}
+CODES = {400: "invalid_request", 401: "unauthorized", 404: "not_found",
+         405: "method_not_allowed", 409: "conflict", 503: "not_ready"}
+
+
+class ApiError(Exception):
+    """Raised by endpoints and dependencies for an error answer."""
+
+    def __init__(self, status: int, message: str, *, code: str | None = None,
+                 field: str | None = None, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code or CODES.get(status, "error")
+        self.message = message
+        self.field = field
+        self.headers = headers
+
+
+def error_response(status: int, code: str, message: str, *, field: str | None = None,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if field is not None:
+        error["field"] = field
+    return JSONResponse({"data": None, "error": error}, status_code=status, headers=headers)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Map every exception an endpoint can raise to the error envelope."""
+
+    @app.exception_handler(ApiError)
+    def _api(request: Request, exc: ApiError) -> JSONResponse:
+        return error_response(exc.status, exc.code, exc.message, field=exc.field,
+                              headers=exc.headers)
+
+    @app.exception_handler(ValidationError)
+    def _validation(request: Request, exc: ValidationError) -> JSONResponse:
+        field = API_FIELD_NAMES.get(exc.field, exc.field)
+        return error_response(400, CODES[400], f"{field}: {exc.rule}", field=field)
+
+    @app.exception_handler(RequestValidationError)
+    def _request_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = [_describe(err) for err in exc.errors()]
+        message = "; ".join(f"{field}: {msg}" for field, msg in problems)
+        return error_response(400, CODES[400], message, field=problems[0][0] if problems else None)
+
+    @app.exception_handler(NotFoundError)
+    def _not_found(request: Request, exc: NotFoundError) -> JSONResponse:
+        return error_response(404, CODES[404], str(exc))
+
+    @app.exception_handler(ConflictError)
+    def _conflict(request: Request, exc: ConflictError) -> JSONResponse:
+        return error_response(409, CODES[409], str(exc))
+
+    @app.exception_handler(DataError)
+    def _data(request: Request, exc: DataError) -> JSONResponse:
+        # The database refused a value that passed our checks (a range we did not foresee).
+        detail = str(exc.orig).splitlines()[0] if exc.orig is not None else "invalid value"
+        return error_response(400, CODES[400], f"invalid value: {detail}")
+
+    @app.exception_handler(StarletteHTTPException)
+    def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = CODES.get(exc.status_code, "error")
+        return error_response(exc.status_code, code, str(exc.detail),
+                              headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        event("postrelay.api.error", logging.ERROR, path=request.url.path, error=repr(exc))
+        return error_response(500, "internal_error", "internal error (see the server log)")
+
+
+def _describe(err: Any) -> tuple[str, str]:
+    """(field, message) of one pydantic error; the field as the client spelled it."""
+    loc = [str(part) for part in err.get("loc", ())]
+    where = loc[1:] if loc and loc[0] in ("body", "query", "path", "header") else loc
+    if err.get("type") == "json_invalid":
+        return "body", "not valid JSON"
+    field = ".".join(where) or (loc[0] if loc else "request")
+    return field, str(err.get("msg", "invalid"))

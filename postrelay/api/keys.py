@@ -1,0 +1,85 @@
+"""Tenant-scoped API keys: create (the key is shown once), list, revoke, and look up.
+
+A key is `secrets.token_urlsafe(32)` (256 random bits); only its sha256 is stored. Plain
+functions on the caller's sync Connection; they never commit.
+
+    with engine.begin() as conn:
+        view, key = api_key_create(conn, "billing-app", tenant_id=tenant)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+from sqlalchemy import Connection
+
+from postrelay.core.errors import ConflictError, NotFoundError, ValidationError
+from postrelay.core.sqlfiles import load_queries
+
+K = load_queries("postrelay.api", "sql/api_key.sql")
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKeyView:
+    """One key as an operator sees it (never the key itself)."""
+
+    id: UUID
+    name: str
+    tenant_id: UUID
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+def key_hash(key: str) -> str:
+    """The stored form of a key: its sha256 as hex."""
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def api_key_create(conn: Connection, name: str, *, tenant_id: UUID | str) -> tuple[ApiKeyView, str]:
+    """Create a key bound to one tenant; returns the key's row and the key (shown once)."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValidationError("name", "1-128 characters: letters, digits and . _ : - "
+                                      "(starting with a letter or digit)")
+    try:
+        tenant = tenant_id if isinstance(tenant_id, UUID) else UUID(str(tenant_id))
+    except ValueError:
+        raise ValidationError("tenant_id", f"must be a UUID, got {tenant_id!r}") from None
+    key = secrets.token_urlsafe(32)
+    params = {"name": name, "tenant_id": tenant, "key_hash": key_hash(key)}
+    row = conn.execute(K["api_key_insert"], params).first()
+    if row is not None:
+        return ApiKeyView(**row._mapping), key
+    tenant_exists, _ = conn.execute(K["api_key_insert_diagnose"], params).one()
+    if not tenant_exists:
+        raise ValidationError("tenant_id", f"no tenant with id {tenant}")
+    raise ConflictError(f"an API key named {name!r} already exists")
+
+
+def api_key_list(conn: Connection) -> list[ApiKeyView]:
+    """Every key, revoked ones included, by name."""
+    return [ApiKeyView(**row._mapping) for row in conn.execute(K["api_key_list"])]
+
+
+def api_key_revoke(conn: Connection, name: str) -> ApiKeyView:
+    """Revoke a key by name: it stops working at once. Unknown name: NotFoundError."""
+    row = conn.execute(K["api_key_revoke"], {"name": name}).first()
+    if row is None:
+        raise NotFoundError(f"no API key named {name!r}")
+    return ApiKeyView(**row._mapping)
+
+
+def api_key_find(conn: Connection, key: str) -> tuple[str, UUID] | None:
+    """The (name, tenant id) of the active key `key`, or None."""
+    digest = key_hash(key)
+    row = conn.execute(K["api_key_find_active"], {"key_hash": digest}).first()
+    if row is None or not hmac.compare_digest(row.key_hash, digest):
+        return None
+    return row.name, row.tenant_id

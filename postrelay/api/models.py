@@ -1,0 +1,174 @@
+"""The API's request bodies and answers. These models are the OpenAPI schema: keep them true.
+
+Bodies use the seed's camelCase (`delaySecs`, `maxAttempts`); jobs in answers use the seed's
+snake_case (`max_attempts`, `scheduled_at`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Generic, Literal, TypeVar
+from uuid import UUID
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from postrelay.queue.admin import JobView
+from postrelay.queue.cron import CronEntry
+from postrelay.queue.enqueue import INT_MAX, SMALLINT_MAX, SMALLINT_MIN
+
+T = TypeVar("T")
+
+JobStatus = Literal["pending", "running", "done", "failed", "dlq"]
+# A delay past this is almost certainly a unit mistake (ms for s), and far past it the
+# database's timestamp range ends; refuse it as bad input instead.
+MAX_DELAY_SECS = 10 * 365 * 24 * 3600
+
+
+def _no_nul(value: Any) -> Any:
+    # PostgreSQL text and jsonb cannot hold U+0000; refuse it as bad input, not a 500.
+    if isinstance(value, str) and "\x00" in value:
+        raise ValueError("must not contain the NUL character (U+0000)")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _no_nul(key)
+            _no_nul(item)
+    elif isinstance(value, list):
+        for item in value:
+            _no_nul(item)
+    return value
+
+
+Text = Annotated[str, Field(min_length=1, max_length=1000), AfterValidator(_no_nul)]
+Payload = Annotated[dict[str, Any], AfterValidator(_no_nul)]
+Priority = Annotated[int, Field(ge=SMALLINT_MIN, le=SMALLINT_MAX)]
+MaxAttempts = Annotated[int, Field(ge=1, le=INT_MAX)]
+
+
+class Envelope(BaseModel, Generic[T]):
+    """Every successful answer."""
+
+    data: T
+    meta: dict[str, Any] | None = None
+
+
+class ErrorBody(BaseModel):
+    code: str = Field(examples=["invalid_request"])
+    message: str = Field(examples=["limit: must be between 1 and 500"])
+    field: str | None = Field(default=None, description="The offending input, for 400s.")
+
+
+class ErrorEnvelope(BaseModel):
+    """Every error: `data` is null."""
+
+    data: None = None
+    error: ErrorBody
+
+
+class _Body(BaseModel):
+    # Unknown fields are refused: a typo such as `delay_secs` must not be silently ignored.
+    model_config = ConfigDict(extra="forbid", populate_by_name=False)
+
+
+class EnqueueBody(_Body):
+    kind: Text = Field(description="A job kind known to the database (mdm.job_kind).")
+    payload: Payload = Field(default_factory=dict, description="A JSON object.")
+    delay_secs: float | None = Field(default=None, alias="delaySecs", ge=0, le=MAX_DELAY_SECS)
+    max_attempts: MaxAttempts | None = Field(
+        default=None, alias="maxAttempts",
+        description="Default: the service setting POSTRELAY_JOB_MAX_RETRIES.")
+    priority: Priority | None = Field(default=None, description="Lower runs first; default 100.")
+    idempotency_key: Text | None = Field(default=None, alias="idempotencyKey")
+    tenant_id: UUID | None = Field(
+        default=None, alias="tenantId",
+        description="Default: the key's tenant, or the system tenant for the service-role key.")
+
+
+class CronBody(_Body):
+    name: Text = Field(description="Unique across the installation.")
+    schedule: Text = Field(
+        description="5 fields (min hour day month weekday) or 6 (seconds first), UTC.",
+        examples=["0 3 * * *"])
+    kind: Text
+    payload: Payload = Field(default_factory=dict, description="Frozen at creation.")
+    tenant_id: UUID | None = Field(default=None, alias="tenantId")
+    priority: Priority | None = None
+    max_attempts: MaxAttempts | None = Field(default=None, alias="maxAttempts")
+
+
+class JobOut(BaseModel):
+    """A job as the hosted seed shows it; `status` values are the database's."""
+
+    id: UUID
+    kind: str
+    tenant_id: UUID
+    priority: int
+    payload: dict[str, Any]
+    status: JobStatus
+    attempts: int
+    max_attempts: int
+    error: str | None = Field(description="The last error (aa_job.last_error).")
+    scheduled_at: datetime = Field(description="When the job is due (aa_job.available_at).")
+    started_at: datetime | None = Field(description="The last claim (aa_job.claimed_at).")
+    completed_at: datetime | None
+    created_at: datetime
+    idempotency_key: str | None
+
+    @classmethod
+    def of(cls, job: JobView) -> JobOut:
+        return cls(
+            id=job.id, kind=job.kind, tenant_id=job.tenant_id, priority=job.priority,
+            payload=job.payload, status=job.status,  # type: ignore[arg-type]
+            attempts=job.attempts, max_attempts=job.max_attempts, error=job.last_error,
+            scheduled_at=job.available_at, started_at=job.claimed_at,
+            completed_at=job.completed_at, created_at=job.created_at,
+            idempotency_key=job.idempotency_key,
+        )
+
+
+class CronOut(BaseModel):
+    """A cron entry; `last_run` and `next_run` are null until its first firing."""
+
+    id: UUID
+    name: str
+    tenant_id: UUID
+    schedule: str = Field(description="As stored: 6 fields, seconds first.")
+    kind: str
+    payload: dict[str, Any]
+    priority: int
+    max_attempts: int | None
+    last_run: datetime | None
+    next_run: datetime | None
+    created_at: datetime
+
+    @classmethod
+    def of(cls, entry: CronEntry) -> CronOut:
+        return cls(
+            id=entry.id, name=entry.name, tenant_id=entry.tenant_id, schedule=entry.schedule,
+            kind=entry.kind, payload=entry.payload, priority=entry.priority,
+            max_attempts=entry.max_attempts, last_run=entry.last_run, next_run=entry.next_run,
+            created_at=entry.created_at,
+        )
+
+
+class Requeued(BaseModel):
+    requeued: int
+
+
+class Discarded(BaseModel):
+    id: UUID
+    discarded: Literal[True] = True
+
+
+class CronDeleted(BaseModel):
+    name: str
+    deleted: Literal[True] = True
+
+
+class Health(BaseModel):
+    status: Literal["ok"] = "ok"
+
+
+class Readiness(BaseModel):
+    status: Literal["ready"] = "ready"
+    revision: str | None
+    head: str | None

@@ -1,0 +1,1 @@
+"""One router per resource. Order matters when they are included: see app.py."""

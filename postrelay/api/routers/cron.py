@@ -1,0 +1,52 @@
+"""Cron entries: create, list, delete by name. There is no update: delete and create again."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import APIRouter
+
+from postrelay.api.auth import Caller
+from postrelay.api.common import Db, errors, tenant_for_write
+from postrelay.api.models import CronBody, CronDeleted, CronOut, Envelope
+from postrelay.core.errors import NotFoundError
+from postrelay.core.telemetry import event
+from postrelay.queue.cron import cron_create, cron_delete, cron_list
+
+router = APIRouter(prefix="/v1/functions/cron", tags=["cron"])
+
+
+@router.post("", status_code=201, response_model=Envelope[CronOut],
+             responses=errors(400, 401, 409))
+def create_cron_job(body: CronBody, caller: Caller, engine: Db) -> Envelope[CronOut]:
+    """Create an entry; each firing enqueues one job with the payload frozen now. A 5-field
+    schedule is stored with a leading `0` seconds field; aliases such as `@daily` are 400."""
+    tenant = tenant_for_write(caller, body.tenant_id)
+    with engine.begin() as conn:
+        entry = cron_create(
+            conn, body.name, body.schedule, body.kind, body.payload, tenant_id=tenant,
+            priority=body.priority if body.priority is not None else 100,
+            max_attempts=body.max_attempts, created_by=caller.actor,
+        )
+    event("postrelay.api.cron_create", name=entry.name, actor=caller.actor)
+    return Envelope(data=CronOut.of(entry))
+
+
+@router.get("", response_model=Envelope[list[CronOut]], responses=errors(401))
+def list_cron_jobs(caller: Caller, engine: Db) -> Envelope[list[CronOut]]:
+    """Every entry (a tenant key: its tenant's), by name, with its last and next run."""
+    with engine.begin() as conn:
+        entries = cron_list(conn, tenant_id=caller.tenant_id)
+    return Envelope(data=[CronOut.of(e) for e in entries])
+
+
+@router.delete("/{name}", response_model=Envelope[CronDeleted], responses=errors(401, 404))
+def delete_cron_job(name: str, caller: Caller, engine: Db) -> Envelope[CronDeleted]:
+    """Delete by name; it never fires again. Unknown name (or another tenant's): 404."""
+    if "\x00" in name:  # cannot name any entry, and PostgreSQL refuses NUL in text
+        raise NotFoundError(f"no cron entry named {name!r}")
+    with engine.begin() as conn:
+        cron_delete(conn, name, tenant_id=caller.tenant_id)
+    # aa_job_audit is for jobs; until cron has an audit table, the log records who deleted.
+    event("postrelay.api.cron_delete", logging.INFO, name=name, actor=caller.actor)
+    return Envelope(data=CronDeleted(name=name))

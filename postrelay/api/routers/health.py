@@ -1,0 +1,42 @@
+"""`/healthz` (the process is up) and `/readyz` (database reachable, migrations at head),
+for orchestrators. Both are unauthenticated and reveal nothing about jobs."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import SQLAlchemyError
+
+from postrelay.api.common import Db, errors
+from postrelay.api.errors import error_response
+from postrelay.api.models import Envelope, Health, Readiness
+from postrelay.core.sqlfiles import load_queries
+
+H = load_queries("postrelay.api", "sql/health.sql")
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", response_model=Envelope[Health])
+def healthz() -> Envelope[Health]:
+    """The process is up and serving."""
+    return Envelope(data=Health())
+
+
+@router.get("/readyz", response_model=Envelope[Readiness], responses=errors(503))
+def readyz(request: Request, engine: Db) -> Envelope[Readiness] | JSONResponse:
+    """The database answers and is migrated to the revision this code expects."""
+    head: str | None = request.app.state.head_revision
+    try:
+        with engine.connect() as conn:
+            revision = conn.execute(H["migration_revision"]).scalar()
+    except SQLAlchemyError as exc:
+        # Unreachable, or not migrated at all (no version table): either way, not ready.
+        reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
+        return error_response(503, "not_ready", f"database not ready: {reason}")
+    if revision != head:
+        return error_response(
+            503, "not_ready",
+            f"database at migration {revision}, this code needs {head}: run `postrelay migrate`",
+        )
+    return Envelope(data=Readiness(revision=revision, head=head))

@@ -1,0 +1,59 @@
+"""Jobs: enqueue, read one, list by status."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+
+from postrelay.api.auth import Caller
+from postrelay.api.common import Db, JobId, errors, tenant_for_write
+from postrelay.api.models import EnqueueBody, Envelope, JobOut, JobStatus
+from postrelay.core.errors import NotFoundError
+from postrelay.queue.admin import LIST_LIMIT_MAX, job_get, job_list
+from postrelay.queue.enqueue import enqueue
+
+router = APIRouter(prefix="/v1/functions/jobs", tags=["jobs"])
+
+
+@router.post("", status_code=201, response_model=Envelope[JobOut],
+             responses=errors(400, 401))
+def enqueue_job(body: EnqueueBody, caller: Caller, engine: Db, request: Request) -> Envelope[JobOut]:
+    """Enqueue a job. With an `idempotencyKey` already used for this tenant and kind, the
+    first job comes back instead of a new one (same answer as the first call)."""
+    settings = request.app.state.settings
+    tenant = tenant_for_write(caller, body.tenant_id)
+    max_attempts = body.max_attempts if body.max_attempts is not None else settings.job_max_retries
+    with engine.begin() as conn:
+        job_id = enqueue(
+            conn, body.kind, body.payload, tenant_id=tenant,
+            priority=body.priority if body.priority is not None else 100,
+            delay=body.delay_secs, max_attempts=max_attempts,
+            idempotency_key=body.idempotency_key, created_by=caller.actor,
+        )
+        job = job_get(conn, job_id)  # type: ignore[arg-type]
+    assert job is not None  # written (or found) in this very transaction
+    return Envelope(data=JobOut.of(job))
+
+
+@router.get("", response_model=Envelope[list[JobOut]], responses=errors(400, 401))
+def list_jobs(
+    caller: Caller,
+    engine: Db,
+    status: Annotated[JobStatus | None, Query(description="Only jobs in this status.")] = None,
+    limit: Annotated[int, Query(ge=1, le=LIST_LIMIT_MAX)] = 50,
+) -> Envelope[list[JobOut]]:
+    """Jobs, newest first; `limit` between 1 and 500 (default 50)."""
+    with engine.begin() as conn:
+        jobs = job_list(conn, status=status, tenant_id=caller.tenant_id, limit=limit)
+    return Envelope(data=[JobOut.of(j) for j in jobs])
+
+
+@router.get("/{id}", response_model=Envelope[JobOut], responses=errors(400, 401, 404))
+def get_job(job_id: JobId, caller: Caller, engine: Db) -> Envelope[JobOut]:
+    """One job. Another tenant's job is not found, exactly like a missing one."""
+    with engine.begin() as conn:
+        job = job_get(conn, job_id, tenant_id=caller.tenant_id)
+    if job is None:
+        raise NotFoundError(f"no job {job_id}")
+    return Envelope(data=JobOut.of(job))

@@ -1,0 +1,79 @@
+"""`postrelay api` serves the HTTP admin API; `postrelay keys` manages tenant-scoped keys."""
+
+from __future__ import annotations
+
+import typer
+
+from postrelay.cli.common import database, settings_or_exit, transaction
+from postrelay.cli.main import app
+from postrelay.cli.output import print_json, table
+from postrelay.core.errors import ConfigError
+
+keys_app = typer.Typer(help="API keys bound to one tenant (the service-role key is a setting).",
+                       no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+
+
+@app.command("api")
+def api_command(
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on."),
+    port: int = typer.Option(8000, "--port", min=0, max=65535, help="Port to listen on."),
+) -> None:
+    """Serve the HTTP admin API (needs POSTRELAY_SERVICE_ROLE_KEY)."""
+    import uvicorn  # imported late: only this command needs it
+
+    from postrelay.api import create_app
+
+    settings = settings_or_exit()
+    if settings.service_role_key is None or not settings.service_role_key.get_secret_value().strip():
+        # Checked before touching the database: refusing to start must be quick and clear.
+        typer.echo("error: POSTRELAY_SERVICE_ROLE_KEY is not set; the HTTP API refuses to "
+                   "start without a service-role key", err=True)
+        raise typer.Exit(2)
+    with database(settings) as db:
+        try:
+            api = create_app(settings, db)
+        except ConfigError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+        uvicorn.run(api, host=host, port=port, log_level=settings.log_level.lower(),
+                    proxy_headers=False)
+
+
+@keys_app.command("add")
+def keys_add(
+    name: str = typer.Argument(..., help="Unique name; audit rows show it as api:key:NAME."),
+    tenant: str = typer.Option(..., "--tenant", help="The tenant id the key is bound to."),
+) -> None:
+    """Create a key bound to one tenant and print it. It is shown only this once."""
+    from postrelay.api.keys import api_key_create
+
+    with transaction() as conn:
+        view, key = api_key_create(conn, name, tenant_id=tenant)
+    typer.echo(key)
+    typer.echo(f"created key {view.name} for tenant {view.tenant_id}; store it now, it is "
+               "not shown again", err=True)
+
+
+@keys_app.command("list")
+def keys_list(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Every key (never the key itself), revoked ones included."""
+    from postrelay.api.keys import api_key_list
+
+    with transaction() as conn:
+        keys = api_key_list(conn)
+    if as_json:
+        print_json(keys)
+        return
+    rows = [[k.name, k.tenant_id, k.created_at, k.revoked_at] for k in keys]
+    typer.echo(table(["NAME", "TENANT", "CREATED_AT", "REVOKED_AT"], rows) if rows else "no keys")
+
+
+@keys_app.command("revoke")
+def keys_revoke(name: str = typer.Argument(..., help="The key's name.")) -> None:
+    """Revoke a key: it stops working at once."""
+    from postrelay.api.keys import api_key_revoke
+
+    with transaction() as conn:
+        api_key_revoke(conn, name)
+    typer.echo(f"revoked {name}")

@@ -1,0 +1,53 @@
+"""`postrelay relay` runs the outbox relay; `postrelay outbox status` shows its backlog."""
+
+from __future__ import annotations
+
+import asyncio
+
+import typer
+
+from postrelay.cli.common import database, settings_or_exit, transaction
+from postrelay.cli.main import app
+from postrelay.cli.output import print_json, table
+
+outbox_app = typer.Typer(help="The transactional outbox.", no_args_is_help=True)
+app.add_typer(outbox_app, name="outbox")
+
+
+@app.command("relay")
+def relay_command(
+    apps: list[str] = typer.Option(
+        [], "--app", help="Module that registers routes with @postrelay.relay.route (repeatable)."
+    ),
+) -> None:
+    """Relay outbox events into jobs until SIGTERM or SIGINT."""
+    from postrelay.runtime import build_relay, import_apps, run_until_signalled
+
+    settings = settings_or_exit()
+    import_apps(apps)
+    with database(settings) as db:
+        asyncio.run(run_until_signalled(build_relay(settings, db)))
+
+
+@outbox_app.command("status")
+def outbox_status(
+    tenant: str | None = typer.Option(None, "--tenant", help="Only this tenant's events."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """Backlog, relay lag (age of the oldest unhandled event) and dead events."""
+    from postrelay.relay.admin import outbox_status as read_status
+
+    with transaction() as conn:
+        status = read_status(conn, tenant_id=tenant)
+    if as_json:
+        print_json(status)
+        return
+    lag = "-" if status.lag_secs is None else f"{status.lag_secs:.3f} s"
+    typer.echo(table(["BACKLOG", "RETRYING", "LAG", "HANDLED", "DEAD"],
+                     [[status.backlog, status.retrying, lag, status.handled, status.dead]]))
+    if status.dead_events:
+        typer.echo("\ndead events:")
+        typer.echo(table(["ID", "EVENT_TYPE", "AGGREGATE", "ATTEMPTS", "LAST_ERROR"],
+                         [[e["id"], e["event_type"],
+                           f"{e['aggregate_type']}/{e['aggregate_id']}", e["attempts"],
+                           e["last_error"]] for e in status.dead_events]))

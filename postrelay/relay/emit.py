@@ -1,0 +1,96 @@
+"""Write outbox events inside the caller's transaction.
+
+    with engine.begin() as conn:
+        conn.execute(orders.insert().values(id=42))
+        emit(conn, "order.placed", {"total": 99}, tenant_id=tenant,
+             aggregate_type="order", aggregate_id="42")
+
+The event exists only if the caller commits. With an async connection or session, await
+the result. At most one NOTIFY is sent per transaction to wake the relays.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Mapping
+from typing import Any
+from uuid import UUID
+
+from postrelay.core.dbcall import AnyConnection, Steps, drive
+from postrelay.core.errors import ValidationError
+from postrelay.core.notify import NotifyOnce
+from postrelay.core.sqlfiles import load_queries
+
+Q = load_queries("postrelay.relay", "sql/outbox.sql")
+_wakeup = NotifyOnce("postrelay_outbox")
+
+
+def emit(
+    conn: AnyConnection,
+    event_type: str,
+    payload: Mapping[str, Any],
+    *,
+    tenant_id: UUID | str,
+    aggregate_type: str,
+    aggregate_id: str | int | UUID,
+    headers: Mapping[str, Any] | None = None,
+    created_by: str | None = None,
+    notify: bool = True,
+) -> UUID | Awaitable[UUID]:
+    """Insert one outbox event in the caller's transaction and return its id. Bad input
+    raises ValidationError naming the field, before anything is written."""
+    row = _validated(event_type, payload, tenant_id, aggregate_type, aggregate_id, headers,
+                     created_by)
+    return drive(conn, _emit_steps(conn, row, _wakeup.wanted(conn, notify)))
+
+
+def _emit_steps(conn: AnyConnection, row: dict[str, Any], send_notify: bool) -> Steps[UUID]:
+    with_notify = send_notify and _wakeup.needed(conn)
+    rows = yield Q["outbox_insert_notify" if with_notify else "outbox_insert"], row
+    if not rows:
+        raise ValidationError("tenant_id", f"no tenant with id {row['tenant_id']}")
+    if with_notify:
+        _wakeup.mark(conn)
+    return rows[0][0]  # type: ignore[no-any-return]
+
+
+def _validated(
+    event_type: str,
+    payload: Mapping[str, Any],
+    tenant_id: UUID | str,
+    aggregate_type: str,
+    aggregate_id: str | int | UUID,
+    headers: Mapping[str, Any] | None,
+    created_by: str | None,
+) -> dict[str, Any]:
+    if not isinstance(event_type, str) or not event_type.strip():
+        raise ValidationError("event_type", "must be a non-empty string")
+    if not isinstance(payload, Mapping):
+        raise ValidationError("payload", f"must be a JSON object, got {type(payload).__name__}")
+    if headers is not None and not isinstance(headers, Mapping):
+        raise ValidationError("headers", "must be a JSON object or None")
+    if tenant_id is None:
+        raise ValidationError("tenant_id", "is required")
+    try:
+        tenant = tenant_id if isinstance(tenant_id, UUID) else UUID(str(tenant_id))
+    except ValueError:
+        raise ValidationError("tenant_id", f"must be a UUID, got {tenant_id!r}") from None
+    if not isinstance(aggregate_type, str) or not aggregate_type:
+        raise ValidationError("aggregate_type", "must be a non-empty string")
+    if aggregate_id is None or str(aggregate_id) == "":
+        raise ValidationError("aggregate_id", "is required")
+    encoded = {}
+    for name, value in (("payload", payload), ("headers", headers or {})):
+        try:
+            encoded[name] = json.dumps(value, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ValidationError(name, f"must be JSON-serialisable: {exc}") from None
+    return {
+        "event_type": event_type,
+        "payload": encoded["payload"],
+        "headers": encoded["headers"],
+        "tenant_id": tenant,
+        "aggregate_type": aggregate_type,
+        "aggregate_id": str(aggregate_id),
+        "created_by": created_by,
+    }

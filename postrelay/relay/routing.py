@@ -1,0 +1,105 @@
+"""Routes: plain Python that says which jobs an outbox event needs.
+
+    @route("order.placed")
+    def reindex_order(event: Event) -> JobRequest:
+        return JobRequest("reindex", {"order": event.aggregate_id})
+
+A route returns one JobRequest, several, or None. Its name (the function's, unless given)
+goes into each job's idempotency key with the event id, so a replayed event can never make
+a second copy. The relay knows nothing of what the jobs do: the email orchestrator and
+webhooks register their routes through this same mechanism.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from postrelay.core.errors import ValidationError
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    id: UUID
+    tenant_id: UUID
+    aggregate_type: str
+    aggregate_id: str
+    event_type: str
+    payload: dict[str, Any]
+    headers: dict[str, Any]
+    created_at: datetime
+    attempts: int  # failed routing attempts so far
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    kind: str
+    payload: Mapping[str, Any] = field(default_factory=dict)
+    priority: int = 100
+    delay: float | None = None
+    max_attempts: int | None = None
+    key: str | None = None  # tells apart several jobs one route makes for one event
+
+
+RouteResult = JobRequest | Iterable[JobRequest] | None
+RouteFn = Callable[[Event], RouteResult]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    name: str
+    event_type: str  # exact, or a glob such as "order.*" or "*"
+    fn: RouteFn
+
+    def matches(self, event_type: str) -> bool:
+        return fnmatch.fnmatchcase(event_type, self.event_type)
+
+    def requests(self, event: Event) -> list[JobRequest]:
+        result = self.fn(event)
+        if result is None:
+            return []
+        if isinstance(result, JobRequest):
+            return [result]
+        requests = list(result)
+        if not all(isinstance(r, JobRequest) for r in requests):
+            raise TypeError(f"route {self.name!r} must return JobRequest objects")
+        return requests
+
+
+class RouteRegistry:
+    def __init__(self) -> None:
+        self._routes: dict[str, Route] = {}
+
+    def add(self, event_type: str, fn: RouteFn, *, name: str | None = None) -> Route:
+        route_name = name or getattr(fn, "__qualname__", None) or repr(fn)
+        if not event_type:
+            raise ValidationError("event_type", "a route needs an event type or pattern")
+        if route_name in self._routes:
+            raise ValidationError("name", f"a route named {route_name!r} is registered already")
+        self._routes[route_name] = Route(route_name, event_type, fn)
+        return self._routes[route_name]
+
+    def route(self, event_type: str, *, name: str | None = None) -> Callable[[RouteFn], RouteFn]:
+        def decorate(fn: RouteFn) -> RouteFn:
+            self.add(event_type, fn, name=name)
+            return fn
+
+        return decorate
+
+    def matching(self, event_type: str) -> list[Route]:
+        return [r for r in self._routes.values() if r.matches(event_type)]
+
+    def __len__(self) -> int:
+        return len(self._routes)
+
+
+default_routes = RouteRegistry()
+
+
+def route(event_type: str, *, name: str | None = None) -> Callable[[RouteFn], RouteFn]:
+    """Register a route for `event_type` (or a glob) in the default registry."""
+    return default_routes.route(event_type, name=name)

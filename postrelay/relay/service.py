@@ -1,0 +1,207 @@
+"""The relay: turns outbox events into jobs, exactly once.
+
+Each batch is one transaction: claim unhandled events (FOR UPDATE SKIP LOCKED, oldest
+first), ask the routes which jobs each needs, insert those jobs with deterministic
+idempotency keys, link them to their event, and mark the events handled. A crash before
+commit leaves everything as it was; a replay finds the keys taken and creates nothing.
+
+An event whose routing fails (a route raises, or asks for an invalid job) is isolated: it
+is recorded with its error and retried with backoff, then parked as dead after
+`max_attempts`; the events beside it are relayed in the same batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from postrelay.core.listener import Listener
+from postrelay.core.telemetry import event as log_event
+from postrelay.queue import (
+    Backoff,
+    ExponentialBackoff,
+    JobSpec,
+    enqueue_many,
+    job_kinds,
+    validate_spec,
+)
+from postrelay.relay.emit import Q
+from postrelay.relay.routing import Event, RouteRegistry
+
+OUTBOX_CHANNEL = "postrelay_outbox"
+
+
+@dataclass(frozen=True, slots=True)
+class RelayConfig:
+    batch_size: int = 500
+    max_attempts: int = 10
+    poll_min_secs: float = 0.05  # adaptive polling: from this when busy...
+    poll_max_secs: float = 1.0  # ...up to this when idle (LISTEN wakes it sooner)
+    listen: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    handled: int
+    jobs: int
+    failed: int
+    dead: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    event: Event
+    specs: list[tuple[str, JobSpec]]  # (delivery route name, job)
+
+
+class Relay:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        routes: RouteRegistry,
+        config: RelayConfig | None = None,
+        *,
+        backoff: Backoff | None = None,
+        listen_url: str | None = None,
+    ) -> None:
+        self.engine = engine
+        self.routes = routes
+        self.config = config or RelayConfig()
+        self.backoff = backoff or ExponentialBackoff(base_secs=1.0, cap_secs=300.0)
+        self._kinds: frozenset[str] = frozenset()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._listener = (
+            Listener(listen_url, OUTBOX_CHANNEL, self._wake.set)
+            if self.config.listen and listen_url else None
+        )
+
+    async def run_once(self) -> BatchResult:
+        """Relay one batch in one transaction."""
+        async with self.engine.begin() as conn:
+            rows = (await conn.execute(Q["outbox_claim_batch"],
+                                       {"batch": self.config.batch_size})).all()
+            if not rows:
+                return BatchResult(0, 0, 0, 0)
+            events = [Event(*row) for row in rows]
+            plans, failures = self._plan(events)
+            if any(_unknown_kinds(p, self._kinds) for p in plans):
+                # First batch, or a kind added by a migration since: look again once.
+                self._kinds = frozenset(await job_kinds(conn))
+                plans = self._drop_unknown_kinds(plans, failures)
+            jobs = await self._insert_jobs(conn, plans)
+            dead = await self._record_failures(conn, events, failures)
+        result = BatchResult(len(plans), jobs, len(failures), dead)
+        log_event("postrelay.relay.batch", logging.DEBUG, handled=result.handled,
+                  jobs=result.jobs, failed=result.failed)
+        return result
+
+    def _plan(self, events: list[Event]) -> tuple[list[_Plan], dict[Any, str]]:
+        plans: list[_Plan] = []
+        failures: dict[Any, str] = {}
+        for event in events:
+            try:
+                plans.append(_Plan(event, self._specs_for(event)))
+            except Exception as exc:  # isolate the event; the batch goes on
+                failures[event.id] = f"{type(exc).__name__}: {exc}"[:4096]
+        return plans, failures
+
+    def _specs_for(self, event: Event) -> list[tuple[str, JobSpec]]:
+        specs = []
+        for route in self.routes.matching(event.event_type):
+            for request in route.requests(event):
+                name = route.name if request.key is None else f"{route.name}:{request.key}"
+                spec = JobSpec(request.kind, request.payload, event.tenant_id,
+                               priority=request.priority, delay=request.delay,
+                               max_attempts=request.max_attempts,
+                               idempotency_key=f"outbox:{event.id}:{name}")
+                validate_spec(spec)
+                specs.append((name, spec))
+        return specs
+
+    def _drop_unknown_kinds(self, plans: list[_Plan], failures: dict[Any, str]) -> list[_Plan]:
+        kept = []
+        for plan in plans:
+            unknown = _unknown_kinds(plan, self._kinds)
+            if unknown:
+                failures[plan.event.id] = f"unknown job kind {unknown[0]!r} asked for by a route"
+            else:
+                kept.append(plan)
+        return kept
+
+    async def _insert_jobs(self, conn: AsyncConnection, plans: list[_Plan]) -> int:
+        pairs = [(plan.event.id, name, spec) for plan in plans for name, spec in plan.specs]
+        job_ids = await enqueue_many(conn, [spec for _, _, spec in pairs],
+                                     created_by="postrelay.relay") if pairs else []
+        if pairs:
+            await conn.execute(Q["outbox_delivery_insert_many"], {
+                "event_ids": [e for e, _, _ in pairs],
+                "routes": [n for _, n, _ in pairs],
+                "job_ids": job_ids,
+            })
+        if plans:
+            await conn.execute(Q["outbox_mark_handled_many"], {
+                "ids": [p.event.id for p in plans], "jobs": [len(p.specs) for p in plans],
+            })
+        return len(pairs)
+
+    async def _record_failures(
+        self, conn: AsyncConnection, events: list[Event], failures: dict[Any, str]
+    ) -> int:
+        if not failures:
+            return 0
+        failed = [e for e in events if e.id in failures]
+        rows = (await conn.execute(Q["outbox_mark_failed_many"], {
+            "ids": [e.id for e in failed],
+            "errors": [failures[e.id] for e in failed],
+            "delays": [self.backoff.delay(e.attempts + 1) for e in failed],
+            "max_attempts": self.config.max_attempts,
+        })).all()
+        for event_id, dead in rows:
+            log_event("postrelay.relay.routing_failed", logging.WARNING, event_id=str(event_id),
+                      dead=dead, error=failures[event_id])
+        return sum(1 for _, dead in rows if dead)
+
+    async def start(self) -> None:
+        if self._listener is not None:
+            self._listener.start()
+        self._task = asyncio.create_task(self._loop(), name="postrelay-relay")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        if self._listener is not None:
+            await self._listener.stop()
+
+    async def _loop(self) -> None:
+        idle = self.config.poll_min_secs
+        while True:
+            self._wake.clear()  # before the batch: a wake-up during it is kept
+            try:
+                result = await self.run_once()
+            except Exception as exc:  # connection lost, server restarting: back off
+                log_event("postrelay.relay.batch_failed", logging.WARNING, error=repr(exc))
+                await self._sleep(idle)
+                idle = min(idle * 2, self.config.poll_max_secs)
+                continue
+            if result.handled + result.failed >= self.config.batch_size:
+                idle = self.config.poll_min_secs
+                continue  # a full batch: there is probably more
+            await self._sleep(idle)
+            idle = min(idle * 2, self.config.poll_max_secs)
+
+    async def _sleep(self, secs: float) -> None:
+        try:
+            async with asyncio.timeout(secs):
+                await self._wake.wait()
+        except TimeoutError:
+            pass
+
+
+def _unknown_kinds(plan: _Plan, kinds: frozenset[str]) -> list[str]:
+    return [spec.kind for _, spec in plan.specs if spec.kind not in kinds]

@@ -1,0 +1,95 @@
+-- The transactional outbox: emit in the caller's transaction, relay in batches.
+
+-- name: outbox_insert
+-- Selecting from aa_tenant turns an unknown tenant into "no row" instead of a foreign-key
+-- error that would abort the caller's transaction.
+INSERT INTO mdm.aa_outbox_event
+    (tenant_id, aggregate_type, aggregate_id, event_type, payload, headers, created_by)
+SELECT t.id, :aggregate_type, :aggregate_id, :event_type, CAST(:payload AS jsonb),
+       CAST(:headers AS jsonb), :created_by
+FROM mdm.aa_tenant t
+WHERE t.id = :tenant_id
+RETURNING id;
+
+-- name: outbox_insert_notify
+-- outbox_insert plus the relay's wake-up, in the same round trip; once per transaction.
+WITH inserted AS (
+    INSERT INTO mdm.aa_outbox_event
+        (tenant_id, aggregate_type, aggregate_id, event_type, payload, headers, created_by)
+    SELECT t.id, :aggregate_type, :aggregate_id, :event_type, CAST(:payload AS jsonb),
+           CAST(:headers AS jsonb), :created_by
+    FROM mdm.aa_tenant t
+    WHERE t.id = :tenant_id
+    RETURNING id
+)
+SELECT id, pg_notify('postrelay_outbox', '') FROM inserted;
+
+-- name: outbox_claim_batch
+-- Unhandled events, oldest first. Claiming by "not handled yet" rather than by a position
+-- means an event whose transaction commits late is still relayed when it becomes visible;
+-- SKIP LOCKED lets several relays share the backlog without waiting on each other.
+SELECT id, tenant_id, aggregate_type, aggregate_id, event_type, payload, headers,
+       created_at, attempts
+FROM mdm.aa_outbox_event
+WHERE handled_at IS NULL AND dead_at IS NULL AND available_at <= now()
+ORDER BY created_at
+LIMIT :batch
+FOR UPDATE SKIP LOCKED;
+
+-- name: outbox_delivery_insert_many
+INSERT INTO mdm.aa_outbox_delivery (event_id, route, job_id)
+SELECT * FROM unnest(CAST(:event_ids AS uuid[]), CAST(:routes AS text[]),
+                     CAST(:job_ids AS uuid[]))
+ON CONFLICT (event_id, route) DO NOTHING;
+
+-- name: outbox_mark_handled_many
+UPDATE mdm.aa_outbox_event e
+SET handled_at = now(), jobs_created = h.jobs, last_error = NULL
+FROM unnest(CAST(:ids AS uuid[]), CAST(:jobs AS integer[])) AS h(id, jobs)
+WHERE e.id = h.id;
+
+-- name: outbox_mark_failed_many
+-- Routing raised: record the error, back off, and after :max_attempts park the event as
+-- dead (visible in `postrelay outbox status`) so it never blocks the events behind it.
+UPDATE mdm.aa_outbox_event e
+SET attempts = e.attempts + 1,
+    last_error = f.error,
+    available_at = now() + make_interval(secs => f.delay),
+    dead_at = CASE WHEN e.attempts + 1 >= :max_attempts THEN now() END
+FROM unnest(CAST(:ids AS uuid[]), CAST(:errors AS text[]), CAST(:delays AS float8[]))
+     AS f(id, error, delay)
+WHERE e.id = f.id
+RETURNING e.id, e.dead_at IS NOT NULL AS dead;
+
+-- name: outbox_next_due_in
+SELECT EXTRACT(EPOCH FROM min(available_at) - clock_timestamp())::float8
+FROM mdm.aa_outbox_event
+WHERE handled_at IS NULL AND dead_at IS NULL;
+
+-- name: outbox_status
+SELECT count(*) FILTER (WHERE handled_at IS NULL AND dead_at IS NULL) AS backlog,
+       EXTRACT(EPOCH FROM now() - min(created_at)
+               FILTER (WHERE handled_at IS NULL AND dead_at IS NULL))::float8 AS lag_secs,
+       count(*) FILTER (WHERE dead_at IS NOT NULL) AS dead,
+       count(*) FILTER (WHERE handled_at IS NOT NULL) AS handled,
+       count(*) FILTER (WHERE attempts > 0 AND handled_at IS NULL AND dead_at IS NULL)
+           AS retrying
+FROM mdm.aa_outbox_event
+WHERE CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid);
+
+-- name: outbox_dead_list
+SELECT id, tenant_id, event_type, aggregate_type, aggregate_id, attempts, last_error,
+       created_at, dead_at
+FROM mdm.aa_outbox_event
+WHERE dead_at IS NOT NULL
+  AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
+ORDER BY dead_at DESC
+LIMIT :limit;
+
+-- name: outbox_jobs_of_event
+-- Follow one event to every job it produced.
+SELECT d.route, d.job_id, j.job_kind::text AS kind, j.status::text AS status, j.attempts
+FROM mdm.aa_outbox_delivery d
+LEFT JOIN mdm.aa_job j ON j.id = d.job_id
+WHERE d.event_id = :event_id
+ORDER BY d.route;

@@ -196,3 +196,29 @@ async def test_concurrent_relays_and_writers_relay_each_committed_event_once(
             "SELECT (payload->>'n')::int FROM mdm.aa_job WHERE job_kind = 'reindex'"))]
     assert len(committed) == 8 * 9 * 50
     assert sorted(relayed) == sorted(committed)  # each committed event once, no rolled-back one
+
+
+def test_emit_many_inserts_ten_thousand_in_one_round_trip(engine, tenant, outbox_clean):
+    from postrelay.relay import EventSpec, emit_many
+
+    specs = [EventSpec("order.placed", {"n": n}, tenant, "order", n) for n in range(10_000)]
+    started = time.perf_counter()
+    with engine.begin() as conn:
+        ids = emit_many(conn, specs, created_by="bulk")
+    print(f"emit_many 10,000: {time.perf_counter() - started:.2f} s")
+    assert len(ids) == len(set(ids)) == 10_000
+    with engine.connect() as conn:
+        first = conn.execute(text("SELECT payload FROM mdm.aa_outbox_event WHERE id = :i"),
+                             {"i": ids[0]}).scalar_one()
+    assert first == {"n": 0}
+
+
+def test_emit_many_rejects_the_whole_batch(engine, tenant, outbox_clean):
+    from postrelay.relay import EventSpec, emit_many
+
+    specs = [EventSpec("order.placed", {}, tenant, "order", 1),
+             EventSpec("order.placed", [], tenant, "order", 2)]  # type: ignore[arg-type]
+    with engine.begin() as conn, pytest.raises(ValidationError) as info:
+        emit_many(conn, specs)
+    assert info.value.field == "events[1].payload"
+    assert scalar(engine, "SELECT count(*) FROM mdm.aa_outbox_event") == 0

@@ -21,6 +21,7 @@ from postrelay.core.settings import Settings
 from postrelay.queue.backoff import backoff_from
 from postrelay.queue.maintenance import (
     RETENTION_KIND,
+    Cleaner,
     CronScheduler,
     Maintenance,
     Rescuer,
@@ -29,6 +30,7 @@ from postrelay.queue.maintenance import (
 from postrelay.queue.registry import Registry, default_registry
 from postrelay.queue.worker import Worker, WorkerConfig
 from postrelay.relay import Relay, RelayConfig, RouteRegistry, default_routes
+from postrelay.relay.retention import OUTBOX_TARGET, delete_handled_batch
 
 
 def import_apps(modules: Iterable[str]) -> None:
@@ -75,7 +77,9 @@ def build_worker(
     # by the failing statement instead, which invalidates the whole pool for a reconnect.
     engine = db.async_engine(pool_pre_ping=False, pool_size=5, max_overflow=10)
     builtin = Registry()
-    builtin.register(RETENTION_KIND, cleanup_handler(engine, settings.job_retention_days))
+    outbox = Cleaner(delete_handled_batch, settings.outbox_retention_days)
+    builtin.register(RETENTION_KIND, cleanup_handler(
+        engine, settings.job_retention_days, {OUTBOX_TARGET: outbox}))
     handlers = builtin.merged(registry if registry is not None else default_registry)
     config = WorkerConfig(
         concurrency=concurrency,

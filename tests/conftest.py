@@ -74,7 +74,7 @@ def clean_db(engine: Engine) -> Iterator[None]:
     transaction cannot isolate these tests)."""
     with engine.begin() as conn:
         conn.execute(text(f"TRUNCATE {', '.join(TABLES_TO_CLEAN)} CASCADE"))
-        conn.execute(text("DELETE FROM mdm.aa_cron_entry WHERE name <> 'postrelay.retention'"))
+        conn.execute(text("DELETE FROM mdm.aa_cron_entry WHERE name NOT LIKE 'postrelay.%'"))
         conn.execute(text("UPDATE mdm.aa_cron_entry SET last_run = NULL, next_run = NULL"))
         conn.execute(text("DELETE FROM mdm.aa_tenant WHERE name <> 'system'"))
     yield

@@ -69,8 +69,16 @@ def upgrade() -> None:
         schema="mdm",
     )
     op.create_index("ix_outbox_delivery_job", "aa_outbox_delivery", ["job_id"], schema="mdm")
+    # Handled events are deleted after POSTRELAY_OUTBOX_RETENTION_DAYS by this entry's jobs.
+    op.execute(
+        "INSERT INTO mdm.aa_cron_entry (name, tenant_id, schedule, job_kind, payload, "
+        "max_attempts, created_by) VALUES ('postrelay.outbox-retention', "
+        "'00000000-0000-0000-0000-000000000000', '0 30 * * * *', 'cleanup_jobs', "
+        "'{\"target\": \"outbox\"}', 3, 'migration 0003')"
+    )
 
 
 def downgrade() -> None:
+    op.execute("DELETE FROM mdm.aa_cron_entry WHERE name = 'postrelay.outbox-retention'")
     op.drop_table("aa_outbox_delivery", schema="mdm")
     op.drop_table("aa_outbox_event", schema="mdm")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 
 import typer
 
@@ -51,3 +52,23 @@ def outbox_status(
                          [[e["id"], e["event_type"],
                            f"{e['aggregate_type']}/{e['aggregate_id']}", e["attempts"],
                            e["last_error"]] for e in status.dead_events]))
+
+
+@outbox_app.command("replay")
+def outbox_replay_command(
+    event_id: str | None = typer.Option(None, "--event", help="One event id."),
+    since: datetime | None = typer.Option(None, "--since", help="Created at or after (UTC)."),
+    until: datetime | None = typer.Option(None, "--until", help="Created before (UTC)."),
+    tenant: str | None = typer.Option(None, "--tenant", help="Only this tenant's events."),
+) -> None:
+    """Re-relay one event or a time range; jobs that exist are not created twice."""
+    from postrelay.relay.admin import outbox_replay
+
+    with transaction() as conn:
+        count = outbox_replay(conn, event_id=event_id, since=_utc(since), until=_utc(until),
+                              tenant_id=tenant)
+    typer.echo(f"replayed {count}")
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value

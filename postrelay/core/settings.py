@@ -43,12 +43,15 @@ class Settings(BaseSettings):
     # How often each worker's cron scheduler looks for due slots (schedules have seconds).
     cron_interval_secs: float = Field(default=1.0, gt=0)
 
+    outbox_retention_days: float = Field(default=7.0, gt=0)
     relay_batch_size: int = Field(default=500, ge=1, le=10_000)
     # Failed routing attempts before an outbox event is parked as dead.
     relay_max_attempts: int = Field(default=10, ge=1)
 
     # LISTEN/NOTIFY wake-ups; switch off behind a pooler in transaction mode.
     notify: bool = True
+    # Webhooks to loopback, private and link-local addresses are refused unless this is set.
+    webhook_allow_private: bool = False
 
     log_level: str = "INFO"
 

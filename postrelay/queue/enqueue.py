@@ -21,8 +21,8 @@ from typing import Any
 from uuid import UUID
 
 from postrelay.core.dbcall import AnyConnection, Steps, drive
-from postrelay.core.notify import NotifyOnce
 from postrelay.core.errors import ConfigError, ValidationError
+from postrelay.core.notify import NotifyOnce
 from postrelay.queue.queries import Q
 
 SMALLINT_MIN, SMALLINT_MAX = -32768, 32767

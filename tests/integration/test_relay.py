@@ -222,3 +222,45 @@ def test_emit_many_rejects_the_whole_batch(engine, tenant, outbox_clean):
         emit_many(conn, specs)
     assert info.value.field == "events[1].payload"
     assert scalar(engine, "SELECT count(*) FROM mdm.aa_outbox_event") == 0
+
+
+async def test_replay_creates_no_duplicate_and_retention_deletes_handled(
+    engine, async_engine, tenant, outbox_clean
+):
+    from datetime import timedelta
+
+    from postrelay.core.clock import utcnow
+    from postrelay.queue.maintenance import Cleaner, cleanup_handler
+    from postrelay.queue.model import Job
+    from postrelay.relay.admin import outbox_replay
+    from postrelay.relay.retention import delete_handled_batch
+
+    with engine.begin() as conn:
+        old = emit(conn, "order.placed", {}, tenant_id=tenant, aggregate_type="order",
+                   aggregate_id="1")
+        new = emit(conn, "order.placed", {}, tenant_id=tenant, aggregate_type="order",
+                   aggregate_id="2")
+        pending = emit(conn, "order.later", {}, tenant_id=tenant, aggregate_type="order",
+                       aggregate_id="3")
+    relay = Relay(async_engine, order_routes())
+    await relay.run_once()
+    jobs_before = scalar(engine, "SELECT count(*) FROM mdm.aa_job")
+    with engine.begin() as conn:
+        assert outbox_replay(conn, event_id=old) == 1
+    await relay.run_once()
+    assert scalar(engine, "SELECT count(*) FROM mdm.aa_job") == jobs_before
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE mdm.aa_outbox_event SET handled_at = now() - interval '8 days' "
+                          "WHERE id = :i"), {"i": old})
+        conn.execute(text("UPDATE mdm.aa_outbox_event SET handled_at = NULL, "
+                          "dead_at = now() - interval '30 days' WHERE id = :i"), {"i": pending})
+    handler = cleanup_handler(async_engine, 14, {"outbox": Cleaner(delete_handled_batch, 7)})
+    now = utcnow()
+    await handler(Job(old, tenant, "cleanup_jobs", {"target": "outbox"}, 100, 1, 3, now, now,
+                      now, None))
+    with engine.connect() as conn:
+        left = set(conn.execute(text("SELECT id FROM mdm.aa_outbox_event")).scalars())
+        links = conn.execute(text("SELECT count(*) FROM mdm.aa_outbox_delivery "
+                                  "WHERE event_id = :i"), {"i": old}).scalar_one()
+    assert left == {new, pending} and links == 0
+    assert scalar(engine, "SELECT count(*) FROM mdm.aa_job") == jobs_before  # jobs stay

@@ -1,13 +1,15 @@
-"""Retention: `done` jobs older than the window are hard-deleted by a `cleanup_jobs` job.
+"""Retention: `cleanup_jobs` jobs delete what has outlived its window, in bounded batches.
 
-The job comes from the built-in cron entry `postrelay.retention` (hourly, created by
-migration 0002). The handler deletes in bounded batches, each in its own short
-transaction, and never touches dlq, failed or pending rows.
+The jobs come from built-in cron entries (hourly): `postrelay.retention` deletes `done` jobs
+(never dlq, failed or pending ones); other layers add their own targets, such as the
+outbox's handled events, by registering a `Cleaner` under the name their cron entry's
+payload gives as `target`. The queue itself knows only its own target, "jobs".
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -16,33 +18,66 @@ from postrelay.core.clock import utcnow
 from postrelay.core.telemetry import event
 from postrelay.queue import queries
 from postrelay.queue.model import Job
+from postrelay.queue.outcome import PermanentError
 
 RETENTION_KIND = "cleanup_jobs"
 DELETE_BATCH = 1000
 MAX_BATCHES_PER_RUN = 1000  # a backlog larger than a million rows continues next hour
 
+# Deletes one bounded batch older than `before`; returns how many rows it deleted.
+DeleteBatch = Callable[[AsyncEngine, datetime, int], Awaitable[int]]
 
-async def delete_done_before(engine: AsyncEngine, before: datetime) -> int:
+
+@dataclass(frozen=True, slots=True)
+class Cleaner:
+    delete_batch: DeleteBatch
+    default_days: float
+
+
+async def _delete_done_batch(engine: AsyncEngine, before: datetime, batch: int) -> int:
+    async with engine.begin() as conn:
+        return await queries.job_delete_done_before(conn, before=before, batch=batch)
+
+
+async def delete_in_batches(engine: AsyncEngine, delete_batch: DeleteBatch,
+                            before: datetime) -> int:
+    """Delete batch after batch, each in its own short transaction, until one is short."""
     deleted = 0
     for _ in range(MAX_BATCHES_PER_RUN):
-        async with engine.begin() as conn:
-            n = await queries.job_delete_done_before(conn, before=before, batch=DELETE_BATCH)
+        n = await delete_batch(engine, before, DELETE_BATCH)
         deleted += n
         if n < DELETE_BATCH:
             break
     return deleted
 
 
+async def delete_done_before(engine: AsyncEngine, before: datetime) -> int:
+    return await delete_in_batches(engine, _delete_done_batch, before)
+
+
 def cleanup_handler(
-    engine: AsyncEngine, default_days: float
+    engine: AsyncEngine, default_days: float, extra: Mapping[str, Cleaner] | None = None
 ) -> Callable[[Job], Awaitable[None]]:
-    """The built-in handler for `cleanup_jobs`."""
+    """The built-in handler for `cleanup_jobs`. Payload: `target` (default "jobs") and
+    optionally `retention_days`; without it, the target's configured window applies."""
+    cleaners = {"jobs": Cleaner(_delete_done_batch, default_days), **(extra or {})}
 
     async def cleanup_jobs(job: Job) -> None:
-        # An empty payload (the built-in entry's) means the worker's configured window.
-        days = float(job.payload.get("retention_days", default_days))
+        target = str(job.payload.get("target", "jobs"))
+        cleaner = cleaners.get(target)
+        if cleaner is None:
+            raise PermanentError(f"unknown cleanup target {target!r}; known: {sorted(cleaners)}")
+        try:
+            days = float(job.payload.get("retention_days", cleaner.default_days))
+        except (TypeError, ValueError) as exc:
+            raise PermanentError(f"retention_days: {exc}") from None
         before = utcnow() - timedelta(days=days)
-        deleted = await delete_done_before(engine, before)
-        event("postrelay.retention.deleted", deleted=deleted, before=before.isoformat())
+        deleted = await delete_in_batches(engine, cleaner.delete_batch, before)
+        event("postrelay.retention.deleted", target=target, deleted=deleted,
+              before=before.isoformat())
 
     return cleanup_jobs
+
+
+__all__ = ["RETENTION_KIND", "Cleaner", "cleanup_handler",
+           "delete_done_before", "delete_in_batches"]

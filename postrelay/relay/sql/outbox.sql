@@ -114,3 +114,26 @@ WHERE NOT EXISTS (SELECT 1 FROM mdm.aa_tenant a WHERE a.id = t);
 
 -- name: outbox_notify
 SELECT pg_notify('postrelay_outbox', '');
+
+-- name: outbox_delete_handled_before
+-- Retention: one bounded batch of handled events (their delivery links go with them).
+-- Unhandled and dead events are never touched.
+WITH doomed AS (
+    SELECT id FROM mdm.aa_outbox_event
+    WHERE handled_at < CAST(:before AS timestamptz)
+    ORDER BY handled_at
+    LIMIT :batch
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM mdm.aa_outbox_event e USING doomed WHERE e.id = doomed.id;
+
+-- name: outbox_replay
+-- Hand events back to the relay. Their jobs' idempotency keys make the relay create no
+-- second copy of a job that still exists.
+UPDATE mdm.aa_outbox_event
+SET handled_at = NULL, dead_at = NULL, attempts = 0, available_at = now(), last_error = NULL
+WHERE (CAST(:event_id AS uuid) IS NULL OR id = CAST(:event_id AS uuid))
+  AND (CAST(:since AS timestamptz) IS NULL OR created_at >= CAST(:since AS timestamptz))
+  AND (CAST(:until AS timestamptz) IS NULL OR created_at < CAST(:until AS timestamptz))
+  AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
+RETURNING id;

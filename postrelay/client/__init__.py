@@ -1,0 +1,17 @@
+"""A Python client for postrelay's HTTP admin API, sync (`Client`) and async (`AsyncClient`).
+
+    from postrelay.client import Client
+
+    with Client("http://127.0.0.1:8000", key) as api:
+        job = api.enqueue_job("reindex", {"order": 42}, delay_secs=60, max_attempts=3)
+        print(api.get_job(job["id"])["status"])
+
+Methods return the answer's `data` (jobs and cron entries as dicts with the API's field
+names); an error answer raises `ApiError` with its `status`, `code` and `message`.
+"""
+
+from postrelay.client._async import AsyncClient
+from postrelay.client._calls import ApiError
+from postrelay.client._sync import Client
+
+__all__ = ["ApiError", "AsyncClient", "Client"]

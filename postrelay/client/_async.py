@@ -1,0 +1,88 @@
+"""The asynchronous client: the same methods as `Client`, awaited."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+from uuid import UUID
+
+import httpx
+
+from postrelay.client import _calls as c
+
+Job = dict[str, Any]
+CronEntry = dict[str, Any]
+
+
+class AsyncClient:
+    """`Client` for asyncio: `async with AsyncClient(url, key) as api: await api.get_job(id)`."""
+
+    def __init__(self, url: str, key: str, *, timeout: float = 30.0,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self._http = httpx.AsyncClient(base_url=url.rstrip("/"), headers=c.headers(key),
+                                       timeout=timeout, transport=transport)
+
+    async def _send(self, call: c.Call) -> Any:
+        response = await self._http.request(call.method, call.path,
+                                            params=call.params or None, json=call.json)
+        return c.result(call, response)
+
+    async def enqueue_job(self, kind: str, payload: Mapping[str, Any], *,
+                          delay_secs: float | None = None, max_attempts: int | None = None,
+                          priority: int | None = None, idempotency_key: str | None = None,
+                          tenant_id: UUID | str | None = None) -> Job:
+        """Enqueue a job; returns it. A used idempotency key returns the first job."""
+        return await self._send(c.enqueue_job(
+            kind, payload, delay_secs=delay_secs, max_attempts=max_attempts, priority=priority,
+            idempotency_key=idempotency_key, tenant_id=tenant_id))
+
+    async def get_job(self, job_id: UUID | str) -> Job:
+        """One job; ApiError 404 if missing (or another tenant's)."""
+        return await self._send(c.get_job(job_id))
+
+    async def list_jobs(self, status: str | None = None, limit: int = 50) -> list[Job]:
+        """Jobs, newest first; `limit` 1-500."""
+        return await self._send(c.list_jobs(status, limit))
+
+    async def list_dlq(self, limit: int = 50) -> list[Job]:
+        """Dead jobs, the most recently dead-lettered first."""
+        return await self._send(c.list_dlq(limit))
+
+    async def retry_job(self, job_id: UUID | str) -> Job:
+        """Give a dead job one more attempt (attempts kept); returns it."""
+        return await self._send(c.retry_job(job_id))
+
+    async def requeue_dlq(self, limit: int | None = None) -> int:
+        """Requeue dead jobs (at most 1000 per call); returns how many."""
+        return await self._send(c.requeue_dlq(limit))
+
+    async def discard_job(self, job_id: UUID | str) -> None:
+        """Delete one dead job."""
+        await self._send(c.discard_job(job_id))
+
+    async def create_cron_job(self, name: str, schedule: str, kind: str,
+                              payload: Mapping[str, Any] | None = None,
+                              tenant_id: UUID | str | None = None, *, priority: int | None = None,
+                              max_attempts: int | None = None) -> CronEntry:
+        """Create a cron entry; returns it (schedule as stored, 6 fields)."""
+        return await self._send(c.create_cron_job(
+            name, schedule, kind, payload, tenant_id, priority, max_attempts))
+
+    async def list_cron_jobs(self) -> list[CronEntry]:
+        """Every cron entry the key may see."""
+        return await self._send(c.list_cron_jobs())
+
+    async def delete_cron_job(self, name: str) -> None:
+        """Delete a cron entry by name; ApiError 404 if unknown."""
+        await self._send(c.delete_cron_job(name))
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()

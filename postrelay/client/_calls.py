@@ -1,0 +1,119 @@
+"""What each client method sends, and how an answer becomes a value or an ApiError.
+
+Shared by the sync and async clients, so the two can only differ in how they wait.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+from uuid import UUID
+
+import httpx
+
+from postrelay.core.errors import PostrelayError
+
+JOBS = "/v1/functions/jobs"
+CRON = "/v1/functions/cron"
+
+
+class ApiError(PostrelayError):
+    """The API answered with an error: `status` (HTTP), `code` and `message` as it sent them."""
+
+    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+        self.field = field
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    method: str
+    path: str
+    params: dict[str, Any] = field(default_factory=dict)
+    json: dict[str, Any] | None = None
+    pick: Callable[[Any], Any] = lambda data: data
+
+
+def _id(value: UUID | str) -> str:
+    return quote(str(value), safe="")
+
+
+def _body(**fields: Any) -> dict[str, Any]:
+    # Leave out what the caller did not give, so the server's defaults apply.
+    return {name: value for name, value in fields.items() if value is not None}
+
+
+def enqueue_job(kind: str, payload: Mapping[str, Any], *, delay_secs: float | None,
+                max_attempts: int | None, priority: int | None, idempotency_key: str | None,
+                tenant_id: UUID | str | None) -> Call:
+    return Call("POST", JOBS, json=_body(
+        kind=kind, payload=dict(payload), delaySecs=delay_secs, maxAttempts=max_attempts,
+        priority=priority, idempotencyKey=idempotency_key,
+        tenantId=str(tenant_id) if tenant_id is not None else None))
+
+
+def get_job(job_id: UUID | str) -> Call:
+    return Call("GET", f"{JOBS}/{_id(job_id)}")
+
+
+def list_jobs(status: str | None, limit: int) -> Call:
+    return Call("GET", JOBS, params=_body(status=status, limit=limit))
+
+
+def list_dlq(limit: int) -> Call:
+    return Call("GET", f"{JOBS}/dlq", params={"limit": limit})
+
+
+def retry_job(job_id: UUID | str) -> Call:
+    return Call("POST", f"{JOBS}/{_id(job_id)}/retry")
+
+
+def requeue_dlq(limit: int | None) -> Call:
+    return Call("POST", f"{JOBS}/dlq/requeue", params=_body(limit=limit),
+                pick=lambda data: int(data["requeued"]))
+
+
+def discard_job(job_id: UUID | str) -> Call:
+    return Call("DELETE", f"{JOBS}/{_id(job_id)}", pick=lambda data: None)
+
+
+def create_cron_job(name: str, schedule: str, kind: str, payload: Mapping[str, Any] | None,
+                    tenant_id: UUID | str | None, priority: int | None,
+                    max_attempts: int | None) -> Call:
+    return Call("POST", CRON, json=_body(
+        name=name, schedule=schedule, kind=kind, payload=dict(payload or {}),
+        tenantId=str(tenant_id) if tenant_id is not None else None, priority=priority,
+        maxAttempts=max_attempts))
+
+
+def list_cron_jobs() -> Call:
+    return Call("GET", CRON)
+
+
+def delete_cron_job(name: str) -> Call:
+    return Call("DELETE", f"{CRON}/{_id(name)}", pick=lambda data: None)
+
+
+def result(call: Call, response: httpx.Response) -> Any:
+    """The answer's `data`, shaped by `call.pick`; an error answer raises ApiError."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if response.is_success and isinstance(body, dict) and "data" in body:
+        return call.pick(body["data"])
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict):
+        raise ApiError(response.status_code, str(error.get("code", "error")),
+                       str(error.get("message", "")), error.get("field"))
+    # Not our envelope (a proxy's error page, say): keep what there is to read.
+    raise ApiError(response.status_code, "http_error", response.text[:500])
+
+
+def headers(key: str) -> dict[str, str]:
+    return {"apikey": key, "accept": "application/json"}

@@ -1,0 +1,189 @@
+"""Managing a tenant's webhook endpoints. Each function takes the caller's connection or
+session (sync or async SQLAlchemy; await the result with an async one) and never commits.
+
+    with engine.begin() as conn:
+        endpoint, secret = webhook_add(conn, tenant, "https://example.com/hooks",
+                                       event_types=["order.*"])
+    # give `secret` to the receiver now: it is not shown again
+
+Every change sends NOTIFY postrelay_webhooks at commit, so running relays see it at once.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlsplit
+from uuid import UUID
+
+from postrelay.core.dbcall import AnyConnection, Steps, drive
+from postrelay.core.errors import NotFoundError, ValidationError
+from postrelay.core.sqlfiles import load_queries
+from postrelay.relay.webhooks.signing import new_secret
+
+W = load_queries("postrelay.relay.webhooks", "sql/webhooks.sql")
+
+MAX_URL_LENGTH = 2048
+MAX_EVENT_TYPES = 100
+_EVENT_TYPE = re.compile(r"^\S{1,200}$")
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookEndpoint:
+    """An endpoint as operators see it; the secret is deliberately not part of it."""
+
+    id: UUID
+    tenant_id: UUID
+    url: str
+    event_types: list[str] | None
+    enabled: bool
+    disabled_reason: str | None
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Any) -> WebhookEndpoint:
+        m = row._mapping
+        return cls(m["id"], m["tenant_id"], m["url"], m["event_types"], m["enabled"],
+                   m["disabled_reason"], m["created_at"], m["updated_at"])
+
+
+def webhook_add(
+    conn: AnyConnection,
+    tenant_id: UUID | str,
+    url: str,
+    *,
+    event_types: Iterable[str] | None = None,
+) -> tuple[WebhookEndpoint, str] | Awaitable[tuple[WebhookEndpoint, str]]:
+    """Add an enabled endpoint; returns it with its new `whsec_…` secret (shown only now).
+
+    `event_types` are exact types or globs (`order.*`); None or empty means every type.
+    """
+    params = {"tenant_id": _uuid("tenant_id", tenant_id), "url": validate_url(url),
+              "event_types": _event_types(event_types), "secret": new_secret()}
+    return drive(conn, _add_steps(params))
+
+
+def _add_steps(params: dict[str, Any]) -> Steps[tuple[WebhookEndpoint, str]]:
+    rows = yield W["webhook_endpoint_insert"], params
+    if not rows:
+        raise ValidationError("tenant_id", f"no tenant with id {params['tenant_id']}")
+    return WebhookEndpoint.from_row(rows[0]), params["secret"]
+
+
+def webhook_list(
+    conn: AnyConnection, *, tenant_id: UUID | str | None = None
+) -> list[WebhookEndpoint] | Awaitable[list[WebhookEndpoint]]:
+    """Every endpoint (of one tenant, if given), oldest first."""
+    tenant = None if tenant_id is None else _uuid("tenant_id", tenant_id)
+    return drive(conn, _list_steps(tenant))
+
+
+def _list_steps(tenant: UUID | None) -> Steps[list[WebhookEndpoint]]:
+    rows = yield W["webhook_endpoint_list"], {"tenant_id": tenant}
+    return [WebhookEndpoint.from_row(r) for r in rows]
+
+
+def webhook_disable(
+    conn: AnyConnection, endpoint_id: UUID | str, *, reason: str = "disabled by an operator",
+    tenant_id: UUID | str | None = None,
+) -> WebhookEndpoint | Awaitable[WebhookEndpoint]:
+    """Stop delivering to the endpoint. Jobs already queued for it stop as `failed`."""
+    if not isinstance(reason, str) or not reason.strip():
+        raise ValidationError("reason", "must be a non-empty string")
+    return _set_enabled(conn, endpoint_id, False, reason.strip(), tenant_id)
+
+
+def webhook_enable(
+    conn: AnyConnection, endpoint_id: UUID | str, *, tenant_id: UUID | str | None = None
+) -> WebhookEndpoint | Awaitable[WebhookEndpoint]:
+    """Deliver to the endpoint again (events from now on; nothing missed is replayed)."""
+    return _set_enabled(conn, endpoint_id, True, None, tenant_id)
+
+
+def _set_enabled(
+    conn: AnyConnection, endpoint_id: UUID | str, enabled: bool, reason: str | None,
+    tenant_id: UUID | str | None,
+) -> WebhookEndpoint | Awaitable[WebhookEndpoint]:
+    params = {"id": _uuid("endpoint_id", endpoint_id), "enabled": enabled, "reason": reason,
+              "tenant_id": None if tenant_id is None else _uuid("tenant_id", tenant_id)}
+    return drive(conn, _set_enabled_steps(params))
+
+
+def _set_enabled_steps(params: dict[str, Any]) -> Steps[WebhookEndpoint]:
+    rows = yield W["webhook_endpoint_set_enabled"], params
+    if not rows:
+        raise NotFoundError(f"no webhook endpoint with id {params['id']}")
+    return WebhookEndpoint.from_row(rows[0])
+
+
+def webhook_remove(
+    conn: AnyConnection, endpoint_id: UUID | str, *, tenant_id: UUID | str | None = None
+) -> None | Awaitable[None]:
+    """Delete the endpoint and its delivery log. Jobs already queued for it stop as `failed`."""
+    params = {"id": _uuid("endpoint_id", endpoint_id),
+              "tenant_id": None if tenant_id is None else _uuid("tenant_id", tenant_id)}
+    return drive(conn, _remove_steps(params))
+
+
+def _remove_steps(params: dict[str, Any]) -> Steps[None]:
+    rows = yield W["webhook_endpoint_delete"], params
+    if not rows:
+        raise NotFoundError(f"no webhook endpoint with id {params['id']}")
+
+
+def validate_url(url: str) -> str:
+    """An absolute http(s) URL with a host, no credentials and no fragment."""
+    if not isinstance(url, str) or not url.strip():
+        raise ValidationError("url", "must be a non-empty http:// or https:// URL")
+    url = url.strip()
+    if len(url) > MAX_URL_LENGTH:
+        raise ValidationError("url", f"must be at most {MAX_URL_LENGTH} characters")
+    if any(ch.isspace() or ord(ch) < 32 for ch in url):
+        raise ValidationError("url", "must not contain whitespace or control characters")
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises ValueError for a port out of range
+    except ValueError as exc:
+        raise ValidationError("url", f"is not a valid URL: {exc}") from None
+    if parts.scheme not in ("http", "https"):
+        raise ValidationError("url", "the scheme must be http or https")
+    if not parts.hostname:
+        raise ValidationError("url", "must name a host")
+    if parts.username is not None or parts.password is not None:
+        # They would be shown by `webhooks list` and logged with every failure.
+        raise ValidationError("url", "must not contain credentials (user:password@)")
+    if parts.fragment:
+        raise ValidationError("url", "must not contain a #fragment")
+    if port == 0:
+        raise ValidationError("url", "port 0 is not a valid port")
+    return url
+
+
+def _event_types(event_types: Iterable[str] | None) -> list[str] | None:
+    if event_types is None:
+        return None
+    if isinstance(event_types, str):
+        raise ValidationError("event_types", "must be a list of event types, not one string")
+    types: Sequence[str] = list(dict.fromkeys(event_types))  # once each, in order
+    if len(types) > MAX_EVENT_TYPES:
+        raise ValidationError("event_types", f"at most {MAX_EVENT_TYPES} entries")
+    for t in types:
+        if not isinstance(t, str) or not _EVENT_TYPE.match(t):
+            raise ValidationError(
+                "event_types",
+                f"{t!r}: an event type or glob (`order.*`) of 1 to 200 characters, no spaces",
+            )
+    return list(types) or None
+
+
+def _uuid(field: str, value: UUID | str) -> UUID:
+    if isinstance(value, UUID):
+        return value
+    try:
+        return UUID(str(value))
+    except ValueError:
+        raise ValidationError(field, f"must be a UUID, got {value!r}") from None

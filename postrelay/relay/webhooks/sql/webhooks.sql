@@ -1,0 +1,97 @@
+-- Webhooks: endpoints (managed by operators) and the delivery log (written by the handler).
+-- Every statement that changes an endpoint also sends NOTIFY postrelay_webhooks, delivered
+-- at commit, so the relays' endpoint directories reload at once instead of within a second.
+
+-- name: webhook_endpoint_insert
+-- Selecting from aa_tenant turns an unknown tenant into "no row" instead of a foreign-key
+-- error that would abort the caller's transaction.
+WITH inserted AS (
+    INSERT INTO mdm.aa_webhook_endpoint (tenant_id, url, secret, event_types)
+    SELECT t.id, :url, :secret, CAST(:event_types AS text[])
+    FROM mdm.aa_tenant t
+    WHERE t.id = :tenant_id
+    RETURNING id, tenant_id, url, event_types, enabled, disabled_reason, created_at, updated_at
+)
+SELECT inserted.*, pg_notify('postrelay_webhooks', '') AS _notified FROM inserted;
+
+-- name: webhook_endpoint_list
+SELECT id, tenant_id, url, event_types, enabled, disabled_reason, created_at, updated_at
+FROM mdm.aa_webhook_endpoint
+WHERE CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid)
+ORDER BY tenant_id, created_at, id;
+
+-- name: webhook_endpoint_set_enabled
+WITH changed AS (
+    UPDATE mdm.aa_webhook_endpoint
+    SET enabled = :enabled,
+        disabled_reason = CASE WHEN :enabled THEN NULL ELSE :reason END,
+        updated_at = now()
+    WHERE id = :id
+      AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
+    RETURNING id, tenant_id, url, event_types, enabled, disabled_reason, created_at, updated_at
+)
+SELECT changed.*, pg_notify('postrelay_webhooks', '') AS _notified FROM changed;
+
+-- name: webhook_endpoint_delete
+WITH deleted AS (
+    DELETE FROM mdm.aa_webhook_endpoint
+    WHERE id = :id
+      AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
+    RETURNING id
+)
+SELECT deleted.id, pg_notify('postrelay_webhooks', '') AS _notified FROM deleted;
+
+-- name: webhook_endpoint_disable_gone
+-- The receiver answered 410 Gone. Guarded by `enabled` so that concurrent deliveries to the
+-- same endpoint disable it (and notify) once.
+WITH changed AS (
+    UPDATE mdm.aa_webhook_endpoint
+    SET enabled = false, disabled_reason = :reason, updated_at = now()
+    WHERE id = :id AND enabled
+    RETURNING id
+)
+SELECT changed.id, pg_notify('postrelay_webhooks', '') AS _notified FROM changed;
+
+-- name: webhook_endpoint_directory
+-- What the relay's endpoint directory caches: every enabled endpoint's filter.
+SELECT id, tenant_id, event_types
+FROM mdm.aa_webhook_endpoint
+WHERE enabled;
+
+-- name: webhook_delivery_load
+-- Everything one delivery needs, in one round trip. The outer join from a one-row VALUES
+-- keeps a row when the event (deleted by retention) or the endpoint (removed) is gone.
+SELECT e.id AS event_id, e.tenant_id AS event_tenant_id, e.event_type, e.payload,
+       e.created_at AS event_created_at,
+       w.id AS endpoint_id, w.tenant_id AS endpoint_tenant_id, w.url, w.secret, w.enabled,
+       EXISTS (SELECT 1 FROM mdm.aa_webhook_attempt a
+               WHERE a.event_id = CAST(:event_id AS uuid)
+                 AND a.endpoint_id = CAST(:endpoint_id AS uuid)
+                 AND a.status_code BETWEEN 200 AND 299) AS delivered
+FROM (VALUES (1)) AS one(x)
+LEFT JOIN mdm.aa_outbox_event e ON e.id = CAST(:event_id AS uuid)
+LEFT JOIN mdm.aa_webhook_endpoint w ON w.id = CAST(:endpoint_id AS uuid);
+
+-- name: webhook_attempt_insert
+INSERT INTO mdm.aa_webhook_attempt
+    (job_id, endpoint_id, event_id, attempt, status_code, duration_ms, response_body, error)
+SELECT :job_id, w.id, :event_id, :attempt, :status_code, :duration_ms, :response_body, :error
+FROM mdm.aa_webhook_endpoint w
+WHERE w.id = :endpoint_id;
+
+-- name: webhook_attempt_list
+SELECT a.id, a.job_id, a.endpoint_id, a.event_id, a.attempt, a.status_code, a.duration_ms,
+       a.response_body, a.error, a.created_at
+FROM mdm.aa_webhook_attempt a
+WHERE (CAST(:endpoint_id AS uuid) IS NULL OR a.endpoint_id = CAST(:endpoint_id AS uuid))
+  AND (CAST(:event_id AS uuid) IS NULL OR a.event_id = CAST(:event_id AS uuid))
+ORDER BY a.created_at DESC, a.id DESC
+LIMIT :limit;
+
+-- name: webhook_attempt_delete_before
+-- Retention of the delivery log, one bounded batch at a time.
+DELETE FROM mdm.aa_webhook_attempt
+WHERE id IN (SELECT id FROM mdm.aa_webhook_attempt
+             WHERE created_at < :before
+             ORDER BY id
+             LIMIT :batch);

@@ -33,6 +33,9 @@ def upgrade() -> None:
         sa.Column("headers", pg.JSONB, nullable=False, server_default=sa.text("'{}'::jsonb")),
         sa.Column("created_at", TZ, nullable=False, server_default=sa.text("now()")),
         sa.Column("created_by", sa.Text),
+        # Insertion order: events of one transaction share created_at, so order (per
+        # aggregate, and the relay's oldest-first) is taken from this.
+        sa.Column("seq", sa.BigInteger, sa.Identity(always=True), nullable=False),
         # Relay bookkeeping.
         sa.Column("handled_at", TZ),
         sa.Column("jobs_created", sa.Integer),
@@ -49,13 +52,13 @@ def upgrade() -> None:
     )
     # The relay's hot path: unhandled, live events, oldest first.
     op.create_index(
-        "ix_outbox_unhandled", "aa_outbox_event", ["created_at"], schema="mdm",
+        "ix_outbox_unhandled", "aa_outbox_event", ["seq"], schema="mdm",
         postgresql_where=sa.text("handled_at IS NULL AND dead_at IS NULL"),
     )
     op.create_index("ix_outbox_handled", "aa_outbox_event", ["handled_at"], schema="mdm",
                     postgresql_where=sa.text("handled_at IS NOT NULL"))
     op.create_index("ix_outbox_aggregate", "aa_outbox_event",
-                    ["tenant_id", "aggregate_type", "aggregate_id", "created_at"], schema="mdm")
+                    ["tenant_id", "aggregate_type", "aggregate_id", "seq"], schema="mdm")
     # Which job each (event, route) produced: follows an event to its jobs, and later to
     # their email-log rows and webhook attempts, with plain joins.
     op.create_table(
@@ -64,11 +67,15 @@ def upgrade() -> None:
                   sa.ForeignKey("mdm.aa_outbox_event.id", ondelete="CASCADE"), nullable=False),
         sa.Column("route", sa.Text, nullable=False),
         sa.Column("job_id", pg.UUID(as_uuid=True), nullable=False),
+        # Ordered jobs of one aggregate run one after another (see relay/ordering.py).
+        sa.Column("ordered", sa.Boolean, nullable=False, server_default=sa.text("false")),
         sa.Column("created_at", TZ, nullable=False, server_default=sa.text("now()")),
         sa.PrimaryKeyConstraint("event_id", "route", name="outbox_delivery_pk"),
         schema="mdm",
     )
     op.create_index("ix_outbox_delivery_job", "aa_outbox_delivery", ["job_id"], schema="mdm")
+    op.create_index("ix_outbox_delivery_ordered", "aa_outbox_delivery", ["event_id"],
+                    schema="mdm", postgresql_where=sa.text("ordered"))
     # Handled events are deleted after POSTRELAY_OUTBOX_RETENTION_DAYS by this entry's jobs.
     op.execute(
         "INSERT INTO mdm.aa_cron_entry (name, tenant_id, schedule, job_kind, payload, "

@@ -33,6 +33,7 @@ class Event:
     headers: dict[str, Any]
     created_at: datetime
     attempts: int  # failed routing attempts so far
+    seq: int  # insertion order; event order within an aggregate
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +44,8 @@ class JobRequest:
     delay: float | None = None
     max_attempts: int | None = None
     key: str | None = None  # tells apart several jobs one route makes for one event
+    # Run after the ordered jobs of this aggregate's earlier events have finished.
+    ordered: bool = False
 
 
 RouteResult = JobRequest | Iterable[JobRequest] | None

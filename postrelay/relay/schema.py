@@ -7,9 +7,12 @@ can also be streamed by CDC.
 """
 
 from sqlalchemy import (
+    BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     ForeignKey,
+    Identity,
     Index,
     Integer,
     PrimaryKeyConstraint,
@@ -35,6 +38,7 @@ outbox_event = Table(
     Column("headers", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("created_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
     Column("created_by", Text),
+    Column("seq", BigInteger, Identity(always=True), nullable=False),
     Column("handled_at", TIMESTAMPTZ),
     Column("jobs_created", Integer),
     Column("attempts", Integer, nullable=False, server_default=text("0")),
@@ -44,10 +48,10 @@ outbox_event = Table(
     CheckConstraint("jsonb_typeof(payload) = 'object'", name="outbox_payload_is_object_chk"),
     CheckConstraint("jsonb_typeof(headers) = 'object'", name="outbox_headers_is_object_chk"),
     CheckConstraint("event_type <> ''", name="outbox_event_type_not_empty_chk"),
-    Index("ix_outbox_unhandled", "created_at",
+    Index("ix_outbox_unhandled", "seq",
           postgresql_where=text("handled_at IS NULL AND dead_at IS NULL")),
     Index("ix_outbox_handled", "handled_at", postgresql_where=text("handled_at IS NOT NULL")),
-    Index("ix_outbox_aggregate", "tenant_id", "aggregate_type", "aggregate_id", "created_at"),
+    Index("ix_outbox_aggregate", "tenant_id", "aggregate_type", "aggregate_id", "seq"),
 )
 
 outbox_delivery = Table(
@@ -57,7 +61,9 @@ outbox_delivery = Table(
            ForeignKey("mdm.aa_outbox_event.id", ondelete="CASCADE"), nullable=False),
     Column("route", Text, nullable=False),
     Column("job_id", UUID(as_uuid=True), nullable=False),
+    Column("ordered", Boolean, nullable=False, server_default=text("false")),
     Column("created_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
     PrimaryKeyConstraint("event_id", "route", name="outbox_delivery_pk"),
     Index("ix_outbox_delivery_job", "job_id"),
+    Index("ix_outbox_delivery_ordered", "event_id", postgresql_where=text("ordered")),
 )

@@ -30,6 +30,7 @@ from postrelay.queue import (
     validate_spec,
 )
 from postrelay.relay.emit import Q
+from postrelay.relay.ordering import defer, hold_back
 from postrelay.relay.routing import Event, RouteRegistry
 
 OUTBOX_CHANNEL = "postrelay_outbox"
@@ -50,12 +51,17 @@ class BatchResult:
     jobs: int
     failed: int
     dead: int
+    deferred: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class _Plan:
     event: Event
-    specs: list[tuple[str, JobSpec]]  # (delivery route name, job)
+    specs: list[tuple[str, JobSpec, bool]]  # (delivery route name, job, ordered)
+
+    @property
+    def ordered(self) -> bool:
+        return any(ordered for _, _, ordered in self.specs)
 
 
 class Relay:
@@ -93,9 +99,11 @@ class Relay:
                 # First batch, or a kind added by a migration since: look again once.
                 self._kinds = frozenset(await job_kinds(conn))
                 plans = self._drop_unknown_kinds(plans, failures)
+            plans, waiting = await hold_back(conn, plans)
+            await defer(conn, waiting)
             jobs = await self._insert_jobs(conn, plans)
             dead = await self._record_failures(conn, events, failures)
-        result = BatchResult(len(plans), jobs, len(failures), dead)
+        result = BatchResult(len(plans), jobs, len(failures), dead, len(waiting))
         log_event("postrelay.relay.batch", logging.DEBUG, handled=result.handled,
                   jobs=result.jobs, failed=result.failed)
         return result
@@ -110,7 +118,7 @@ class Relay:
                 failures[event.id] = f"{type(exc).__name__}: {exc}"[:4096]
         return plans, failures
 
-    def _specs_for(self, event: Event) -> list[tuple[str, JobSpec]]:
+    def _specs_for(self, event: Event) -> list[tuple[str, JobSpec, bool]]:
         specs = []
         for route in self.routes.matching(event.event_type):
             for request in route.requests(event):
@@ -120,7 +128,7 @@ class Relay:
                                max_attempts=request.max_attempts,
                                idempotency_key=f"outbox:{event.id}:{name}")
                 validate_spec(spec)
-                specs.append((name, spec))
+                specs.append((name, spec, request.ordered))
         return specs
 
     def _drop_unknown_kinds(self, plans: list[_Plan], failures: dict[Any, str]) -> list[_Plan]:
@@ -134,20 +142,22 @@ class Relay:
         return kept
 
     async def _insert_jobs(self, conn: AsyncConnection, plans: list[_Plan]) -> int:
-        pairs = [(plan.event.id, name, spec) for plan in plans for name, spec in plan.specs]
-        job_ids = await enqueue_many(conn, [spec for _, _, spec in pairs],
-                                     created_by="postrelay.relay") if pairs else []
-        if pairs:
+        rows = [(plan.event.id, name, spec, ordered)
+                for plan in plans for name, spec, ordered in plan.specs]
+        job_ids = await enqueue_many(conn, [spec for _, _, spec, _ in rows],
+                                     created_by="postrelay.relay") if rows else []
+        if rows:
             await conn.execute(Q["outbox_delivery_insert_many"], {
-                "event_ids": [e for e, _, _ in pairs],
-                "routes": [n for _, n, _ in pairs],
+                "event_ids": [e for e, _, _, _ in rows],
+                "routes": [n for _, n, _, _ in rows],
                 "job_ids": job_ids,
+                "ordered": [o for _, _, _, o in rows],
             })
         if plans:
             await conn.execute(Q["outbox_mark_handled_many"], {
                 "ids": [p.event.id for p in plans], "jobs": [len(p.specs) for p in plans],
             })
-        return len(pairs)
+        return len(rows)
 
     async def _record_failures(
         self, conn: AsyncConnection, events: list[Event], failures: dict[Any, str]
@@ -189,9 +199,11 @@ class Relay:
                 await self._sleep(idle)
                 idle = min(idle * 2, self.config.poll_max_secs)
                 continue
-            if result.handled + result.failed >= self.config.batch_size:
+            if result.handled + result.failed + result.deferred >= self.config.batch_size:
                 idle = self.config.poll_min_secs
                 continue  # a full batch: there is probably more
+            if result.deferred:
+                idle = self.config.poll_min_secs  # ordered events wait on their aggregate
             await self._sleep(idle)
             idle = min(idle * 2, self.config.poll_max_secs)
 
@@ -204,4 +216,4 @@ class Relay:
 
 
 def _unknown_kinds(plan: _Plan, kinds: frozenset[str]) -> list[str]:
-    return [spec.kind for _, spec in plan.specs if spec.kind not in kinds]
+    return [spec.kind for _, spec, _ in plan.specs if spec.kind not in kinds]

@@ -264,3 +264,57 @@ async def test_replay_creates_no_duplicate_and_retention_deletes_handled(
                                   "WHERE event_id = :i"), {"i": old}).scalar_one()
     assert left == {new, pending} and links == 0
     assert scalar(engine, "SELECT count(*) FROM mdm.aa_job") == jobs_before  # jobs stay
+
+
+async def test_ordered_jobs_of_an_aggregate_run_in_event_order(engine, async_engine, libpq,
+                                                               tenant, outbox_clean):
+    from postrelay.queue import Registry
+    from postrelay.queue.model import Job
+    from postrelay.queue.worker import Worker, WorkerConfig
+
+    routes = RouteRegistry()
+    routes.add("account.*", lambda e: JobRequest("reindex", {"agg": e.aggregate_id,
+                                                             "seq": e.payload["seq"]},
+                                                 ordered=True), name="ledger")
+    registry = Registry()
+    log: list[tuple[str, str, int]] = []
+    running: set[str] = set()
+    overlap: list[str] = []
+
+    @registry.handler("reindex")
+    async def apply(job: Job) -> None:
+        agg = job.payload["agg"]
+        if agg in running:
+            overlap.append(agg)
+        running.add(agg)
+        log.append(("start", agg, job.payload["seq"]))
+        await asyncio.sleep(0.01)
+        log.append(("end", agg, job.payload["seq"]))
+        running.discard(agg)
+
+    with engine.begin() as conn:
+        for seq in range(8):
+            for agg in ("a", "b", "c"):
+                emit(conn, "account.changed", {"seq": seq}, tenant_id=tenant,
+                     aggregate_type="account", aggregate_id=agg)
+    relay = Relay(async_engine, routes, RelayConfig(poll_max_secs=0.05))
+    workers = [Worker(async_engine, WorkerConfig(concurrency=4, poll_interval_secs=0.05),
+                      registry=registry, listen_url=libpq) for _ in range(4)]
+    for w in workers:
+        await w.start()
+    await relay.start()
+    try:
+        deadline = time.monotonic() + 60
+        while sum(1 for e in log if e[0] == "end") < 24:
+            assert time.monotonic() < deadline, "ordered jobs did not finish"
+            await asyncio.sleep(0.05)
+    finally:
+        await relay.stop()
+        for w in workers:
+            await w.stop()
+    assert not overlap
+    for agg in ("a", "b", "c"):
+        assert [s for kind, a, s in log if a == agg and kind == "start"] == list(range(8))
+    # Different aggregates overlapped: some aggregate started while another was running.
+    starts = [a for kind, a, _ in log if kind == "start"]
+    assert len(set(starts[:3])) > 1

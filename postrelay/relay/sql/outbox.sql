@@ -29,18 +29,48 @@ SELECT id, pg_notify('postrelay_outbox', '') FROM inserted;
 -- means an event whose transaction commits late is still relayed when it becomes visible;
 -- SKIP LOCKED lets several relays share the backlog without waiting on each other.
 SELECT id, tenant_id, aggregate_type, aggregate_id, event_type, payload, headers,
-       created_at, attempts
+       created_at, attempts, seq
 FROM mdm.aa_outbox_event
 WHERE handled_at IS NULL AND dead_at IS NULL AND available_at <= now()
-ORDER BY created_at
+ORDER BY seq
 LIMIT :batch
 FOR UPDATE SKIP LOCKED;
 
 -- name: outbox_delivery_insert_many
-INSERT INTO mdm.aa_outbox_delivery (event_id, route, job_id)
+INSERT INTO mdm.aa_outbox_delivery (event_id, route, job_id, ordered)
 SELECT * FROM unnest(CAST(:event_ids AS uuid[]), CAST(:routes AS text[]),
-                     CAST(:job_ids AS uuid[]))
+                     CAST(:job_ids AS uuid[]), CAST(:ordered AS boolean[]))
 ON CONFLICT (event_id, route) DO NOTHING;
+
+-- name: outbox_blocked_aggregates
+-- Of the given events' aggregates, those that must wait: an ordered job of an earlier event
+-- is not finished yet, or an earlier live event of the aggregate is still unrelayed (it
+-- goes first). Finished means done, failed or dlq: a dead job does not stall its aggregate.
+SELECT DISTINCT b.tenant_id, b.aggregate_type, b.aggregate_id
+FROM unnest(CAST(:event_ids AS uuid[]), CAST(:tenant_ids AS uuid[]),
+            CAST(:aggregate_types AS text[]), CAST(:aggregate_ids AS text[]),
+            CAST(:seqs AS bigint[]))
+     AS b(event_id, tenant_id, aggregate_type, aggregate_id, seq)
+WHERE EXISTS (
+        SELECT 1
+        FROM mdm.aa_outbox_event e
+        JOIN mdm.aa_outbox_delivery d ON d.event_id = e.id AND d.ordered
+        JOIN mdm.aa_job j ON j.id = d.job_id
+        WHERE e.tenant_id = b.tenant_id AND e.aggregate_type = b.aggregate_type
+          AND e.aggregate_id = b.aggregate_id AND e.seq < b.seq
+          AND j.status IN ('pending', 'running'))
+   OR EXISTS (
+        SELECT 1 FROM mdm.aa_outbox_event e
+        WHERE e.tenant_id = b.tenant_id AND e.aggregate_type = b.aggregate_type
+          AND e.aggregate_id = b.aggregate_id AND e.seq < b.seq
+          AND e.handled_at IS NULL AND e.dead_at IS NULL
+          AND e.id <> ALL(CAST(:event_ids AS uuid[])));
+
+-- name: outbox_defer_many
+-- Ordered events whose aggregate is busy wait a little; no attempt is counted.
+UPDATE mdm.aa_outbox_event
+SET available_at = now() + make_interval(secs => :delay)
+WHERE id = ANY(CAST(:ids AS uuid[]));
 
 -- name: outbox_mark_handled_many
 UPDATE mdm.aa_outbox_event e

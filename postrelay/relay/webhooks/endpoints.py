@@ -187,3 +187,35 @@ def _uuid(field: str, value: UUID | str) -> UUID:
         return UUID(str(value))
     except ValueError:
         raise ValidationError(field, f"must be a UUID, got {value!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookAttempt:
+    id: int
+    job_id: UUID | None
+    endpoint_id: UUID
+    event_id: UUID
+    attempt: int
+    status_code: int | None
+    duration_ms: int
+    response_body: str | None
+    error: str | None
+    created_at: datetime
+
+
+def webhook_attempts(
+    conn: AnyConnection, *, endpoint_id: UUID | str | None = None,
+    event_id: UUID | str | None = None, limit: int = 50,
+) -> list[WebhookAttempt] | Awaitable[list[WebhookAttempt]]:
+    """The delivery log, newest first, of one endpoint and/or one event."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 500:
+        raise ValidationError("limit", "must be an integer from 1 to 500")
+    params = {"endpoint_id": None if endpoint_id is None else _uuid("endpoint_id", endpoint_id),
+              "event_id": None if event_id is None else _uuid("event_id", event_id),
+              "limit": limit}
+    return drive(conn, _attempts_steps(params))
+
+
+def _attempts_steps(params: dict[str, Any]) -> Steps[list[WebhookAttempt]]:
+    rows = yield W["webhook_attempt_list"], params
+    return [WebhookAttempt(*r) for r in rows]

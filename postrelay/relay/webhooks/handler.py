@@ -1,0 +1,251 @@
+"""The `outbox_dispatch` handler: deliver one event to one endpoint, Standard Webhooks style.
+
+    registry = webhook_registry(engine, allow_private=settings.webhook_allow_private)
+    worker = Worker(engine, config, registry=builtin.merged(registry), ...)
+
+One attempt: read the event and the endpoint (a removed or disabled endpoint stops the job
+unsent), check the target address, POST the event's JSON with `webhook-id` (the same on
+every retry, so receivers can deduplicate), a fresh `webhook-timestamp` and a
+`webhook-signature` over exactly the bytes sent, record the attempt in aa_webhook_attempt,
+and turn the answer into the job's outcome (see `responses`). Redirects are not followed.
+
+Delivery is at least once: a crash after the POST and before the job is marked done sends
+again (with the same webhook-id). A job re-run after an attempt was recorded as 2xx does
+not send again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+import httpx
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from postrelay.core.errors import PostrelayError
+from postrelay.core.telemetry import event as log_event
+from postrelay.queue import Job, PermanentError, Registry, RetryAfter, StopJob
+from postrelay.relay.webhooks import signing
+from postrelay.relay.webhooks.endpoints import W
+from postrelay.relay.webhooks.netguard import AddressRefused, Target, resolve
+from postrelay.relay.webhooks.responses import RETRY_AFTER_CAP_SECS, verdict
+from postrelay.relay.webhooks.route import CHANNEL, DISPATCH_KIND
+
+DEFAULT_TIMEOUT_SECS = 10.0
+BODY_LIMIT = 2048  # bytes of the response body kept in aa_webhook_attempt
+ERROR_LIMIT = 2048
+USER_AGENT = "postrelay-webhooks/1"
+
+
+class WebhookDeliveryError(PostrelayError):
+    """A failed attempt that may succeed later (5xx, network error, timeout): retried."""
+
+
+def webhook_registry(
+    engine: AsyncEngine,
+    *,
+    allow_private: bool = False,
+    timeout_secs: float = DEFAULT_TIMEOUT_SECS,
+    clock: Callable[[], float] = time.time,
+    retry_after_cap_secs: float = RETRY_AFTER_CAP_SECS,
+) -> Registry:
+    """A Registry with the `outbox_dispatch` handler, to merge into the worker's."""
+    registry = Registry()
+    fn = webhook_handler(engine, allow_private=allow_private, timeout_secs=timeout_secs,
+                         clock=clock, retry_after_cap_secs=retry_after_cap_secs)
+    # The request has its own deadline; the rest is two short database round trips.
+    registry.register(DISPATCH_KIND, fn, timeout=timeout_secs + 30.0)
+    return registry
+
+
+def webhook_handler(
+    engine: AsyncEngine,
+    *,
+    allow_private: bool = False,
+    timeout_secs: float = DEFAULT_TIMEOUT_SECS,
+    clock: Callable[[], float] = time.time,
+    retry_after_cap_secs: float = RETRY_AFTER_CAP_SECS,
+) -> Callable[[Job], Any]:
+    """The handler coroutine. `allow_private` comes from POSTRELAY_WEBHOOK_ALLOW_PRIVATE;
+    `clock` gives the unix time for webhook-timestamp (tests pass their own)."""
+    if timeout_secs <= 0:
+        raise ValueError("timeout_secs must be positive")
+
+    async def outbox_dispatch(job: Job) -> None:
+        event_id, endpoint_id = _parse_payload(job.payload)
+        async with engine.connect() as conn:
+            row = (await conn.execute(W["webhook_delivery_load"], {
+                "event_id": event_id, "endpoint_id": endpoint_id})).mappings().one()
+        _check_deliverable(job, row, event_id, endpoint_id)
+        if row["delivered"]:  # a re-run after a recorded success (e.g. a rescued job)
+            log_event("postrelay.webhook.already_delivered", job_id=str(job.id),
+                      event_id=str(event_id), endpoint_id=str(endpoint_id))
+            return
+        body = message_body(row["event_type"], row["payload"], row["event_created_at"])
+        msg_id = f"msg_{event_id}"
+        attempt = _Attempt(engine, job, event_id, endpoint_id)
+        try:
+            status, headers, text = await _post(row["url"], row["secret"], msg_id, body,
+                                                int(clock()), allow_private, timeout_secs)
+        except AddressRefused as exc:
+            await attempt.record(error=str(exc))
+            raise
+        except (httpx.HTTPError, OSError, TimeoutError) as exc:
+            error = _describe(exc, timeout_secs)
+            await attempt.record(error=error)
+            raise WebhookDeliveryError(f"POST {row['url']}: {error}") from exc
+        now = datetime.fromtimestamp(clock(), UTC)
+        answer = verdict(status, headers.get("retry-after"), now,
+                         cap_secs=retry_after_cap_secs)
+        excerpt = f"HTTP {status} from {row['url']}: {text[:200]!r}"
+        if answer.action == "gone":
+            reason = f"410 Gone at {now.isoformat(timespec='seconds')}"
+            await attempt.record(status=status, body=text, disable_reason=reason)
+            log_event("postrelay.webhook.endpoint_disabled", logging.WARNING,
+                      endpoint_id=str(endpoint_id), reason=reason)
+            # Not `done` (nothing was delivered) and not the DLQ (a replay would go to an
+            # endpoint that is gone): stopped as `failed`, visible with its reason.
+            raise StopJob(f"{excerpt}; endpoint {endpoint_id} disabled")
+        await attempt.record(status=status, body=text)
+        if answer.action == "delivered":
+            return
+        if answer.action == "permanent":
+            raise PermanentError(excerpt)
+        if answer.delay_secs is not None:
+            raise RetryAfter(answer.delay_secs, f"{excerpt}; Retry-After {answer.delay_secs:g} s")
+        raise WebhookDeliveryError(excerpt)
+
+    return outbox_dispatch
+
+
+def message_body(event_type: str, payload: Mapping[str, Any], created_at: datetime) -> bytes:
+    """The JSON sent: Standard Webhooks' recommended envelope. Deterministic for one event,
+    so every retry sends the same bytes."""
+    envelope = {
+        "type": event_type,
+        "timestamp": created_at.astimezone(UTC).isoformat().replace("+00:00", "Z"),
+        "data": payload,
+    }
+    return json.dumps(envelope, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+async def _post(
+    url: str, secret: str, msg_id: str, body: bytes, timestamp: int, allow_private: bool,
+    timeout_secs: float,
+) -> tuple[int, httpx.Headers, str]:
+    """POST once; returns status, headers and the first BODY_LIMIT bytes of the body.
+
+    One deadline covers resolving, connecting and receiving the headers; the body is read
+    within what is left of it, and a body cut short still leaves the status.
+    """
+    original = httpx.URL(url)
+    port = original.port or (443 if original.scheme == "https" else 80)
+    deadline = asyncio.get_running_loop().time() + timeout_secs
+    async with httpx.AsyncClient(timeout=timeout_secs, follow_redirects=False,
+                                 trust_env=False) as client:
+        async with asyncio.timeout_at(deadline):
+            target = await resolve(original.host, port, allow_private=allow_private)
+            headers = {**signing.headers(secret, msg_id, timestamp, body),
+                       "host": original.netloc.decode("ascii"), "user-agent": USER_AGENT}
+            response = await _send_to_first_reachable(client, original, target, headers, body)
+        try:
+            received = bytearray()
+            async with asyncio.timeout_at(deadline):
+                async for chunk in response.aiter_bytes():
+                    received += chunk
+                    if len(received) >= BODY_LIMIT:
+                        break
+        except (httpx.HTTPError, TimeoutError):
+            pass  # the status is what matters; keep what arrived
+        finally:
+            await response.aclose()
+    return response.status_code, response.headers, _text(bytes(received[:BODY_LIMIT]))
+
+
+async def _send_to_first_reachable(
+    client: httpx.AsyncClient, url: httpx.URL, target: Target, headers: dict[str, str],
+    body: bytes,
+) -> httpx.Response:
+    """Send to the checked addresses in order until one accepts the connection (a name
+    such as `localhost` may resolve to ::1 first while the server listens on 127.0.0.1).
+    The URL's host name stays in the Host header and in TLS (SNI, certificate check)."""
+    extensions = {"sni_hostname": url.host} if url.scheme == "https" else {}
+    failure: httpx.ConnectError | None = None
+    for address in target.addresses:
+        request = client.build_request("POST", url.copy_with(host=str(address)),
+                                       content=body, headers=headers, extensions=extensions)
+        try:
+            return await client.send(request, stream=True)
+        except httpx.ConnectError as exc:  # nothing was sent: the next address is safe
+            failure = exc
+    assert failure is not None  # resolve() never returns an empty target
+    raise failure
+
+
+class _Attempt:
+    """Writes the attempt's aa_webhook_attempt row, timing from its creation."""
+
+    def __init__(self, engine: AsyncEngine, job: Job, event_id: UUID, endpoint_id: UUID) -> None:
+        self.engine = engine
+        self.job = job
+        self.event_id = event_id
+        self.endpoint_id = endpoint_id
+        self.started = time.perf_counter()
+
+    async def record(self, *, status: int | None = None, body: str | None = None,
+                     error: str | None = None, disable_reason: str | None = None) -> None:
+        duration_ms = round((time.perf_counter() - self.started) * 1000)
+        async with self.engine.begin() as conn:
+            await conn.execute(W["webhook_attempt_insert"], {
+                "job_id": self.job.id, "endpoint_id": self.endpoint_id,
+                "event_id": self.event_id, "attempt": self.job.attempts, "status_code": status,
+                "duration_ms": duration_ms, "response_body": body,
+                "error": None if error is None else _text(error.encode()[:ERROR_LIMIT]),
+            })
+            if disable_reason is not None:
+                await conn.execute(W["webhook_endpoint_disable_gone"],
+                                   {"id": self.endpoint_id, "reason": disable_reason})
+        delivered = status is not None and 200 <= status <= 299
+        log_event("postrelay.webhook.attempt", logging.DEBUG if delivered else logging.INFO,
+                  job_id=str(self.job.id), event_id=str(self.event_id),
+                  endpoint_id=str(self.endpoint_id), attempt=self.job.attempts, status=status,
+                  duration_ms=duration_ms, error=error)
+
+
+def _parse_payload(payload: Mapping[str, Any]) -> tuple[UUID, UUID]:
+    if payload.get("channel", CHANNEL) != CHANNEL:
+        raise PermanentError(f"outbox_dispatch channel {payload.get('channel')!r} is not "
+                             f"{CHANNEL!r}; no handler for it in this worker")
+    try:
+        return UUID(str(payload["event_id"])), UUID(str(payload["endpoint_id"]))
+    except (KeyError, ValueError) as exc:
+        raise PermanentError(f"payload needs event_id and endpoint_id UUIDs: {exc!r}") from None
+
+
+def _check_deliverable(job: Job, row: Mapping[str, Any], event_id: UUID,
+                       endpoint_id: UUID) -> None:
+    if row["endpoint_id"] is None:
+        raise StopJob(f"webhook endpoint {endpoint_id} was removed; not sent")
+    if not row["enabled"]:
+        raise StopJob(f"webhook endpoint {endpoint_id} is disabled; not sent")
+    if row["event_id"] is None:
+        raise PermanentError(f"outbox event {event_id} no longer exists (retention?)")
+    if not row["event_tenant_id"] == row["endpoint_tenant_id"] == job.tenant_id:
+        raise PermanentError("the event, the endpoint and the job belong to different tenants")
+
+
+def _describe(exc: BaseException, timeout_secs: float) -> str:
+    if isinstance(exc, TimeoutError | httpx.TimeoutException):
+        return f"timed out after {timeout_secs:g} s"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _text(data: bytes) -> str:
+    # A body cut at BODY_LIMIT may end inside a character; PostgreSQL text cannot hold NUL.
+    return data.decode("utf-8", errors="ignore").replace("\x00", "")

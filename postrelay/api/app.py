@@ -24,20 +24,30 @@ Send the service-role key (or a tenant key) as the `apikey` header or as
 `{"data": null, "error": {"code": ..., "message": ...}}`."""
 
 
-def create_app(settings: Settings, db: Database) -> FastAPI:
-    """Build the API on `db`. Raises ConfigError when no service-role key is configured:
-    the API refuses to run open."""
+def service_role_key(settings: Settings) -> bytes:
+    """The configured service-role key; ConfigError when there is none (or it is blank)."""
     key = settings.service_role_key.get_secret_value() if settings.service_role_key else ""
     if not key.strip():
         raise ConfigError("POSTRELAY_SERVICE_ROLE_KEY is not set: the HTTP API refuses to "
                           "start without a service-role key")
+    return key.encode("utf-8")
+
+
+def create_app(settings: Settings, db: Database) -> FastAPI:
+    """Build the API on `db`. Raises ConfigError when no service-role key is configured:
+    the API refuses to run open.
+
+        app = create_app(load_settings(), open_database(settings))
+        uvicorn.run(app, port=8000)
+    """
+    key = service_role_key(settings)
     app = FastAPI(title="postrelay", version=postrelay.__version__, description=DESCRIPTION)
     # Sync endpoints run in the threadpool; a short connect timeout keeps /readyz honest
     # when the database is unreachable.
     engine = db.sync_engine(connect_args={"connect_timeout": 5})
     app.state.settings = settings
     app.state.engine = engine
-    app.state.service_role_key = key.encode("utf-8")
+    app.state.service_role_key = key
     app.state.head_revision = head_revision()
     app.state.metrics_registry = metrics_registry(engine)
     install_error_handlers(app)

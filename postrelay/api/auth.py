@@ -50,10 +50,9 @@ def principal(
     bearer: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)] = None,
 ) -> Principal:
     """The FastAPI dependency every protected endpoint uses; 401 for no or a wrong key."""
-    key = apikey or (bearer.credentials if bearer is not None else None)
-    if not key:
-        raise _unauthorized("no API key: send it as the `apikey` header or "
-                            "`Authorization: Bearer <key>`")
+    # `bearer` is declared for the OpenAPI document; the raw header is read below so that a
+    # malformed Authorization header is refused rather than silently ignored.
+    key = _presented_key(apikey, request.headers.get("authorization"))
     service_key: bytes = request.app.state.service_role_key
     if hmac.compare_digest(key.encode("utf-8"), service_key):
         return Principal(SERVICE_ROLE_ACTOR, None)
@@ -63,6 +62,25 @@ def principal(
         raise _unauthorized("invalid API key")
     name, tenant_id = found
     return Principal(f"api:key:{name}", tenant_id)
+
+
+def _presented_key(apikey: str | None, authorization: str | None) -> str:
+    """The one key the request carries. Clients such as the seed's send the same key in
+    both headers; two different keys are refused, never resolved by picking one."""
+    keys = set()
+    if apikey:
+        keys.add(apikey)
+    if authorization is not None:
+        scheme, _, credentials = authorization.strip().partition(" ")
+        if scheme.lower() != "bearer" or not credentials.strip():
+            raise _unauthorized("the Authorization header must be `Bearer <key>`")
+        keys.add(credentials.strip())
+    if not keys:
+        raise _unauthorized("no API key: send it as the `apikey` header or "
+                            "`Authorization: Bearer <key>`")
+    if len(keys) > 1:
+        raise _unauthorized("the apikey and Authorization headers carry different keys")
+    return keys.pop()
 
 
 def service_role(caller: Annotated[Principal, Depends(principal)]) -> Principal:

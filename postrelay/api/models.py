@@ -40,8 +40,10 @@ def _no_nul(value: Any) -> Any:
 
 Text = Annotated[str, Field(min_length=1, max_length=1000), AfterValidator(_no_nul)]
 Payload = Annotated[dict[str, Any], AfterValidator(_no_nul)]
-Priority = Annotated[int, Field(ge=SMALLINT_MIN, le=SMALLINT_MAX)]
-MaxAttempts = Annotated[int, Field(ge=1, le=INT_MAX)]
+# strict: JSON `true` is not the number 1, nor "5" the number 5.
+Priority = Annotated[int, Field(strict=True, ge=SMALLINT_MIN, le=SMALLINT_MAX)]
+MaxAttempts = Annotated[int, Field(strict=True, ge=1, le=INT_MAX)]
+DelaySecs = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0, le=MAX_DELAY_SECS)]
 
 
 class Envelope(BaseModel, Generic[T]):
@@ -72,7 +74,8 @@ class _Body(BaseModel):
 class EnqueueBody(_Body):
     kind: Text = Field(description="A job kind known to the database (mdm.job_kind).")
     payload: Payload = Field(default_factory=dict, description="A JSON object.")
-    delay_secs: float | None = Field(default=None, alias="delaySecs", ge=0, le=MAX_DELAY_SECS)
+    delay_secs: DelaySecs | None = Field(default=None, alias="delaySecs",
+                                         description="Seconds before the first attempt.")
     max_attempts: MaxAttempts | None = Field(
         default=None, alias="maxAttempts",
         description="Default: the service setting POSTRELAY_JOB_MAX_RETRIES.")

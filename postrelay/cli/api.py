@@ -22,20 +22,17 @@ def api_command(
     """Serve the HTTP admin API (needs POSTRELAY_SERVICE_ROLE_KEY)."""
     import uvicorn  # imported late: only this command needs it
 
-    from postrelay.api import create_app
+    from postrelay.api.app import create_app, service_role_key
 
     settings = settings_or_exit()
-    if settings.service_role_key is None or not settings.service_role_key.get_secret_value().strip():
+    try:
         # Checked before touching the database: refusing to start must be quick and clear.
-        typer.echo("error: POSTRELAY_SERVICE_ROLE_KEY is not set; the HTTP API refuses to "
-                   "start without a service-role key", err=True)
-        raise typer.Exit(2)
+        service_role_key(settings)
+    except ConfigError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     with database(settings) as db:
-        try:
-            api = create_app(settings, db)
-        except ConfigError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2) from None
+        api = create_app(settings, db)
         uvicorn.run(api, host=host, port=port, log_level=settings.log_level.lower(),
                     proxy_headers=False)
 

@@ -3,7 +3,7 @@ retry with backoff, dead-letter, rescue stale claims, clean up. Knows nothing of
 outbox events."""
 
 from postrelay.queue.backoff import Backoff, ExponentialBackoff, FixedBackoff
-from postrelay.queue.enqueue import JobSpec, enqueue, enqueue_many, job_kinds, validate_spec
+from postrelay.queue.enqueue import JobSpec, enqueue, enqueue_many, job_kinds
 from postrelay.queue.model import Job
 from postrelay.queue.outcome import PermanentError, RetryAfter, StopJob
 from postrelay.queue.registry import Registry, handler
@@ -24,5 +24,4 @@ __all__ = [
     "ensure_tenant",
     "handler",
     "job_kinds",
-    "validate_spec",
 ]

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from postrelay.core.errors import ValidationError
 from postrelay.core.listener import Listener
 from postrelay.core.telemetry import event as log_event
 from postrelay.queue import (
@@ -27,7 +29,6 @@ from postrelay.queue import (
     JobSpec,
     enqueue_many,
     job_kinds,
-    validate_spec,
 )
 from postrelay.relay.emit import Q
 from postrelay.relay.ordering import defer, hold_back
@@ -101,7 +102,7 @@ class Relay:
                 plans = self._drop_unknown_kinds(plans, failures)
             plans, waiting = await hold_back(conn, plans)
             await defer(conn, waiting)
-            jobs = await self._insert_jobs(conn, plans)
+            plans, jobs = await self._insert_jobs(conn, plans, failures)
             dead = await self._record_failures(conn, events, failures)
         result = BatchResult(len(plans), jobs, len(failures), dead, len(waiting))
         log_event("postrelay.relay.batch", logging.DEBUG, handled=result.handled,
@@ -127,7 +128,6 @@ class Relay:
                                priority=request.priority, delay=request.delay,
                                max_attempts=request.max_attempts,
                                idempotency_key=f"outbox:{event.id}:{name}")
-                validate_spec(spec)
                 specs.append((name, spec, request.ordered))
         return specs
 
@@ -141,11 +141,29 @@ class Relay:
                 kept.append(plan)
         return kept
 
-    async def _insert_jobs(self, conn: AsyncConnection, plans: list[_Plan]) -> int:
-        rows = [(plan.event.id, name, spec, ordered)
-                for plan in plans for name, spec, ordered in plan.specs]
-        job_ids = await enqueue_many(conn, [spec for _, _, spec, _ in rows],
-                                     created_by="postrelay.relay") if rows else []
+    async def _insert_jobs(
+        self, conn: AsyncConnection, plans: list[_Plan], failures: dict[Any, str]
+    ) -> tuple[list[_Plan], int]:
+        """Insert every plan's jobs; returns the plans that went in and the job count.
+
+        enqueue_many validates the whole batch before writing anything, so a job a route
+        got wrong (say, a payload that is not an object) costs no round trip: its event is
+        set aside as failed and the rest go in again.
+        """
+        while True:
+            rows = [(plan.event.id, name, spec, ordered)
+                    for plan in plans for name, spec, ordered in plan.specs]
+            try:
+                job_ids = await enqueue_many(conn, [spec for _, _, spec, _ in rows],
+                                             created_by="postrelay.relay") if rows else []
+                break
+            except ValidationError as exc:
+                index = _job_index(exc.field)
+                if index is None:
+                    raise
+                event_id, route_name = rows[index][0], rows[index][1]
+                failures[event_id] = f"route {route_name!r} asked for an invalid job: {exc}"
+                plans = [p for p in plans if p.event.id != event_id]
         if rows:
             await conn.execute(Q["outbox_delivery_insert_many"], {
                 "event_ids": [e for e, _, _, _ in rows],
@@ -157,7 +175,7 @@ class Relay:
             await conn.execute(Q["outbox_mark_handled_many"], {
                 "ids": [p.event.id for p in plans], "jobs": [len(p.specs) for p in plans],
             })
-        return len(rows)
+        return plans, len(rows)
 
     async def _record_failures(
         self, conn: AsyncConnection, events: list[Event], failures: dict[Any, str]
@@ -213,6 +231,12 @@ class Relay:
                 await self._wake.wait()
         except TimeoutError:
             pass
+
+
+def _job_index(field: str) -> int | None:
+    """The position in `jobs[12].payload`, as enqueue_many names a bad job's field."""
+    match = re.match(r"jobs\[(\d+)\]\.", field)
+    return int(match.group(1)) if match else None
 
 
 def _unknown_kinds(plan: _Plan, kinds: frozenset[str]) -> list[str]:

@@ -18,7 +18,9 @@ router = APIRouter(prefix="/v1/functions/jobs", tags=["jobs"])
 
 @router.post("", status_code=201, response_model=Envelope[JobOut],
              responses=errors(400, 401))
-def enqueue_job(body: EnqueueBody, caller: Caller, engine: Db, request: Request) -> Envelope[JobOut]:
+def enqueue_job(
+    body: EnqueueBody, caller: Caller, engine: Db, request: Request
+) -> Envelope[JobOut]:
     """Enqueue a job. With an `idempotencyKey` already used for this tenant and kind, the
     first job comes back instead of a new one (same answer as the first call)."""
     settings = request.app.state.settings

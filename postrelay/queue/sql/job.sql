@@ -74,21 +74,20 @@ WHERE tenant_id = :tenant_id
   AND idempotency_key = ANY(CAST(:keys AS text[]));
 
 -- name: job_insert_many
--- One round trip for a whole batch: the rows travel as parallel arrays. Ids are made by
--- the caller so that it knows, without relying on RETURNING order, which rows a taken
--- idempotency key skipped.
+-- One round trip for a whole batch. The rows travel as one JSON array of arrays
+-- [id, tenant_id, kind, priority, run_at, delay, max_attempts, idempotency_key, payload]:
+-- the server parses it in C, where binding thousands of array elements one by one costs
+-- more than the insert. Ids are made by the caller so that it knows, without relying on
+-- RETURNING order, which rows a taken idempotency key skipped.
 INSERT INTO mdm.aa_job
     (id, tenant_id, job_kind, payload, priority, available_at, max_attempts,
      idempotency_key, created_by)
-SELECT r.id, r.tenant_id, CAST(r.kind AS mdm.job_kind), CAST(r.payload AS jsonb), r.priority,
-       COALESCE(r.run_at, now() + make_interval(secs => r.delay)),
-       r.max_attempts, r.idempotency_key, :created_by
-FROM unnest(
-    CAST(:ids AS uuid[]), CAST(:tenant_ids AS uuid[]), CAST(:kinds AS text[]),
-    CAST(:payloads AS text[]), CAST(:priorities AS smallint[]),
-    CAST(:run_ats AS timestamptz[]), CAST(:delays AS float8[]),
-    CAST(:max_attempts AS integer[]), CAST(:idempotency_keys AS text[])
-) AS r(id, tenant_id, kind, payload, priority, run_at, delay, max_attempts, idempotency_key)
+SELECT CAST(r->>0 AS uuid), CAST(r->>1 AS uuid), CAST(r->>2 AS mdm.job_kind), r->8,
+       CAST(r->>3 AS smallint),
+       COALESCE(CAST(r->>4 AS timestamptz),
+                now() + make_interval(secs => CAST(r->>5 AS float8))),
+       CAST(r->>6 AS integer), r->>7, :created_by
+FROM jsonb_array_elements(CAST(:rows AS jsonb)) AS r
 ON CONFLICT (tenant_id, job_kind, idempotency_key) WHERE idempotency_key IS NOT NULL
 DO NOTHING
 RETURNING id;

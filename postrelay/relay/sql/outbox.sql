@@ -74,7 +74,7 @@ WHERE id = ANY(CAST(:ids AS uuid[]));
 
 -- name: outbox_mark_handled_many
 UPDATE mdm.aa_outbox_event e
-SET handled_at = now(), jobs_created = h.jobs, last_error = NULL
+SET handled_at = clock_timestamp(), jobs_created = h.jobs, last_error = NULL
 FROM unnest(CAST(:ids AS uuid[]), CAST(:jobs AS integer[])) AS h(id, jobs)
 WHERE e.id = h.id;
 

@@ -1,0 +1,157 @@
+"""Print the outbox relay's figures for this machine: throughput (events/s into jobs, one
+relay, one route per event) beside a plain-SQL relay doing the same work, and the
+commit -> job-created latency at a steady 200 events/s.
+
+    .venv/bin/python -m bench.relay_bench [--events 20000] [--quick]
+
+Latency is read from the database: an event's created_at (its short emitting transaction)
+to its handled_at, which the relay stamps with clock_timestamp() in the statement right
+before committing the jobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import time
+
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from bench.harness import BenchDatabase, Row, bench_database, met, print_table, rate, ratio
+from postrelay.relay import EventSpec, JobRequest, Relay, RelayConfig, RouteRegistry, emit, emit_many
+
+THROUGHPUT_TARGET = 5_000  # events/s
+RATIO_TARGET = 0.8
+P50_TARGET_MS = 20.0
+
+BASELINE_SQL = """
+WITH batch AS (
+    SELECT id, tenant_id, aggregate_id FROM mdm.aa_outbox_event
+    WHERE handled_at IS NULL AND dead_at IS NULL AND available_at <= now()
+    ORDER BY seq LIMIT %(batch)s FOR UPDATE SKIP LOCKED
+), jobs AS (
+    INSERT INTO mdm.aa_job (tenant_id, job_kind, payload, idempotency_key)
+    SELECT tenant_id, 'reindex', jsonb_build_object('order', aggregate_id),
+           'baseline:' || id
+    FROM batch
+    ON CONFLICT (tenant_id, job_kind, idempotency_key) WHERE idempotency_key IS NOT NULL
+    DO NOTHING
+)
+UPDATE mdm.aa_outbox_event e SET handled_at = clock_timestamp(), jobs_created = 1
+FROM batch WHERE e.id = batch.id
+"""
+
+
+def routes() -> RouteRegistry:
+    registry = RouteRegistry()
+    registry.add("order.placed", lambda e: JobRequest("reindex", {"order": e.aggregate_id}),
+                 name="reindex")
+    return registry
+
+
+def reset(bench: BenchDatabase) -> None:
+    with bench.connect(autocommit=True) as conn:
+        conn.execute("TRUNCATE mdm.aa_job, mdm.aa_outbox_event, mdm.aa_outbox_delivery")
+
+
+def fill(bench: BenchDatabase, n: int) -> None:
+    reset(bench)
+    quiet = bench.engine.execution_options(postrelay_notify=False)
+    for start in range(0, n, 10_000):
+        specs = [EventSpec("order.placed", {"n": i}, bench.tenant_id, "order", i)
+                 for i in range(start, min(n, start + 10_000))]
+        with quiet.begin() as conn:
+            emit_many(conn, specs)
+    with bench.connect(autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE mdm.aa_outbox_event")
+
+
+async def relay_throughput(bench: BenchDatabase, n: int, batch: int) -> float:
+    fill(bench, n)
+    engine = create_async_engine(bench.url)
+    relay = Relay(engine, routes(), RelayConfig(batch_size=batch, listen=False))
+    started = time.perf_counter()
+    relayed = 0
+    while relayed < n:
+        relayed += (await relay.run_once()).handled
+    elapsed = time.perf_counter() - started
+    await engine.dispose()
+    return n / elapsed
+
+
+def baseline_throughput(bench: BenchDatabase, n: int, batch: int) -> float:
+    fill(bench, n)
+    started = time.perf_counter()
+    with bench.connect() as conn:
+        relayed = 0
+        while relayed < n:
+            relayed += conn.execute(BASELINE_SQL, {"batch": batch}).rowcount
+            conn.commit()
+    return n / (time.perf_counter() - started)
+
+
+async def steady_latency(bench: BenchDatabase, n: int, per_sec: float) -> list[float]:
+    reset(bench)
+    engine = create_async_engine(bench.url)
+    relay = Relay(engine, routes(), RelayConfig(), listen_url=bench.libpq)
+    await relay.start()
+    await asyncio.sleep(0.5)  # the LISTEN connection is up
+    try:
+        interval = 1 / per_sec
+        next_at = time.perf_counter()
+        for i in range(n):
+            await asyncio.to_thread(_emit_one, bench, i)
+            next_at += interval
+            await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
+        await asyncio.sleep(0.5)
+    finally:
+        await relay.stop()
+        await engine.dispose()
+    with bench.connect() as conn:
+        rows = conn.execute(
+            "SELECT EXTRACT(EPOCH FROM handled_at - created_at) * 1000 FROM "
+            "mdm.aa_outbox_event WHERE handled_at IS NOT NULL").fetchall()
+    return sorted(r[0] for r in rows)
+
+
+def _emit_one(bench: BenchDatabase, i: int) -> None:
+    with bench.engine.begin() as conn:
+        emit(conn, "order.placed", {"n": i}, tenant_id=bench.tenant_id,
+             aggregate_type="order", aggregate_id=i)
+
+
+def percentile(ordered: list[float], q: float) -> float:
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.relay_bench")
+    parser.add_argument("--events", type=int, default=None)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--batch", type=int, default=500)
+    args = parser.parse_args()
+    n = args.events or (5_000 if args.quick else 20_000)
+    steady = 400 if args.quick else 1_000
+    with bench_database() as bench:
+        print(f"server: {bench.server}; {n:,} events, batch {args.batch}", flush=True)
+        base = baseline_throughput(bench, n, args.batch)
+        ours = asyncio.run(relay_throughput(bench, n, args.batch))
+        latencies = asyncio.run(steady_latency(bench, steady, 200))
+    p50, p99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
+    print()
+    print_table([
+        Row("relay events/s (1 route)", rate(ours), rate(base), ratio(ours, base),
+            f">= {RATIO_TARGET}x and {THROUGHPUT_TARGET:,}/s",
+            met(ours >= RATIO_TARGET * base and ours >= THROUGHPUT_TARGET)),
+        Row("commit -> jobs p50 @200/s", f"{p50:.1f} ms", "-", "-", f"<= {P50_TARGET_MS} ms",
+            met(p50 <= P50_TARGET_MS)),
+        Row("commit -> jobs p99 @200/s", f"{p99:.1f} ms", "-", "-", "-", ""),
+    ])
+    print(json.dumps({"mean_ms": round(statistics.fmean(latencies), 2),
+                      "samples": len(latencies)}))
+
+
+if __name__ == "__main__":
+    main()

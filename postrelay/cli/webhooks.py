@@ -1,0 +1,107 @@
+"""`postrelay webhooks add|list|disable|enable|rm|attempts`: a tenant's webhook endpoints."""
+
+from __future__ import annotations
+
+import typer
+
+from postrelay.cli.common import transaction
+from postrelay.cli.main import app
+from postrelay.cli.output import print_json, table
+from postrelay.relay.webhooks import (
+    webhook_add,
+    webhook_disable,
+    webhook_enable,
+    webhook_list,
+    webhook_remove,
+)
+from postrelay.relay.webhooks.endpoints import webhook_attempts
+
+webhooks_app = typer.Typer(help="Webhook endpoints: outbox events POSTed, Standard Webhooks "
+                                "signed.", no_args_is_help=True)
+app.add_typer(webhooks_app, name="webhooks")
+
+JSON_OPT = typer.Option(False, "--json", help="Print JSON instead of a table.")
+
+
+@webhooks_app.command("add")
+def webhooks_add(
+    url: str = typer.Argument(..., help="http:// or https:// URL the events are POSTed to."),
+    tenant: str = typer.Option(..., "--tenant", help="Owning tenant id."),
+    event_types: list[str] = typer.Option(
+        [], "--event-type", help="Only these event types; globs such as 'order.*' "
+                                 "(repeatable; none: every type)."),
+    as_json: bool = JSON_OPT,
+) -> None:
+    """Add an endpoint and print its signing secret (shown this once only)."""
+    with transaction() as conn:
+        endpoint, secret = webhook_add(conn, tenant, url, event_types=event_types or None)
+    if as_json:
+        print_json({"endpoint": endpoint, "secret": secret})
+        return
+    typer.echo(f"added webhook endpoint {endpoint.id} -> {endpoint.url}")
+    typer.echo(f"secret: {secret}")
+    typer.echo("Store the secret now: the receiver verifies signatures with it, and it is "
+               "not shown again.")
+
+
+@webhooks_app.command("list")
+def webhooks_list(
+    tenant: str | None = typer.Option(None, "--tenant", help="Only this tenant's endpoints."),
+    as_json: bool = JSON_OPT,
+) -> None:
+    """Every endpoint with its filter and state (secrets are never listed)."""
+    with transaction() as conn:
+        endpoints = webhook_list(conn, tenant_id=tenant)
+    if as_json:
+        print_json(endpoints)
+        return
+    rows = [[e.id, e.tenant_id, e.url, ",".join(e.event_types or ["*"]),
+             "enabled" if e.enabled else "disabled", e.disabled_reason] for e in endpoints]
+    typer.echo(table(["ID", "TENANT", "URL", "EVENT_TYPES", "STATE", "REASON"], rows)
+               if rows else "no webhook endpoints")
+
+
+@webhooks_app.command("disable")
+def webhooks_disable(
+    endpoint_id: str = typer.Argument(...),
+    reason: str = typer.Option("disabled by an operator", "--reason"),
+) -> None:
+    """Stop delivering to an endpoint; its queued deliveries stop unsent."""
+    with transaction() as conn:
+        webhook_disable(conn, endpoint_id, reason=reason)
+    typer.echo(f"disabled {endpoint_id}")
+
+
+@webhooks_app.command("enable")
+def webhooks_enable(endpoint_id: str = typer.Argument(...)) -> None:
+    """Deliver to an endpoint again (events from now on)."""
+    with transaction() as conn:
+        webhook_enable(conn, endpoint_id)
+    typer.echo(f"enabled {endpoint_id}")
+
+
+@webhooks_app.command("rm")
+def webhooks_rm(endpoint_id: str = typer.Argument(...)) -> None:
+    """Delete an endpoint and its delivery log."""
+    with transaction() as conn:
+        webhook_remove(conn, endpoint_id)
+    typer.echo(f"deleted {endpoint_id}")
+
+
+@webhooks_app.command("attempts")
+def webhooks_attempts(
+    endpoint: str | None = typer.Option(None, "--endpoint", help="Only this endpoint's."),
+    event: str | None = typer.Option(None, "--event", help="Only this outbox event's."),
+    limit: int = typer.Option(50, "--limit", help="At most this many (1-500)."),
+    as_json: bool = JSON_OPT,
+) -> None:
+    """The delivery log, newest first: status, duration, response or error per attempt."""
+    with transaction() as conn:
+        attempts = webhook_attempts(conn, endpoint_id=endpoint, event_id=event, limit=limit)
+    if as_json:
+        print_json(attempts)
+        return
+    rows = [[a.created_at, a.endpoint_id, a.event_id, a.attempt, a.status_code,
+             f"{a.duration_ms} ms", a.error or a.response_body] for a in attempts]
+    typer.echo(table(["AT", "ENDPOINT", "EVENT", "ATTEMPT", "STATUS", "DURATION", "DETAIL"],
+                     rows) if rows else "no attempts")

@@ -14,6 +14,7 @@ from postrelay.core.migrate import MIGRATION_LOCK_KEY, VERSION_TABLE
 import postrelay.queue.schema  # noqa: F401,E402
 import postrelay.api.schema  # noqa: F401,E402
 import postrelay.relay.schema  # noqa: F401,E402
+import postrelay.relay.webhooks.schema  # noqa: F401,E402
 
 config = context.config
 

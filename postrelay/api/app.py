@@ -37,7 +37,8 @@ def create_app(settings: Settings, db: Database) -> FastAPI:
     """Build the API on `db`. Raises ConfigError when no service-role key is configured:
     the API refuses to run open.
 
-        app = create_app(load_settings(), open_database(settings))
+        settings = load_settings()
+        app = create_app(settings, open_database(settings))
         uvicorn.run(app, port=8000)
     """
     key = service_role_key(settings)

@@ -1,0 +1,94 @@
+"""`postrelay api` and `postrelay keys` as an operator runs them."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+
+from postrelay.api.keys import api_key_create, api_key_find, api_key_list, api_key_revoke
+from postrelay.core.errors import ConflictError, NotFoundError, ValidationError
+
+POSTRELAY = str(Path(sys.executable).parent / "postrelay")
+
+
+def run(env, *args):
+    return subprocess.run([POSTRELAY, *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_api_refuses_to_start_without_a_key(worker_env):
+    env = {k: v for k, v in worker_env.items() if k != "POSTRELAY_SERVICE_ROLE_KEY"}
+    result = run(env, "api", "--port", str(free_port()))
+    assert result.returncode == 2
+    assert "POSTRELAY_SERVICE_ROLE_KEY is not set" in result.stderr
+
+
+def test_api_serves_on_host_and_port(worker_env, clean_db):
+    port = free_port()
+    env = {**worker_env, "POSTRELAY_SERVICE_ROLE_KEY": "cli-test-key"}
+    proc = subprocess.Popen([POSTRELAY, "api", "--host", "127.0.0.1", "--port", str(port)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            assert time.monotonic() < deadline, "postrelay api did not come up"
+            time.sleep(0.1)
+        assert httpx.get(f"{base}/readyz").status_code == 200
+        listed = httpx.get(f"{base}/v1/functions/jobs", headers={"apikey": "cli-test-key"})
+        assert listed.json() == {"data": [], "meta": None}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_keys_add_list_revoke(worker_env, engine, tenant):
+    added = run(worker_env, "keys", "add", "billing", "--tenant", str(tenant))
+    assert added.returncode == 0, added.stderr
+    key = added.stdout.strip()
+    assert len(key) >= 43 and "not shown again" in added.stderr
+    with engine.connect() as conn:
+        assert api_key_find(conn, key) == ("billing", tenant)
+    listed = run(worker_env, "keys", "list", "--json")
+    (entry,) = json.loads(listed.stdout)
+    assert entry["name"] == "billing" and entry["tenant_id"] == str(tenant)
+    assert entry["revoked_at"] is None and key not in listed.stdout
+    revoked = run(worker_env, "keys", "revoke", "billing")
+    assert revoked.returncode == 0 and "revoked billing" in revoked.stdout
+    with engine.connect() as conn:
+        assert api_key_find(conn, key) is None
+        assert api_key_list(conn)[0].revoked_at is not None
+
+
+def test_key_rules(engine, tenant):
+    with engine.begin() as conn:
+        view, key = api_key_create(conn, "billing", tenant_id=tenant)
+        assert view.name == "billing" and api_key_find(conn, key) == ("billing", tenant)
+        with pytest.raises(ConflictError, match="already exists"):
+            api_key_create(conn, "billing", tenant_id=tenant)
+    for name, tenant_id, field in [("has space", tenant, "name"), ("x", "acme", "tenant_id"),
+                                   ("x", uuid.UUID(int=0xBEEF), "tenant_id")]:
+        with engine.begin() as conn, pytest.raises(ValidationError) as info:
+            api_key_create(conn, name, tenant_id=tenant_id)
+        assert info.value.field == field
+    with engine.begin() as conn, pytest.raises(NotFoundError, match="no API key named 'nobody'"):
+        api_key_revoke(conn, "nobody")

@@ -31,6 +31,16 @@ from postrelay.queue.registry import Registry, default_registry
 from postrelay.queue.worker import Worker, WorkerConfig
 from postrelay.relay import Relay, RelayConfig, RouteRegistry, default_routes
 from postrelay.relay.retention import OUTBOX_TARGET, delete_handled_batch
+from postrelay.relay.webhooks import (
+    EndpointDirectory,
+    RelayWithWebhooks,
+    add_webhook_route,
+    webhook_registry,
+)
+from postrelay.relay.webhooks.retention import (
+    DEFAULT_ATTEMPT_RETENTION_DAYS,
+    webhook_attempt_delete_batch,
+)
 
 
 def import_apps(modules: Iterable[str]) -> None:
@@ -76,10 +86,13 @@ def build_worker(
     # pool_pre_ping would add a round trip to every claim; a dropped connection is noticed
     # by the failing statement instead, which invalidates the whole pool for a reconnect.
     engine = db.async_engine(pool_pre_ping=False, pool_size=5, max_overflow=10)
-    builtin = Registry()
+    # Built-in handlers first (retention, webhook delivery); the application's on top.
+    builtin = webhook_registry(engine, allow_private=settings.webhook_allow_private)
     outbox = Cleaner(delete_handled_batch, settings.outbox_retention_days)
+    attempts = Cleaner(webhook_attempt_delete_batch, DEFAULT_ATTEMPT_RETENTION_DAYS)
     builtin.register(RETENTION_KIND, cleanup_handler(
-        engine, settings.job_retention_days, {OUTBOX_TARGET: outbox}))
+        engine, settings.job_retention_days,
+        {OUTBOX_TARGET: outbox, "webhook_attempts": attempts}))
     handlers = builtin.merged(registry if registry is not None else default_registry)
     config = WorkerConfig(
         concurrency=concurrency,
@@ -114,12 +127,17 @@ class Service(Protocol):
 
 def build_relay(
     settings: Settings, db: Database, *, routes: RouteRegistry | None = None
-) -> Relay:
+) -> RelayWithWebhooks:
+    """The relay with the application's routes plus the built-in webhook route."""
     engine = db.async_engine(pool_pre_ping=False, pool_size=3, max_overflow=2)
     config = RelayConfig(batch_size=settings.relay_batch_size,
                          max_attempts=settings.relay_max_attempts, listen=settings.notify)
-    return Relay(engine, routes if routes is not None else default_routes, config,
-                 listen_url=db.libpq_url)
+    directory = EndpointDirectory(engine, listen_url=db.libpq_url if settings.notify else None)
+    webhooks = RouteRegistry()
+    add_webhook_route(webhooks, directory)
+    all_routes = (routes if routes is not None else default_routes).merged(webhooks)
+    relay = Relay(engine, all_routes, config, listen_url=db.libpq_url)
+    return RelayWithWebhooks(relay, directory)
 
 
 async def run_until_signalled(process: Service) -> None:

@@ -93,6 +93,13 @@ class RouteRegistry:
 
         return decorate
 
+    def merged(self, other: RouteRegistry) -> RouteRegistry:
+        """A new registry with this one's routes and `other`'s (names must not clash)."""
+        merged = RouteRegistry()
+        for r in (*self._routes.values(), *other._routes.values()):
+            merged.add(r.event_type, r.fn, name=r.name)
+        return merged
+
     def matching(self, event_type: str) -> list[Route]:
         return [r for r in self._routes.values() if r.matches(event_type)]
 

@@ -1,0 +1,100 @@
+"""Managing endpoints: the functions (sync and async connections) and the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from postrelay.core.errors import NotFoundError, ValidationError
+from postrelay.relay.webhooks import (
+    webhook_add,
+    webhook_disable,
+    webhook_enable,
+    webhook_list,
+    webhook_remove,
+)
+from postrelay.relay.webhooks.signing import secret_key
+
+POSTRELAY = str(Path(sys.executable).parent / "postrelay")
+
+
+def test_add_list_disable_enable_remove(engine, wh_tenant):
+    with engine.begin() as conn:
+        endpoint, secret = webhook_add(conn, wh_tenant, "https://example.com/hooks",
+                                       event_types=["order.*"])
+    assert len(secret_key(secret)) == 32
+    assert endpoint.enabled and endpoint.event_types == ["order.*"]
+    assert not hasattr(endpoint, "secret")
+    with engine.begin() as conn:
+        disabled = webhook_disable(conn, endpoint.id, reason="maintenance")
+        assert (disabled.enabled, disabled.disabled_reason) == (False, "maintenance")
+        enabled = webhook_enable(conn, str(endpoint.id))
+        assert (enabled.enabled, enabled.disabled_reason) == (True, None)
+        assert [e.id for e in webhook_list(conn, tenant_id=wh_tenant)] == [endpoint.id]
+        assert webhook_list(conn, tenant_id=uuid.uuid4()) == []
+        with pytest.raises(NotFoundError):
+            webhook_disable(conn, endpoint.id, tenant_id=uuid.uuid4())  # not that tenant's
+        webhook_remove(conn, endpoint.id)
+        with pytest.raises(NotFoundError):
+            webhook_remove(conn, endpoint.id)
+
+
+async def test_async_connection_and_caller_transaction(engine, async_engine, wh_tenant):
+    async with async_engine.connect() as conn, conn.begin() as txn:
+        endpoint, _ = await webhook_add(conn, wh_tenant, "http://example.com/x")
+        assert [e.id for e in await webhook_list(conn)] == [endpoint.id]
+        await txn.rollback()  # the caller decides: nothing was committed
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM mdm.aa_webhook_endpoint")).scalar() == 0
+
+
+def test_bad_input_names_the_field_and_writes_nothing(engine, wh_tenant):
+    with engine.begin() as conn:
+        for call, field in [
+            (lambda: webhook_add(conn, uuid.uuid4(), "https://example.com/"), "tenant_id"),
+            (lambda: webhook_add(conn, "nope", "https://example.com/"), "tenant_id"),
+            (lambda: webhook_add(conn, wh_tenant, "gopher://example.com/"), "url"),
+            (lambda: webhook_add(conn, wh_tenant, "https://x.com/", event_types=[""]),
+             "event_types"),
+            (lambda: webhook_disable(conn, wh_tenant, reason=" "), "reason"),
+        ]:
+            with pytest.raises(ValidationError) as info:
+                call()
+            assert info.value.field == field
+        assert conn.execute(text("SELECT count(*) FROM mdm.aa_webhook_endpoint")).scalar() == 0
+
+
+def run(env, *args):
+    return subprocess.run([POSTRELAY, *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_cli_add_list_disable_enable_rm(worker_env, wh_tenant):
+    added = run(worker_env, "webhooks", "add", "--tenant", str(wh_tenant),
+                "https://example.com/hooks", "--event-type", "order.*",
+                "--event-type", "user.created")
+    assert added.returncode == 0, added.stderr
+    secret = next(line.split(": ", 1)[1] for line in added.stdout.splitlines()
+                  if line.startswith("secret: "))
+    assert secret.startswith("whsec_")
+    listed = run(worker_env, "webhooks", "list", "--json", "--tenant", str(wh_tenant))
+    (endpoint,) = json.loads(listed.stdout)
+    assert endpoint["event_types"] == ["order.*", "user.created"] and endpoint["enabled"]
+    assert secret not in listed.stdout  # shown once, never listed
+    endpoint_id = endpoint["id"]
+    assert run(worker_env, "webhooks", "disable", endpoint_id, "--reason", "x").returncode == 0
+    table = run(worker_env, "webhooks", "list").stdout
+    assert "disabled" in table and endpoint_id in table
+    assert run(worker_env, "webhooks", "enable", endpoint_id).returncode == 0
+    assert run(worker_env, "webhooks", "attempts", "--endpoint", endpoint_id).stdout.strip() \
+        == "no attempts"
+    assert run(worker_env, "webhooks", "rm", endpoint_id).returncode == 0
+    gone = run(worker_env, "webhooks", "rm", endpoint_id)
+    assert gone.returncode == 1 and "no webhook endpoint" in gone.stderr
+    bad = run(worker_env, "webhooks", "add", "--tenant", str(wh_tenant), "ftp://example.com")
+    assert bad.returncode == 1 and "url:" in bad.stderr

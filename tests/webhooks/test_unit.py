@@ -1,0 +1,154 @@
+"""Pure parts of webhook delivery: signing, the status-code decision, Retry-After, the
+address guard, URL validation. No database, no network."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from datetime import UTC, datetime
+
+import pytest
+
+from postrelay.core.errors import ValidationError
+from postrelay.relay.webhooks import signing
+from postrelay.relay.webhooks.endpoints import _event_types, validate_url
+from postrelay.relay.webhooks.handler import message_body
+from postrelay.relay.webhooks.netguard import is_public
+from postrelay.relay.webhooks.responses import parse_retry_after, verdict
+from tests.webhooks.receiver import verify_standard_webhook
+
+# The example of the Standard Webhooks specification and its reference libraries.
+VECTOR = {
+    "secret": "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
+    "id": "msg_p5jXN8AQM9LWM0D4loKWxJek",
+    "timestamp": 1614265330,
+    "body": b'{"test": 2432232314}',
+    "signature": "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=",
+}
+NOW = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
+
+
+def test_signing_reproduces_the_published_vector() -> None:
+    got = signing.sign(VECTOR["secret"], VECTOR["id"], VECTOR["timestamp"], VECTOR["body"])
+    assert got == VECTOR["signature"]
+
+
+def test_verifier_accepts_the_published_vector() -> None:
+    headers = {"webhook-id": VECTOR["id"], "webhook-timestamp": str(VECTOR["timestamp"]),
+               "webhook-signature": "v1,bm9wZQ== " + VECTOR["signature"]}
+    assert verify_standard_webhook(VECTOR["secret"], headers, VECTOR["body"],
+                                   now=VECTOR["timestamp"])
+    assert not verify_standard_webhook(VECTOR["secret"], headers, VECTOR["body"] + b" ",
+                                       now=VECTOR["timestamp"])
+    assert not verify_standard_webhook(VECTOR["secret"], headers, VECTOR["body"],
+                                       now=VECTOR["timestamp"] + 301)  # replayed too late
+
+
+def test_new_secrets_are_whsec_base64_of_32_random_bytes() -> None:
+    a, b = signing.new_secret(), signing.new_secret()
+    assert a != b and a.startswith("whsec_")
+    assert len(signing.secret_key(a)) == 32
+
+
+@pytest.mark.parametrize("secret", ["nope", "whsec_!!!", "whsec_" + "QUJD"])
+def test_bad_secrets_are_refused(secret: str) -> None:
+    with pytest.raises(ValidationError):
+        signing.secret_key(secret)
+
+
+@pytest.mark.parametrize(
+    ("status", "retry_after", "action", "delay"),
+    [
+        (200, None, "delivered", None),
+        (204, None, "delivered", None),
+        (299, None, "delivered", None),
+        (410, "5", "gone", None),
+        (429, "7", "retry", 7.0),
+        (429, None, "retry", None),  # no Retry-After: the worker's backoff
+        (502, "Sun, 30 Nov 2026 12:00:30 GMT", "retry", 30.0),
+        (503, "garbage", "retry", None),
+        (504, "99999", "retry", 3600.0),  # capped
+        (500, "5", "retry", None),  # Retry-After only counts for 429/502/503/504
+        (501, None, "retry", None),
+        (400, None, "permanent", None),
+        (401, None, "permanent", None),
+        (404, None, "permanent", None),
+        (413, None, "permanent", None),
+        (301, None, "permanent", None),  # redirects are not followed
+        (307, None, "permanent", None),
+    ],
+)
+def test_verdict_for_every_status_class(status, retry_after, action, delay) -> None:
+    got = verdict(status, retry_after, NOW)
+    assert (got.action, got.delay_secs) == (action, delay)
+
+
+def test_retry_after_dates_in_the_past_mean_now() -> None:
+    assert parse_retry_after("Sun, 30 Nov 2026 11:00:00 GMT", NOW) == 0.0
+    assert parse_retry_after(" 12 ", NOW) == 12.0
+    assert parse_retry_after("-3", NOW) is None
+    assert parse_retry_after("", NOW) is None
+
+
+@pytest.mark.parametrize(
+    ("address", "public"),
+    [
+        ("8.8.8.8", True),
+        ("2606:4700:4700::1111", True),
+        ("127.0.0.1", False),
+        ("10.1.2.3", False),
+        ("172.16.0.1", False),
+        ("192.168.1.1", False),
+        ("169.254.169.254", False),  # cloud metadata
+        ("100.64.0.1", False),  # carrier-grade NAT
+        ("0.0.0.0", False),
+        ("224.0.0.1", False),  # multicast
+        ("::1", False),
+        ("fe80::1", False),
+        ("fc00::1", False),
+        ("::ffff:127.0.0.1", False),  # IPv4-mapped
+        ("2002:7f00:1::", False),  # 6to4 of 127.0.0.1
+        ("64:ff9b::a00:1", False),  # NAT64 of 10.0.0.1
+        ("64:ff9b::808:808", True),  # NAT64 of 8.8.8.8
+    ],
+)
+def test_address_guard(address: str, public: bool) -> None:
+    assert is_public(ipaddress.ip_address(address)) is public
+
+
+def test_message_body_is_the_standard_envelope_and_deterministic() -> None:
+    created = datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)
+    body = message_body("order.placed", {"b": 1, "a": "ü"}, created)
+    assert body == message_body("order.placed", {"b": 1, "a": "ü"}, created)
+    assert json.loads(body) == {"type": "order.placed", "timestamp": "2026-11-30T12:00:00.123456Z",
+                                "data": {"b": 1, "a": "ü"}}
+
+
+@pytest.mark.parametrize(
+    ("url", "rule"),
+    [
+        ("ftp://example.com/x", "scheme"),
+        ("example.com/hook", "scheme"),
+        ("https:///nohost", "host"),
+        ("https://user:pw@example.com/", "credentials"),
+        ("https://example.com/#frag", "fragment"),
+        ("https://example.com:99999/", "valid URL"),
+        ("https://exa mple.com/", "whitespace"),
+        ("", "non-empty"),
+    ],
+)
+def test_bad_urls_are_refused_with_the_rule(url: str, rule: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        validate_url(url)
+    assert info.value.field == "url" and rule in info.value.rule
+
+
+def test_good_urls_and_event_type_filters() -> None:
+    assert validate_url(" https://example.com:8443/hooks?x=1 ") == \
+        "https://example.com:8443/hooks?x=1"
+    assert _event_types(None) is None and _event_types([]) is None
+    assert _event_types(["order.*", "order.*", "user.created"]) == ["order.*", "user.created"]
+    with pytest.raises(ValidationError):
+        _event_types("order.*")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError):
+        _event_types(["has space"])

@@ -65,6 +65,8 @@ class WorkerProcess:
                 service.start()
 
     async def stop(self) -> None:
+        # First of all stop claiming: the services below may take a round trip each.
+        self.worker.stop_claiming()
         for service in (self.scheduler, self.maintenance):
             if service is not None:
                 await service.stop()

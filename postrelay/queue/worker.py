@@ -14,6 +14,7 @@ mdm.aa_worker tells the rescuer that this worker's long jobs are still alive.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -116,11 +117,15 @@ class Worker:
         event("postrelay.worker.started", worker=self.id, kinds=",".join(self.kinds),
               concurrency=self.config.concurrency)
 
+    def stop_claiming(self) -> None:
+        """Claim nothing more (the first step of a graceful stop)."""
+        self._stopping.set()
+        self._wake.set()
+
     async def stop(self) -> None:
         """Stop claiming; let running jobs finish within the grace period; hand back the
         rest without counting the attempt; write every outcome; deregister."""
-        self._stopping.set()
-        self._wake.set()
+        self.stop_claiming()
         tasks = [task for _, task in self._running.values()]
         if tasks:
             await asyncio.wait(tasks, timeout=self.config.grace_secs)
@@ -168,7 +173,10 @@ class Worker:
             except Exception as exc:
                 event("postrelay.worker.claim_failed", logging.WARNING, error=repr(exc),
                       retry_in=delay)
-                await self._sleep(delay)
+                # Only a stop cuts the backoff short; finishing jobs and NOTIFYs must not
+                # turn it into a retry storm against a database that is down.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), delay)
                 delay = min(delay * 2, RECONNECT_MAX_SECS)
                 continue
             for job in jobs:

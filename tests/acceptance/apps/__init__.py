@@ -1,0 +1,1 @@
+"""Handler modules that the acceptance tests' worker subprocesses load with `--app`."""

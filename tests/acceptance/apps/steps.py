@@ -1,0 +1,30 @@
+"""A `reindex` handler that reports its progress through files, so a test can wait on
+what a worker subprocess is doing instead of sleeping.
+
+Payload:
+    dir               folder to report into (required)
+    sleep             seconds the run takes (default 0)
+    hang_on_attempts  attempt numbers that never finish on their own (default none)
+
+On start it creates `<dir>/started.<job id>.<attempt>.<pid>`; on finish it appends the
+job id to `<dir>/finished.<pid>`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from postrelay.queue import Job, handler
+
+
+@handler("reindex")
+async def step(job: Job) -> None:
+    folder = Path(job.payload["dir"])
+    (folder / f"started.{job.id}.{job.attempts}.{os.getpid()}").touch()
+    if job.attempts in job.payload.get("hang_on_attempts", ()):
+        await asyncio.Event().wait()  # until the process is killed or stopped
+    await asyncio.sleep(float(job.payload.get("sleep", 0)))
+    with open(folder / f"finished.{os.getpid()}", "a") as out:
+        out.write(f"{job.id}\n")

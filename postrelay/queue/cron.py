@@ -16,11 +16,11 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from croniter import croniter
+from croniter import CroniterError, croniter
 from sqlalchemy import Connection, Row
 
 from postrelay.core.errors import ConflictError, NotFoundError, ValidationError
@@ -74,6 +74,10 @@ def normalize_schedule(schedule: str) -> str:
     normalized = " ".join(fields)
     if not croniter.is_valid(normalized, second_at_beginning=True):
         raise ValidationError("schedule", f"{text!r} is not a valid schedule; " + SCHEDULE_FORMAT)
+    try:  # valid field by field, yet maybe never due (30 February)
+        croniter(normalized, datetime.now(UTC), second_at_beginning=True).get_next(datetime)
+    except CroniterError:
+        raise ValidationError("schedule", f"{text!r} never fires; " + SCHEDULE_FORMAT) from None
     return normalized
 
 

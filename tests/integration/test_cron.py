@@ -114,3 +114,13 @@ async def test_retention_is_a_built_in_cron_entry(engine, async_engine, clean_db
     with engine.connect() as conn:
         (entry,) = [e for e in cron_list(conn) if e.name == "postrelay.retention"]
     assert entry.kind == "cleanup_jobs" and entry.schedule == "0 0 * * * *"
+
+
+async def test_a_broken_entry_does_not_stop_the_others(engine, async_engine, tenant):
+    with engine.begin() as conn:
+        cron_create(conn, "fine", "* * * * * *", "reindex", {}, tenant_id=tenant)
+        conn.execute(text("INSERT INTO mdm.aa_cron_entry (name, tenant_id, schedule, job_kind, "
+                          "payload) VALUES ('broken', :t, '0 0 0 30 2 *', 'reindex', '{}')"),
+                     {"t": tenant})
+    fired = await CronScheduler(async_engine).run_once(utcnow() + timedelta(seconds=2))
+    assert "fine" in [f.name for f in fired]

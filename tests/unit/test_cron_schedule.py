@@ -28,7 +28,7 @@ def test_aliases_are_refused_with_the_expected_format(alias: str) -> None:
     assert info.value.field == "schedule" and SCHEDULE_FORMAT in str(info.value)
 
 
-@pytest.mark.parametrize("bad", ["", "* * * *", "0 0 0 3 * * * *", "61 * * * *",
+@pytest.mark.parametrize("bad", ["", "* * * *", "0 0 0 3 * * * *", "61 * * * *", "0 0 30 2 *",
                                  "* * * * * 99", "every minute", "0 3 * * * * 2027"])
 def test_malformed_schedules_are_refused(bad: str) -> None:
     with pytest.raises(ValidationError) as info:

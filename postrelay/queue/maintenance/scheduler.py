@@ -9,6 +9,7 @@ slot; the row lock and the key let exactly one job through.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -40,9 +41,13 @@ class CronScheduler(Looper):
             entries = (await conn.execute(C["cron_schedule_all"])).all()
         fired = []
         for entry_id, schedule, created_at, last_run in entries:
-            due = slots_between(schedule, last_run or created_at, now)
-            if due is not None and (result := await self._fire(entry_id, *due)) is not None:
-                fired.append(result)
+            try:
+                due = slots_between(schedule, last_run or created_at, now)
+                if due is not None and (result := await self._fire(entry_id, *due)):
+                    fired.append(result)
+            except Exception as exc:  # one broken entry must not stop the others
+                event("postrelay.cron.entry_failed", logging.WARNING, entry=str(entry_id),
+                      schedule=schedule, error=repr(exc))
         return fired
 
     async def _fire(self, entry_id: object, slot: datetime, next_run: datetime) -> Fired | None:

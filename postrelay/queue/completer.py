@@ -28,6 +28,7 @@ class Completer:
         self.engine = engine
         self.worker_id = worker_id
         self._queue: list[tuple[Job, Transition]] = []
+        self._writing: list[tuple[Job, Transition]] = []
         self._ready = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -63,6 +64,7 @@ class Completer:
             await self._ready.wait()
             self._ready.clear()
             batch, self._queue = self._queue, []
+            self._writing = batch
             try:
                 await self._write(batch)
                 delay = RETRY_BASE_SECS
@@ -74,6 +76,8 @@ class Completer:
                 delay = min(delay * 2, RETRY_MAX_SECS)
                 self._ready.set()
                 continue
+            finally:
+                self._writing = []
             if not self._queue:
                 self._idle.set()
 
@@ -100,4 +104,5 @@ class Completer:
                       reason="no longer running under this worker's claim (rescued)")
 
     def pending_ids(self) -> set[UUID]:
-        return {job.id for job, _ in self._queue}
+        """Jobs whose outcome is queued or being written right now."""
+        return {job.id for job, _ in (*self._queue, *self._writing)}

@@ -135,3 +135,13 @@ async def lease_acquire(conn: AsyncConnection, *, name: str, holder: str, ttl_se
 
 async def lease_release(conn: AsyncConnection, *, name: str, holder: str) -> None:
     await conn.execute(Q["lease_release"], {"name": name, "holder": holder})
+
+
+async def job_release_orphans(
+    conn: AsyncConnection, *, worker: str, known: list[UUID], min_age_secs: float
+) -> list[UUID]:
+    result = await conn.execute(
+        Q["job_release_orphans"],
+        {"worker": worker, "known": known, "min_age_secs": min_age_secs},
+    )
+    return [row[0] for row in result.fetchall()]

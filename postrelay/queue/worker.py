@@ -231,5 +231,16 @@ class Worker:
                         # Our row was pruned (e.g. the database was gone longer than the
                         # lease); come back, so our remaining jobs are not rescued.
                         await self._register()
+                await self._release_orphans()
             except Exception as exc:
                 event("postrelay.worker.heartbeat_failed", logging.WARNING, error=repr(exc))
+
+    async def _release_orphans(self) -> None:
+        known = list(self.running_ids | self.completer.pending_ids())
+        async with self.engine.begin() as conn:
+            released = await queries.job_release_orphans(
+                conn, worker=self.id, known=known, min_age_secs=self.config.heartbeat_secs)
+        if released:
+            event("postrelay.worker.orphans_released", logging.WARNING, count=len(released),
+                  reason="claimed in the database but not held by this worker")
+            self.wake()

@@ -321,3 +321,27 @@ async def test_stop_lets_running_jobs_finish_within_grace(engine, async_engine, 
     await asyncio.wait_for(started.wait(), 10)
     await worker.stop()
     assert job_row_attempts(engine, job_id) == (1, "done")
+
+
+async def test_a_claim_whose_reply_was_lost_is_handed_back(engine, async_engine, libpq, tenant):
+    from datetime import timedelta
+
+    from postrelay.core.clock import utcnow
+    from tests.factories import insert_job
+
+    registry = Registry()
+
+    @registry.handler("reindex")
+    async def noop(job: Job) -> None:
+        pass
+
+    worker = make_worker(async_engine, libpq, registry, lease_secs=0.5, poll_interval_secs=30)
+    with engine.begin() as conn:  # what a claim leaves when its COMMIT reply never arrives
+        lost = insert_job(conn, tenant_id=tenant, status="running", attempts=1,
+                          claimed_by=worker.id, claimed_at=utcnow() - timedelta(seconds=5))
+    await worker.start()
+    try:
+        await wait_until(lambda: _async(status_of(engine, lost) == "done"), timeout=10)
+    finally:
+        await worker.stop()
+    assert job_row_attempts(engine, lost) == (1, "done")  # handed back uncounted, run once

@@ -236,3 +236,17 @@ RETURNING holder;
 
 -- name: lease_release
 DELETE FROM mdm.aa_lease WHERE name = :name AND holder = :holder;
+
+-- name: job_release_orphans
+-- A claim whose reply was lost (the connection cut right at COMMIT) leaves jobs running
+-- under a live worker that does not know it has them; its heartbeat would keep the rescuer
+-- away for good. The worker hands back what it holds in the database but not in memory,
+-- giving the attempt back: the handler never ran. :min_age_secs keeps a claim that is
+-- still on its way to memory out of it.
+UPDATE mdm.aa_job
+SET status = 'pending', attempts = attempts - 1, available_at = now()
+WHERE status = 'running'
+  AND claimed_by = :worker
+  AND claimed_at < now() - make_interval(secs => :min_age_secs)
+  AND id <> ALL(CAST(:known AS uuid[]))
+RETURNING id;

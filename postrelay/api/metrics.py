@@ -19,10 +19,12 @@ from sqlalchemy.exc import SQLAlchemyError
 from postrelay.core.telemetry import event
 from postrelay.queue.admin import queue_status
 from postrelay.queue.schema import STATUSES
+from postrelay.relay.admin import outbox_status
 
 
 class QueueCollector(Collector):
-    """Jobs by status and kind, the due backlog and its age, and the DLQ size."""
+    """Jobs by status and kind, the due backlog and its age, the DLQ size, and the relay's
+    outbox backlog, lag and dead events."""
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -31,6 +33,7 @@ class QueueCollector(Collector):
         try:
             with self.engine.connect() as conn:
                 status = queue_status(conn)
+                outbox = outbox_status(conn, dead_limit=0)
         except SQLAlchemyError as exc:
             # A scrape must still answer: say the database is down rather than fail.
             event("postrelay.api.metrics_failed", logging.WARNING, error=repr(exc))
@@ -54,6 +57,15 @@ class QueueCollector(Collector):
                                 value=status.oldest_due_age_secs or 0.0)
         yield GaugeMetricFamily("postrelay_dlq_jobs", "Jobs in the dead-letter queue.",
                                 value=status.by_status.get("dlq", 0))
+        yield GaugeMetricFamily("postrelay_outbox_backlog",
+                                "Outbox events not relayed yet (neither handled nor dead).",
+                                value=outbox.backlog)
+        yield GaugeMetricFamily("postrelay_outbox_lag_seconds",
+                                "Age of the oldest outbox event not relayed yet (0 if none).",
+                                value=outbox.lag_secs or 0.0)
+        yield GaugeMetricFamily("postrelay_outbox_dead",
+                                "Outbox events parked as dead after failed routing.",
+                                value=outbox.dead)
 
 
 def metrics_registry(engine: Engine) -> CollectorRegistry:

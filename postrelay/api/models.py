@@ -175,3 +175,98 @@ class Readiness(BaseModel):
     status: Literal["ready"] = "ready"
     revision: str | None
     head: str | None
+
+
+# --- the outbox -------------------------------------------------------------------------
+
+OutboxEventStatus = Literal["pending", "retrying", "handled", "dead"]
+
+
+class OutboxDeadEvent(BaseModel):
+    """An event whose routing failed `POSTRELAY_RELAY_MAX_ATTEMPTS` times; it waits for a
+    replay."""
+
+    id: UUID
+    tenant_id: UUID
+    event_type: str
+    aggregate_type: str
+    aggregate_id: str
+    attempts: int
+    last_error: str | None
+    created_at: datetime
+    dead_at: datetime
+
+
+class OutboxStatusOut(BaseModel):
+    """The relay's backlog right now (a tenant key: its tenant's events only)."""
+
+    backlog: int = Field(description="Events not relayed yet (neither handled nor dead).")
+    lag_secs: float | None = Field(description="Age of the oldest of them; null if none.")
+    dead: int
+    handled: int
+    retrying: int = Field(description="Backlog events whose routing failed at least once.")
+    dead_events: list[OutboxDeadEvent] = Field(description="The 20 most recent deaths.")
+
+    @classmethod
+    def of(cls, status: Any) -> OutboxStatusOut:  # postrelay.relay.admin.OutboxStatus
+        return cls(
+            backlog=status.backlog, lag_secs=status.lag_secs, dead=status.dead,
+            handled=status.handled, retrying=status.retrying,
+            dead_events=[OutboxDeadEvent(**e) for e in status.dead_events],
+        )
+
+
+class OutboxJobOut(BaseModel):
+    """A job the relay made of an event; `kind` and `status` are null once it is pruned."""
+
+    route: str
+    job_id: UUID
+    kind: str | None
+    status: JobStatus | None
+    attempts: int | None
+
+
+class OutboxEventOut(BaseModel):
+    """One outbox event, its relay state and every job it produced."""
+
+    id: UUID
+    tenant_id: UUID
+    event_type: str
+    aggregate_type: str
+    aggregate_id: str
+    payload: dict[str, Any]
+    headers: dict[str, Any]
+    status: OutboxEventStatus
+    attempts: int = Field(description="Failed routing attempts.")
+    error: str | None = Field(description="The last routing error.")
+    created_at: datetime
+    created_by: str | None
+    available_at: datetime = Field(description="When the relay may try it (again).")
+    handled_at: datetime | None
+    dead_at: datetime | None
+    jobs: list[OutboxJobOut]
+
+    @classmethod
+    def of(cls, event: Any) -> OutboxEventOut:  # postrelay.relay.admin.OutboxEventView
+        return cls(
+            id=event.id, tenant_id=event.tenant_id, event_type=event.event_type,
+            aggregate_type=event.aggregate_type, aggregate_id=event.aggregate_id,
+            payload=event.payload, headers=event.headers, status=event.status,
+            attempts=event.attempts, error=event.last_error, created_at=event.created_at,
+            created_by=event.created_by, available_at=event.available_at,
+            handled_at=event.handled_at, dead_at=event.dead_at,
+            jobs=[OutboxJobOut(**j) for j in event.jobs],
+        )
+
+
+class ReplayBody(_Body):
+    """One event (`eventId`), or every event created in [`since`, `until`); either bound of
+    the range may be left out. A time without a zone is UTC."""
+
+    event_id: UUID | None = Field(default=None, alias="eventId")
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+class Replayed(BaseModel):
+    replayed: int

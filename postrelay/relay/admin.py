@@ -32,6 +32,52 @@ def outbox_status(
     return OutboxStatus(backlog, lag, dead, handled, retrying, [dict(r) for r in dead_rows])
 
 
+@dataclass(frozen=True, slots=True)
+class OutboxEventView:
+    """One outbox event as an operator sees it, with every job the relay made of it."""
+
+    id: UUID
+    tenant_id: UUID
+    aggregate_type: str
+    aggregate_id: str
+    event_type: str
+    payload: dict[str, Any]
+    headers: dict[str, Any]
+    created_at: datetime
+    created_by: str | None
+    seq: int
+    handled_at: datetime | None
+    jobs_created: int | None
+    attempts: int
+    available_at: datetime
+    last_error: str | None
+    dead_at: datetime | None
+    jobs: list[dict[str, Any]]  # route, job_id, kind, status, attempts (kind/status None: pruned)
+
+    @property
+    def status(self) -> str:
+        """handled, dead, retrying (routing failed, will be tried again) or pending."""
+        if self.handled_at is not None:
+            return "handled"
+        if self.dead_at is not None:
+            return "dead"
+        return "retrying" if self.attempts > 0 else "pending"
+
+
+def outbox_event_get(
+    conn: Connection, event_id: UUID | str, *, tenant_id: UUID | str | None = None
+) -> OutboxEventView | None:
+    """The event with this id and its jobs, or None (also when it is another tenant's)."""
+    event = _uuid("event_id", event_id)
+    row = conn.execute(Q["outbox_event_get"], {
+        "event_id": event, "tenant_id": _uuid("tenant_id", tenant_id) if tenant_id else None,
+    }).mappings().first()
+    if row is None:
+        return None
+    jobs = conn.execute(Q["outbox_jobs_of_event"], {"event_id": event}).mappings()
+    return OutboxEventView(**row, jobs=[dict(j) for j in jobs])
+
+
 def outbox_replay(
     conn: Connection,
     *,
@@ -51,3 +97,10 @@ def outbox_replay(
     if event_id is not None and not rows:
         raise NotFoundError(f"no outbox event {event_id}")
     return len(rows)
+
+
+def _uuid(name: str, value: UUID | str) -> UUID:
+    try:
+        return value if isinstance(value, UUID) else UUID(str(value))
+    except ValueError:
+        raise ValidationError(name, f"must be a UUID, got {value!r}") from None

@@ -83,6 +83,8 @@ def test_openapi_documents_every_path_with_envelopes_and_no_422(anonymous):
         ("DELETE", "/v1/functions/jobs/{id}"), ("POST", "/v1/functions/cron"),
         ("GET", "/v1/functions/cron"), ("DELETE", "/v1/functions/cron/{name}"),
         ("GET", "/healthz"), ("GET", "/readyz"), ("GET", "/metrics"),
+        ("GET", "/v1/functions/outbox/status"), ("GET", "/v1/functions/outbox/events/{id}"),
+        ("POST", "/v1/functions/outbox/replay"),
     }
     for path, item in schema["paths"].items():
         for operation in item.values():

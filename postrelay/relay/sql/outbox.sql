@@ -167,3 +167,12 @@ WHERE (CAST(:event_id AS uuid) IS NULL OR id = CAST(:event_id AS uuid))
   AND (CAST(:until AS timestamptz) IS NULL OR created_at < CAST(:until AS timestamptz))
   AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
 RETURNING id;
+
+-- name: outbox_event_get
+-- One event with its relay bookkeeping; another tenant's event is no row, like a missing one.
+SELECT id, tenant_id, aggregate_type, aggregate_id, event_type, payload, headers,
+       created_at, created_by, seq, handled_at, jobs_created, attempts, available_at,
+       last_error, dead_at
+FROM mdm.aa_outbox_event
+WHERE id = CAST(:event_id AS uuid)
+  AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid));

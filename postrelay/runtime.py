@@ -27,6 +27,7 @@ from postrelay.queue.maintenance import (
     Rescuer,
     cleanup_handler,
 )
+from postrelay.queue.metrics import WorkerMetrics
 from postrelay.queue.registry import Registry, default_registry
 from postrelay.queue.worker import Worker, WorkerConfig
 from postrelay.relay import Relay, RelayConfig, RouteRegistry, default_routes
@@ -109,7 +110,10 @@ def build_worker(
     backoff = backoff_from(
         settings.job_backoff, settings.job_retry_delay_secs, settings.job_backoff_max_secs
     )
-    worker = Worker(engine, config, registry=handlers, backoff=backoff, listen_url=db.libpq_url)
+    # Metrics only when something will serve them (POSTRELAY_WORKER_METRICS_PORT).
+    metrics = WorkerMetrics() if settings.worker_metrics_port is not None else None
+    worker = Worker(engine, config, registry=handlers, backoff=backoff, listen_url=db.libpq_url,
+                    metrics=metrics)
     if not maintenance:
         return WorkerProcess(worker, None, None)
     keeper = Maintenance(

@@ -24,11 +24,18 @@ def worker_command(
     maintenance: bool = typer.Option(
         True, help="Take part in maintenance (stale-claim rescue, retention)."
     ),
+    metrics_port: int | None = typer.Option(
+        None, min=1, max=65535,
+        help="Serve Prometheus metrics on this port at /metrics "
+        "(default POSTRELAY_WORKER_METRICS_PORT; unset: off; host POSTRELAY_WORKER_METRICS_HOST).",
+    ),
 ) -> None:
     """Run the jobs of every registered kind until SIGTERM or SIGINT."""
+    from postrelay.queue.metrics import serve_metrics
     from postrelay.runtime import build_worker, import_apps, run_until_signalled
 
-    settings = settings_or_exit()
+    overrides = {} if metrics_port is None else {"worker_metrics_port": metrics_port}
+    settings = settings_or_exit(**overrides)
     import_apps(apps)
     with database(settings) as db:
         try:
@@ -40,7 +47,22 @@ def worker_command(
         except ValueError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(2) from None
-        asyncio.run(run_until_signalled(process))
+        server = None
+        metrics = process.worker.metrics
+        if metrics is not None and settings.worker_metrics_port is not None:
+            try:
+                server = serve_metrics(metrics, settings.worker_metrics_port,
+                                       settings.worker_metrics_host)
+            except OSError as exc:
+                typer.echo(f"error: metrics on {settings.worker_metrics_host}:"
+                           f"{settings.worker_metrics_port}: {exc}", err=True)
+                raise typer.Exit(2) from None
+        try:
+            asyncio.run(run_until_signalled(process))
+        finally:
+            if server is not None:
+                server.shutdown()
+                server.server_close()
 
 
 @app.command("demo")

@@ -18,6 +18,7 @@ import contextlib
 import logging
 import os
 import socket
+import time
 import uuid
 from dataclasses import dataclass
 from uuid import UUID
@@ -30,6 +31,7 @@ from postrelay.queue import queries
 from postrelay.queue.backoff import Backoff, FixedBackoff
 from postrelay.queue.completer import Completer
 from postrelay.queue.executor import Executor
+from postrelay.queue.metrics import WorkerMetrics
 from postrelay.queue.model import Job
 from postrelay.queue.outcome import Returned, decide
 from postrelay.queue.registry import Registry
@@ -71,6 +73,7 @@ class Worker:
         backoff: Backoff | None = None,
         listen_url: str | None = None,
         worker_id: str | None = None,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         self.engine = engine
         self.config = config
@@ -88,6 +91,9 @@ class Worker:
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self.claimed = 0
+        self.metrics = metrics  # None: nothing recorded, one `if` per claim and per run
+        if metrics is not None:
+            metrics.bind(self.kinds, lambda: len(self._running))
 
     def _served_kinds(self) -> tuple[str, ...]:
         handled = self.registry.kinds()
@@ -135,6 +141,8 @@ class Worker:
         # A task cancelled before its first step never reached its own bookkeeping.
         for job, _ in list(self._running.values()):
             self.completer.add(job, decide(job, Returned(), self.executor.backoff))
+            if self.metrics is not None:
+                self.metrics.returned_unrun(job.kind)
         self._running.clear()
         for task in self._tasks:
             task.cancel()
@@ -179,6 +187,8 @@ class Worker:
                     await asyncio.wait_for(self._stopping.wait(), delay)
                 delay = min(delay * 2, RECONNECT_MAX_SECS)
                 continue
+            if jobs and self.metrics is not None:
+                self.metrics.claimed_batch(jobs)
             for job in jobs:
                 self._spawn(job)
             if len(jobs) == free:
@@ -217,9 +227,13 @@ class Worker:
         self._running[job.id] = (job, task)
 
     async def _run(self, job: Job) -> None:
+        metrics = self.metrics
+        started = time.perf_counter() if metrics is not None else 0.0
         transition = await self.executor.execute(job)
         if self._running.pop(job.id, None) is not None:
             self.completer.add(job, transition)
+            if metrics is not None:
+                metrics.finished_run(job.kind, transition, time.perf_counter() - started)
         self._wake.set()
 
     async def _heartbeat_loop(self) -> None:

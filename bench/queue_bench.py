@@ -1,0 +1,191 @@
+"""Print the job queue's figures for this machine: enqueue and drain throughput beside plain
+psycopg baselines, and the pickup latency of an idle worker.
+
+    .venv/bin/python -m bench.queue_bench            # about 2-4 minutes
+    .venv/bin/python -m bench.queue_bench --quick    # under a minute
+    POSTRELAY_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/test \\
+        .venv/bin/python -m bench.queue_bench --jobs 50000
+
+Runs against POSTRELAY_DATABASE_URL's server when it is set, else the embedded PostgreSQL;
+either way in a database created for the run and dropped at the end. See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+from bench.drain_bench import baseline_drain, worker_drain
+from bench.enqueue_bench import enqueue_batches, enqueue_one_per_txn
+from bench.harness import BenchDatabase, Row, bench_database, met, print_table, rate, ratio
+from bench.latency_bench import pickup_latencies
+
+SECTIONS = ("enqueue", "batch", "drain", "latency")
+ENQUEUE_TARGET = 0.9  # x the psycopg baseline
+BATCH_TARGET = 50_000  # jobs/s
+DRAIN_TARGET = 0.5  # x the batched psycopg baseline, one worker process
+P50_TARGET_MS, P99_TARGET_MS = 2.0, 5.0
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = _parse(argv)
+    # SIGTERM runs the `finally` blocks too: worker subprocesses stopped, database dropped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    started = time.monotonic()
+    rows: list[Row] = []
+    with bench_database() as bench:
+        _print_header(bench, args)
+        if "enqueue" in args.only:
+            rows += _enqueue_rows(bench, args)
+        if "batch" in args.only:
+            rows += _batch_rows(bench, args)
+        if "drain" in args.only:
+            rows += _drain_rows(bench, args)
+        if "latency" in args.only:
+            rows += _latency_rows(bench, args)
+    print()
+    print_table(rows)
+    if args.notes:
+        print()
+        for note in args.notes:
+            print(note)
+    print(f"\n{time.monotonic() - started:.0f} s; machine load at end: {_load()}")
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.queue_bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="smaller runs (under a minute)")
+    parser.add_argument("--jobs", type=int, help="jobs per drain (default 20000; --quick 5000)")
+    parser.add_argument("--concurrency", default="10,50,100,200",
+                        help="worker concurrencies to drain with (default 10,50,100,200)")
+    parser.add_argument("--only", action="append", choices=SECTIONS,
+                        help="run only this section (repeatable; default all)")
+    parser.add_argument("--profile", type=Path, metavar="DIR",
+                        help="run the drain workers under cProfile, writing DIR/worker-cC.prof")
+    args = parser.parse_args(argv)
+    args.only = tuple(args.only or SECTIONS)
+    args.notes = []  # lines printed under the table
+    args.jobs = args.jobs or (5_000 if args.quick else 20_000)
+    args.concurrencies = [int(c) for c in args.concurrency.split(",") if c.strip()]
+    args.single = 600 if args.quick else 2_000  # per variant, one job per transaction
+    args.batch_totals = {1_000: 5_000, 10_000: 20_000} if args.quick else {
+        1_000: 20_000, 10_000: 50_000}
+    args.per_txn_jobs = min(args.jobs, 500 if args.quick else 2_000)
+    args.latency_jobs = 100 if args.quick else 300
+    return args
+
+
+_STARTED = time.monotonic()
+
+
+def _progress(message: str) -> None:
+    print(f"  [{time.monotonic() - _STARTED:4.0f} s] {message}", file=sys.stderr, flush=True)
+
+
+def _print_header(bench: BenchDatabase, args: argparse.Namespace) -> None:
+    with bench.connect() as conn:
+        version = conn.execute("SHOW server_version").fetchone()[0]  # type: ignore[index]
+    print(f"postrelay queue benchmark on {socket.gethostname()}: {os.cpu_count()} CPUs, "
+          f"{platform.system()} {platform.release()}, Python {platform.python_version()}")
+    print(f"PostgreSQL {version}, {bench.server}")
+    print(f"drain: {args.jobs} no-op jobs per run{' (--quick)' if args.quick else ''}")
+    print(f"machine load at start: {_load()}")
+    sys.stdout.flush()
+
+
+def _load() -> str:
+    """Load average, and CPU pressure where the kernel reports it: the figures are only as
+    good as the machine was quiet."""
+    one, five, _ = os.getloadavg()
+    text = f"load average {one:.2f} (1 min), {five:.2f} (5 min)"
+    try:
+        some = Path("/proc/pressure/cpu").read_text().split("\n")[0].split()
+        text += f", CPU pressure {some[1].replace('avg10=', '')}% (10 s)"
+    except (OSError, IndexError):
+        pass
+    return text
+
+
+def _enqueue_rows(bench: BenchDatabase, args: argparse.Namespace) -> list[Row]:
+    _progress(f"enqueue, one job per transaction ({args.single} per variant)")
+    r = enqueue_one_per_txn(bench, args.single)
+    target = f">= {ENQUEUE_TARGET}x"
+    return [
+        Row("enqueue, 1 job/txn", rate(r["postrelay"]), rate(r["baseline"]),
+            ratio(r["postrelay"], r["baseline"]), target,
+            met(r["postrelay"] >= ENQUEUE_TARGET * r["baseline"])),
+        Row("enqueue, 1 job/txn, NOTIFY off", rate(r["postrelay_no_notify"]),
+            rate(r["baseline"]), ratio(r["postrelay_no_notify"], r["baseline"]), target,
+            met(r["postrelay_no_notify"] >= ENQUEUE_TARGET * r["baseline"])),
+        Row("  same, vs INSERT via SQLAlchemy", rate(r["postrelay_no_notify"]),
+            rate(r["sqlalchemy"]), ratio(r["postrelay_no_notify"], r["sqlalchemy"])),
+    ]
+
+
+def _batch_rows(bench: BenchDatabase, args: argparse.Namespace) -> list[Row]:
+    rows = []
+    for batch, total in args.batch_totals.items():
+        _progress(f"enqueue_many, {batch} per transaction ({total} jobs)")
+        r = enqueue_batches(bench, batch, total)
+        rows.append(Row(f"enqueue_many, {batch:,}/txn", rate(r["postrelay"]),
+                        rate(r["baseline"]), ratio(r["postrelay"], r["baseline"]),
+                        f">= {BATCH_TARGET:,}/s", met(r["postrelay"] >= BATCH_TARGET)))
+    return rows
+
+
+def _drain_rows(bench: BenchDatabase, args: argparse.Namespace) -> list[Row]:
+    _progress(f"drain baseline, claim 100 + complete 100 ({args.jobs} jobs)")
+    batched = baseline_drain(bench, args.jobs, 100)
+    _progress(f"drain baseline, claim 1 + complete 1 ({args.per_txn_jobs} jobs)")
+    single = baseline_drain(bench, args.per_txn_jobs, 1)
+    ours = {}
+    for concurrency in args.concurrencies:
+        _progress(f"drain, one worker at concurrency {concurrency} ({args.jobs} jobs)")
+        ours[concurrency] = worker_drain(bench, args.jobs, concurrency, profile_dir=args.profile)
+    # Once more after the workers, keeping the better run: the ratios are then never flattered
+    # by a baseline that happened to run while the machine was busy.
+    _progress(f"drain baseline again, claim 100 + complete 100 ({args.jobs} jobs)")
+    batched = max(batched, baseline_drain(bench, args.jobs, 100), key=lambda d: d.per_sec)
+    base = batched.per_sec
+    rows = [
+        Row(f"drain, 1 worker, concurrency {c}", rate(d.per_sec), rate(base),
+            ratio(d.per_sec, base), f">= {DRAIN_TARGET}x", met(d.per_sec >= DRAIN_TARGET * base))
+        for c, d in ours.items()
+    ]
+    rows.append(Row("drain baseline: psycopg, 100/txn (best of 2)", "-", rate(base), "-",
+                    "ref. ~38,000/s"))
+    rows.append(Row("drain baseline: psycopg, 1/txn", "-", rate(single.per_sec),
+                    ratio(single.per_sec, base), "ref. ~1,400/s"))
+    args.notes += [f"drain, concurrency {c}: {d.detail()}" for c, d in ours.items()]
+    args.notes.append(f"drain baseline, 100/txn: {batched.detail()}")
+    return rows
+
+
+def _latency_rows(bench: BenchDatabase, args: argparse.Namespace) -> list[Row]:
+    _progress(f"pickup latency, one job every 20 ms ({args.latency_jobs} jobs each for "
+              "postrelay and the psycopg LISTEN + claim baseline, in turns)")
+    ours, floor = pickup_latencies(bench, args.latency_jobs, rounds=2 if args.quick else 3)
+
+    def ms(secs: float) -> str:
+        return f"{secs * 1000:.2f} ms"
+
+    return [
+        Row("pickup latency p50", ms(ours.p50), ms(floor.p50), ratio(ours.p50, floor.p50),
+            f"<= {P50_TARGET_MS:g} ms", met(ours.p50 * 1000 <= P50_TARGET_MS)),
+        Row("pickup latency p99", ms(ours.p99), ms(floor.p99), ratio(ours.p99, floor.p99),
+            f"<= {P99_TARGET_MS:g} ms", met(ours.p99 * 1000 <= P99_TARGET_MS)),
+        Row("pickup latency max", ms(ours.max), ms(floor.max)),
+        Row("  of which before COMMIT, p50", ms(ours.before_commit_p50),
+            ms(floor.before_commit_p50)),
+    ]
+
+
+if __name__ == "__main__":
+    main()

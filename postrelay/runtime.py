@@ -88,7 +88,10 @@ def build_worker(
     concurrency = concurrency or settings.worker_concurrency
     # pool_pre_ping would add a round trip to every claim; a dropped connection is noticed
     # by the failing statement instead, which invalidates the whole pool for a reconnect.
-    engine = db.async_engine(pool_pre_ping=False, pool_size=5, max_overflow=10)
+    # Custom plans: a generic plan of job_finalize_many, estimated from one running row,
+    # degrades into a nested loop whose cost grows with the square of the batch.
+    engine = db.async_engine(pool_pre_ping=False, pool_size=5, max_overflow=10,
+                             connect_args={"options": "-c plan_cache_mode=force_custom_plan"})
     # Built-in handlers first (retention, webhook delivery); the application's on top.
     builtin = webhook_registry(engine, allow_private=settings.webhook_allow_private)
     outbox = Cleaner(delete_handled_batch, settings.outbox_retention_days)

@@ -20,12 +20,14 @@ from postrelay.queue.model import Job
 from postrelay.queue.outcome import Transition
 
 RETRY_BASE_SECS = 0.05
+MAX_BATCH = 1000  # outcomes per statement: bounded work per write
 RETRY_MAX_SECS = 2.0
 
 
 class Completer:
     def __init__(self, engine: AsyncEngine, worker_id: str) -> None:
-        self.engine = engine
+        # Each write is one statement, atomic on its own: autocommit spares two round trips.
+        self.engine = engine.execution_options(isolation_level="AUTOCOMMIT")
         self.worker_id = worker_id
         self._queue: list[tuple[Job, Transition]] = []
         self._writing: list[tuple[Job, Transition]] = []
@@ -63,7 +65,7 @@ class Completer:
         while True:
             await self._ready.wait()
             self._ready.clear()
-            batch, self._queue = self._queue, []
+            batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
             self._writing = batch
             try:
                 await self._write(batch)
@@ -78,13 +80,15 @@ class Completer:
                 continue
             finally:
                 self._writing = []
-            if not self._queue:
+            if self._queue:
+                self._ready.set()
+            else:
                 self._idle.set()
 
     async def _write(self, batch: list[tuple[Job, Transition]]) -> None:
         if not batch:
             return
-        async with self.engine.begin() as conn:
+        async with self.engine.connect() as conn:
             written = await queries.job_finalize_many(
                 conn,
                 worker=self.worker_id,
@@ -102,6 +106,11 @@ class Completer:
             for job in lost:
                 event("postrelay.job.finalize_skipped", logging.WARNING, job_id=str(job.id),
                       reason="no longer running under this worker's claim (rescued)")
+
+    @property
+    def backlog(self) -> int:
+        """Outcomes not yet written."""
+        return len(self._queue) + len(self._writing)
 
     def pending_ids(self) -> set[UUID]:
         """Jobs whose outcome is queued or being written right now."""

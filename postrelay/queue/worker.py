@@ -29,6 +29,7 @@ from postrelay.core.listener import Listener
 from postrelay.core.telemetry import event
 from postrelay.queue import queries
 from postrelay.queue.backoff import Backoff, FixedBackoff
+from postrelay.queue.enqueue import job_kinds
 from postrelay.queue.completer import Completer
 from postrelay.queue.executor import Executor
 from postrelay.queue.metrics import WorkerMetrics
@@ -76,6 +77,9 @@ class Worker:
         metrics: WorkerMetrics | None = None,
     ) -> None:
         self.engine = engine
+        # Claims, outcome writes and heartbeats are single statements, atomic on their own:
+        # autocommit spares each a BEGIN and a COMMIT round trip.
+        self._auto = engine.execution_options(isolation_level="AUTOCOMMIT")
         self.config = config
         self.registry = registry
         self.id = worker_id or make_worker_id()
@@ -90,6 +94,9 @@ class Worker:
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        # Whether the last claim filled every free slot: only then is there likely more
+        # work, and only then does a finishing job wake the claim loop (NOTIFY does else).
+        self._saturated = False
         self.claimed = 0
         self.metrics = metrics  # None: nothing recorded, one `if` per claim and per run
         if metrics is not None:
@@ -112,6 +119,7 @@ class Worker:
         return set(self._running)
 
     async def start(self) -> None:
+        await self._drop_unknown_kinds()
         await self._register()
         self.completer.start()
         if self._listener is not None:
@@ -157,6 +165,17 @@ class Worker:
             event("postrelay.worker.deregister_failed", logging.WARNING, error=repr(exc))
         event("postrelay.worker.stopped", worker=self.id, claimed=self.claimed)
 
+    async def _drop_unknown_kinds(self) -> None:
+        """Serve only kinds the mdm.job_kind enum has: a handler registered for a kind not
+        migrated yet must not break every claim."""
+        async with self._auto.connect() as conn:
+            known = set(await job_kinds(conn))
+        unknown = [k for k in self.kinds if k not in known]
+        if unknown:
+            event("postrelay.worker.unknown_kinds", logging.WARNING, kinds=",".join(unknown),
+                  hint="add them with `postrelay kinds add` and migrate")
+            self.kinds = tuple(k for k in self.kinds if k in known)
+
     async def _register(self) -> None:
         async with self.engine.begin() as conn:
             await queries.worker_register(
@@ -168,8 +187,12 @@ class Worker:
     async def _claim_loop(self) -> None:
         delay = RECONNECT_BASE_SECS
         while not self._stopping.is_set():
-            free = self.config.concurrency - len(self._running)
+            # Outcomes not yet written hold their slot once they pile up beyond one round
+            # of jobs: backpressure, so a slow database is not handed ever more work.
+            backlog = max(0, self.completer.backlog - self.config.concurrency)
+            free = self.config.concurrency - len(self._running) - backlog
             if free <= 0 or not self.kinds:
+                self._saturated = True
                 self._wake.clear()  # a finishing job sets it again
                 await self._sleep(self.config.poll_interval_secs)
                 continue
@@ -191,6 +214,7 @@ class Worker:
                 self.metrics.claimed_batch(jobs)
             for job in jobs:
                 self._spawn(job)
+            self._saturated = len(jobs) == free
             if len(jobs) == free:
                 await asyncio.sleep(0)  # let the batch start, then claim what slots are left
                 continue
@@ -200,15 +224,14 @@ class Worker:
             await self._sleep(wait)
 
     async def _claim(self, demand: int) -> tuple[list[Job], float | None]:
-        async with self.engine.begin() as conn:
+        async with self._auto.connect() as conn:
             jobs = await queries.job_claim(
                 conn, worker=self.id, demand=demand,
                 tenant_ids=self.config.tenants, kinds=self.kinds,
             )
-        self.claimed += len(jobs)
-        if jobs:
-            return jobs, None
-        async with self.engine.connect() as conn:
+            self.claimed += len(jobs)
+            if jobs:
+                return jobs, None
             due_in = await queries.job_next_due_in(
                 conn, tenant_ids=self.config.tenants, kinds=self.kinds
             )
@@ -234,13 +257,14 @@ class Worker:
             self.completer.add(job, transition)
             if metrics is not None:
                 metrics.finished_run(job.kind, transition, time.perf_counter() - started)
-        self._wake.set()
+        if self._saturated:
+            self._wake.set()
 
     async def _heartbeat_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.heartbeat_secs)
             try:
-                async with self.engine.begin() as conn:
+                async with self._auto.connect() as conn:
                     if not await queries.worker_heartbeat(conn, id=self.id):
                         # Our row was pruned (e.g. the database was gone longer than the
                         # lease); come back, so our remaining jobs are not rescued.
@@ -251,7 +275,7 @@ class Worker:
 
     async def _release_orphans(self) -> None:
         known = list(self.running_ids | self.completer.pending_ids())
-        async with self.engine.begin() as conn:
+        async with self._auto.connect() as conn:
             released = await queries.job_release_orphans(
                 conn, worker=self.id, known=known, min_age_secs=self.config.heartbeat_secs)
         if released:

@@ -99,14 +99,17 @@ SELECT pg_notify('postrelay_jobs', '');
 -- One statement claims a whole batch. The MATERIALIZED CTE is the fence that matters:
 -- without it the planner may fold the subquery into the UPDATE and lock more rows than
 -- LIMIT asks for, or re-evaluate it. SKIP LOCKED lets concurrent workers pass each other's
--- rows instead of queueing behind them.
+-- rows instead of queueing behind them. The kind filter compares the enum column itself
+-- (not its text), so the planner can estimate it and keep to ix_job_dispatch; the worker
+-- passes only kinds the enum has.
 WITH candidate AS MATERIALIZED (
     SELECT id
     FROM mdm.aa_job
     WHERE status = 'pending'
       AND available_at <= now()
       AND (CAST(:tenant_ids AS uuid[]) IS NULL OR tenant_id = ANY(CAST(:tenant_ids AS uuid[])))
-      AND (CAST(:kinds AS text[]) IS NULL OR job_kind::text = ANY(CAST(:kinds AS text[])))
+      AND (CAST(:kinds AS mdm.job_kind[]) IS NULL
+           OR job_kind = ANY(CAST(:kinds AS mdm.job_kind[])))
     ORDER BY priority, available_at
     LIMIT :demand
     FOR UPDATE SKIP LOCKED
@@ -125,7 +128,8 @@ SELECT EXTRACT(EPOCH FROM min(available_at) - clock_timestamp())::float8 AS due_
 FROM mdm.aa_job
 WHERE status = 'pending'
   AND (CAST(:tenant_ids AS uuid[]) IS NULL OR tenant_id = ANY(CAST(:tenant_ids AS uuid[])))
-  AND (CAST(:kinds AS text[]) IS NULL OR job_kind::text = ANY(CAST(:kinds AS text[])));
+  AND (CAST(:kinds AS mdm.job_kind[]) IS NULL
+       OR job_kind = ANY(CAST(:kinds AS mdm.job_kind[])));
 
 -- name: job_finalize_many
 -- Writes the outcome of a batch of runs. Each row is guarded by the state it expects

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from uuid import UUID
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -25,10 +26,13 @@ RETRY_MAX_SECS = 2.0
 
 
 class Completer:
-    def __init__(self, engine: AsyncEngine, worker_id: str) -> None:
+    def __init__(
+        self, engine: AsyncEngine, worker_id: str, on_written: Callable[[], None] | None = None
+    ) -> None:
         # Each write is one statement, atomic on its own: autocommit spares two round trips.
         self.engine = engine.execution_options(isolation_level="AUTOCOMMIT")
         self.worker_id = worker_id
+        self.on_written = on_written  # the worker claims again once a backlog shrinks
         self._queue: list[tuple[Job, Transition]] = []
         self._writing: list[tuple[Job, Transition]] = []
         self._ready = asyncio.Event()
@@ -70,6 +74,8 @@ class Completer:
             try:
                 await self._write(batch)
                 delay = RETRY_BASE_SECS
+                if self.on_written is not None:
+                    self.on_written()
             except Exception as exc:  # keep the batch and try again
                 self._queue[:0] = batch
                 event("postrelay.completer.write_failed", logging.WARNING, error=repr(exc),

@@ -84,7 +84,7 @@ class Worker:
         self.registry = registry
         self.id = worker_id or make_worker_id()
         self.executor = Executor(registry, backoff or FixedBackoff(), config.default_timeout_secs)
-        self.completer = Completer(engine, self.id)
+        self.completer = Completer(engine, self.id, on_written=self._outcomes_written)
         self.kinds = self._served_kinds()
         self._listener = (
             Listener(listen_url, JOBS_CHANNEL, self.wake) if config.listen and listen_url else None
@@ -113,6 +113,10 @@ class Worker:
 
     def wake(self) -> None:
         self._wake.set()
+
+    def _outcomes_written(self) -> None:
+        if self._saturated:  # slots may have been held back for the backlog just written
+            self._wake.set()
 
     @property
     def running_ids(self) -> set[UUID]:

@@ -164,16 +164,14 @@ class Relay:
                 event_id, route_name = rows[index][0], rows[index][1]
                 failures[event_id] = f"route {route_name!r} asked for an invalid job: {exc}"
                 plans = [p for p in plans if p.event.id != event_id]
-        if rows:
-            await conn.execute(Q["outbox_delivery_insert_many"], {
+        if plans:
+            await conn.execute(Q["outbox_mark_handled_many"], {
                 "event_ids": [e for e, _, _, _ in rows],
                 "routes": [n for _, n, _, _ in rows],
                 "job_ids": job_ids,
                 "ordered": [o for _, _, _, o in rows],
-            })
-        if plans:
-            await conn.execute(Q["outbox_mark_handled_many"], {
-                "ids": [p.event.id for p in plans], "jobs": [len(p.specs) for p in plans],
+                "ids": [p.event.id for p in plans],
+                "jobs": [len(p.specs) for p in plans],
             })
         return plans, len(rows)
 

@@ -36,12 +36,6 @@ ORDER BY seq
 LIMIT :batch
 FOR UPDATE SKIP LOCKED;
 
--- name: outbox_delivery_insert_many
-INSERT INTO mdm.aa_outbox_delivery (event_id, route, job_id, ordered)
-SELECT * FROM unnest(CAST(:event_ids AS uuid[]), CAST(:routes AS text[]),
-                     CAST(:job_ids AS uuid[]), CAST(:ordered AS boolean[]))
-ON CONFLICT (event_id, route) DO NOTHING;
-
 -- name: outbox_blocked_aggregates
 -- Of the given events' aggregates, those that must wait: an ordered job of an earlier event
 -- is not finished yet, or an earlier live event of the aggregate is still unrelayed (it
@@ -73,6 +67,13 @@ SET available_at = now() + make_interval(secs => :delay)
 WHERE id = ANY(CAST(:ids AS uuid[]));
 
 -- name: outbox_mark_handled_many
+-- Link each (event, route) to its job and mark the events handled, in one round trip.
+WITH linked AS (
+    INSERT INTO mdm.aa_outbox_delivery (event_id, route, job_id, ordered)
+    SELECT * FROM unnest(CAST(:event_ids AS uuid[]), CAST(:routes AS text[]),
+                         CAST(:job_ids AS uuid[]), CAST(:ordered AS boolean[]))
+    ON CONFLICT (event_id, route) DO NOTHING
+)
 UPDATE mdm.aa_outbox_event e
 SET handled_at = clock_timestamp(), jobs_created = h.jobs, last_error = NULL
 FROM unnest(CAST(:ids AS uuid[]), CAST(:jobs AS integer[])) AS h(id, jobs)

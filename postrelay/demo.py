@@ -87,7 +87,9 @@ def run_demo(settings: Settings, db: Database, echo=print) -> QueueStatus:  # no
     return status
 
 
-async def _work_until_settled(settings: Settings, db: Database, engine: Engine, tenant: UUID) -> None:
+async def _work_until_settled(
+    settings: Settings, db: Database, engine: Engine, tenant: UUID
+) -> None:
     process = build_worker(settings, db, registry=demo_registry(), concurrency=8,
                            tenants=(tenant,), maintenance=False)
     await process.start()

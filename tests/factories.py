@@ -64,7 +64,8 @@ def insert_job(
 
 def job_row(conn: Connection, job_id: uuid.UUID) -> dict[str, Any]:
     row = conn.execute(
-        text("SELECT *, job_kind::text AS kind, status::text AS state FROM mdm.aa_job WHERE id = :id"),
+        text("SELECT *, job_kind::text AS kind, status::text AS state "
+             "FROM mdm.aa_job WHERE id = :id"),
         {"id": job_id},
     ).mappings().one()
     return dict(row)

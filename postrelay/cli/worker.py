@@ -14,12 +14,15 @@ from postrelay.cli.main import app
 @app.command("worker")
 def worker_command(
     apps: list[str] = typer.Option(
-        [], "--app", help="Module that registers handlers with @postrelay.queue.handler (repeatable)."
+        [], "--app",
+        help="Module that registers handlers with @postrelay.queue.handler (repeatable).",
     ),
     concurrency: int | None = typer.Option(
         None, min=1, help="Jobs run at once (default POSTRELAY_WORKER_CONCURRENCY)."
     ),
-    tenants: list[UUID] = typer.Option([], "--tenant", help="Serve only these tenants (repeatable)."),
+    tenants: list[UUID] = typer.Option(
+        [], "--tenant", help="Serve only these tenants (repeatable)."
+    ),
     kinds: list[str] = typer.Option([], "--kind", help="Serve only these kinds (repeatable)."),
     maintenance: bool = typer.Option(
         True, help="Take part in maintenance (stale-claim rescue, retention)."

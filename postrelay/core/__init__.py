@@ -12,4 +12,11 @@ from postrelay.core.errors import (
 )
 from postrelay.core.settings import Settings
 
-__all__ = ["ConfigError", "ConflictError", "NotFoundError", "PostrelayError", "Settings", "ValidationError"]
+__all__ = [
+    "ConfigError",
+    "ConflictError",
+    "NotFoundError",
+    "PostrelayError",
+    "Settings",
+    "ValidationError",
+]

@@ -9,7 +9,7 @@ awaitable when the caller holds an async connection or session.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Generator, Sequence
-from typing import Any, TypeVar, Union
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Row
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -19,7 +19,7 @@ from sqlalchemy.sql import Executable
 T = TypeVar("T")
 Rows = Sequence[Row[Any]]
 Steps = Generator[tuple[Executable, Any], Rows, T]
-AnyConnection = Union[Connection, Session, AsyncConnection, AsyncSession]
+AnyConnection = Connection | Session | AsyncConnection | AsyncSession
 
 
 def is_async(conn: AnyConnection) -> bool:

@@ -81,7 +81,9 @@ def normalize_schedule(schedule: str) -> str:
     return normalized
 
 
-def slots_between(schedule: str, after: datetime, now: datetime) -> tuple[datetime, datetime] | None:
+def slots_between(
+    schedule: str, after: datetime, now: datetime
+) -> tuple[datetime, datetime] | None:
     """The latest slot in (after, now] and the first slot after now; None if no slot is due.
 
     Only the latest due slot fires: after downtime a missed slot fires once, not once per

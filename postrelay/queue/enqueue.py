@@ -220,7 +220,8 @@ def _validated_row(
         raise ValidationError(field_name("kind"), "must be a non-empty string")
     if not isinstance(payload, Mapping):
         raise ValidationError(
-            field_name("payload"), f"must be a JSON object (a mapping), got {type(payload).__name__}"
+            field_name("payload"),
+            f"must be a JSON object (a mapping), got {type(payload).__name__}",
         )
     try:
         payload_json = json.dumps(payload, separators=(",", ":"), allow_nan=False)
@@ -231,7 +232,9 @@ def _validated_row(
     try:
         tenant = tenant_id if isinstance(tenant_id, UUID) else UUID(str(tenant_id))
     except ValueError:
-        raise ValidationError(field_name("tenant_id"), f"must be a UUID, got {tenant_id!r}") from None
+        raise ValidationError(
+            field_name("tenant_id"), f"must be a UUID, got {tenant_id!r}"
+        ) from None
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise ValidationError(field_name("priority"), "must be an integer")
     if not SMALLINT_MIN <= priority <= SMALLINT_MAX:
@@ -250,7 +253,9 @@ def _validated_row(
     attempts = default_max_attempts() if max_attempts is None else max_attempts
     if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= INT_MAX:
         raise ValidationError(field_name("max_attempts"), "must be an integer >= 1")
-    if idempotency_key is not None and (not isinstance(idempotency_key, str) or not idempotency_key):
+    if idempotency_key is not None and (
+        not isinstance(idempotency_key, str) or not idempotency_key
+    ):
         raise ValidationError(field_name("idempotency_key"), "must be a non-empty string or None")
     return {
         "kind": kind,

@@ -74,7 +74,9 @@ def decide(job: Job, outcome: Outcome, backoff: Backoff) -> Transition:
         case Failure(error=error):
             if job.attempts >= job.max_attempts:
                 return Transition("dlq", error=format_error(error))
-            delay = error.delay_secs if isinstance(error, RetryAfter) else backoff.delay(job.attempts)
+            delay = (
+                error.delay_secs if isinstance(error, RetryAfter) else backoff.delay(job.attempts)
+            )
             return Transition("pending", delay_secs=delay, error=format_error(error))
     raise TypeError(f"unknown outcome {outcome!r}")
 

@@ -42,7 +42,10 @@ async def job_next_due_in(
 ) -> float | None:
     result = await conn.execute(
         Q["job_next_due_in"],
-        {"tenant_ids": list(tenant_ids) if tenant_ids else None, "kinds": list(kinds) if kinds else None},
+        {
+            "tenant_ids": list(tenant_ids) if tenant_ids else None,
+            "kinds": list(kinds) if kinds else None,
+        },
     )
     return result.scalar_one()
 

@@ -38,7 +38,9 @@ class Registry:
             raise ValidationError("timeout", "must be a positive number of seconds")
         self._handlers[kind] = Handler(kind, fn, timeout)
 
-    def handler(self, kind: str, *, timeout: float | None = None) -> Callable[[HandlerFn], HandlerFn]:
+    def handler(
+        self, kind: str, *, timeout: float | None = None
+    ) -> Callable[[HandlerFn], HandlerFn]:
         def decorate(fn: HandlerFn) -> HandlerFn:
             self.register(kind, fn, timeout=timeout)
             return fn

@@ -29,8 +29,8 @@ from postrelay.core.listener import Listener
 from postrelay.core.telemetry import event
 from postrelay.queue import queries
 from postrelay.queue.backoff import Backoff, FixedBackoff
-from postrelay.queue.enqueue import job_kinds
 from postrelay.queue.completer import Completer
+from postrelay.queue.enqueue import job_kinds
 from postrelay.queue.executor import Executor
 from postrelay.queue.metrics import WorkerMetrics
 from postrelay.queue.model import Job

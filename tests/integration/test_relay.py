@@ -40,11 +40,10 @@ def order_routes() -> RouteRegistry:
 
 
 def test_emit_exists_only_if_caller_commits(engine, tenant, outbox_clean):
-    with engine.connect() as conn:
-        with conn.begin() as txn:
-            emit(conn, "order.placed", {"total": 1}, tenant_id=tenant,
-                 aggregate_type="order", aggregate_id=1)
-            txn.rollback()
+    with engine.connect() as conn, conn.begin() as txn:
+        emit(conn, "order.placed", {"total": 1}, tenant_id=tenant,
+             aggregate_type="order", aggregate_id=1)
+        txn.rollback()
     assert scalar(engine, "SELECT count(*) FROM mdm.aa_outbox_event") == 0
     with engine.begin() as conn:
         event_id = emit(conn, "order.placed", {"total": 1}, tenant_id=tenant,
@@ -227,7 +226,6 @@ def test_emit_many_rejects_the_whole_batch(engine, tenant, outbox_clean):
 async def test_replay_creates_no_duplicate_and_retention_deletes_handled(
     engine, async_engine, tenant, outbox_clean
 ):
-    from datetime import timedelta
 
     from postrelay.core.clock import utcnow
     from postrelay.queue.maintenance import Cleaner, cleanup_handler

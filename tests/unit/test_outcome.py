@@ -89,7 +89,8 @@ def test_stop_is_failed_for_diagnosis() -> None:
 
 
 def test_returned_at_shutdown_refunds_the_attempt() -> None:
-    assert decide(job(2, 3), Returned(), FIXED) == Transition("pending", delay_secs=0.0, refund=True)
+    expected = Transition("pending", delay_secs=0.0, refund=True)
+    assert decide(job(2, 3), Returned(), FIXED) == expected
 
 
 def test_error_text_is_cut_to_4kb_keeping_the_end() -> None:

@@ -8,4 +8,11 @@ from postrelay.queue.maintenance.rescuer import Rescuer
 from postrelay.queue.maintenance.retention import RETENTION_KIND, Cleaner, cleanup_handler
 from postrelay.queue.maintenance.scheduler import CronScheduler
 
-__all__ = ["RETENTION_KIND", "Cleaner", "CronScheduler", "Maintenance", "Rescuer", "cleanup_handler"]
+__all__ = [
+    "RETENTION_KIND",
+    "Cleaner",
+    "CronScheduler",
+    "Maintenance",
+    "Rescuer",
+    "cleanup_handler",
+]

@@ -63,5 +63,5 @@ def cron_rm(
 ) -> None:
     """Delete a cron entry by name; it never fires again."""
     with transaction() as conn:
-        cron_delete(conn, name, tenant_id=tenant)
+        cron_delete(conn, name, tenant_id=tenant, actor=actor())
     typer.echo(f"deleted {name}")

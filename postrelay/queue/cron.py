@@ -155,10 +155,13 @@ def cron_list(conn: Connection, *, tenant_id: UUID | str | None = None) -> list[
     return [CronEntry.from_row(r) for r in rows]
 
 
-def cron_delete(conn: Connection, name: str, *, tenant_id: UUID | str | None = None) -> None:
-    """Delete by name; it never fires again. An unknown name raises NotFoundError."""
+def cron_delete(
+    conn: Connection, name: str, *, tenant_id: UUID | str | None = None, actor: str = "unknown"
+) -> None:
+    """Delete by name; it never fires again; an audit row (mdm.aa_cron_audit) keeps the
+    entry and who deleted it. An unknown name raises NotFoundError."""
     deleted = conn.execute(
-        C["cron_delete"], {"name": name, "tenant_id": _uuid_or_none(tenant_id)}
+        C["cron_delete"], {"name": name, "tenant_id": _uuid_or_none(tenant_id), "actor": actor}
     ).first()
     if deleted is None:
         raise NotFoundError(f"no cron entry named {name!r}")

@@ -152,3 +152,18 @@ cron_entry = Table(
     CheckConstraint("max_attempts IS NULL OR max_attempts >= 1", name="cron_max_attempts_chk"),
     UniqueConstraint("name", name="cron_name_uk"),
 )
+
+# Who created and who deleted a cron entry (the entry itself may be gone).
+cron_audit = Table(
+    "aa_cron_audit",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column("cron_id", UUID(as_uuid=True), nullable=False),
+    Column("name", Text, nullable=False),
+    Column("tenant_id", UUID(as_uuid=True), nullable=False),
+    Column("action", Text, nullable=False),
+    Column("actor", Text, nullable=False),
+    Column("detail", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("created_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+    Index("ix_cron_audit_name", "name"),
+)

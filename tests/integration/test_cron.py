@@ -31,9 +31,15 @@ def test_create_list_delete(engine, tenant):
     with engine.begin() as conn:
         names = [e.name for e in cron_list(conn, tenant_id=tenant)]
         assert names == ["nightly-cleanup"]
-        cron_delete(conn, "nightly-cleanup")
+        cron_delete(conn, "nightly-cleanup", actor="ops:alice")
         with pytest.raises(NotFoundError):
             cron_delete(conn, "nightly-cleanup")
+        audit = conn.execute(text(
+            "SELECT action, actor, detail->>'schedule' FROM mdm.aa_cron_audit "
+            "WHERE name = 'nightly-cleanup' ORDER BY id")).all()
+    assert [(a, b) for a, b, _ in audit] == [("cron_create", "unknown"),
+                                             ("cron_delete", "ops:alice")]
+    assert audit[1][2] == "0 0 3 * * *"  # the deleted entry is kept in the audit row
 
 
 def test_names_are_unique_across_the_installation(engine, tenant):

@@ -34,6 +34,8 @@ from tests.migrations import (
 SCHEMA_MODULES = (
     "postrelay.queue.schema",
     "postrelay.relay.schema",
+    "postrelay.relay.webhooks.schema",
+    "postrelay.api.schema",
     "postrelay.orchestrator.schema",
 )
 SYSTEM_TENANT = uuid.UUID(int=0)

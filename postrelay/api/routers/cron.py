@@ -46,7 +46,6 @@ def delete_cron_job(name: str, caller: Caller, engine: Db) -> Envelope[CronDelet
     if "\x00" in name:  # cannot name any entry, and PostgreSQL refuses NUL in text
         raise NotFoundError(f"no cron entry named {name!r}")
     with engine.begin() as conn:
-        cron_delete(conn, name, tenant_id=caller.tenant_id)
-    # aa_job_audit is for jobs; until cron has an audit table, the log records who deleted.
+        cron_delete(conn, name, tenant_id=caller.tenant_id, actor=caller.actor)
     event("postrelay.api.cron_delete", logging.INFO, name=name, actor=caller.actor)
     return Envelope(data=CronDeleted(name=name))

@@ -3,17 +3,26 @@
 -- name: cron_insert
 -- Selecting from aa_tenant and checking the kind first turn an unknown tenant or kind into
 -- "no row" rather than an error that would abort the caller's transaction; a taken name is
--- "no row" too. cron_insert_diagnose tells these apart.
-INSERT INTO mdm.aa_cron_entry
-    (name, tenant_id, schedule, job_kind, payload, priority, max_attempts, created_by)
-SELECT :name, t.id, :schedule, CAST(CAST(:kind AS text) AS mdm.job_kind),
-       CAST(:payload AS jsonb), :priority, :max_attempts, :created_by
-FROM mdm.aa_tenant t
-WHERE t.id = :tenant_id
-  AND CAST(:kind AS text) = ANY(CAST(enum_range(NULL::mdm.job_kind) AS text[]))
-ON CONFLICT (name) DO NOTHING
-RETURNING id, name, tenant_id, schedule, job_kind::text AS kind, payload, priority,
-          max_attempts, last_run, next_run, created_at, created_by;
+-- "no row" too. cron_insert_diagnose tells these apart. The audit row is written in the
+-- same statement.
+WITH created AS (
+    INSERT INTO mdm.aa_cron_entry
+        (name, tenant_id, schedule, job_kind, payload, priority, max_attempts, created_by)
+    SELECT :name, t.id, :schedule, CAST(CAST(:kind AS text) AS mdm.job_kind),
+           CAST(:payload AS jsonb), :priority, :max_attempts, :created_by
+    FROM mdm.aa_tenant t
+    WHERE t.id = :tenant_id
+      AND CAST(:kind AS text) = ANY(CAST(enum_range(NULL::mdm.job_kind) AS text[]))
+    ON CONFLICT (name) DO NOTHING
+    RETURNING id, name, tenant_id, schedule, job_kind::text AS kind, payload, priority,
+              max_attempts, last_run, next_run, created_at, created_by
+), audited AS (
+    INSERT INTO mdm.aa_cron_audit (cron_id, name, tenant_id, action, actor, detail)
+    SELECT id, name, tenant_id, 'cron_create', COALESCE(created_by, 'unknown'),
+           jsonb_build_object('schedule', schedule, 'kind', kind, 'payload', payload)
+    FROM created
+)
+SELECT * FROM created;
 
 -- name: cron_insert_diagnose
 SELECT EXISTS (SELECT 1 FROM mdm.aa_tenant WHERE id = :tenant_id) AS tenant_exists,
@@ -28,10 +37,17 @@ WHERE CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid)
 ORDER BY name;
 
 -- name: cron_delete
-DELETE FROM mdm.aa_cron_entry
-WHERE name = :name
-  AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
-RETURNING id;
+-- The audit row keeps the whole deleted entry.
+WITH deleted AS (
+    DELETE FROM mdm.aa_cron_entry
+    WHERE name = :name
+      AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
+    RETURNING *
+), audited AS (
+    INSERT INTO mdm.aa_cron_audit (cron_id, name, tenant_id, action, actor, detail)
+    SELECT d.id, d.name, d.tenant_id, 'cron_delete', :actor, to_jsonb(d) FROM deleted d
+)
+SELECT id FROM deleted;
 
 -- name: cron_schedule_all
 -- What the scheduler needs to find due slots; cheap enough to read every tick.

@@ -50,7 +50,7 @@ def enqueue_one_per_txn(bench: BenchDatabase, n: int) -> dict[str, float]:
     engine = bench.engine
     quiet = engine.execution_options(postrelay_notify=False)
     results: dict[str, list[float]] = {"postrelay": [], "postrelay_no_notify": [],
-                                       "baseline": [], "sqlalchemy": []}
+                                       "baseline": [], "sqlalchemy": [], "psycopg": []}
     reset_queue(bench)
 
     def with_notify(i: int) -> None:
@@ -67,6 +67,11 @@ def enqueue_one_per_txn(bench: BenchDatabase, n: int) -> dict[str, float]:
             pg.execute(BASELINE_INSERT, (tenant, Jsonb(payload(i))))
             pg.commit()
 
+        def on_psycopg(i: int) -> None:
+            # enqueue on the same kind of connection as the baseline: a plain psycopg one.
+            enqueue(pg, "reindex", payload(i), tenant_id=tenant)
+            pg.commit()
+
         def sqlalchemy_insert(i: int) -> None:
             # The same plain INSERT through the caller's SQLAlchemy transaction: what is left
             # between this and `enqueue` is postrelay's own cost.
@@ -78,6 +83,7 @@ def enqueue_one_per_txn(bench: BenchDatabase, n: int) -> dict[str, float]:
             results["sqlalchemy"].append(_timed(n // rounds, sqlalchemy_insert))
             results["postrelay"].append(_timed(n // rounds, with_notify))
             results["postrelay_no_notify"].append(_timed(n // rounds, without_notify))
+            results["psycopg"].append(_timed(n // rounds, on_psycopg))
     # The harmonic mean of equal-sized rounds is total jobs / total time.
     return {k: len(v) / sum(1 / r for r in v) for k, v in results.items()}
 

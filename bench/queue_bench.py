@@ -126,6 +126,9 @@ def _enqueue_rows(bench: BenchDatabase, args: argparse.Namespace) -> list[Row]:
             met(r["postrelay_no_notify"] >= ENQUEUE_TARGET * r["baseline"])),
         Row("  same, vs INSERT via SQLAlchemy", rate(r["postrelay_no_notify"]),
             rate(r["sqlalchemy"]), ratio(r["postrelay_no_notify"], r["sqlalchemy"])),
+        Row("enqueue, 1 job/txn, psycopg connection", rate(r["psycopg"]), rate(r["baseline"]),
+            ratio(r["psycopg"], r["baseline"]), target,
+            met(r["psycopg"] >= ENQUEUE_TARGET * r["baseline"])),
     ]
 
 

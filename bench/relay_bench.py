@@ -20,7 +20,15 @@ import time
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from bench.harness import BenchDatabase, Row, bench_database, met, print_table, rate, ratio
-from postrelay.relay import EventSpec, JobRequest, Relay, RelayConfig, RouteRegistry, emit, emit_many
+from postrelay.relay import (
+    EventSpec,
+    JobRequest,
+    Relay,
+    RelayConfig,
+    RouteRegistry,
+    emit,
+    emit_many,
+)
 
 THROUGHPUT_TARGET = 5_000  # events/s
 RATIO_TARGET = 0.8

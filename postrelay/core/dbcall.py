@@ -1,17 +1,20 @@
 """Run one piece of database logic on whatever the caller holds.
 
 Writes that join the caller's transaction (`enqueue`, `emit`) accept a sync or async
-SQLAlchemy Connection or Session. The logic is written once, as a generator that yields
-`(statement, params)` and receives the rows; `drive` runs it synchronously, or returns an
-awaitable when the caller holds an async connection or session.
+SQLAlchemy Connection or Session, or a plain psycopg (3) connection. The logic is written
+once, as a generator that yields `(statement, params)` and receives the rows; `drive` runs
+it synchronously, or returns an awaitable when the caller holds an async connection.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Generator, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Row
+import psycopg
+from sqlalchemy import Connection, Row, TextClause
+from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import Executable
@@ -19,11 +22,15 @@ from sqlalchemy.sql import Executable
 T = TypeVar("T")
 Rows = Sequence[Row[Any]]
 Steps = Generator[tuple[Executable, Any], Rows, T]
-AnyConnection = Connection | Session | AsyncConnection | AsyncSession
+AnyConnection = (
+    Connection | Session | AsyncConnection | AsyncSession
+    | psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
+)
+_DIALECT = psycopg_dialect()
 
 
 def is_async(conn: AnyConnection) -> bool:
-    return isinstance(conn, AsyncConnection | AsyncSession)
+    return isinstance(conn, AsyncConnection | AsyncSession | psycopg.AsyncConnection)
 
 
 def drive(conn: AnyConnection, steps: Steps[T]) -> T | Awaitable[T]:
@@ -31,9 +38,42 @@ def drive(conn: AnyConnection, steps: Steps[T]) -> T | Awaitable[T]:
         return _drive_async(conn, steps)
     if isinstance(conn, Connection | Session):
         return _drive_sync(conn, steps)
+    if isinstance(conn, psycopg.AsyncConnection):
+        return _drive_psycopg_async(conn, steps)
+    if isinstance(conn, psycopg.Connection):
+        return _drive_psycopg(conn, steps)
     raise TypeError(
-        f"conn: expected a SQLAlchemy Connection or Session (sync or async), got {type(conn)!r}"
+        "conn: expected a SQLAlchemy Connection or Session (sync or async) or a psycopg "
+        f"connection, got {type(conn)!r}"
     )
+
+
+@functools.cache
+def psycopg_sql(statement: TextClause) -> str:
+    """The statement in psycopg's `%(name)s` style, compiled once per statement."""
+    return str(statement.compile(dialect=_DIALECT))
+
+
+def _drive_psycopg(conn: psycopg.Connection[Any], steps: Steps[T]) -> T:
+    try:
+        statement, params = next(steps)
+        while True:
+            cursor = conn.execute(psycopg_sql(statement), params)  # type: ignore[arg-type]
+            rows = cursor.fetchall() if cursor.description else []
+            statement, params = steps.send(rows)  # type: ignore[arg-type]
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+async def _drive_psycopg_async(conn: psycopg.AsyncConnection[Any], steps: Steps[T]) -> T:
+    try:
+        statement, params = next(steps)
+        while True:
+            cursor = await conn.execute(psycopg_sql(statement), params)  # type: ignore[arg-type]
+            rows = await cursor.fetchall() if cursor.description else []
+            statement, params = steps.send(rows)  # type: ignore[arg-type]
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
 
 
 def _drive_sync(conn: Connection | Session, steps: Steps[T]) -> T:
@@ -59,7 +99,12 @@ async def _drive_async(conn: AsyncConnection | AsyncSession, steps: Steps[T]) ->
 
 
 def current_transaction(conn: AnyConnection) -> object | None:
-    """The caller's open transaction object (stable for the transaction's life), if any."""
+    """The caller's open transaction object (stable for the transaction's life), if any.
+
+    psycopg has no such object: there every write carries its NOTIFY, and PostgreSQL
+    folds identical notifications of one transaction into one."""
+    if isinstance(conn, psycopg.Connection | psycopg.AsyncConnection):
+        return None
     if isinstance(conn, AsyncConnection):
         return conn.sync_connection.get_transaction() if conn.sync_connection else None
     if isinstance(conn, AsyncSession):
@@ -70,6 +115,8 @@ def current_transaction(conn: AnyConnection) -> object | None:
 def execution_option(conn: AnyConnection, name: str, default: Any) -> Any:
     """An execution option set on the caller's connection or engine (e.g. to switch off
     NOTIFY behind a pooler: `engine.execution_options(postrelay_notify=False)`)."""
+    if isinstance(conn, psycopg.Connection | psycopg.AsyncConnection):
+        return default
     if isinstance(conn, AsyncConnection):
         return conn.sync_connection.get_execution_options().get(name, default)  # type: ignore[union-attr]
     if isinstance(conn, Connection):

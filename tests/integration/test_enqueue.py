@@ -151,3 +151,38 @@ def test_notify_can_be_switched_off(engine, tenant, libpq):
         with quiet.begin() as conn:
             enqueue(conn, "reindex", {}, tenant_id=tenant)
         assert list(listener.notifies(timeout=0.3)) == []
+
+
+def test_enqueue_on_a_plain_psycopg_connection(engine, tenant, libpq):
+    import psycopg
+
+    with psycopg.connect(libpq) as conn:  # the caller's transaction: rolled back
+        enqueue(conn, "reindex", {"n": 0}, tenant_id=tenant)
+        conn.rollback()
+        first = enqueue(conn, "reindex", {"n": 1}, tenant_id=tenant, idempotency_key="p1")
+        again = enqueue(conn, "reindex", {"n": 2}, tenant_id=tenant, idempotency_key="p1")
+        ids = enqueue_many(conn, [JobSpec("reindex", {"n": 3}, tenant)])
+        with pytest.raises(ValidationError):
+            enqueue(conn, "no_such_kind", {}, tenant_id=tenant)
+        conn.commit()
+    assert first == again
+    with engine.connect() as conn:
+        assert job_row(conn, first)["payload"] == {"n": 1}
+        assert job_row(conn, ids[0])["payload"] == {"n": 3}
+    assert count_jobs(engine) == 2
+
+
+async def test_enqueue_and_emit_on_an_async_psycopg_connection(engine, tenant, libpq):
+    import psycopg
+
+    from postrelay.relay import emit
+
+    async with await psycopg.AsyncConnection.connect(libpq) as conn:
+        job_id = await enqueue(conn, "reindex", {"a": 1}, tenant_id=tenant)
+        event_id = await emit(conn, "order.placed", {"total": 3}, tenant_id=tenant,
+                              aggregate_type="order", aggregate_id=1)
+        await conn.commit()
+    with engine.connect() as conn:
+        assert job_row(conn, job_id)["payload"] == {"a": 1}
+        assert conn.execute(text("SELECT payload FROM mdm.aa_outbox_event WHERE id = :i"),
+                            {"i": event_id}).scalar_one() == {"total": 3}

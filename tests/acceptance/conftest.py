@@ -15,11 +15,17 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 from uuid import UUID
 
 import pytest
-from sqlalchemy import Engine, text
+from pgserver._commands import pg_ctl
+from sqlalchemy import Engine, create_engine, text
+
+from postrelay.core.db import sqlalchemy_url, start_embedded
+from postrelay.core.migrate import upgrade
+from postrelay.queue import ensure_tenant
+from tests.factories import TABLES_TO_CLEAN
 
 POSTRELAY = Path(sys.executable).parent / "postrelay"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -200,3 +206,35 @@ def finished(marks: Path, prefix: str = "finished") -> dict[int, list[str]]:
         int(path.name.split(".")[1]): path.read_text().split()
         for path in marks.glob(f"{prefix}.*")
     }
+
+
+# A PostgreSQL server of a test module's own, which its tests stop and start.
+@pytest.fixture(scope="module")
+def own_server(tmp_path_factory: pytest.TempPathFactory):
+    """A PostgreSQL server of this module's own, migrated, that its tests stop and start."""
+    uri, server = start_embedded(tmp_path_factory.mktemp("own-server") / "pgdata")
+    try:
+        upgrade(uri)
+        yield uri, server
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture
+def own_db(own_server) -> Iterator[tuple[str, Any, Engine, UUID]]:
+    """The own server, up and emptied: its URL, handle, an engine and a tenant."""
+    uri, server = own_server
+    server.ensure_postgres_running()  # in case an earlier test failed while it was down
+    engine = create_engine(sqlalchemy_url(uri), pool_pre_ping=True)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(f"TRUNCATE {', '.join(TABLES_TO_CLEAN)}"))
+            tenant = ensure_tenant(conn, "acme")
+        yield uri, server, engine, tenant
+    finally:
+        engine.dispose()
+
+
+def stop_server(server: Any) -> None:
+    """A fast shutdown: every connection is terminated, as in a crash or failover."""
+    pg_ctl(["-w", "stop", "-m", "fast"], pgdata=server.pgdata, user=server.system_user)

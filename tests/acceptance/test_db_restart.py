@@ -7,29 +7,24 @@ from __future__ import annotations
 import re
 import signal
 import threading
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 from uuid import UUID
 
 import pytest
-from pgserver._commands import pg_ctl
-from sqlalchemy import Engine, create_engine, make_url, text
+from sqlalchemy import Engine, make_url, text
 from sqlalchemy.exc import DBAPIError
 
-from postrelay.core.db import sqlalchemy_url, start_embedded
-from postrelay.core.migrate import upgrade
-from postrelay.queue import enqueue, ensure_tenant
+from postrelay.queue import enqueue
 from tests.acceptance.conftest import (
     WorkerPool,
     finished,
     starts,
     status_counts,
+    stop_server,
     wait_for,
     wait_registered,
 )
-from tests.factories import TABLES_TO_CLEAN
 
 pytestmark = pytest.mark.acceptance
 
@@ -71,36 +66,6 @@ def attempts_by_status(engine: Engine, ids: list[UUID]) -> dict[tuple[str, int],
             {"ids": ids},
         ).all()
     return {(status, attempts): n for status, attempts, n in rows}
-
-
-@pytest.fixture(scope="module")
-def own_server(tmp_path_factory: pytest.TempPathFactory):
-    """A PostgreSQL server of this module's own, migrated, that its tests stop and start."""
-    uri, server = start_embedded(tmp_path_factory.mktemp("own-server") / "pgdata")
-    try:
-        upgrade(uri)
-        yield uri, server
-    finally:
-        server.cleanup()
-
-
-@pytest.fixture
-def own_db(own_server) -> Iterator[tuple[str, Any, Engine, UUID]]:
-    """The own server, up and emptied: its URL, handle, an engine and a tenant."""
-    uri, server = own_server
-    server.ensure_postgres_running()  # in case an earlier test failed while it was down
-    engine = create_engine(sqlalchemy_url(uri), pool_pre_ping=True)
-    try:
-        with engine.begin() as conn:
-            conn.execute(text(f"TRUNCATE {', '.join(TABLES_TO_CLEAN)}"))
-            tenant = ensure_tenant(conn, "acme")
-        yield uri, server, engine, tenant
-    finally:
-        engine.dispose()
-
-
-def stop_server(server: Any) -> None:
-    pg_ctl(["-w", "stop", "-m", "fast"], pgdata=server.pgdata, user=server.system_user)
 
 
 def claim_failures(log: str) -> list[tuple[datetime, float]]:

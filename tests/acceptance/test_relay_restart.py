@@ -13,20 +13,21 @@ import subprocess
 import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
 from uuid import UUID
 
 import pytest
-from pgserver._commands import pg_ctl
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
-from postrelay.core.db import sqlalchemy_url, start_embedded
-from postrelay.core.migrate import upgrade
-from postrelay.queue import ensure_tenant
 from postrelay.relay import emit
-from tests.acceptance.conftest import POSTRELAY, REPO_ROOT, WorkerPool, WorkerProcess, wait_for
-from tests.factories import TABLES_TO_CLEAN
+from tests.acceptance.conftest import (
+    POSTRELAY,
+    REPO_ROOT,
+    WorkerPool,
+    WorkerProcess,
+    stop_server,
+    wait_for,
+)
 
 pytestmark = pytest.mark.acceptance
 
@@ -77,31 +78,6 @@ class Emitter(threading.Thread):
         self.join(timeout=30)
 
 
-@pytest.fixture(scope="module")
-def own_server(tmp_path_factory: pytest.TempPathFactory):
-    """A PostgreSQL server of this module's own, migrated, that the test stops and starts."""
-    uri, server = start_embedded(tmp_path_factory.mktemp("relay-server") / "pgdata")
-    try:
-        upgrade(uri)
-        yield uri, server
-    finally:
-        server.cleanup()
-
-
-@pytest.fixture
-def own_db(own_server) -> Iterator[tuple[str, Any, Engine, UUID]]:
-    uri, server = own_server
-    server.ensure_postgres_running()
-    engine = create_engine(sqlalchemy_url(uri), pool_pre_ping=True)
-    try:
-        with engine.begin() as conn:
-            conn.execute(text(f"TRUNCATE {', '.join(TABLES_TO_CLEAN)}"))
-            tenant = ensure_tenant(conn, "acme")
-        yield uri, server, engine, tenant
-    finally:
-        engine.dispose()
-
-
 @pytest.fixture
 def relays(worker_env: dict[str, str], tmp_path: Path) -> Iterator[RelayPool]:
     pool = RelayPool(worker_env, tmp_path)
@@ -109,11 +85,6 @@ def relays(worker_env: dict[str, str], tmp_path: Path) -> Iterator[RelayPool]:
         yield pool
     finally:
         pool.close()
-
-
-def stop_server(server: Any) -> None:
-    """As in test_db_restart.py: a fast shutdown, every connection terminated."""
-    pg_ctl(["-w", "stop", "-m", "fast"], pgdata=server.pgdata, user=server.system_user)
 
 
 def handled_orders(engine: Engine) -> set[int]:

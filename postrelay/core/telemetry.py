@@ -1,7 +1,8 @@
 """One helper for structured events named `postrelay.<component>.<action>`.
 
-Fields travel in `extra` (not in the message) so that log processors and metrics can
-pick them up by name.
+Fields travel in `extra` as `event` and `fields` (not only in the message) so that log
+processors can pick them up by name. They are nested rather than spread into the record:
+a field called `name` or `message` would otherwise clash with the LogRecord's own.
 """
 
 import logging
@@ -14,7 +15,7 @@ def event(name: str, level: int = logging.INFO, /, **fields: Any) -> None:
     """Emit `name` with structured `fields`; `name` is the dotted event name."""
     if _logger.isEnabledFor(level):
         detail = " ".join(f"{k}={v}" for k, v in fields.items())
-        _logger.log(level, "%s %s", name, detail, extra={"event": name, **fields})
+        _logger.log(level, "%s %s", name, detail, extra={"event": name, "fields": fields})
 
 
 def configure_logging(level: str = "INFO") -> None:

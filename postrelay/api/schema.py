@@ -1,11 +1,9 @@
 """The HTTP API's own table: tenant-scoped API keys. Migration 0003_api_keys creates it."""
 
 from sqlalchemy import Column, ForeignKey, Table, Text, UniqueConstraint, text
-from sqlalchemy.dialects.postgresql import TIMESTAMP, UUID
+from sqlalchemy.dialects.postgresql import UUID
 
-from postrelay.core.db import metadata
-
-TIMESTAMPTZ = TIMESTAMP(timezone=True)
+from postrelay.core.db import TIMESTAMPTZ, metadata
 
 # A key bound to one tenant. Only the sha256 of the key is stored: the key itself is shown
 # once, when `postrelay keys add` makes it. Revoking keeps the row (who had access, when).

@@ -11,12 +11,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import URL, Engine, MetaData, create_engine, make_url
+from sqlalchemy.dialects.postgresql import TIMESTAMP
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from postrelay.core.settings import Settings
 
 SCHEMA = "mdm"
 metadata = MetaData(schema=SCHEMA)
+# Every timestamp in the schema is `timestamptz`.
+TIMESTAMPTZ = TIMESTAMP(timezone=True)
 
 
 def sqlalchemy_url(url: str) -> URL:

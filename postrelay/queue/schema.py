@@ -17,9 +17,9 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, ENUM, JSONB, TIMESTAMP, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, ENUM, JSONB, UUID
 
-from postrelay.core.db import SCHEMA, metadata
+from postrelay.core.db import SCHEMA, TIMESTAMPTZ, metadata
 
 # The seed's kinds. The database enum is the source of truth: `postrelay kinds add NAME`
 # writes a migration that extends it.
@@ -38,7 +38,6 @@ STATUSES = ("pending", "running", "done", "failed", "dlq")
 job_kind = ENUM(*BUILTIN_KINDS, name="job_kind", schema=SCHEMA, create_type=False)
 job_status = ENUM(*STATUSES, name="job_status", schema=SCHEMA, create_type=False)
 
-TIMESTAMPTZ = TIMESTAMP(timezone=True)
 
 # The reserved tenant that owns installation-wide jobs such as retention cleanup.
 SYSTEM_TENANT_ID = uuid.UUID(int=0)

@@ -20,11 +20,9 @@ from sqlalchemy import (
     Text,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP, UUID
+from sqlalchemy.dialects.postgresql import JSONB, UUID
 
-from postrelay.core.db import metadata
-
-TIMESTAMPTZ = TIMESTAMP(timezone=True)
+from postrelay.core.db import TIMESTAMPTZ, metadata
 
 outbox_event = Table(
     "aa_outbox_event",

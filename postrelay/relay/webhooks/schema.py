@@ -20,11 +20,9 @@ from sqlalchemy import (
     Text,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, TIMESTAMP, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, UUID
 
-from postrelay.core.db import metadata
-
-TIMESTAMPTZ = TIMESTAMP(timezone=True)
+from postrelay.core.db import TIMESTAMPTZ, metadata
 
 # Deleting a tenant deletes its endpoints, and an endpoint its attempts: both are
 # configuration and history of something that no longer exists.

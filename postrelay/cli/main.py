@@ -8,7 +8,17 @@ app = typer.Typer(help="postrelay: outbox relay, email orchestrator and job queu
 
 def _register() -> None:
     # Imported for their side effect of adding commands to `app`.
-    from postrelay.cli import admin, api, cron, relay, schema, webhooks, worker  # noqa: F401
+    from postrelay.cli import (  # noqa: F401
+        admin,
+        api,
+        cron,
+        email,
+        emails,
+        relay,
+        schema,
+        webhooks,
+        worker,
+    )
 
 
 _register()

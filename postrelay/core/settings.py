@@ -56,6 +56,26 @@ class Settings(BaseSettings):
     # Webhooks to loopback, private and link-local addresses are refused unless this is set.
     webhook_allow_private: bool = False
 
+    # Email: templates, sender identity and the SMTP server (see README "Email").
+    email_templates_dir: Path = Path("templates")
+    email_from: str | None = None  # the From of routes that do not name one
+    # Right-hand side of the deterministic Message-ID; default: the From address's domain.
+    email_message_id_domain: str | None = None
+    smtp_host: str = "localhost"
+    smtp_port: int = Field(default=25, ge=1, le=65535)
+    # none: plain SMTP; starttls: upgrade after EHLO (required); tls: implicit TLS (port 465).
+    smtp_security: Literal["none", "starttls", "tls"] = "none"
+    smtp_username: str | None = None
+    smtp_password: SecretStr | None = None
+    smtp_timeout_secs: float = Field(default=30.0, gt=0)
+    smtp_pool_size: int = Field(default=10, ge=1, le=1000)  # reused connections per worker
+    smtp_validate_certs: bool = True
+    smtp_ca_file: Path | None = None  # trust this CA bundle (a private relay's certificate)
+    # After a 421/454 the sender waits this long; after a 535 it stops sending for
+    # smtp_auth_pause_secs instead of failing every job against bad credentials.
+    smtp_throttle_secs: float = Field(default=5.0, ge=0)
+    smtp_auth_pause_secs: float = Field(default=60.0, ge=0)
+
     log_level: str = "INFO"
 
     # The HTTP API's service-role key (`apikey` header or `Authorization: Bearer`). Without

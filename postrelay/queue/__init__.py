@@ -3,14 +3,16 @@ retry with backoff, dead-letter, rescue stale claims, clean up. Knows nothing of
 outbox events."""
 
 from postrelay.queue.backoff import Backoff, ExponentialBackoff, FixedBackoff
+from postrelay.queue.effects import EffectWriter, record_with_outcome
 from postrelay.queue.enqueue import JobSpec, enqueue, enqueue_many, job_kinds
 from postrelay.queue.model import Job
-from postrelay.queue.outcome import PermanentError, RetryAfter, StopJob
+from postrelay.queue.outcome import PermanentError, RetryAfter, Snooze, StopJob
 from postrelay.queue.registry import Registry, handler
 from postrelay.queue.tenants import ensure_tenant
 
 __all__ = [
     "Backoff",
+    "EffectWriter",
     "ExponentialBackoff",
     "FixedBackoff",
     "Job",
@@ -18,10 +20,12 @@ __all__ = [
     "PermanentError",
     "Registry",
     "RetryAfter",
+    "Snooze",
     "StopJob",
     "enqueue",
     "enqueue_many",
     "ensure_tenant",
     "handler",
     "job_kinds",
+    "record_with_outcome",
 ]

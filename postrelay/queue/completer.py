@@ -13,10 +13,11 @@ import logging
 from collections.abc import Callable
 from uuid import UUID
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from postrelay.core.telemetry import event
 from postrelay.queue import queries
+from postrelay.queue.effects import write_effects
 from postrelay.queue.model import Job
 from postrelay.queue.outcome import Transition
 
@@ -29,8 +30,10 @@ class Completer:
     def __init__(
         self, engine: AsyncEngine, worker_id: str, on_written: Callable[[], None] | None = None
     ) -> None:
-        # Each write is one statement, atomic on its own: autocommit spares two round trips.
+        # A write without effects is one statement, atomic on its own: autocommit spares
+        # two round trips. Effects need a transaction shared with the outcome.
         self.engine = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self.tx_engine = engine
         self.worker_id = worker_id
         self.on_written = on_written  # the worker claims again once a backlog shrinks
         self._queue: list[tuple[Job, Transition]] = []
@@ -94,17 +97,14 @@ class Completer:
     async def _write(self, batch: list[tuple[Job, Transition]]) -> None:
         if not batch:
             return
-        async with self.engine.connect() as conn:
-            written = await queries.job_finalize_many(
-                conn,
-                worker=self.worker_id,
-                ids=[job.id for job, _ in batch],
-                attempts=[job.attempts for job, _ in batch],
-                statuses=[t.status for _, t in batch],
-                delays=[t.delay_secs for _, t in batch],
-                errors=[t.error for _, t in batch],
-                refunds=[t.refund for _, t in batch],
-            )
+        effects = [effect for _, t in batch for effect in t.effects]
+        if effects:
+            async with self.tx_engine.begin() as conn:
+                await write_effects(conn, effects)
+                written = await self._finalize(conn, batch)
+        else:
+            async with self.engine.connect() as conn:
+                written = await self._finalize(conn, batch)
         self.written += len(written)
         if len(written) < len(batch):
             lost = [job for job, _ in batch if job.id not in written]
@@ -112,6 +112,19 @@ class Completer:
             for job in lost:
                 event("postrelay.job.finalize_skipped", logging.WARNING, job_id=str(job.id),
                       reason="no longer running under this worker's claim (rescued)")
+
+    async def _finalize(self, conn: AsyncConnection, batch: list[tuple[Job, Transition]]
+                        ) -> set[UUID]:
+        return await queries.job_finalize_many(
+            conn,
+            worker=self.worker_id,
+            ids=[job.id for job, _ in batch],
+            attempts=[job.attempts for job, _ in batch],
+            statuses=[t.status for _, t in batch],
+            delays=[t.delay_secs for _, t in batch],
+            errors=[t.error for _, t in batch],
+            refunds=[t.refund for _, t in batch],
+        )
 
     @property
     def backlog(self) -> int:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 
 from postrelay.core.telemetry import event
 from postrelay.queue.backoff import Backoff
+from postrelay.queue.effects import collecting
 from postrelay.queue.model import Job
 from postrelay.queue.outcome import (
     Failure,
@@ -36,8 +38,11 @@ class Executor:
     async def execute(self, job: Job) -> Transition:
         """Run `job`; never raises except CancelledError-turned-Returned at shutdown."""
         started = time.perf_counter()
-        outcome = await self._outcome(job)
+        with collecting() as effects:
+            outcome = await self._outcome(job)
         transition = decide(job, outcome, self.backoff)
+        if effects:
+            transition = dataclasses.replace(transition, effects=tuple(effects))
         if transition.status != "done":
             event(
                 "postrelay.job.finished",

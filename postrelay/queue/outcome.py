@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from postrelay.queue.backoff import Backoff
+from postrelay.queue.effects import Effect
 from postrelay.queue.model import Job
 
 ERROR_LIMIT = 4096  # last_error is cut to 4 KB, as the seed says
@@ -28,6 +29,16 @@ class RetryAfter(Exception):  # noqa: N818 - an instruction, not an error
 
 class PermanentError(Exception):
     """The job can never succeed: straight to the DLQ, no retries burnt."""
+
+
+class Snooze(Exception):  # noqa: N818 - an instruction, not an error
+    """Run the job again after `delay_secs` without counting this attempt: the job could
+    not be tried at all (its resource is paused), so no retry is burnt."""
+
+    def __init__(self, delay_secs: float, reason: str = "snoozed") -> None:
+        super().__init__(reason)
+        self.delay_secs = max(0.0, float(delay_secs))
+        self.reason = reason
 
 
 class StopJob(Exception):  # noqa: N818 - an instruction, not an error
@@ -59,6 +70,8 @@ class Transition:
     delay_secs: float | None = None  # pending: wait this long before the next attempt
     error: str | None = None
     refund: bool = False  # give the claim's attempt back
+    # Rows the handler recorded to commit with this outcome (see queue.effects).
+    effects: tuple[Effect, ...] = ()
 
 
 def decide(job: Job, outcome: Outcome, backoff: Backoff) -> Transition:
@@ -67,6 +80,10 @@ def decide(job: Job, outcome: Outcome, backoff: Backoff) -> Transition:
             return Transition("done")
         case Returned():
             return Transition("pending", delay_secs=0.0, refund=True)
+        case Failure(error=Snooze() as exc):
+            # The reason alone: a snooze is routine, its traceback says nothing.
+            return Transition("pending", delay_secs=exc.delay_secs,
+                              error=f"snoozed: {exc.reason}", refund=True)
         case Failure(error=StopJob() as exc):
             return Transition("failed", error=format_error(exc))
         case Failure(error=PermanentError() as exc):

@@ -121,3 +121,12 @@ def test_exponential_backoff_doubles_with_jitter_and_cap() -> None:
 @pytest.mark.parametrize("bad", [0, -1])
 def test_exponential_backoff_tolerates_odd_attempt_numbers(bad: int) -> None:
     assert 0 < ExponentialBackoff(2, 10).delay(bad) <= 2
+
+
+def test_snooze_retries_later_without_counting_the_attempt() -> None:
+    from postrelay.queue.outcome import Snooze
+
+    for attempts in (1, 3):  # even on the last attempt: a snooze never dead-letters
+        transition = decide(job(attempts=attempts), Failure(raised(Snooze(42, "paused"))), FIXED)
+        assert transition == Transition("pending", delay_secs=42.0, error="snoozed: paused",
+                                        refund=True)

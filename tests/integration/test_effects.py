@@ -1,0 +1,111 @@
+"""Effects: rows a handler records commit in the transaction of the job's outcome."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from postrelay.queue import PermanentError, Registry, Snooze, enqueue, record_with_outcome
+from postrelay.queue.model import Job
+from tests.factories import job_row
+from tests.integration.test_worker import _async, make_worker, status_of, wait_until
+
+
+class AuditNote:
+    """Writes an audit row per effect; fails its first `failures` writes."""
+
+    name = "audit-note"
+
+    def __init__(self, failures: int = 0) -> None:
+        self.failures = failures
+        self.calls = 0
+
+    async def write_many(self, conn: AsyncConnection, rows: Sequence[dict]) -> None:
+        self.calls += 1
+        for row in rows:
+            await conn.execute(text(
+                "INSERT INTO mdm.aa_job_audit (job_id, tenant_id, job_kind, action, actor) "
+                "VALUES (:job_id, :tenant_id, 'reindex', :action, 'test')"), row)
+        if self.calls <= self.failures:
+            raise ConnectionError("lost the connection mid-transaction")
+
+
+def notes(engine, job_id) -> list[str]:
+    with engine.connect() as conn:
+        return list(conn.execute(text(
+            "SELECT action FROM mdm.aa_job_audit WHERE job_id = :id AND actor = 'test' "
+            "ORDER BY id"), {"id": job_id}).scalars())
+
+
+async def test_effects_commit_with_every_kind_of_outcome(engine, async_engine, libpq, tenant):
+    writer = AuditNote()
+    registry = Registry()
+
+    @registry.handler("reindex")
+    async def reindex(job: Job) -> None:
+        record_with_outcome(writer, {"job_id": job.id, "tenant_id": job.tenant_id,
+                                     "action": f"note:{job.payload['end']}"})
+        if job.payload["end"] == "dlq":
+            raise PermanentError("no")
+
+    with engine.begin() as conn:
+        done = enqueue(conn, "reindex", {"end": "done"}, tenant_id=tenant)
+        dead = enqueue(conn, "reindex", {"end": "dlq"}, tenant_id=tenant)
+    worker = make_worker(async_engine, libpq, registry)
+    await worker.start()
+    try:
+        await wait_until(lambda: _async(
+            status_of(engine, done) == "done" and status_of(engine, dead) == "dlq"))
+    finally:
+        await worker.stop()
+    assert notes(engine, done) == ["note:done"]
+    assert notes(engine, dead) == ["note:dlq"]
+
+
+async def test_a_failed_effect_write_rolls_back_the_outcome_and_is_retried(
+    engine, async_engine, libpq, tenant
+):
+    writer = AuditNote(failures=2)
+    registry = Registry()
+
+    @registry.handler("reindex")
+    async def reindex(job: Job) -> None:
+        record_with_outcome(writer, {"job_id": job.id, "tenant_id": job.tenant_id,
+                                     "action": "note"})
+
+    with engine.begin() as conn:
+        job_id = enqueue(conn, "reindex", {}, tenant_id=tenant)
+    worker = make_worker(async_engine, libpq, registry)
+    await worker.start()
+    try:
+        await wait_until(lambda: _async(status_of(engine, job_id) == "done"))
+    finally:
+        await worker.stop()
+    # Two rolled-back transactions left neither the note nor the outcome; the third both.
+    assert writer.calls == 3
+    assert notes(engine, job_id) == ["note"]
+    with engine.connect() as conn:
+        assert job_row(conn, job_id)["attempts"] == 1
+
+
+async def test_snooze_does_not_count_the_attempt(engine, async_engine, libpq, tenant):
+    registry = Registry()
+    runs: list[int] = []
+
+    @registry.handler("reindex")
+    async def reindex(job: Job) -> None:
+        runs.append(job.attempts)
+        if len(runs) < 3:
+            raise Snooze(0.01, "resource paused")
+
+    with engine.begin() as conn:
+        job_id = enqueue(conn, "reindex", {}, tenant_id=tenant, max_attempts=1)
+    worker = make_worker(async_engine, libpq, registry)
+    await worker.start()
+    try:
+        await wait_until(lambda: _async(status_of(engine, job_id) == "done"))
+    finally:
+        await worker.stop()
+    assert runs == [1, 1, 1]  # max_attempts 1, yet three runs: snoozes are not attempts

@@ -15,7 +15,7 @@ import postrelay.queue.schema  # noqa: F401,E402
 import postrelay.api.schema  # noqa: F401,E402
 import postrelay.relay.schema  # noqa: F401,E402
 import postrelay.relay.webhooks.schema  # noqa: F401,E402
-import postrelay.email.schema  # noqa: F401,E402
+import postrelay.orchestrator.schema  # noqa: F401,E402
 
 config = context.config
 

@@ -11,13 +11,14 @@ import importlib
 import os
 import signal
 import sys
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Protocol
 from uuid import UUID
 
 from postrelay.core.db import Database
 from postrelay.core.settings import Settings
+from postrelay.orchestrator import SmtpConfig, SmtpPool, Templates, email_registry
 from postrelay.queue.backoff import backoff_from
 from postrelay.queue.maintenance import (
     RETENTION_KIND,
@@ -58,6 +59,8 @@ class WorkerProcess:
     worker: Worker
     maintenance: Maintenance | None
     scheduler: CronScheduler | None
+    # Released after the worker has stopped (the SMTP pool's connections).
+    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     async def start(self) -> None:
         await self.worker.start()
@@ -72,6 +75,8 @@ class WorkerProcess:
             if service is not None:
                 await service.stop()
         await self.worker.stop()
+        for close in self.closers:
+            await close()
         await self.worker.engine.dispose()
 
 
@@ -92,8 +97,13 @@ def build_worker(
     # degrades into a nested loop whose cost grows with the square of the batch.
     engine = db.async_engine(pool_pre_ping=False, pool_size=5, max_overflow=10,
                              connect_args={"options": "-c plan_cache_mode=force_custom_plan"})
-    # Built-in handlers first (retention, webhook delivery); the application's on top.
+    # Built-in handlers first (retention, webhooks, email); the application's on top.
     builtin = webhook_registry(engine, allow_private=settings.webhook_allow_private)
+    # The pool connects on the first message, so a worker that sends none opens nothing.
+    smtp = SmtpPool(SmtpConfig.from_settings(settings))
+    builtin = builtin.merged(email_registry(
+        engine, Templates(settings.email_templates_dir), smtp,
+        default_from=settings.email_from, message_id_domain=settings.email_message_id_domain))
     outbox = Cleaner(delete_handled_batch, settings.outbox_retention_days)
     attempts = Cleaner(webhook_attempt_delete_batch, DEFAULT_ATTEMPT_RETENTION_DAYS)
     builtin.register(RETENTION_KIND, cleanup_handler(
@@ -118,7 +128,7 @@ def build_worker(
     worker = Worker(engine, config, registry=handlers, backoff=backoff, listen_url=db.libpq_url,
                     metrics=metrics)
     if not maintenance:
-        return WorkerProcess(worker, None, None)
+        return WorkerProcess(worker, None, None, [smtp.close])
     keeper = Maintenance(
         engine,
         holder=worker.id,
@@ -126,7 +136,7 @@ def build_worker(
         rescuer=Rescuer(engine, lease_secs=settings.job_lease_secs, actor=worker.id),
     )
     scheduler = CronScheduler(engine, interval_secs=settings.cron_interval_secs)
-    return WorkerProcess(worker, keeper, scheduler)
+    return WorkerProcess(worker, keeper, scheduler, [smtp.close])
 
 
 class Service(Protocol):

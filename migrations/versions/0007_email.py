@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql as pg
 
-from postrelay.email.schema import EMAIL_STATUSES
+from postrelay.orchestrator.schema import EMAIL_STATUSES
 
 revision: str = "0007"
 down_revision: str | None = "0006"

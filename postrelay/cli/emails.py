@@ -1,11 +1,115 @@
-"""`postrelay emails [list|show ID]`: the email log, and one message's whole story."""
+"""`postrelay emails [filters]` and `postrelay emails show ID`: the email log, and one
+message's whole story (event → job → attempts → log rows) from one query."""
 
 from __future__ import annotations
 
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
 import typer
 
+from postrelay.cli.common import transaction
 from postrelay.cli.main import app
+from postrelay.cli.output import cell, print_json, table
+from postrelay.core.errors import ValidationError
+from postrelay.orchestrator.admin import email_list, email_story
 
 emails_app = typer.Typer(help="The email log: every message attempt and its outcome.",
-                         no_args_is_help=True)
+                         invoke_without_command=True)
 app.add_typer(emails_app, name="emails")
+
+_RELATIVE = re.compile(r"^(\d+)([smhd])$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+
+def parse_since(value: str | None) -> datetime | None:
+    """`30m`, `2h`, `7d`, or an ISO 8601 time (UTC unless it says otherwise)."""
+    if not value:
+        return None
+    if match := _RELATIVE.match(value.strip()):
+        amount, unit = match.groups()
+        return datetime.now(UTC) - timedelta(**{_UNITS[unit]: int(amount)})
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValidationError("since", "must be like 30m, 2h, 7d or an ISO 8601 time") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+@emails_app.callback()
+def emails_list(
+    ctx: typer.Context,
+    tenant: str | None = typer.Option(None, "--tenant", help="Only this tenant id."),
+    recipient: str | None = typer.Option(None, "--recipient", help="Sent to this address."),
+    status: str | None = typer.Option(
+        None, "--status", help="sending/sent/partial/deferred/bounced/failed/suppressed/unknown"),
+    template: str | None = typer.Option(None, "--template", help="Only this template."),
+    event: str | None = typer.Option(None, "--event", help="Made from this outbox event."),
+    job: str | None = typer.Option(None, "--job", help="Attempts of this job."),
+    since: str | None = typer.Option(None, "--since", help="30m, 2h, 7d or an ISO time."),
+    limit: int = typer.Option(50, "--limit", help="At most this many (1-1000)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """The email log, newest first (`postrelay emails show ID` for one message)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    with transaction() as conn:
+        rows = email_list(conn, tenant_id=tenant, recipient=recipient, status=status,
+                          template=template, event_id=event, job_id=job,
+                          since=parse_since(since), limit=limit)
+    if as_json:
+        print_json(rows)
+        return
+    typer.echo(table(
+        ["ID", "CREATED", "STATUS", "TEMPLATE", "TO", "SMTP", "ATTEMPT", "SUBJECT"],
+        [[r["id"], r["created_at"], r["status"], r["template"], ", ".join(r["to_addresses"]),
+          _smtp(r), r["attempt"], r["subject"]] for r in rows],
+    ) if rows else "no email log rows")
+
+
+@emails_app.command("show")
+def emails_show(
+    log_id: str = typer.Argument(..., help="An email log row id."),
+    tenant: str | None = typer.Option(None, "--tenant", help="Only if it is this tenant's."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """One message's whole story: the event, the job and its audit trail, every attempt."""
+    with transaction() as conn:
+        story = email_story(conn, log_id, tenant_id=tenant)
+    if as_json:
+        print_json(story)
+        return
+    log, job, event = story["log"], story["job"], story["event"]
+    typer.echo(f"message {log['message_id']}  template {log['template']} "
+               f"({log['template_version'] or 'not rendered'})")
+    typer.echo(f"  from {log['from_address']}  to {', '.join(log['to_addresses'])}")
+    typer.echo(f"  subject {log['subject'] or '-'}")
+    if event:
+        typer.echo(f"event {event['id']}  {event['event_type']} on {event['aggregate_type']} "
+                   f"{event['aggregate_id']}  at {event['created_at']}")
+    else:
+        typer.echo(f"event {log['event_id'] or '-'} (not kept)" if log["event_id"]
+                   else "event - (enqueued directly)")
+    if job:
+        typer.echo(f"job {job['id']}  {job['status']}  attempt {job['attempts']}/"
+                   f"{job['max_attempts']}  last error: {cell(job['last_error'])}")
+        for entry in story["audit"]:
+            typer.echo(f"  audit {entry['created_at']}  {entry['action']} by {entry['actor']}")
+    else:
+        typer.echo(f"job {log['job_id'] or '-'} (removed by retention)")
+    typer.echo("attempts:")
+    for row in story["attempts"]:
+        typer.echo(f"  #{row['attempt']} {row['created_at']}  {row['status']:<10} "
+                   f"{_smtp(row)}  {cell(row['smtp_response'])}"
+                   + (f"  queue id {row['queue_id']}" if row.get("queue_id") else "")
+                   + (f"  error: {cell(row['error'])}" if row.get("error") else ""))
+        for address, result in (row.get("recipient_results") or {}).items():
+            typer.echo(f"      {address}: {json.dumps(result)}")
+
+
+def _smtp(row: dict[str, Any]) -> str:
+    if row.get("smtp_code") is None:
+        return "-"
+    return f"{row['smtp_code']} {row.get('smtp_enhanced') or ''}".strip()

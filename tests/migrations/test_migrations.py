@@ -36,7 +36,7 @@ SCHEMA_MODULES = (
     "postrelay.relay.schema",
     "postrelay.relay.webhooks.schema",
     "postrelay.api.schema",
-    "postrelay.email.schema",
+    "postrelay.orchestrator.schema",
 )
 SYSTEM_TENANT = uuid.UUID(int=0)
 

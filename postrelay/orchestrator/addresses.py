@@ -1,0 +1,200 @@
+"""Strict email address parsing and header-injection refusal.
+
+Addresses arrive in event payloads written by other systems, so they are parsed strictly:
+exactly one mailbox per string (`user@example.com` or `Display Name <user@example.com>`),
+no groups, no comments, nothing after the closing bracket. The addr-spec is checked for
+syntax only; whether the domain takes mail is the SMTP server's call.
+
+    >>> parse_address("Jürgen Müller <j@example.com>", field="to")
+    Address(display_name='Jürgen Müller', username='j', domain='example.com')
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import email.header
+import re
+import unicodedata
+from collections.abc import Iterator, Sequence
+from email.errors import HeaderParseError
+from email.headerregistry import Address
+from urllib.parse import unquote_to_bytes
+
+import email_validator
+from email_validator import EmailNotValidError, validate_email
+
+from postrelay.core.errors import ValidationError
+
+__all__ = ["AddressError", "check_header_value", "parse_address", "parse_addresses"]
+
+INJECTION_RULE = "must not contain a line break (header injection)"
+
+# Everything str.splitlines() breaks on, plus NUL: any of them in a header value can end the
+# header early in some mail software and start a forged one (Bcc:, a second body, ...).
+_LINE_BREAKS = frozenset("\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029\x00")
+_BREAK_BYTES = frozenset(b"\r\n\x0b\x0c\x00")
+_CONTROLS = frozenset(chr(c) for c in [*range(0x20), 0x7F]) - {"\t"}
+_ENCODED_WORD = re.compile(r"=\?([^?\s]+)\?([qQbB])\?([^?\s]*)\?=")
+
+# RFC 5322 specials: outside quotes they end the display name, so an unquoted name holding
+# one of them would read as something else (two addresses, a group, a comment).
+_SPECIALS = frozenset('()<>[]:;@\\,"')
+_ANGLE = re.compile(r"(?P<name>.*?)\s*<(?P<addr>[^<>]*)>", re.DOTALL)
+_QUOTED = re.compile(r'"(?P<text>(?:[^"\\]|\\.)*)"', re.DOTALL)
+
+_VALIDATOR_OPTIONS = {
+    "check_deliverability": False,  # no DNS at render time
+    "globally_deliverable": False,  # accept dotless intranet domains such as `mailhost`
+    "test_environment": True,  # accept `.test`
+    # Headers are written 7-bit (email.policy.SMTP), which has no form for a non-ASCII
+    # local part; internationalised domains are fine and are kept in their IDNA form.
+    "allow_smtputf8": False,
+}
+
+
+class AddressError(ValidationError):
+    """An address (or a header value) broke a rule; names the field and the rule."""
+
+
+def check_header_value(value: str, *, field: str) -> str:
+    """Return `value` unchanged, or raise ValidationError if it could inject a header.
+
+    Refuses line breaks and NUL as raw characters and also as RFC 2047 encoded-words
+    (`=?utf-8?q?a=0D=0Ab?=`) and percent escapes (`%0d%0a`), since some software decodes
+    those before writing a header. Other control characters (except tab) are refused too.
+    """
+    if not isinstance(value, str):
+        raise ValidationError(field, f"must be a string, not {type(value).__name__}")
+    for text in _decodings(value, field):
+        if isinstance(text, bytes):
+            if _BREAK_BYTES.intersection(text):
+                raise ValidationError(field, INJECTION_RULE)
+        elif _LINE_BREAKS.intersection(text):
+            raise ValidationError(field, INJECTION_RULE)
+    if _CONTROLS.intersection(value):
+        raise ValidationError(field, "must not contain control characters")
+    return value
+
+
+def parse_address(value: str, *, field: str) -> Address:
+    """Parse exactly one mailbox; return it with the domain lower-cased (IDNA for non-ASCII).
+
+    A display name holding a comma or another special character must be quoted:
+    `"Müller, Jürgen" <j@example.com>`; unquoted, it would read as two addresses.
+    """
+    try:
+        check_header_value(value, field=field)
+    except ValidationError as exc:
+        raise AddressError(exc.field, exc.rule) from None
+    text = value.strip()
+    if not text:
+        raise AddressError(field, "must not be empty")
+    match = _ANGLE.fullmatch(text)
+    if match:
+        name, spec = _display_name(match["name"], value, field), match["addr"].strip()
+    elif "<" in text or ">" in text:
+        raise AddressError(field, f"{value!r}: expected 'Name <user@example.com>'")
+    elif text.count("@") > 1 and ("," in text or ";" in text):
+        raise AddressError(field, f"{value!r}: one address per string (pass a list)")
+    else:
+        name, spec = "", text
+    local, domain = _check_addr_spec(spec, value, field)
+    return Address(display_name=name, username=local, domain=domain)
+
+
+def parse_addresses(value: str | Sequence[str] | None, *, field: str) -> tuple[Address, ...]:
+    """Parse a list of addresses, one per string; a single string is one address.
+
+    A single string is never split on commas (a quoted display name may hold one); pass a
+    list for several recipients. None, an empty string or an empty list give ().
+    """
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (parse_address(value, field=field),) if value.strip() else ()
+    if not isinstance(value, Sequence):
+        raise AddressError(field, "must be a string or a list of strings")
+    return tuple(parse_address(item, field=f"{field}[{i}]") for i, item in enumerate(value))
+
+
+def _display_name(raw: str, value: str, field: str) -> str:
+    raw = raw.strip()
+    quoted = _QUOTED.fullmatch(raw)
+    if quoted:
+        name = re.sub(r"\\(.)", r"\1", quoted["text"], flags=re.DOTALL)
+    else:
+        bad = sorted(_SPECIALS.intersection(raw))
+        if "@" in bad or "<" in bad:
+            raise AddressError(field, f"{value!r}: one address per string (pass a list)")
+        if bad:
+            chars = " ".join(repr(c) for c in bad)
+            raise AddressError(field, f"the display name {raw!r} holds {chars}: put it in "
+                                      'double quotes ("Name, Title" <user@example.com>)')
+        name = " ".join(raw.split())
+    if "=?" in name:
+        try:
+            name = str(email.header.make_header(email.header.decode_header(name)))
+        except (HeaderParseError, LookupError, UnicodeDecodeError):
+            raise AddressError(field, f"the display name {raw!r} has a malformed "
+                                      "encoded-word") from None
+    return unicodedata.normalize("NFC", name)
+
+
+def _check_addr_spec(spec: str, value: str, field: str) -> tuple[str, str]:
+    domain = spec.rpartition("@")[2].lower()
+    special = _special_use_suffix(domain)
+    probe = spec
+    if special:
+        # email-validator refuses special-use names (localhost, .local, .invalid, ...) with no
+        # option to allow them short of editing its module-wide list. Deliverability is the
+        # SMTP server's call, so check the syntax with a same-shaped stand-in suffix instead.
+        probe = spec[: len(spec) - len(special)] + re.sub(r"[^.]", "x", special)
+    try:
+        checked = validate_email(probe, **_VALIDATOR_OPTIONS)  # type: ignore[arg-type]
+    except EmailNotValidError as exc:
+        raise AddressError(field, f"{value!r} is not a valid email address: {exc}") from None
+    ascii_domain = checked.ascii_domain
+    if special:
+        ascii_domain = ascii_domain[: len(ascii_domain) - len(special)] + special
+    return checked.ascii_local_part, ascii_domain
+
+
+def _special_use_suffix(domain: str) -> str | None:
+    for name in email_validator.SPECIAL_USE_DOMAIN_NAMES:
+        if domain == name or domain.endswith("." + name):
+            return name
+    return None
+
+
+def _decodings(value: str, field: str) -> Iterator[str | bytes]:
+    """The value as written, with its encoded-words decoded, and percent-decoded."""
+    decoded = _ENCODED_WORD.sub(lambda m: _decode_word(m, field), value)
+    for text in (value, decoded):
+        yield text
+        for _ in range(3):  # a few rounds, so that `%250d` (double-encoded) is seen too
+            if "%" not in text:
+                break
+            raw = unquote_to_bytes(text)
+            yield raw
+            text = raw.decode("utf-8", errors="replace")
+            yield text
+
+
+def _decode_word(match: re.Match[str], field: str) -> str:
+    charset, encoding, payload = match[1].split("*")[0], match[2].lower(), match[3]
+    try:
+        if encoding == "q":
+            data = re.sub(rb"=([0-9A-Fa-f]{2})", lambda m: bytes([int(m[1], 16)]),
+                          payload.replace("_", " ").encode("ascii"))
+        else:
+            data = base64.b64decode(payload + "=" * (-len(payload) % 4))
+    except (binascii.Error, UnicodeEncodeError, ValueError):
+        # Mail readers decode leniently; a word we cannot decode cannot be proven harmless.
+        raise ValidationError(field, "holds a malformed encoded-word") from None
+    if _BREAK_BYTES.intersection(data):
+        raise ValidationError(field, INJECTION_RULE)
+    try:
+        return data.decode(charset, errors="replace")
+    except LookupError:  # unknown charset: the byte check above already ran
+        return data.decode("latin-1")

@@ -1,0 +1,69 @@
+"""Operator views of the email log (CLI, HTTP API and dashboard)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import Connection
+
+from postrelay.core.errors import NotFoundError, ValidationError
+from postrelay.orchestrator import queries
+from postrelay.orchestrator.schema import EMAIL_STATUSES
+
+MAX_LIMIT = 1000
+
+
+def email_list(
+    conn: Connection,
+    *,
+    tenant_id: UUID | str | None = None,
+    recipient: str | None = None,
+    status: str | None = None,
+    template: str | None = None,
+    event_id: UUID | str | None = None,
+    job_id: UUID | str | None = None,
+    since: datetime | None = None,
+    limit: int = 100,
+) -> list[dict[str, Any]]:
+    """Log rows, newest first, matching every filter given."""
+    if status is not None and status not in EMAIL_STATUSES:
+        raise ValidationError("status", f"must be one of {', '.join(EMAIL_STATUSES)}")
+    if not 1 <= limit <= MAX_LIMIT:
+        raise ValidationError("limit", f"must be between 1 and {MAX_LIMIT}")
+    return queries.email_log_list(
+        conn,
+        tenant_id=_uuid("tenant", tenant_id),
+        recipient=recipient.strip().lower() if recipient else None,
+        status=status,
+        template=template,
+        event_id=_uuid("event", event_id),
+        job_id=_uuid("job", job_id),
+        since=since,
+        limit=limit,
+    )
+
+
+def email_story(
+    conn: Connection, log_id: UUID | str, *, tenant_id: UUID | str | None = None
+) -> dict[str, Any]:
+    """One message's whole story: {log, attempts, job, audit, event}, from one query.
+
+    `job` is None once retention has deleted the job, `event` once outbox retention has
+    deleted the event; the log rows stay."""
+    story = queries.email_story(conn, log_id=_uuid("id", log_id),
+                                tenant_id=_uuid("tenant", tenant_id))
+    if story is None:
+        raise NotFoundError(f"no email log row {log_id}")
+    return story
+
+
+def _uuid(field: str, value: UUID | str | None) -> str | None:
+    if value is None or value == "":
+        return None
+    try:
+        return str(uuid.UUID(str(value)))
+    except ValueError:
+        raise ValidationError(field, "must be a UUID") from None

@@ -1,0 +1,258 @@
+"""The `email_send` handler: render, send once, and record every outcome.
+
+    registry = email_registry(engine, Templates(path), SmtpPool(config),
+                              default_from="Acme <noreply@acme.example>")
+
+One attempt, in order:
+1. Parse the addresses strictly (a bad one fails the job permanently, logged `failed`).
+2. One round trip learns what earlier attempts left: a `sent` row means the message went
+   out and the job completes without sending again; a `sending` row means a worker died
+   between handing the message over and recording the reply — it becomes `unknown`, and
+   the template's policy decides: resend (the default) or hold the job in the DLQ for an
+   operator. The same round trip returns the tenant's suppressed addresses.
+3. Render (at run time, so a fixed template and a DLQ retry send the fixed mail) and build
+   the MIME message; its Message-ID is derived from the job, the same on every attempt.
+4. Commit a `sending` row, then hand the message to the SMTP pool.
+5. Record the outcome with `record_with_outcome`: it commits in the same transaction as
+   the job's next state, so the log and the job never disagree.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from email.headerregistry import Address
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from postrelay.core.errors import ValidationError
+from postrelay.core.telemetry import event as log_event
+from postrelay.orchestrator import queries
+from postrelay.orchestrator.addresses import parse_address, parse_addresses
+from postrelay.orchestrator.job import EMAIL_KIND, EmailJob
+from postrelay.orchestrator.message import (
+    build_message,
+    envelope_recipients,
+    message_id_domain,
+    message_id_for,
+)
+from postrelay.orchestrator.templates import TemplateError, Templates
+from postrelay.orchestrator.transport import (
+    Reply,
+    SmtpAuthFailed,
+    SmtpError,
+    SmtpPaused,
+    SmtpPermanent,
+    SmtpPool,
+)
+from postrelay.queue import Job, PermanentError, Registry, Snooze, record_with_outcome
+
+SENT = frozenset({"sent", "partial"})
+DEFAULT_TIMEOUT_SECS = 120.0  # rendering plus one SMTP transaction
+
+
+class _RowWriter:
+    def __init__(self, name: str, write) -> None:  # noqa: ANN001 - a query function
+        self.name = name
+        self._write = write
+
+    async def write_many(self, conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> None:
+        await self._write(conn, rows)
+
+
+EMAIL_LOG = _RowWriter("email_log", queries.email_log_upsert_many)
+SUPPRESSIONS = _RowWriter("email_suppression", queries.email_suppression_add_many)
+
+
+def email_registry(
+    engine: AsyncEngine,
+    templates: Templates,
+    pool: SmtpPool,
+    *,
+    default_from: str | None = None,
+    message_id_domain: str | None = None,
+    timeout_secs: float = DEFAULT_TIMEOUT_SECS,
+) -> Registry:
+    """A Registry with the `email_send` handler, to merge into the worker's."""
+    registry = Registry()
+    sender = EmailSender(engine, templates, pool, default_from=default_from,
+                         message_id_domain=message_id_domain)
+    registry.register(EMAIL_KIND, sender.send, timeout=timeout_secs)
+    return registry
+
+
+class EmailSender:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        templates: Templates,
+        pool: SmtpPool,
+        *,
+        default_from: str | None,
+        message_id_domain: str | None,
+    ) -> None:
+        # The `sending` row must be committed before the message leaves: autocommit.
+        self.engine = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self.templates = templates
+        self.pool = pool
+        self.default_from = default_from
+        self.message_id_domain = message_id_domain
+
+    async def send(self, job: Job) -> None:
+        try:
+            spec = EmailJob.from_payload(job.payload)
+        except ValidationError as exc:
+            raise PermanentError(f"invalid email_send payload: {exc}") from None
+        log = _LogRow(job, spec)
+        try:
+            sender, to, cc, bcc, reply_to = self._addresses(spec)
+        except ValidationError as exc:
+            log.record("failed", error=str(exc))
+            raise PermanentError(str(exc)) from None
+        recipients = [r.lower() for r in envelope_recipients(to, cc, bcc)]
+        log.update(from_address=str(sender), recipients=recipients,
+                   to_addresses=[str(a) for a in to], cc_addresses=[str(a) for a in cc],
+                   bcc_addresses=[str(a) for a in bcc],
+                   message_id=self._message_id(job, sender))
+        async with self.engine.connect() as conn:
+            context = await queries.email_send_prepare(
+                conn, job_id=job.id, tenant_id=job.tenant_id, recipients=recipients)
+        tenant_keys = (context.tenant_name, str(job.tenant_id))
+        if SENT & set(context.earlier):
+            log_event("postrelay.email.already_sent", logging.INFO, job_id=str(job.id),
+                      reason="an earlier attempt of this job was accepted; not sending again")
+            return
+        if context.unknown_now and self._policy(spec.template, tenant_keys) == "hold":
+            raise PermanentError(
+                "the outcome of the previous attempt is unknown (its worker was lost after "
+                "handing the message over); held for an operator by the template's policy: "
+                "retry the job from the DLQ to send it again")
+        paused = self.pool.paused_for()
+        if paused > 0:
+            raise Snooze(paused, "SMTP sending is paused after an authentication failure")
+
+        try:
+            rendered = self.templates.render(spec.template, spec.context,
+                                             tenant_keys=tenant_keys)
+            log.update(template_version=rendered.version, subject=rendered.subject)
+            message = build_message(
+                rendered=rendered, sender=sender, to=to, cc=cc, reply_to=reply_to,
+                message_id=log.row["message_id"])
+        except (TemplateError, ValidationError) as exc:
+            log.record("failed", error=str(exc))
+            raise PermanentError(str(exc)) from None
+
+        live = [r for r in recipients if r not in context.suppressed]
+        results = {r: {"status": "suppressed"} for r in recipients if r in context.suppressed}
+        if not live:
+            log.record("suppressed", recipient_results=results,
+                       error="every recipient is on the tenant's suppression list")
+            return
+        async with self.engine.connect() as conn:
+            await queries.email_log_insert_sending(conn, log.sending_row())
+        await self._deliver(job, log, sender, live, message.as_bytes(), results)
+
+    async def _deliver(self, job: Job, log: _LogRow, sender: Address, live: list[str],
+                       data: bytes, results: dict[str, dict[str, Any]]) -> None:
+        try:
+            delivery = await self.pool.send(sender.addr_spec, live, data)
+        except SmtpError as exc:
+            results.update(_refusals(exc.refused))
+            status = "bounced" if isinstance(exc, SmtpPermanent) else "deferred"
+            log.record(status, reply=exc.reply, recipient_results=results, error=str(exc))
+            _suppress(job, log, exc.refused)
+            if isinstance(exc, SmtpPaused | SmtpAuthFailed):
+                # Bad credentials are not this message's fault: wait out the pause unburnt.
+                raise Snooze(max(self.pool.paused_for(), 1.0), str(exc)) from None
+            if isinstance(exc, SmtpPermanent):
+                raise PermanentError(str(exc)) from None
+            raise
+        except Exception as exc:  # e.g. an OSError outside the SMTP dialogue: retried
+            log.record("deferred", recipient_results=results, error=repr(exc))
+            raise
+        results.update({r: {"status": "accepted"} for r in delivery.accepted})
+        results.update(_refusals(delivery.refused))
+        partial = any(r["status"] != "accepted" for r in results.values())
+        log.record("partial" if partial else "sent", reply=delivery.reply,
+                   queue_id=delivery.queue_id, recipient_results=results)
+        _suppress(job, log, delivery.refused)
+
+    def _addresses(self, spec: EmailJob) -> tuple[Address, tuple[Address, ...], ...]:
+        sender_text = spec.sender or self.default_from
+        if not sender_text:
+            raise ValidationError("from", "no From address: give the route a sender or set "
+                                          "POSTRELAY_EMAIL_FROM")
+        to = parse_addresses(list(spec.to), field="to")
+        if not to:
+            raise ValidationError("to", "a message needs at least one recipient")
+        return (parse_address(sender_text, field="from"), to,
+                parse_addresses(list(spec.cc), field="cc"),
+                parse_addresses(list(spec.bcc), field="bcc"),
+                parse_addresses(list(spec.reply_to), field="reply_to"))
+
+    def _message_id(self, job: Job, sender: Address) -> str:
+        return message_id_for(job.id, message_id_domain(self.message_id_domain, sender))
+
+    def _policy(self, template: str, tenant_keys: Sequence[str]) -> str:
+        try:
+            return self.templates.policy(template, tenant_keys=tenant_keys)
+        except (TemplateError, ValidationError):
+            return "resend"  # the default; the render below reports the template's error
+
+
+class _LogRow:
+    """The log row of one attempt, recorded with the job's outcome."""
+
+    def __init__(self, job: Job, spec: EmailJob) -> None:
+        self.job = job
+        self.row: dict[str, Any] = {
+            "id": str(uuid.uuid4()), "tenant_id": str(job.tenant_id), "job_id": str(job.id),
+            "event_id": str(spec.event_id) if spec.event_id else None,
+            "template": spec.template, "template_version": None, "category": spec.category,
+            "from_address": spec.sender or "", "recipients": [r.lower() for r in spec.to],
+            "to_addresses": list(spec.to), "cc_addresses": list(spec.cc),
+            "bcc_addresses": list(spec.bcc), "subject": None, "message_id": None,
+            "attempt": job.attempts,
+        }
+
+    def update(self, **values: Any) -> None:
+        self.row.update(values)
+
+    def sending_row(self) -> dict[str, Any]:
+        return {k: v for k, v in self.row.items() if k not in ("status",)}
+
+    def record(self, status: str, *, reply: Reply | None = None, queue_id: str | None = None,
+               recipient_results: Mapping[str, Any] | None = None,
+               error: str | None = None) -> None:
+        row = {**self.row, "status": status, "queue_id": queue_id,
+               "recipient_results": dict(recipient_results) if recipient_results else None,
+               "error": error}
+        # Before the From address is known, the Message-ID's domain is not either.
+        row["message_id"] = row["message_id"] or f"<{self.job.id}@unsent.invalid>"
+        if reply is not None:
+            row.update(smtp_code=reply.code, smtp_enhanced=reply.enhanced,
+                       smtp_response=reply.text)
+        record_with_outcome(EMAIL_LOG, row)
+        level = logging.INFO if status in SENT else logging.WARNING
+        log_event(f"postrelay.email.{status}", level, job_id=str(self.job.id),
+                  template=row["template"], attempt=row["attempt"],
+                  smtp_code=row.get("smtp_code"), error=error)
+
+
+def _refusals(refused: Mapping[str, Reply]) -> dict[str, dict[str, Any]]:
+    return {addr.lower(): {"status": "refused", "code": r.code, "enhanced": r.enhanced,
+                           "text": r.text} for addr, r in refused.items()}
+
+
+def _suppress(job: Job, log: _LogRow, refused: Mapping[str, Reply]) -> None:
+    """5.1.x means the mailbox or domain does not exist: stop sending there. A 5.7.x policy
+    block says nothing about the address, so it never suppresses."""
+    for address, reply in refused.items():
+        if reply.code >= 500 and (reply.enhanced or "").startswith("5.1."):
+            record_with_outcome(SUPPRESSIONS, {
+                "tenant_id": str(job.tenant_id), "address": address.lower(),
+                "reason": f"{reply.code} {reply.enhanced} {reply.text}".strip(),
+                "smtp_code": reply.code, "smtp_enhanced": reply.enhanced,
+                "email_log_id": log.row["id"]})

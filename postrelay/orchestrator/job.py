@@ -1,0 +1,106 @@
+"""The payload of an `email_send` job: one message, rendered when the job runs.
+
+Addresses are kept as written and parsed strictly by the handler, so an invalid one fails
+its job permanently with the reason in the email log, rather than failing the relay batch
+that made the job. `enqueue_email` checks them at once instead, for domain code that calls
+it directly and wants the error in hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+from postrelay.core.errors import ValidationError
+from postrelay.queue import enqueue
+
+EMAIL_KIND = "email_send"
+
+
+@dataclass(frozen=True, slots=True)
+class EmailJob:
+    template: str
+    to: tuple[str, ...]
+    context: Mapping[str, Any] = field(default_factory=dict)
+    cc: tuple[str, ...] = ()
+    bcc: tuple[str, ...] = ()
+    sender: str | None = None  # None: the POSTRELAY_EMAIL_FROM setting
+    reply_to: tuple[str, ...] = ()
+    category: str | None = None
+    event_id: UUID | None = None
+
+    def to_payload(self) -> dict[str, Any]:
+        return {
+            "template": self.template, "to": list(self.to), "cc": list(self.cc),
+            "bcc": list(self.bcc), "from": self.sender, "reply_to": list(self.reply_to),
+            "category": self.category, "context": dict(self.context),
+            "event_id": str(self.event_id) if self.event_id else None,
+        }
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> EmailJob:
+        """Raises ValidationError naming the field when the payload has the wrong shape."""
+        template = payload.get("template")
+        if not isinstance(template, str) or not template:
+            raise ValidationError("template", "must be a non-empty string")
+        context = payload.get("context") or {}
+        if not isinstance(context, Mapping):
+            raise ValidationError("context", "must be a JSON object")
+        sender = payload.get("from")
+        if sender is not None and not isinstance(sender, str):
+            raise ValidationError("from", "must be a string")
+        event_id = payload.get("event_id")
+        return cls(
+            template=template,
+            to=_strings(payload, "to"),
+            context=context,
+            cc=_strings(payload, "cc"),
+            bcc=_strings(payload, "bcc"),
+            sender=sender,
+            reply_to=_strings(payload, "reply_to"),
+            category=payload.get("category"),
+            event_id=UUID(event_id) if event_id else None,
+        )
+
+
+def _strings(payload: Mapping[str, Any], name: str) -> tuple[str, ...]:
+    value = payload.get(name)
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, Sequence) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise ValidationError(name, "must be an address or a list of addresses")
+
+
+def enqueue_email(
+    conn: Any,
+    message: EmailJob,
+    *,
+    tenant_id: UUID | str,
+    priority: int = 100,
+    delay: float | None = None,
+    max_attempts: int | None = None,
+    idempotency_key: str | None = None,
+    created_by: str | None = None,
+) -> UUID:
+    """Enqueue one message in the caller's transaction (never committed here).
+
+    The addresses and headers are checked first; a bad one raises ValidationError naming
+    the field, and nothing is written."""
+    from postrelay.orchestrator.addresses import check_header_value, parse_addresses
+
+    if not message.to:
+        raise ValidationError("to", "a message needs at least one recipient")
+    for name in ("to", "cc", "bcc", "reply_to"):
+        parse_addresses(list(getattr(message, name)), field=name)
+    if message.sender is not None:
+        parse_addresses([message.sender], field="from")
+    if message.category is not None:
+        check_header_value(message.category, field="category")
+    return enqueue(conn, EMAIL_KIND, message.to_payload(), tenant_id=tenant_id,
+                   priority=priority, delay=delay, max_attempts=max_attempts,
+                   idempotency_key=idempotency_key, created_by=created_by)

@@ -1,0 +1,60 @@
+"""One thin typed function per statement of `sql/email.sql`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import Connection
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from postrelay.core.sqlfiles import load_queries
+
+Q = load_queries("postrelay.orchestrator", "sql/email.sql")
+
+
+@dataclass(frozen=True, slots=True)
+class SendContext:
+    tenant_name: str
+    unknown_now: int  # `sending` rows of earlier attempts turned `unknown` just now
+    earlier: tuple[str, ...]  # statuses of the job's other rows
+    suppressed: frozenset[str]
+
+
+async def email_send_prepare(
+    conn: AsyncConnection, *, job_id: UUID, tenant_id: UUID, recipients: Sequence[str]
+) -> SendContext:
+    row = (await conn.execute(Q["email_send_prepare"], {
+        "job_id": job_id, "tenant_id": tenant_id, "recipients": list(recipients),
+    })).one()
+    return SendContext(row.tenant_name, row.unknown_now, tuple(row.earlier),
+                       frozenset(row.suppressed))
+
+
+async def email_log_insert_sending(conn: AsyncConnection, row: dict[str, Any]) -> None:
+    await conn.execute(Q["email_log_insert_sending"], row)
+
+
+async def email_log_upsert_many(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> None:
+    await conn.execute(Q["email_log_upsert_many"], {"rows": json.dumps(rows, default=str)})
+
+
+async def email_suppression_add_many(
+    conn: AsyncConnection, rows: Sequence[dict[str, Any]]
+) -> None:
+    await conn.execute(Q["email_suppression_add_many"], {"rows": json.dumps(rows, default=str)})
+
+
+def email_log_list(conn: Connection, **filters: Any) -> list[dict[str, Any]]:
+    return [dict(r) for r in conn.execute(Q["email_log_list"], filters).mappings()]
+
+
+def email_story(conn: Connection, *, log_id: UUID | str, tenant_id: UUID | str | None
+                ) -> dict[str, Any] | None:
+    row = conn.execute(Q["email_story"], {
+        "log_id": str(log_id), "tenant_id": str(tenant_id) if tenant_id else None,
+    }).mappings().first()
+    return dict(row) if row else None

@@ -1,0 +1,121 @@
+"""Email routes: which outbox events become which messages.
+
+    email_route("user.signed_up", template="welcome", to="user.email",
+                category="onboarding", priority=50)
+    email_route("invoice.issued", template="invoice", to=lambda e: e.payload["billing"],
+                bcc="archive@example.com", tenants=[ACME])
+
+Each route is an ordinary relay route (named `email:<template>` unless given a name), so
+the relay turns a matching event into `email_send` jobs in the transaction that marks the
+event handled, with the idempotency key `outbox:<event>:<route>[:<n>]`: a replayed event
+never makes a second message. Recipients come from a dotted path into the payload, a
+literal address (anything with an `@`), or a function of the event. The template's
+context is the event's payload, plus `event` (its id, type, aggregate and time) unless
+the payload has a key of that name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+from uuid import UUID
+
+from postrelay.core.errors import ValidationError
+from postrelay.orchestrator.job import EMAIL_KIND, EmailJob
+from postrelay.relay import Event, JobRequest, RouteRegistry, default_routes
+from postrelay.relay.routing import Route
+
+Recipients = str | Sequence[str] | Callable[[Event], str | Sequence[str] | None] | None
+
+
+def email_route(
+    event_type: str,
+    *,
+    template: str,
+    to: Recipients,
+    cc: Recipients = None,
+    bcc: Recipients = None,
+    sender: str | None = None,
+    reply_to: Recipients = None,
+    category: str | None = None,
+    priority: int = 100,
+    max_attempts: int | None = None,
+    tenants: Iterable[UUID | str] | None = None,
+    split: bool = False,
+    name: str | None = None,
+    routes: RouteRegistry | None = None,
+) -> Route:
+    """Register an email route. `split=True` sends one message per To address (each with
+    the same Cc/Bcc) instead of one message to all of them; `tenants` limits the route to
+    those tenants' events."""
+    if not template:
+        raise ValidationError("template", "an email route needs a template name")
+    if to is None:
+        raise ValidationError("to", "an email route needs recipients")
+    only = frozenset(UUID(str(t)) for t in tenants) if tenants is not None else None
+
+    def route(event: Event) -> list[JobRequest]:
+        if only is not None and event.tenant_id not in only:
+            return []
+        recipients = _resolve(to, event, "to")
+        if not recipients:
+            raise ValidationError("to", f"event {event.id} names no recipient for {template!r}")
+        groups = [(str(n), (addr,)) for n, addr in enumerate(recipients)] if split else [
+            (None, recipients)]
+        common = {
+            "cc": _resolve(cc, event, "cc"), "bcc": _resolve(bcc, event, "bcc"),
+            "reply_to": _resolve(reply_to, event, "reply_to"),
+        }
+        return [
+            JobRequest(
+                EMAIL_KIND,
+                EmailJob(template=template, to=group, context=template_context(event),
+                         sender=sender, category=category, event_id=event.id,
+                         **common).to_payload(),
+                priority=priority,
+                max_attempts=max_attempts,
+                key=key,
+            )
+            for key, group in groups
+        ]
+
+    return (routes if routes is not None else default_routes).add(
+        event_type, route, name=name or f"email:{template}")
+
+
+def template_context(event: Event) -> dict[str, Any]:
+    context = dict(event.payload)
+    context.setdefault("event", {
+        "id": str(event.id), "type": event.event_type, "tenant_id": str(event.tenant_id),
+        "aggregate_type": event.aggregate_type, "aggregate_id": event.aggregate_id,
+        "created_at": event.created_at.isoformat(),
+    })
+    return context
+
+
+def _resolve(spec: Recipients, event: Event, field: str) -> tuple[str, ...]:
+    if spec is None:
+        return ()
+    if callable(spec):
+        value: Any = spec(event)
+    elif isinstance(spec, str):
+        value = spec if "@" in spec else _lookup(event.payload, spec, field)
+    else:
+        value = list(spec)
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, Iterable) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise ValidationError(field, f"must resolve to an address or a list of addresses, "
+                                 f"got {type(value).__name__}")
+
+
+def _lookup(payload: dict[str, Any], path: str, field: str) -> Any:
+    value: Any = payload
+    for part in path.split("."):
+        if not isinstance(value, dict) or part not in value:
+            raise ValidationError(field, f"the event payload has no {path!r}")
+        value = value[part]
+    return value

@@ -1,0 +1,124 @@
+-- Statements of the email layer: aa_email_log and aa_email_suppression.
+
+-- name: email_send_prepare
+-- Everything one send attempt needs to know, in one round trip: a `sending` row left by
+-- an earlier attempt of this job is turned `unknown` (its worker died between handing the
+-- message over and recording the reply), then the statement returns the tenant's name (for
+-- per-tenant templates), the statuses of the job's earlier rows, and which of this
+-- message's recipients are suppressed.
+WITH stale AS (
+    UPDATE mdm.aa_email_log
+    SET status = 'unknown', finished_at = now(),
+        error = 'the worker sending this attempt was lost before it recorded the reply'
+    WHERE job_id = :job_id AND status = 'sending'
+    RETURNING id
+)
+SELECT t.name AS tenant_name,
+       (SELECT count(*) FROM stale) AS unknown_now,
+       ARRAY(SELECT l.status FROM mdm.aa_email_log l
+             WHERE l.job_id = :job_id AND l.id NOT IN (SELECT id FROM stale)) AS earlier,
+       ARRAY(SELECT s.address FROM mdm.aa_email_suppression s
+             WHERE s.tenant_id = :tenant_id
+               AND s.address = ANY(CAST(:recipients AS text[]))) AS suppressed
+FROM mdm.aa_tenant t
+WHERE t.id = :tenant_id;
+
+-- name: email_log_insert_sending
+-- Committed before the message goes to the server: if the worker dies before the reply is
+-- recorded, this row is what tells the next attempt that a copy may have been delivered.
+INSERT INTO mdm.aa_email_log (id, tenant_id, job_id, event_id, template, template_version,
+                              category, from_address, recipients, to_addresses,
+                              cc_addresses, bcc_addresses, subject, message_id, status,
+                              attempt)
+VALUES (:id, :tenant_id, :job_id, :event_id, :template, :template_version, :category,
+        :from_address, CAST(:recipients AS text[]), CAST(:to_addresses AS text[]),
+        CAST(:cc_addresses AS text[]), CAST(:bcc_addresses AS text[]), :subject, :message_id,
+        'sending', :attempt);
+
+-- name: email_log_upsert_many
+-- The outcomes of a batch of attempts, written with the jobs' completion (queue effects).
+-- An attempt that reached the server updates its `sending` row; one that failed before it
+-- (bad address, template error, suppressed) is inserted whole.
+INSERT INTO mdm.aa_email_log AS l (
+    id, tenant_id, job_id, event_id, template, template_version, category, from_address,
+    recipients, to_addresses, cc_addresses, bcc_addresses, subject, message_id, status,
+    smtp_code, smtp_enhanced, smtp_response, queue_id, recipient_results, error, attempt,
+    finished_at)
+SELECT r.id, r.tenant_id, r.job_id, r.event_id, r.template, r.template_version, r.category,
+       r.from_address, r.recipients, r.to_addresses, r.cc_addresses, r.bcc_addresses,
+       r.subject, r.message_id, r.status, r.smtp_code, r.smtp_enhanced, r.smtp_response,
+       r.queue_id, r.recipient_results, r.error, r.attempt, now()
+FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(
+    id uuid, tenant_id uuid, job_id uuid, event_id uuid, template text,
+    template_version text, category text, from_address text, recipients text[],
+    to_addresses text[], cc_addresses text[], bcc_addresses text[], subject text,
+    message_id text, status text, smtp_code integer, smtp_enhanced text, smtp_response text,
+    queue_id text, recipient_results jsonb, error text, attempt integer)
+ON CONFLICT (id) DO UPDATE
+SET status = EXCLUDED.status,
+    smtp_code = EXCLUDED.smtp_code,
+    smtp_enhanced = EXCLUDED.smtp_enhanced,
+    smtp_response = EXCLUDED.smtp_response,
+    queue_id = EXCLUDED.queue_id,
+    recipient_results = EXCLUDED.recipient_results,
+    error = EXCLUDED.error,
+    finished_at = now();
+
+-- name: email_suppression_add_many
+-- An address the server said does not exist (5.1.x) is not tried again for this tenant.
+INSERT INTO mdm.aa_email_suppression (tenant_id, address, reason, smtp_code, smtp_enhanced,
+                                      email_log_id)
+SELECT r.tenant_id, r.address, r.reason, r.smtp_code, r.smtp_enhanced, r.email_log_id
+FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(
+    tenant_id uuid, address text, reason text, smtp_code integer, smtp_enhanced text,
+    email_log_id uuid)
+ON CONFLICT (tenant_id, address) DO NOTHING;
+
+-- name: email_log_list
+-- The log, newest first, through whichever index the filters allow.
+SELECT l.id, l.tenant_id, l.job_id, l.event_id, l.template, l.template_version, l.category,
+       l.from_address, l.to_addresses, l.cc_addresses, l.bcc_addresses, l.subject,
+       l.message_id, l.status, l.smtp_code, l.smtp_enhanced, l.smtp_response, l.queue_id,
+       l.error, l.attempt, l.created_at, l.finished_at
+FROM mdm.aa_email_log l
+WHERE (CAST(:tenant_id AS uuid) IS NULL OR l.tenant_id = CAST(:tenant_id AS uuid))
+  AND (CAST(:recipient AS text) IS NULL OR l.recipients @> ARRAY[CAST(:recipient AS text)])
+  AND (CAST(:status AS text) IS NULL OR l.status = CAST(:status AS text))
+  AND (CAST(:template AS text) IS NULL OR l.template = CAST(:template AS text))
+  AND (CAST(:event_id AS uuid) IS NULL OR l.event_id = CAST(:event_id AS uuid))
+  AND (CAST(:job_id AS uuid) IS NULL OR l.job_id = CAST(:job_id AS uuid))
+  AND (CAST(:since AS timestamptz) IS NULL OR l.created_at >= CAST(:since AS timestamptz))
+ORDER BY l.created_at DESC, l.id
+LIMIT :limit;
+
+-- name: email_story
+-- One message's whole story in one statement: the log row, every attempt's row for the
+-- same message (its Message-ID is the job's), the job with its audit trail, and the outbox
+-- event it came from. A tenant sees only its own rows.
+WITH target AS (
+    SELECT * FROM mdm.aa_email_log
+    WHERE id = CAST(:log_id AS uuid)
+      AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
+)
+SELECT to_jsonb(t) AS log,
+       (SELECT COALESCE(jsonb_agg(to_jsonb(a) ORDER BY a.attempt, a.created_at), '[]')
+        FROM mdm.aa_email_log a
+        WHERE a.message_id = t.message_id AND a.tenant_id = t.tenant_id) AS attempts,
+       (SELECT jsonb_build_object(
+                   'id', j.id, 'kind', j.job_kind, 'status', j.status,
+                   'attempts', j.attempts, 'max_attempts', j.max_attempts,
+                   'priority', j.priority, 'payload', j.payload, 'last_error', j.last_error,
+                   'created_at', j.created_at, 'available_at', j.available_at,
+                   'claimed_at', j.claimed_at, 'claimed_by', j.claimed_by,
+                   'completed_at', j.completed_at, 'idempotency_key', j.idempotency_key)
+        FROM mdm.aa_job j WHERE j.id = t.job_id) AS job,
+       (SELECT COALESCE(jsonb_agg(jsonb_build_object(
+                   'action', u.action, 'actor', u.actor, 'detail', u.detail,
+                   'created_at', u.created_at) ORDER BY u.id), '[]')
+        FROM mdm.aa_job_audit u WHERE u.job_id = t.job_id) AS audit,
+       (SELECT jsonb_build_object(
+                   'id', e.id, 'event_type', e.event_type, 'aggregate_type', e.aggregate_type,
+                   'aggregate_id', e.aggregate_id, 'payload', e.payload, 'headers', e.headers,
+                   'created_at', e.created_at, 'handled_at', e.handled_at)
+        FROM mdm.aa_outbox_event e WHERE e.id = t.event_id) AS event
+FROM target t;

@@ -1,0 +1,452 @@
+"""SMTP transport: a pool of reused aiosmtplib connections that reports what the server said.
+
+    pool = SmtpPool(SmtpConfig.from_settings(settings))
+    delivery = await pool.send("app@acme.example", ["ann@acme.example"], message_bytes)
+    delivery.queue_id, delivery.refused    # "4F3A2B", {} (refusals of a partial delivery)
+    await pool.close()
+
+Failures are `SmtpError`s that say where they happened (`stage`) and what the server replied:
+`SmtpTransient` (retry later), `SmtpPermanent` (dead-letter). After a 421/454 the pool waits
+before its next send; after an authentication failure it refuses to send for a while.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import socket
+import ssl
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Literal, TypeVar
+
+import aiosmtplib
+from pydantic import SecretStr
+
+from postrelay.core.errors import PostrelayError, ValidationError
+from postrelay.core.telemetry import event
+
+if TYPE_CHECKING:
+    from postrelay.core.settings import Settings
+
+_T = TypeVar("_T")
+Security = Literal["none", "starttls", "tls"]
+Stage = Literal["connect", "tls", "auth", "mail", "rcpt", "data"]
+_MESSAGE_STAGES = frozenset({"mail", "rcpt", "data"})
+_THROTTLE_CODES = frozenset({421, 454})
+_ENHANCED = re.compile(r"^([245]\.\d{1,3}\.\d{1,3})(?:[ \t]+|$)")
+_REPLY_CODE = re.compile(r"^\d{3}[ -]")
+# Conservative on purpose: a wrong queue id is worse than none.
+_QUEUE_ID_FORMS = (
+    # Postfix, Mailpit, Haraka, many others: "Ok: queued as 4F3A2B"
+    re.compile(r"\bqueued as:?\s+<?([A-Za-z0-9][\w.@-]*?)>?\.?(?:\s|$)", re.IGNORECASE),
+    # Exim: "OK id=1tABCD-000123-XY"
+    re.compile(r"^OK\s+id=([A-Za-z0-9][\w.-]*)\s*$", re.IGNORECASE),
+    # Sendmail: "4BXYZ123 Message accepted for delivery"
+    re.compile(r"^([A-Za-z0-9]{8,})\s+Message accepted for delivery", re.IGNORECASE),
+    # Amazon SES: "Ok 0100018c8f2f1a2b-3c4d5e6f-0000-0000" (a bare "Ok <word>" is not enough)
+    re.compile(r"^Ok\s+([0-9a-f]{16,}(?:-[0-9a-f]+)+)\s*$", re.IGNORECASE),
+)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One SMTP reply: `Reply.parse(550, "5.1.1 No such user")` is
+    `Reply(code=550, enhanced="5.1.1", text="No such user")`."""
+
+    code: int
+    enhanced: str | None
+    text: str
+
+    @classmethod
+    def parse(cls, code: int, message: str) -> Reply:
+        lines = message.strip().splitlines() or [""]
+        found = _ENHANCED.match(lines[0])
+        if found is None:
+            return cls(code, None, "\n".join(lines))
+        # Multi-line replies repeat the enhanced code on every line.
+        return cls(code, found.group(1), "\n".join(_ENHANCED.sub("", x, count=1) for x in lines))
+
+    def __str__(self) -> str:
+        return " ".join(str(p) for p in (self.code, self.enhanced, self.text) if p)
+
+
+def queue_id_from(reply_text: str) -> str | None:
+    """The server's queue id in its reply to DATA, or None when the form is not a known one.
+
+    >>> queue_id_from("2.0.0 Ok: queued as 4F3A2B")
+    '4F3A2B'
+    """
+    text = _REPLY_CODE.sub("", reply_text.strip(), count=1)
+    text = _ENHANCED.sub("", text, count=1).strip()
+    for form in _QUEUE_ID_FORMS:
+        found = form.search(text)
+        if found:
+            return found.group(1)
+    return None
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """The server accepted the message for `accepted`; `reply` is its answer to DATA."""
+
+    accepted: tuple[str, ...]
+    refused: Mapping[str, Reply]
+    reply: Reply
+    queue_id: str | None
+
+
+class SmtpError(PostrelayError):
+    """A send failed at `stage`; `reply` is what the server said (None: it said nothing, e.g.
+    the connection was lost); `refused` holds per-recipient refusals when known."""
+
+    def __init__(self, message: str, *, stage: Stage, reply: Reply | None = None,
+                 refused: Mapping[str, Reply] | None = None) -> None:
+        super().__init__(message)
+        self.stage = stage
+        self.reply = reply
+        self.refused: Mapping[str, Reply] = MappingProxyType(dict(refused or {}))
+
+
+class SmtpTransient(SmtpError):
+    """4xx, connection lost, timeout, TLS or connection trouble: retry later."""
+
+
+class SmtpPermanent(SmtpError):
+    """5xx to this message or its envelope: dead-letter it."""
+
+
+class SmtpThrottled(SmtpTransient):
+    """421 or 454: the pool waits `throttle_secs` before its next send."""
+
+
+class SmtpAuthFailed(SmtpTransient):
+    """AUTH failed (535 and the like): the pool stops sending for `auth_pause_secs`."""
+
+
+class SmtpPaused(SmtpTransient):
+    """Raised at once, without connecting, while an auth pause is in force."""
+
+    def __init__(self, remaining_secs: float) -> None:
+        super().__init__(f"auth: sending paused for {remaining_secs:.1f}s after an "
+                         "authentication failure", stage="auth")
+        self.remaining_secs = remaining_secs
+
+
+def _classify(exc: BaseException, stage: Stage,
+             refused: Mapping[str, Reply] | None = None) -> SmtpError:
+    """Map an aiosmtplib (or socket) error at `stage` to the SmtpError the caller acts on."""
+    if isinstance(exc, aiosmtplib.SMTPResponseException) and exc.code >= 400:
+        reply = Reply.parse(exc.code, exc.message)
+        kind: type[SmtpError] = SmtpTransient
+        if reply.code in _THROTTLE_CODES:
+            kind = SmtpThrottled
+        elif stage == "auth" or reply.code == 535 or (reply.code, reply.enhanced) == (530, "5.7.0"):
+            kind = SmtpAuthFailed  # 530 5.7.0 is RFC 4954's "authentication required"
+        elif reply.code >= 500 and stage in _MESSAGE_STAGES:
+            # Only a verdict on the message is permanent; a 5xx greeting is the server's state.
+            kind = SmtpPermanent
+        return kind(f"{stage}: {reply}", stage=stage, reply=reply, refused=refused)
+    if stage == "auth":  # e.g. the server offers no AUTH at all
+        return SmtpAuthFailed(f"auth: {exc}", stage=stage, refused=refused)
+    if stage == "connect" and _caused_by_tls(exc):
+        stage = "tls"
+    what = "timed out" if isinstance(exc, TimeoutError) else (str(exc) or type(exc).__name__)
+    return SmtpTransient(f"{stage}: {what}", stage=stage, refused=refused)
+
+
+def _caused_by_tls(exc: BaseException | None) -> bool:
+    while exc is not None:
+        if isinstance(exc, ssl.SSLError):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+@dataclass(frozen=True)
+class SmtpConfig:
+    """Where and how to reach the SMTP server; `from_settings` reads the `smtp_*` settings."""
+
+    host: str = "localhost"
+    port: int = 25
+    security: Security = "none"
+    username: str | None = None
+    password: SecretStr | None = field(default=None, repr=False)
+    timeout_secs: float = 30.0
+    pool_size: int = 10
+    validate_certs: bool = True
+    ca_file: Path | None = None
+    throttle_secs: float = 5.0
+    auth_pause_secs: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.security not in ("none", "starttls", "tls"):
+            raise ValidationError("smtp_security", "one of none, starttls, tls")
+        if self.pool_size < 1:
+            raise ValidationError("smtp_pool_size", "at least 1")
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SmtpConfig:
+        """`SmtpConfig.from_settings(load_settings())`: the POSTRELAY_SMTP_* values."""
+        return cls(
+            host=settings.smtp_host, port=settings.smtp_port, security=settings.smtp_security,
+            username=settings.smtp_username, password=settings.smtp_password,
+            timeout_secs=settings.smtp_timeout_secs, pool_size=settings.smtp_pool_size,
+            validate_certs=settings.smtp_validate_certs, ca_file=settings.smtp_ca_file,
+            throttle_secs=settings.smtp_throttle_secs,
+            auth_pause_secs=settings.smtp_auth_pause_secs,
+        )
+
+
+class _StaleConnection(Exception):
+    """A reused connection turned out dead before MAIL FROM was accepted."""
+
+
+class SmtpPool:
+    """Up to `config.pool_size` SMTP connections, reused across sends (idle ones in a LIFO).
+
+    `clock` (monotonic seconds) decides when a throttle or an auth pause ends; tests pass a
+    fake one to end a pause without sleeping.
+    """
+
+    def __init__(self, config: SmtpConfig, *, clock: Callable[[], float] = time.monotonic):
+        self.config = config
+        self._clock = clock
+        self._tls = _tls_context(config)
+        self._slots = asyncio.Semaphore(config.pool_size)
+        # LIFO: the most recently used connection is the least likely to have been closed
+        # by the server's idle timer, and the others can time out and be dropped.
+        self._idle: list[aiosmtplib.SMTP] = []
+        self._local_hostname: str | None = None
+        self._throttled_until = 0.0
+        self._paused_until = 0.0
+        self._closed = False
+        self.connections_opened = 0
+        self.messages_sent = 0
+
+    def paused_for(self) -> float:
+        """Seconds left of the pause after an authentication failure (0.0: not paused)."""
+        return max(0.0, self._paused_until - self._clock())
+
+    async def send(self, sender: str, recipients: Sequence[str], message: bytes) -> Delivery:
+        """Deliver `message` (RFC 5322 bytes) to `recipients` in one SMTP transaction.
+
+        Returns when the server accepted it for at least one recipient (`Delivery.refused`
+        holds the others); raises an `SmtpError` otherwise. Never retried once DATA began.
+        """
+        _check_addresses(sender, recipients)
+        self._check_can_send()
+        async with self._slots:
+            await self._wait_out_throttle()
+            self._check_can_send()  # the wait may have been long: closed or paused since?
+            try:
+                try:
+                    return await self._attempt(sender, recipients, message, reuse=True)
+                except _StaleConnection:
+                    # Nothing was accepted yet, so sending on a fresh connection is safe.
+                    event("postrelay.smtp.reconnect", logging.DEBUG, host=self.config.host)
+                    return await self._attempt(sender, recipients, message, reuse=False)
+            except SmtpError as exc:
+                self._react(exc)
+                raise
+
+    async def close(self) -> None:
+        """QUIT the idle connections; those in use are closed when their send ends."""
+        self._closed = True
+        idle, self._idle = self._idle, []
+        await asyncio.gather(*(_quit(smtp) for smtp in idle))
+
+    async def _attempt(
+        self, sender: str, recipients: Sequence[str], message: bytes, *, reuse: bool
+    ) -> Delivery:
+        smtp = self._take_idle() if reuse else None
+        reused = smtp is not None
+        if smtp is None:
+            smtp = await self._connect()
+        keep = False
+        try:
+            delivery = await self._transact(smtp, sender, recipients, message, reused=reused)
+            keep = True
+            return delivery
+        except SmtpError:
+            # Still connected after an error means the server replied, so the dialogue is in
+            # step: RSET makes the connection reusable. Lost or timed out: aiosmtplib closed it.
+            keep = smtp.is_connected and await _reset(smtp)
+            raise
+        finally:
+            # Also reached on cancellation (keep is False): a half-done dialogue is discarded.
+            if keep and not self._closed:
+                self._idle.append(smtp)
+            else:
+                smtp.close()
+
+    def _take_idle(self) -> aiosmtplib.SMTP | None:
+        while self._idle:
+            smtp = self._idle.pop()
+            if smtp.is_connected:
+                return smtp
+            smtp.close()
+        return None
+
+    async def _connect(self) -> aiosmtplib.SMTP:
+        cfg = self.config
+        if self._local_hostname is None:
+            self._local_hostname = await asyncio.to_thread(socket.getfqdn)
+        smtp = aiosmtplib.SMTP(
+            hostname=cfg.host, port=cfg.port, timeout=cfg.timeout_secs,
+            use_tls=cfg.security == "tls", start_tls=False, tls_context=self._tls,
+            local_hostname=self._local_hostname,
+        )
+        try:
+            await _step("connect", smtp.connect())
+            await _step("connect", smtp.ehlo())
+            if cfg.security == "starttls":
+                # Required, not opportunistic: never fall back to plain text.
+                if not smtp.supports_extension("starttls"):
+                    raise SmtpTransient("tls: the server does not offer STARTTLS", stage="tls")
+                await _step("tls", smtp.starttls())
+                await _step("tls", smtp.ehlo())
+            if cfg.username is not None:
+                secret = cfg.password.get_secret_value() if cfg.password else ""
+                await _step("auth", smtp.login(cfg.username, secret))
+        except BaseException as exc:
+            smtp.close()
+            if isinstance(exc, SmtpError):
+                event("postrelay.smtp.connect_failed", logging.WARNING, host=cfg.host,
+                      port=cfg.port, stage=exc.stage, error=str(exc))
+            raise
+        self.connections_opened += 1
+        event("postrelay.smtp.connected", logging.DEBUG, host=cfg.host, port=cfg.port,
+              security=cfg.security, open=self.connections_opened)
+        return smtp
+
+    async def _transact(
+        self, smtp: aiosmtplib.SMTP, sender: str, recipients: Sequence[str], message: bytes,
+        *, reused: bool,
+    ) -> Delivery:
+        options, encoding = _mail_options(smtp, sender, recipients)
+        try:
+            await _step("mail", smtp.mail(sender, options=options, encoding=encoding))
+        except SmtpTransient as exc:
+            # The server closed the idle connection (or said 421 while closing it) while it
+            # sat in the pool: not a verdict on this message.
+            gone = isinstance(exc.__cause__, ConnectionError) or isinstance(exc, SmtpThrottled)
+            if reused and gone:
+                raise _StaleConnection from exc
+            raise
+        accepted: list[str] = []
+        refused: dict[str, Reply] = {}
+        for rcpt in recipients:
+            try:
+                await smtp.rcpt(rcpt, encoding=encoding)
+            except aiosmtplib.SMTPRecipientRefused as exc:
+                refused[rcpt] = Reply.parse(exc.code, exc.message)
+                error = _classify(exc, "rcpt", refused)
+                if isinstance(error, SmtpThrottled | SmtpAuthFailed):
+                    raise error from exc  # back off now rather than try each recipient
+            except (aiosmtplib.SMTPException, OSError) as exc:
+                raise _classify(exc, "rcpt", refused) from exc
+            else:
+                accepted.append(rcpt)
+        if not accepted:
+            last = list(refused.values())[-1]
+            kind = SmtpPermanent if all(r.code >= 500 for r in refused.values()) else SmtpTransient
+            raise kind(f"rcpt: every recipient refused (last: {last})", stage="rcpt",
+                       reply=last, refused=refused)
+        try:
+            response = await smtp.data(message)
+        except (aiosmtplib.SMTPException, OSError) as exc:
+            # Once DATA began the server may hold the message: never retried here.
+            raise _classify(exc, "data", refused) from exc
+        self.messages_sent += 1
+        reply = Reply.parse(response.code, response.message)
+        return Delivery(tuple(accepted), MappingProxyType(refused), reply,
+                        queue_id_from(reply.text))
+
+    def _check_can_send(self) -> None:
+        if self._closed:
+            raise PostrelayError("the SMTP pool is closed")
+        remaining = self.paused_for()
+        if remaining > 0:
+            event("postrelay.smtp.paused", logging.DEBUG, host=self.config.host,
+                  remaining_secs=round(remaining, 3))
+            raise SmtpPaused(remaining)
+
+    async def _wait_out_throttle(self) -> None:
+        while (delay := self._throttled_until - self._clock()) > 0:
+            until = self._throttled_until
+            event("postrelay.smtp.throttle_wait", logging.DEBUG, wait_secs=round(delay, 3))
+            await asyncio.sleep(delay)
+            if self._throttled_until == until:  # not throttled again meanwhile
+                break
+
+    def _react(self, exc: SmtpError) -> None:
+        cfg, now = self.config, self._clock()
+        code = exc.reply.code if exc.reply else None
+        if isinstance(exc, SmtpThrottled):
+            self._throttled_until = max(self._throttled_until, now + cfg.throttle_secs)
+            event("postrelay.smtp.throttled", logging.WARNING, host=cfg.host, stage=exc.stage,
+                  code=code, wait_secs=cfg.throttle_secs)
+        elif isinstance(exc, SmtpAuthFailed):
+            self._paused_until = now + cfg.auth_pause_secs
+            event("postrelay.smtp.auth_paused", logging.ERROR, host=cfg.host,
+                  username=cfg.username, code=code, pause_secs=cfg.auth_pause_secs)
+
+
+async def _step(stage: Stage, op: Awaitable[_T]) -> _T:
+    """Await one SMTP command, turning aiosmtplib's errors into ours for `stage`."""
+    try:
+        return await op
+    except (aiosmtplib.SMTPException, OSError) as exc:
+        raise _classify(exc, stage) from exc
+
+
+async def _reset(smtp: aiosmtplib.SMTP) -> bool:
+    try:
+        await smtp.rset()
+    except (aiosmtplib.SMTPException, OSError):
+        return False
+    return True
+
+
+async def _quit(smtp: aiosmtplib.SMTP) -> None:
+    try:
+        await smtp.quit()
+    except (aiosmtplib.SMTPException, OSError):
+        pass
+    finally:
+        smtp.close()
+
+
+def _mail_options(
+    smtp: aiosmtplib.SMTP, sender: str, recipients: Sequence[str]
+) -> tuple[list[str], str]:
+    if sender.isascii() and all(r.isascii() for r in recipients):
+        return [], "ascii"
+    if not smtp.supports_extension("smtputf8"):
+        raise SmtpPermanent("mail: non-ASCII addresses need SMTPUTF8, which the server lacks",
+                            stage="mail")
+    return ["SMTPUTF8"], "utf-8"
+
+
+def _check_addresses(sender: str, recipients: Sequence[str]) -> None:
+    if not recipients:
+        raise ValidationError("recipients", "at least one is required")
+    for name, value in (("sender", sender), *(("recipients", r) for r in recipients)):
+        if any(ch in value for ch in "\r\n\0"):
+            raise ValidationError(name, "no CR, LF or NUL in an address")
+
+
+def _tls_context(config: SmtpConfig) -> ssl.SSLContext | None:
+    if config.security == "none":
+        return None
+    cafile = str(config.ca_file) if config.ca_file else None
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=cafile)
+    if not config.validate_certs:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context

@@ -1,0 +1,209 @@
+"""The `email_send` handler against a real PostgreSQL and a real SMTP server (aiosmtpd)."""
+
+from __future__ import annotations
+
+import email.policy
+from email import message_from_bytes
+
+from pydantic import SecretStr
+from sqlalchemy import text
+
+from postrelay.orchestrator.sink import drop_after_data, reply, reply_at_data, slow
+from tests.email_flow.conftest import eventually
+
+
+async def test_a_message_is_sent_and_its_log_row_tells_everything(rig, tenant, sink):
+    job_id = rig.enqueue(tenant, to=["Ann Example <ann@example.com>"],
+                         cc=("Bob <bob@example.com>",), bcc=("audit@example.com",),
+                         reply_to=("help@acme.example",), category="onboarding",
+                         context={"user": {"name": "Jürgen <b>"}})
+    await rig.start()
+    await rig.settle(job_id)
+    assert rig.job(job_id)["status"] == "done"
+    [row] = rig.log(job_id)
+    assert row["status"] == "sent" and row["attempt"] == 1
+    assert row["message_id"] == f"<{job_id}@mail.acme.example>"
+    assert row["smtp_code"] == 250 and row["smtp_enhanced"] == "2.0.0"
+    assert row["queue_id"] and row["queue_id"] in row["smtp_response"]
+    assert row["recipients"] == ["ann@example.com", "bob@example.com", "audit@example.com"]
+    assert row["subject"] == "Welcome, Jürgen <b>!" and len(row["template_version"]) == 12
+    assert row["category"] == "onboarding" and row["finished_at"] is not None
+    assert set(row["recipient_results"]) == set(row["recipients"])
+
+    [received] = sink.handler.received
+    assert set(received.recipients) == {"ann@example.com", "bob@example.com",
+                                        "audit@example.com"}
+    parsed = message_from_bytes(received.raw, policy=email.policy.default)
+    assert parsed["Message-ID"] == row["message_id"]
+    assert parsed["Subject"] == "Welcome, Jürgen <b>!"  # the subject is not escaped
+    assert "Bcc" not in parsed and parsed["Reply-To"] == "help@acme.example"
+    html = parsed.get_body(("html",)).get_content()
+    assert "Jürgen &lt;b&gt;" in html  # HTML is escaped
+
+
+async def test_a_retry_of_a_sent_message_completes_without_sending(rig, tenant, sink):
+    job_id = rig.enqueue(tenant)
+    await rig.start()
+    await rig.settle(job_id)
+    # An operator (or a crash after the outcome commit) runs the job again.
+    with rig.engine.begin() as conn:
+        conn.execute(text("UPDATE mdm.aa_job SET status = 'pending', completed_at = NULL "
+                          "WHERE id = :id"), {"id": job_id})
+    await eventually(lambda: rig.job(job_id)["status"] == "done" and rig.job(job_id)[
+        "attempts"] == 2)
+    assert sink.handler.count_for("ann@example.com") == 1
+    assert [r["status"] for r in rig.log(job_id)] == ["sent"]
+
+
+async def test_transient_replies_retry_then_send(rig, tenant, sink):
+    sink.handler.rules = [("ann@example.com", reply("451 4.3.0 Try again later"))]
+    job_id = rig.enqueue(tenant, max_attempts=5)
+    await rig.start()
+    await eventually(lambda: len(rig.log(job_id)) >= 2)
+    sink.handler.rules = []
+    await rig.settle(job_id)
+    rows = rig.log(job_id)
+    assert rig.job(job_id)["status"] == "done"
+    assert [r["status"] for r in rows][-1] == "sent"
+    assert {r["status"] for r in rows[:-1]} == {"deferred"}
+    assert rows[0]["smtp_code"] == 451 and rows[0]["smtp_enhanced"] == "4.3.0"
+    assert [r["attempt"] for r in rows] == list(range(1, len(rows) + 1))
+    assert len({r["message_id"] for r in rows}) == 1  # the same Message-ID on every attempt
+    assert sink.handler.count_for("ann@example.com") == 1
+
+
+async def test_a_5xx_dead_letters_at_once_and_5_1_1_suppresses(rig, tenant, sink):
+    sink.handler.rules = [("gone@example.com", reply("550 5.1.1 No such user")),
+                          ("blocked@example.com", reply("554 5.7.1 Rejected by policy"))]
+    gone = rig.enqueue(tenant, to=["gone@example.com"], max_attempts=5)
+    blocked = rig.enqueue(tenant, to=["blocked@example.com"], max_attempts=5)
+    await rig.start()
+    await rig.settle(gone, blocked)
+    for job_id in (gone, blocked):
+        assert rig.job(job_id)["status"] == "dlq"
+        assert rig.job(job_id)["attempts"] == 1  # no retries burnt
+        assert [r["status"] for r in rig.log(job_id)] == ["bounced"]
+    assert rig.log(gone)[0]["smtp_enhanced"] == "5.1.1"
+    # 5.1.1 suppresses the address; a 5.7.1 policy block never does.
+    assert list(rig.suppressed(tenant)) == ["gone@example.com"]
+    assert "5.1.1" in rig.suppressed(tenant)["gone@example.com"]
+
+    later = rig.enqueue(tenant, to=["Gone <GONE@example.com>"])
+    await rig.settle(later)
+    assert rig.job(later)["status"] == "done"
+    [row] = rig.log(later)
+    assert row["status"] == "suppressed" and row["smtp_code"] is None
+    assert row["recipient_results"] == {"gone@example.com": {"status": "suppressed"}}
+    # Only the first attempt reached the server.
+    assert [r.recipients for r in sink.handler.refusals if r.status.startswith("550")] == [
+        ("gone@example.com",)]
+
+
+async def test_a_partly_refused_message_records_each_recipient(rig, tenant, sink):
+    sink.handler.rules = [("gone@example.com", reply("550 5.1.1 No such user")),
+                          ("busy@example.com", reply("452 4.2.2 Mailbox full"))]
+    job_id = rig.enqueue(tenant, to=["ann@example.com", "gone@example.com",
+                                     "busy@example.com"])
+    await rig.start()
+    await rig.settle(job_id)
+    assert rig.job(job_id)["status"] == "done"
+    [row] = rig.log(job_id)
+    assert row["status"] == "partial"
+    results = row["recipient_results"]
+    assert results["ann@example.com"]["status"] == "accepted"
+    assert results["gone@example.com"] == {"status": "refused", "code": 550,
+                                           "enhanced": "5.1.1", "text": "No such user"}
+    assert results["busy@example.com"]["code"] == 452
+    assert list(rig.suppressed(tenant)) == ["gone@example.com"]
+    assert sink.handler.count_for("ann@example.com") == 1
+
+
+async def test_a_refusal_at_data_bounces(rig, tenant, sink):
+    sink.handler.rules = [("ann@example.com", reply_at_data("552 5.3.4 Message too big"))]
+    job_id = rig.enqueue(tenant)
+    await rig.start()
+    await rig.settle(job_id)
+    assert rig.job(job_id)["status"] == "dlq"
+    [row] = rig.log(job_id)
+    assert (row["status"], row["smtp_code"], row["smtp_enhanced"]) == ("bounced", 552, "5.3.4")
+    assert rig.suppressed(tenant) == {}
+
+
+async def test_a_dropped_connection_after_data_and_a_slow_server_are_retried(rig, tenant, sink):
+    sink.handler.rules = [("drop@example.com", drop_after_data()),
+                          ("slow@example.com", slow(3.0))]
+    dropped = rig.enqueue(tenant, to=["drop@example.com"], max_attempts=2)
+    slowed = rig.enqueue(tenant, to=["slow@example.com"], max_attempts=2)
+    await rig.start()
+    await rig.settle(dropped, slowed)
+    for job_id in (dropped, slowed):
+        rows = rig.log(job_id)
+        assert [r["status"] for r in rows] == ["deferred", "deferred"]
+        assert rig.job(job_id)["status"] == "dlq" and rig.job(job_id)["attempts"] == 2
+    # The server kept what it received before dropping: delivery is at least once.
+    assert sink.handler.count_for("drop@example.com") == 2
+
+
+async def test_throttling_replies_are_retried(
+    rig, tenant, sink
+):
+    sink.handler.rules = [("ann@example.com", reply("421 4.7.0 Too many connections"))]
+    throttled = rig.enqueue(tenant, max_attempts=5)
+    await rig.start()
+    await eventually(lambda: len(rig.log(throttled)) >= 1)
+    sink.handler.rules = []
+    await rig.settle(throttled)
+    rows = rig.log(throttled)
+    assert rows[0]["status"] == "deferred" and rows[0]["smtp_code"] == 421
+    assert rows[-1]["status"] == "sent"
+
+
+async def test_invalid_addresses_and_header_injection_fail_permanently_unsent(
+    rig, tenant, sink
+):
+    bad_address = rig.enqueue_raw(tenant, to=["not an address"])
+    injected_subject = rig.enqueue(tenant, context={"user": {"name": "x\r\nBcc: all@evil.example"}})
+    encoded_name = rig.enqueue_raw(tenant, to=["=?utf-8?q?Ann=0D=0ABcc:_x@evil.example?= "
+                                               "<ann@example.com>"])
+    await rig.start()
+    await rig.settle(bad_address, injected_subject, encoded_name)
+    for job_id, field in ((bad_address, "to"), (injected_subject, "subject"),
+                          (encoded_name, "to")):
+        job = rig.job(job_id)
+        assert job["status"] == "dlq" and job["attempts"] == 1
+        [row] = rig.log(job_id)
+        assert row["status"] == "failed" and field in row["error"]
+    assert "line break" in rig.log(injected_subject)[0]["error"]
+    assert sink.handler.received == [] and sink.connections == 0
+
+
+async def test_bad_credentials_pause_sending_without_failing_the_jobs(
+    engine, async_engine, libpq, templates_dir, tenant
+):
+    from postrelay.orchestrator import SmtpConfig, SmtpPool
+    from postrelay.orchestrator.sink import ScriptedHandler, SmtpSink
+    from tests.email_flow.conftest import Rig
+
+    with SmtpSink(ScriptedHandler(), auth={"mailer": "right"}, auth_require_tls=False) as sink:
+        rig = Rig(engine, async_engine, libpq, sink, templates_dir)
+        rig.pool = SmtpPool(SmtpConfig(host=sink.host, port=sink.port, username="mailer",
+                                       password=SecretStr("wrong"), auth_pause_secs=0.5,
+                                       timeout_secs=2))
+        try:
+            # One attempt each: a failure that counted would dead-letter them at once.
+            jobs = [rig.enqueue(tenant, to=[f"user{n}@example.com"], max_attempts=1)
+                    for n in range(3)]
+            await rig.start()
+            await eventually(lambda: any(r["smtp_code"] == 535 for r in rig.log()))
+            sink.credentials["mailer"] = "wrong"  # the operator fixes the account
+            await rig.settle(*jobs)
+        finally:
+            await rig.stop()
+        for job_id in jobs:
+            assert rig.job(job_id)["status"] == "done" and rig.job(job_id)["attempts"] == 1
+        rows = rig.log()
+        refused = [r for r in rows if r["status"] == "deferred"]
+        # Attempts that met the 535 (those already connecting) are logged; each job sent once.
+        assert refused and all(r["smtp_code"] == 535 for r in refused)
+        assert sorted(r["status"] for r in rows if r["status"] != "deferred") == ["sent"] * 3
+        assert len(sink.handler.received) == 3

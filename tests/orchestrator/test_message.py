@@ -1,0 +1,191 @@
+"""MIME building: headers decode back to what was given, nothing can inject a header."""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import uuid
+from datetime import UTC, datetime, timedelta, timezone
+from email.headerregistry import Address
+from email.message import EmailMessage
+
+import pytest
+
+from postrelay.core.errors import ValidationError
+from postrelay.orchestrator.addresses import parse_address
+from postrelay.orchestrator.message import (
+    build_message,
+    envelope_recipients,
+    message_id_domain,
+    message_id_for,
+)
+from postrelay.orchestrator.templates import Rendered
+
+JOB_ID = uuid.UUID("0b7e3a52-6f1c-4d0e-9a51-5f6c1d2e3f40")
+MESSAGE_ID = f"<{JOB_ID}@mail.example.com>"
+SENDER = parse_address('"Shop, Köln" <shop@example.com>', field="from")
+TO = (parse_address("Jürgen Müller <j@example.com>", field="to"),
+      parse_address("ada@example.test", field="to"))
+
+
+def rendered(subject: str = "Grüße — Ihre Bestellung «42» ist unterwegs",
+             text: str = "Hallo Jürgen,\nIhr Paket kommt.\n",
+             html: str | None = "<p>Hallo J&uuml;rgen</p>") -> Rendered:
+    return Rendered(template="shipped", version="0123456789ab", subject=subject, text=text,
+                    html=html, on_unknown="resend")
+
+
+def build(**overrides: object) -> EmailMessage:
+    arguments: dict[str, object] = {"rendered": rendered(), "sender": SENDER, "to": TO,
+                                    "message_id": MESSAGE_ID}
+    arguments.update(overrides)
+    return build_message(**arguments)  # type: ignore[arg-type]
+
+
+def reparse(message: EmailMessage) -> EmailMessage:
+    data = message.as_bytes()
+    data.decode("ascii")  # 7-bit on the wire: no SMTPUTF8 or 8BITMIME needed
+    assert b"\r\n" in data and b"\n" not in data.replace(b"\r\n", b"")
+    return email.message_from_bytes(data, policy=email.policy.default)  # type: ignore[return-value]
+
+
+def lines(part: EmailMessage) -> str:
+    """A text part's content with the wire's CRLF line ends read as newlines."""
+    return part.get_content().replace("\r\n", "\n")
+
+
+def test_headers_decode_back_to_the_original_utf8_strings() -> None:
+    cc = (parse_address('"Doe, Jane" <jane@example.com>', field="cc"),)
+    reply_to = (parse_address("Kundendienst Ünal <help@example.com>", field="reply_to"),)
+    date = datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC)
+    parsed = reparse(build(cc=cc, reply_to=reply_to, date=date,
+                           headers={"X-Postrelay-Category": "Bestellung über 50 €"}))
+    assert parsed["Subject"] == "Grüße — Ihre Bestellung «42» ist unterwegs"
+    assert parsed["From"].addresses == (Address("Shop, Köln", "shop", "example.com"),)
+    assert parsed["To"].addresses == TO
+    assert parsed["Cc"].addresses == cc
+    assert parsed["Reply-To"].addresses == reply_to
+    assert parsed["Message-ID"] == MESSAGE_ID
+    assert parsed["Date"].datetime == date
+    assert parsed["MIME-Version"] == "1.0"
+    assert parsed["X-Postrelay-Category"] == "Bestellung über 50 €"
+    raw = parsed.as_string()
+    assert "=?utf-8?" in raw and "Müller" not in raw.split("\n\n")[0]
+
+
+def test_text_and_html_are_alternatives_in_utf8() -> None:
+    parsed = reparse(build())
+    assert parsed.get_content_type() == "multipart/alternative"
+    parts = [part.get_content_type() for part in parsed.iter_parts()]
+    assert parts == ["text/plain", "text/html"]
+    assert lines(parsed.get_body(("plain",))) == "Hallo Jürgen,\nIhr Paket kommt.\n"
+    assert parsed.get_body(("html",)).get_content().strip() == "<p>Hallo J&uuml;rgen</p>"
+    assert all(p.get_content_charset() == "utf-8" for p in parsed.iter_parts())
+
+
+def test_without_html_the_message_is_a_single_text_part() -> None:
+    parsed = reparse(build(rendered=rendered(html=None)))
+    assert parsed.get_content_type() == "text/plain"
+    assert lines(parsed) == "Hallo Jürgen,\nIhr Paket kommt.\n"
+
+
+def test_a_long_subject_is_folded_and_still_decodes() -> None:
+    subject = "Ä" + " lange Zeile" * 20
+    parsed = reparse(build(rendered=rendered(subject=subject)))
+    assert parsed["Subject"] == subject
+    assert max(len(line) for line in parsed.as_string().splitlines()) <= 78
+
+
+def test_bcc_is_never_a_header_but_is_in_the_envelope() -> None:
+    bcc = [parse_address("audit@example.com", field="bcc")]
+    message = build()
+    assert "Bcc" not in message and b"audit@" not in message.as_bytes()
+    assert envelope_recipients(TO, (), bcc) == [
+        "j@example.com", "ada@example.test", "audit@example.com"]
+    with pytest.raises(ValidationError, match="cannot be overridden"):
+        build(headers={"Bcc": "audit@example.com"})
+
+
+def test_envelope_recipients_are_deduplicated_case_insensitively_in_order() -> None:
+    to = [parse_address("A@Example.com", field="to"), parse_address("b@example.com", field="to")]
+    cc = [parse_address("a@example.com", field="cc"), parse_address("c@example.com", field="cc")]
+    bcc = [parse_address("B@EXAMPLE.COM", field="bcc")]
+    assert envelope_recipients(to, cc, bcc) == ["A@example.com", "b@example.com",
+                                                "c@example.com"]
+
+
+@pytest.mark.parametrize("subject", [
+    "Hi\r\nBcc: victim@example.com", "Hi\nthere", "Hi\u2028there",
+    "=?utf-8?q?Hi=0D=0ABcc:_v@example.com?=", "=?utf-8?b?SGkNCkJjYzogdkBleGFtcGxlLmNvbQ==?=",
+    "Hi%0d%0aBcc:%20v@example.com",
+])
+def test_a_subject_with_a_line_break_is_refused(subject: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        build(rendered=rendered(subject=subject))
+    assert caught.value.field == "subject" and "header injection" in str(caught.value)
+
+
+@pytest.mark.parametrize("value", [
+    "x\r\nBcc: v@example.com", "=?utf-8?q?x=0Ay?=", "=?utf-8?b?eA0KeQ==?=", "x%0Ay",
+])
+def test_an_extra_header_value_with_a_line_break_is_refused(value: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        build(headers={"X-Postrelay-Category": value})
+    assert caught.value.field == "headers.X-Postrelay-Category"
+
+
+@pytest.mark.parametrize("name", ["X Foo", "X:Foo", "X-Foo\r\nBcc", "", "Ẍ-Foo"])
+def test_extra_header_names_must_be_field_names(name: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        build(headers={name: "v"})
+    assert caught.value.field == "headers"
+
+
+@pytest.mark.parametrize("name", ["From", "to", "Subject", "Message-ID", "Content-Type",
+                                  "MIME-Version", "Date", "Resent-To"])
+def test_extra_headers_cannot_replace_the_structural_ones(name: str) -> None:
+    with pytest.raises(ValidationError, match="cannot be overridden"):
+        build(headers={name: "x"})
+
+
+@pytest.mark.parametrize("field", ["display_name", "username"])
+def test_hand_built_addresses_with_line_breaks_are_refused(field: str) -> None:
+    # Address itself refuses CR and LF; these are the other line breaks.
+    parts = {"display_name": "Ada", "username": "ada", "domain": "example.com"}
+    parts[field] = parts[field] + "\u2028Bcc"
+    with pytest.raises(ValidationError) as caught:
+        build(to=[Address(**parts)])
+    assert caught.value.field == "to[0]"
+    with pytest.raises(ValidationError) as caught:
+        build(sender=Address(**parts))
+    assert caught.value.field == "from"
+
+
+def test_message_id_is_deterministic_per_job() -> None:
+    assert message_id_for(JOB_ID, "mail.example.com") == MESSAGE_ID
+    assert message_id_for(JOB_ID, "mail.example.com") == message_id_for(JOB_ID,
+                                                                        "mail.example.com")
+    assert message_id_domain(None, SENDER) == "example.com"
+    assert message_id_domain("", SENDER) == "example.com"
+    assert message_id_domain("mail.example.com", SENDER) == "mail.example.com"
+    for domain in ["bad domain", "a\r\nb", "exa<mple>.com", "münchen.de", ""]:
+        with pytest.raises(ValidationError):
+            message_id_for(JOB_ID, domain)
+    for message_id in ["no-brackets@example.com", "<a@b>\r\nBcc: x", "<ab>"]:
+        with pytest.raises(ValidationError) as caught:
+            build(message_id=message_id)
+        assert caught.value.field == "message_id"
+
+
+def test_date_defaults_to_now_and_must_be_aware() -> None:
+    before = datetime.now(UTC).replace(microsecond=0)
+    assert reparse(build())["Date"].datetime >= before
+    tz = timezone(timedelta(hours=2))
+    assert reparse(build(date=datetime(2024, 1, 1, 12, tzinfo=tz)))["Date"].datetime == (
+        datetime(2024, 1, 1, 10, tzinfo=UTC))
+    with pytest.raises(ValidationError, match="timezone"):
+        build(date=datetime(2024, 1, 1))
+
+
+def test_an_all_bcc_message_has_no_to_header() -> None:
+    assert "To" not in reparse(build(to=()))

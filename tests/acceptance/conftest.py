@@ -96,8 +96,15 @@ class WorkerPool:
         self, *, app: str = STEPS_APP, concurrency: int = 4,
         env: Mapping[str, str] | None = None, args: tuple[str, ...] = (),
     ) -> WorkerProcess:
-        log_path = self.folder / f"worker-{len(self.procs)}.log"
-        cmd = [str(POSTRELAY), "worker", "--app", app, "--concurrency", str(concurrency), *args]
+        return self.start_command(
+            ["worker", "--app", app, "--concurrency", str(concurrency), *args], "worker", env)
+
+    def start_command(
+        self, args: list[str], name: str, env: Mapping[str, str] | None = None
+    ) -> WorkerProcess:
+        """Any `postrelay` command (a relay, say) as a subprocess of this pool."""
+        log_path = self.folder / f"{name}-{len(self.procs)}.log"
+        cmd = [str(POSTRELAY), *args]
         with open(log_path, "wb") as log:
             # cwd: `--app` modules are found relative to the directory the command runs in.
             popen = subprocess.Popen(

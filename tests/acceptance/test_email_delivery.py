@@ -1,0 +1,176 @@
+"""Email end to end across real processes: `postrelay relay` and `postrelay worker` against
+a real PostgreSQL and a real SMTP server (aiosmtpd, in this test process).
+
+- 1,000 events through one relay and four workers: every recipient gets exactly one
+  message, counted at the server.
+- A worker SIGKILLed after the server accepted the message (its 250 sent) and before the
+  outcome was committed: the next attempt finds the `sending` row, records `unknown`, and
+  the template's policy decides — resend by default, hold in the DLQ for invoices.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections import Counter
+from collections.abc import Iterator
+from uuid import UUID
+
+import pytest
+from sqlalchemy import Engine, text
+
+from postrelay.orchestrator.sink import ScriptedHandler, SmtpSink, slow
+from postrelay.queue.admin import dlq_retry
+from postrelay.relay import EventSpec, emit, emit_many
+from tests.acceptance.conftest import WorkerPool, wait_for
+from tests.apps.mail import TEMPLATES
+
+pytestmark = pytest.mark.acceptance
+
+MAIL_APP = "tests.apps.mail"
+
+
+@pytest.fixture
+def sink() -> Iterator[SmtpSink]:
+    with SmtpSink(ScriptedHandler()) as running:
+        yield running
+
+
+@pytest.fixture
+def mail_env(sink: SmtpSink) -> dict[str, str]:
+    return {
+        "POSTRELAY_SMTP_HOST": sink.host, "POSTRELAY_SMTP_PORT": str(sink.port),
+        "POSTRELAY_EMAIL_TEMPLATES_DIR": str(TEMPLATES),
+        "POSTRELAY_EMAIL_FROM": "Acme <noreply@acme.example>",
+    }
+
+
+def email_statuses(engine: Engine, job_id: UUID | None = None) -> list[str]:
+    with engine.connect() as conn:
+        return list(conn.execute(text(
+            "SELECT status FROM mdm.aa_email_log WHERE CAST(:job AS uuid) IS NULL "
+            "OR job_id = CAST(:job AS uuid) ORDER BY attempt, created_at"),
+            {"job": str(job_id) if job_id else None}).scalars())
+
+
+def email_jobs(engine: Engine) -> Counter[str]:
+    with engine.connect() as conn:
+        return Counter(dict(conn.execute(text(
+            "SELECT status::text, count(*) FROM mdm.aa_job WHERE job_kind = 'email_send' "
+            "GROUP BY 1")).all()))
+
+
+def test_a_thousand_events_through_a_relay_and_four_workers_send_each_message_once(
+    workers: WorkerPool, engine, tenant, sink, mail_env
+):
+    recipients = [f"user{n:04d}@example.com" for n in range(1000)]
+    with engine.begin() as conn:
+        emit_many(conn, [EventSpec("user.signed_up", {"user": {"name": f"User {n}",
+                                                                "email": address}},
+                                   tenant_id=tenant, aggregate_type="user",
+                                   aggregate_id=address)
+                         for n, address in enumerate(recipients)])
+    workers.start_command(["relay", "--app", MAIL_APP], "relay", env=mail_env)
+    for _ in range(4):
+        workers.start(app=MAIL_APP, concurrency=10, env=mail_env)
+    wait_for(lambda: email_jobs(engine)["done"] == 1000, timeout=120,
+             what="1,000 email jobs to be done")
+    received = Counter(r for m in sink.handler.received for r in m.recipients)
+    assert received == Counter(recipients)  # exactly one message each, nothing else
+    assert Counter(email_statuses(engine)) == {"sent": 1000}
+    with engine.connect() as conn:
+        message_ids = conn.execute(text(
+            "SELECT count(DISTINCT message_id) FROM mdm.aa_email_log")).scalar_one()
+    assert message_ids == 1000
+
+
+def kill_between_accept_and_commit(
+    workers: WorkerPool, engine: Engine, sink: SmtpSink, mail_env: dict[str, str],
+    job_id: UUID, address: str,
+) -> None:
+    """Run the job in a worker that is SIGKILLed after the server accepted the message and
+    before the outcome commits: the test holds the job's row lock, so the worker's outcome
+    transaction waits on it, and is killed while it waits."""
+    sink.handler.rules = [(address, slow(1.0))]  # time to take the lock once it is claimed
+    doomed = workers.start(app=MAIL_APP, concurrency=1, env=mail_env)
+    wait_for(lambda: _status(engine, job_id) == "running", what="the job to be claimed")
+    with engine.connect() as locker:
+        locker.execute(text("SELECT 1 FROM mdm.aa_job WHERE id = :id FOR UPDATE"),
+                       {"id": job_id})
+        wait_for(lambda: sink.handler.count_for(address) == 1, what="the server to accept")
+        wait_for(lambda: _waiting_on_lock(engine), what="the outcome commit to wait")
+        doomed.send(signal.SIGKILL)
+        assert doomed.wait() == -signal.SIGKILL
+        locker.rollback()
+    sink.handler.rules = []
+    assert email_statuses(engine, job_id) == ["sending"]  # the outcome died with the worker
+
+
+def _status(engine: Engine, job_id: UUID) -> str:
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT status::text FROM mdm.aa_job WHERE id = :id"),
+                            {"id": job_id}).scalar_one()
+
+
+def _waiting_on_lock(engine: Engine) -> bool:
+    with engine.connect() as conn:
+        return conn.execute(text(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND query LIKE '%aa_job%'")).scalar_one() > 0
+
+
+def emit_one(engine: Engine, tenant: UUID, event_type: str, payload: dict) -> None:
+    with engine.begin() as conn:
+        emit(conn, event_type, payload, tenant_id=tenant, aggregate_type="test",
+             aggregate_id="1")
+
+
+def only_email_job(engine: Engine) -> UUID:
+    with engine.connect() as conn:
+        return conn.execute(text(
+            "SELECT id FROM mdm.aa_job WHERE job_kind = 'email_send'")).scalar_one()
+
+
+def test_a_message_whose_outcome_was_lost_is_resent_by_default(
+    workers: WorkerPool, engine, tenant, sink, mail_env
+):
+    address = "ann@example.com"
+    emit_one(engine, tenant, "user.signed_up", {"user": {"name": "Ann", "email": address}})
+    workers.start_command(["relay", "--app", MAIL_APP], "relay", env=mail_env)
+    wait_for(lambda: email_jobs(engine), what="the relay to make the job")
+    job_id = only_email_job(engine)
+    kill_between_accept_and_commit(workers, engine, sink, mail_env, job_id, address)
+
+    workers.start(app=MAIL_APP, env=mail_env)  # rescues the job once its lease is over
+    wait_for(lambda: _status(engine, job_id) == "done", what="the job to be resent")
+    assert email_statuses(engine, job_id) == ["unknown", "sent"]
+    assert sink.handler.count_for(address) == 2  # at least once: the policy chose to resend
+    messages = {m.message["Message-ID"] for m in sink.handler.received}
+    assert messages == {f"<{job_id}@acme.example>"}  # one Message-ID: receivers can dedupe
+
+
+def test_a_message_whose_outcome_was_lost_is_held_when_its_template_says_so(
+    workers: WorkerPool, engine, tenant, sink, mail_env
+):
+    address = "billing@example.com"
+    emit_one(engine, tenant, "invoice.issued", {"invoice": "I-7",
+                                                "customer": {"email": address}})
+    workers.start_command(["relay", "--app", MAIL_APP], "relay", env=mail_env)
+    wait_for(lambda: email_jobs(engine), what="the relay to make the job")
+    job_id = only_email_job(engine)
+    kill_between_accept_and_commit(workers, engine, sink, mail_env, job_id, address)
+
+    workers.start(app=MAIL_APP, env=mail_env)
+    wait_for(lambda: _status(engine, job_id) == "dlq", what="the job to be held")
+    assert email_statuses(engine, job_id) == ["unknown"]
+    assert sink.handler.count_for(address) == 1  # not resent
+    with engine.connect() as conn:
+        error = conn.execute(text("SELECT last_error FROM mdm.aa_job WHERE id = :id"),
+                             {"id": job_id}).scalar_one()
+    assert "held for an operator" in error
+
+    # The operator decides to send it again.
+    with engine.begin() as conn:
+        dlq_retry(conn, job_id, actor="operator")
+    wait_for(lambda: _status(engine, job_id) == "done", what="the retried job to send")
+    assert email_statuses(engine, job_id) == ["unknown", "sent"]
+    assert sink.handler.count_for(address) == 2

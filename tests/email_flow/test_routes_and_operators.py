@@ -1,0 +1,180 @@
+"""Email routes through the real relay, and what operators do with the log afterwards:
+retention, template fixes retried from the DLQ, `postrelay emails`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from postrelay.orchestrator import email_route
+from postrelay.queue.admin import dlq_retry
+from postrelay.queue.maintenance.retention import delete_done_before
+from postrelay.relay import Relay, RouteRegistry, emit
+from postrelay.relay.admin import outbox_replay
+from postrelay.relay.routing import Event
+from tests.email_flow.conftest import write_template
+
+POSTRELAY = str(Path(sys.executable).parent / "postrelay")
+
+
+def email_jobs(engine) -> list[dict]:
+    with engine.connect() as conn:
+        return [dict(r) for r in conn.execute(text(
+            "SELECT id, tenant_id, priority, idempotency_key, payload FROM mdm.aa_job "
+            "WHERE job_kind = 'email_send' ORDER BY idempotency_key")).mappings()]
+
+
+def signed_up(engine, tenant, email, **extra) -> object:
+    with engine.begin() as conn:
+        return emit(conn, "user.signed_up", {"user": {"name": "Ann", "email": email}, **extra},
+                    tenant_id=tenant, aggregate_type="user", aggregate_id=email)
+
+
+async def test_routes_turn_events_into_one_job_per_message_exactly_once(
+    engine, async_engine, tenant, clean_db
+):
+    from postrelay.queue import ensure_tenant
+
+    with engine.begin() as conn:
+        other = ensure_tenant(conn, "globex")
+    routes = RouteRegistry()
+    email_route("user.signed_up", template="welcome", to="user.email",
+                cc=lambda e: e.payload.get("manager"), bcc="audit@acme.example",
+                sender="Acme <noreply@acme.example>", category="onboarding", priority=20,
+                routes=routes)
+    email_route("user.signed_up", template="team_welcome", to="team", split=True,
+                tenants=[tenant], routes=routes)
+    event_id = signed_up(engine, tenant, "ann@example.com", manager="boss@example.com",
+                         team=["a@example.com", "b@example.com"])
+    signed_up(engine, other, "zed@example.com", team=["c@example.com"])
+    relay = Relay(async_engine, routes)
+    assert (await relay.run_once()).jobs == 4
+    jobs = email_jobs(engine)
+    keys = [j["idempotency_key"] for j in jobs]
+    assert f"outbox:{event_id}:email:welcome" in keys
+    assert f"outbox:{event_id}:email:team_welcome:0" in keys
+    assert f"outbox:{event_id}:email:team_welcome:1" in keys
+    welcome = next(j for j in jobs if j["idempotency_key"] == f"outbox:{event_id}:email:welcome")
+    payload = welcome["payload"]
+    assert (payload["to"], payload["cc"], payload["bcc"]) == (
+        ["ann@example.com"], ["boss@example.com"], ["audit@acme.example"])
+    assert payload["from"] == "Acme <noreply@acme.example>"
+    assert payload["category"] == "onboarding" and welcome["priority"] == 20
+    assert payload["event_id"] == str(event_id)
+    assert payload["context"]["user"]["name"] == "Ann"
+    assert payload["context"]["event"]["type"] == "user.signed_up"
+    # The per-tenant route ignored the other tenant's team.
+    assert sorted(tuple(j["payload"]["to"]) for j in jobs if "team" in j["idempotency_key"]) \
+        == [("a@example.com",), ("b@example.com",)]
+
+    with engine.begin() as conn:
+        assert outbox_replay(conn, event_id=event_id) == 1
+    assert (await relay.run_once()).handled == 1
+    assert email_jobs(engine) == jobs  # a replay never makes a second message
+
+
+async def test_an_event_without_the_recipient_path_is_isolated_not_lost(
+    engine, async_engine, tenant, clean_db
+):
+    routes = RouteRegistry()
+    email_route("user.signed_up", template="welcome", to="user.email", routes=routes)
+    with engine.begin() as conn:
+        bad = emit(conn, "user.signed_up", {"user": {"name": "No Mail"}}, tenant_id=tenant,
+                   aggregate_type="user", aggregate_id="x")
+    good = signed_up(engine, tenant, "ann@example.com")
+    result = await Relay(async_engine, routes).run_once()
+    assert (result.handled, result.failed) == (1, 1)
+    with engine.connect() as conn:
+        error = conn.execute(text("SELECT last_error FROM mdm.aa_outbox_event WHERE id = :i"),
+                             {"i": bad}).scalar_one()
+        handled = conn.execute(text("SELECT handled_at FROM mdm.aa_outbox_event WHERE id = :i"),
+                               {"i": good}).scalar_one()
+    assert "user.email" in error and handled is not None
+
+
+def test_a_route_needs_a_template_and_recipients():
+    from postrelay.core.errors import ValidationError
+
+    with pytest.raises(ValidationError, match="template"):
+        email_route("x", template="", to="a@example.com", routes=RouteRegistry())
+    with pytest.raises(ValidationError, match="to"):
+        email_route("x", template="t", to=None, routes=RouteRegistry())
+    routes = RouteRegistry()
+    email_route("x", template="t", to=lambda e: 42, routes=routes)  # type: ignore[arg-type]
+    [route] = routes.matching("x")
+    event = Event(__import__("uuid").uuid4(), __import__("uuid").uuid4(), "a", "1", "x", {}, {},
+                  datetime.now(UTC), 0, 1)
+    with pytest.raises(ValidationError, match="must resolve to an address"):
+        route.requests(event)
+
+
+async def test_retention_keeps_the_log_with_its_job_id_cleared(rig, tenant):
+    job_id = rig.enqueue(tenant)
+    await rig.start()
+    await rig.settle(job_id)
+    deleted = await delete_done_before(rig.async_engine, datetime.now(UTC) + timedelta(days=1))
+    assert deleted >= 1
+    [row] = rig.log()
+    assert row["job_id"] is None and row["status"] == "sent"
+    assert row["message_id"] == f"<{job_id}@mail.acme.example>"  # still says which job
+
+
+async def test_a_fixed_template_and_a_dlq_retry_send_the_fixed_mail(rig, tenant, sink,
+                                                                     templates_dir):
+    write_template(templates_dir, "digest", "Digest", "{{ stats.orders }} orders\n")
+    job_id = rig.enqueue(tenant, template="digest")
+    await rig.start()
+    await rig.settle(job_id)
+    assert rig.job(job_id)["status"] == "dlq"
+    [failed] = rig.log(job_id)
+    assert failed["status"] == "failed" and "'stats' is undefined" in failed["error"]
+
+    write_template(templates_dir, "digest", "Digest", "No stats this week.\n")
+    with rig.engine.begin() as conn:
+        dlq_retry(conn, job_id, actor="operator")
+    await rig.settle(job_id)
+    rows = rig.log(job_id)
+    assert [r["status"] for r in rows] == ["failed", "sent"]
+    assert rows[0]["template_version"] != rows[1]["template_version"]
+    [received] = sink.handler.received
+    assert "No stats this week." in received.message.get_content()
+
+
+async def test_the_emails_command_lists_and_tells_one_message_s_story(
+    rig, tenant, sink, worker_env
+):
+    sink.handler.rules = [("busy@example.com", __import__(
+        "postrelay.orchestrator.sink", fromlist=["reply"]).reply("451 4.3.0 Busy"))]
+    job_id = rig.enqueue(tenant, to=["busy@example.com"], max_attempts=2)
+    other = rig.enqueue(tenant, to=["ann@example.com"])
+    await rig.start()
+    await rig.settle(job_id, other)
+
+    def postrelay(*args: str) -> str:
+        done = subprocess.run([POSTRELAY, *args], env=worker_env, capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    listed = json.loads(postrelay("emails", "--recipient", "BUSY@example.com", "--json"))
+    assert [r["status"] for r in listed] == ["deferred", "deferred"]
+    assert all(r["job_id"] == str(job_id) for r in listed)
+    table = postrelay("emails", "--status", "sent", "--since", "1h")
+    assert "ann@example.com" in table and "busy@example.com" not in table
+
+    story = postrelay("emails", "show", listed[0]["id"])
+    assert f"job {job_id}  dlq  attempt 2/2" in story
+    assert story.count("deferred") == 2 and "451 4.3.0" in story
+    assert "job_dlq by" in story  # the audit trail
+    as_json = json.loads(postrelay("emails", "show", listed[0]["id"], "--json"))
+    assert as_json["job"]["id"] == str(job_id) and len(as_json["attempts"]) == 2
+
+    done = subprocess.run([POSTRELAY, "emails", "--status", "nope"], env=worker_env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "status" in done.stderr

@@ -95,7 +95,8 @@ def build_worker(
     # by the failing statement instead, which invalidates the whole pool for a reconnect.
     # Custom plans: a generic plan of job_finalize_many, estimated from one running row,
     # degrades into a nested loop whose cost grows with the square of the batch.
-    engine = db.async_engine(pool_pre_ping=False, pool_size=5, max_overflow=10,
+    engine = db.async_engine(pool_pre_ping=False, pool_size=max(5, min(concurrency, 20)),
+                             max_overflow=10,
                              connect_args={"options": "-c plan_cache_mode=force_custom_plan"})
     # Built-in handlers first (retention, webhooks, email); the application's on top.
     builtin = webhook_registry(engine, allow_private=settings.webhook_allow_private)

@@ -5,14 +5,15 @@
 
 One attempt, in order:
 1. Parse the addresses strictly (a bad one fails the job permanently, logged `failed`).
-2. One round trip learns what earlier attempts left: a `sent` row means the message went
-   out and the job completes without sending again; a `sending` row means a worker died
-   between handing the message over and recording the reply — it becomes `unknown`, and
-   the template's policy decides: resend (the default) or hold the job in the DLQ for an
-   operator. The same round trip returns the tenant's suppressed addresses.
-3. Render (at run time, so a fixed template and a DLQ retry send the fixed mail) and build
+2. Render (at run time, so a fixed template and a DLQ retry send the fixed mail) and build
    the MIME message; its Message-ID is derived from the job, the same on every attempt.
-4. Commit a `sending` row, then hand the message to the SMTP pool.
+3. One round trip learns what earlier attempts left and commits this attempt's `sending`
+   row when the message is to go: a `sent` row means the message went out and the job
+   completes without sending again; a `sending` row means a worker died between handing
+   the message over and recording the reply — it becomes `unknown`, and the template's
+   policy decides: resend (the default) or hold the job in the DLQ for an operator.
+   Suppressed recipients are left out; when none is left, nothing is sent.
+4. Hand the message to the SMTP pool.
 5. Record the outcome with `record_with_outcome`: it commits in the same transaction as
    the job's next state, so the log and the job never disagree.
 """
@@ -20,10 +21,12 @@ One attempt, in order:
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from email.headerregistry import Address
 from typing import Any
+from uuid import UUID
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -50,6 +53,7 @@ from postrelay.orchestrator.transport import (
 from postrelay.queue import Job, PermanentError, Registry, Snooze, record_with_outcome
 
 SENT = frozenset({"sent", "partial"})
+TENANT_CACHE_SECS = 60.0
 DEFAULT_TIMEOUT_SECS = 120.0  # rendering plus one SMTP transaction
 
 
@@ -99,6 +103,7 @@ class EmailSender:
         self.pool = pool
         self.default_from = default_from
         self.message_id_domain = message_id_domain
+        self._tenants: dict[UUID, tuple[str, float]] = {}  # id -> (name, valid until)
 
     async def send(self, job: Job) -> None:
         try:
@@ -116,43 +121,53 @@ class EmailSender:
                    to_addresses=[str(a) for a in to], cc_addresses=[str(a) for a in cc],
                    bcc_addresses=[str(a) for a in bcc],
                    message_id=self._message_id(job, sender))
-        async with self.engine.connect() as conn:
-            context = await queries.email_send_prepare(
-                conn, job_id=job.id, tenant_id=job.tenant_id, recipients=recipients)
-        tenant_keys = (context.tenant_name, str(job.tenant_id))
-        if SENT & set(context.earlier):
-            log_event("postrelay.email.already_sent", logging.INFO, job_id=str(job.id),
-                      reason="an earlier attempt of this job was accepted; not sending again")
-            return
-        if context.unknown_now and self._policy(spec.template, tenant_keys) == "hold":
-            raise PermanentError(
-                "the outcome of the previous attempt is unknown (its worker was lost after "
-                "handing the message over); held for an operator by the template's policy: "
-                "retry the job from the DLQ to send it again")
         paused = self.pool.paused_for()
         if paused > 0:
             raise Snooze(paused, "SMTP sending is paused after an authentication failure")
 
+        tenant_keys = (await self._tenant_name(job.tenant_id), str(job.tenant_id))
         try:
             rendered = self.templates.render(spec.template, spec.context,
                                              tenant_keys=tenant_keys)
             log.update(template_version=rendered.version, subject=rendered.subject)
-            message = build_message(
-                rendered=rendered, sender=sender, to=to, cc=cc, reply_to=reply_to,
-                message_id=log.row["message_id"])
+            message = build_message(rendered=rendered, sender=sender, to=to, cc=cc,
+                                    reply_to=reply_to, message_id=log.row["message_id"])
         except (TemplateError, ValidationError) as exc:
+            async with self.engine.connect() as conn:
+                earlier = await queries.email_send_history(conn, job_id=job.id)
+            if SENT & set(earlier):
+                return _already_sent(job)
             log.record("failed", error=str(exc))
             raise PermanentError(str(exc)) from None
 
-        live = [r for r in recipients if r not in context.suppressed]
-        results = {r: {"status": "suppressed"} for r in recipients if r in context.suppressed}
-        if not live:
+        async with self.engine.connect() as conn:
+            start = await queries.email_send_begin(
+                conn, log.sending_row(), resend_unknown=rendered.on_unknown == "resend")
+        if SENT & set(start.earlier):
+            return _already_sent(job)
+        if start.unknown_now and rendered.on_unknown == "hold":
+            raise PermanentError(
+                "the outcome of the previous attempt is unknown (its worker was lost after "
+                "handing the message over); held for an operator by the template's policy: "
+                "retry the job from the DLQ to send it again")
+        results = {r: {"status": "suppressed"} for r in recipients if r in start.suppressed}
+        if not start.sending:
             log.record("suppressed", recipient_results=results,
                        error="every recipient is on the tenant's suppression list")
             return
-        async with self.engine.connect() as conn:
-            await queries.email_log_insert_sending(conn, log.sending_row())
+        live = [r for r in recipients if r not in start.suppressed]
         await self._deliver(job, log, sender, live, message.as_bytes(), results)
+
+    async def _tenant_name(self, tenant_id: UUID) -> str:
+        """The tenant's name, for its template folder; cached (names rarely change)."""
+        cached = self._tenants.get(tenant_id)
+        now = time.monotonic()
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        async with self.engine.connect() as conn:
+            name = await queries.tenant_name(conn, tenant_id=tenant_id) or ""
+        self._tenants[tenant_id] = (name, now + TENANT_CACHE_SECS)
+        return name
 
     async def _deliver(self, job: Job, log: _LogRow, sender: Address, live: list[str],
                        data: bytes, results: dict[str, dict[str, Any]]) -> None:
@@ -195,12 +210,6 @@ class EmailSender:
     def _message_id(self, job: Job, sender: Address) -> str:
         return message_id_for(job.id, message_id_domain(self.message_id_domain, sender))
 
-    def _policy(self, template: str, tenant_keys: Sequence[str]) -> str:
-        try:
-            return self.templates.policy(template, tenant_keys=tenant_keys)
-        except (TemplateError, ValidationError):
-            return "resend"  # the default; the render below reports the template's error
-
 
 class _LogRow:
     """The log row of one attempt, recorded with the job's outcome."""
@@ -239,6 +248,11 @@ class _LogRow:
         log_event(f"postrelay.email.{status}", level, job_id=str(self.job.id),
                   template=row["template"], attempt=row["attempt"],
                   smtp_code=row.get("smtp_code"), error=error)
+
+
+def _already_sent(job: Job) -> None:
+    log_event("postrelay.email.already_sent", logging.INFO, job_id=str(job.id),
+              reason="an earlier attempt of this job was accepted; not sending again")
 
 
 def _refusals(refused: Mapping[str, Reply]) -> dict[str, dict[str, Any]]:

@@ -17,9 +17,13 @@ import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
+from email.charset import QP, Charset
+from email.header import Header
 from email.headerregistry import Address
-from email.message import EmailMessage
-from email.utils import format_datetime
+from email.message import Message
+from email.mime.multipart import MIMEMultipart
+from email.mime.nonmultipart import MIMENonMultipart
+from email.utils import format_datetime, formataddr
 
 from postrelay.core.errors import ValidationError
 from postrelay.orchestrator.addresses import check_header_value
@@ -27,9 +31,16 @@ from postrelay.orchestrator.templates import Rendered
 
 __all__ = ["build_message", "envelope_recipients", "message_id_domain", "message_id_for"]
 
-# SMTP line endings, RFC 2047 for non-ASCII headers, and 7-bit bodies (quoted-printable or
-# base64): the message then needs neither SMTPUTF8 nor 8BITMIME from the server.
-POLICY = email.policy.SMTP.clone(cte_type="7bit")
+# SMTP line endings, RFC 2047 for non-ASCII headers, and 7-bit quoted-printable bodies: the
+# message then needs neither SMTPUTF8 nor 8BITMIME from the server. The message is built
+# with the classic (compat32) API and headers encoded by hand: the header-registry API of
+# `email.policy.default` parses every header it is given again, which made building a
+# message cost more than sending it.
+POLICY = email.policy.compat32.clone(linesep="\r\n")
+UTF8 = Charset("utf-8")
+UTF8.header_encoding = QP
+UTF8.body_encoding = QP
+HEADER_WIDTH = 76
 
 _FIELD_NAME = re.compile(r"[!-9;-~]+")  # RFC 5322 ftext: printable ASCII except ':'
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
@@ -62,29 +73,34 @@ def message_id_domain(settings_domain: str | None, from_address: Address) -> str
 def build_message(*, rendered: Rendered, sender: Address, to: Sequence[Address],
                   cc: Sequence[Address] = (), reply_to: Sequence[Address] = (),
                   message_id: str, headers: Mapping[str, str] | None = None,
-                  date: datetime | None = None) -> EmailMessage:
+                  date: datetime | None = None) -> Message:
     """The message to hand to the SMTP server: text/plain, or multipart/alternative with
     text/html when the template has a body.html. Raises ValidationError naming the field
     (`subject`, `to[1]`, `headers.X-Foo`, ...) for anything that could inject a header."""
-    msg = EmailMessage(policy=POLICY)
-    msg["From"] = _checked([sender], "from")[0]
+    fields: list[tuple[str, str]] = [("From", _addresses([sender], "from"))]
     if to:  # an all-Bcc message has no To header
-        msg["To"] = _checked(to, "to")
+        fields.append(("To", _addresses(to, "to")))
     if cc:
-        msg["Cc"] = _checked(cc, "cc")
+        fields.append(("Cc", _addresses(cc, "cc")))
     if reply_to:
-        msg["Reply-To"] = _checked(reply_to, "reply_to")
-    msg["Subject"] = check_header_value(rendered.subject, field="subject")
-    msg["Date"] = format_datetime(_aware(date))
+        fields.append(("Reply-To", _addresses(reply_to, "reply_to")))
+    fields.append(("Subject", _encoded(check_header_value(rendered.subject, field="subject"))))
+    fields.append(("Date", format_datetime(_aware(date))))
     check_header_value(message_id, field="message_id")
     if not _MESSAGE_ID.fullmatch(message_id):
         raise ValidationError("message_id", f"{message_id!r} is not '<id@domain>'")
-    msg["Message-ID"] = message_id
+    fields.append(("Message-ID", message_id))
     for name, value in (headers or {}).items():
-        msg[_header_name(name)] = check_header_value(value, field=f"headers.{name}")
-    msg.set_content(rendered.text, subtype="plain", charset="utf-8")
-    if rendered.html is not None:
-        msg.add_alternative(rendered.html, subtype="html", charset="utf-8")
+        fields.append((_header_name(name),
+                       _encoded(check_header_value(value, field=f"headers.{name}"))))
+    if rendered.html is None:
+        msg: Message = _text_part(rendered.text, "plain")
+    else:
+        msg = MIMEMultipart("alternative", policy=POLICY)
+        msg.attach(_text_part(rendered.text, "plain"))
+        msg.attach(_text_part(rendered.html, "html"))
+    for name, value in fields:
+        msg[name] = value
     return msg
 
 
@@ -101,7 +117,8 @@ def envelope_recipients(to: Iterable[Address], cc: Iterable[Address] = (),
     return result
 
 
-def _checked(addresses: Sequence[Address], field: str) -> list[Address]:
+def _addresses(addresses: Sequence[Address], field: str) -> str:
+    """The header value: `Name <a@b>`, the name RFC 2047-encoded when it is not ASCII."""
     # Addresses are normally built by parse_address; these checks catch hand-built ones.
     for i, address in enumerate(addresses):
         where = field if field == "from" else f"{field}[{i}]"
@@ -109,7 +126,17 @@ def _checked(addresses: Sequence[Address], field: str) -> list[Address]:
             raise ValidationError(where, f"must be an Address, not {type(address).__name__}")
         check_header_value(address.display_name, field=where)
         check_header_value(address.addr_spec, field=where)
-    return list(addresses)
+    return ", ".join(formataddr((a.display_name, a.addr_spec), UTF8) for a in addresses)
+
+
+def _encoded(value: str) -> str | Header:
+    return value if value.isascii() else Header(value, UTF8, maxlinelen=HEADER_WIDTH)
+
+
+def _text_part(body: str, subtype: str) -> Message:
+    part = MIMENonMultipart("text", subtype, policy=POLICY)
+    part.set_payload(body, UTF8)
+    return part
 
 
 def _header_name(name: str) -> str:

@@ -17,25 +17,28 @@ Q = load_queries("postrelay.orchestrator", "sql/email.sql")
 
 
 @dataclass(frozen=True, slots=True)
-class SendContext:
-    tenant_name: str
+class SendStart:
     unknown_now: int  # `sending` rows of earlier attempts turned `unknown` just now
     earlier: tuple[str, ...]  # statuses of the job's other rows
     suppressed: frozenset[str]
+    sending: bool  # this attempt's `sending` row is committed: send the message
 
 
-async def email_send_prepare(
-    conn: AsyncConnection, *, job_id: UUID, tenant_id: UUID, recipients: Sequence[str]
-) -> SendContext:
-    row = (await conn.execute(Q["email_send_prepare"], {
-        "job_id": job_id, "tenant_id": tenant_id, "recipients": list(recipients),
-    })).one()
-    return SendContext(row.tenant_name, row.unknown_now, tuple(row.earlier),
-                       frozenset(row.suppressed))
+async def email_send_begin(
+    conn: AsyncConnection, row: dict[str, Any], *, resend_unknown: bool
+) -> SendStart:
+    result = (await conn.execute(Q["email_send_begin"],
+                                 {**row, "resend_unknown": resend_unknown})).one()
+    return SendStart(result.unknown_now, tuple(result.earlier), frozenset(result.suppressed),
+                     result.sending)
 
 
-async def email_log_insert_sending(conn: AsyncConnection, row: dict[str, Any]) -> None:
-    await conn.execute(Q["email_log_insert_sending"], row)
+async def email_send_history(conn: AsyncConnection, *, job_id: UUID) -> tuple[str, ...]:
+    return tuple((await conn.execute(Q["email_send_history"], {"job_id": job_id})).scalar_one())
+
+
+async def tenant_name(conn: AsyncConnection, *, tenant_id: UUID) -> str | None:
+    return (await conn.execute(Q["tenant_name"], {"tenant_id": tenant_id})).scalar_one_or_none()
 
 
 async def email_log_upsert_many(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> None:

@@ -207,3 +207,19 @@ async def test_bad_credentials_pause_sending_without_failing_the_jobs(
         assert refused and all(r["smtp_code"] == 535 for r in refused)
         assert sorted(r["status"] for r in rows if r["status"] != "deferred") == ["sent"] * 3
         assert len(sink.handler.received) == 3
+
+
+async def test_a_sent_message_is_not_failed_by_a_template_broken_since(
+    rig, tenant, sink, templates_dir
+):
+    job_id = rig.enqueue(tenant)
+    await rig.start()
+    await rig.settle(job_id)
+    (templates_dir / "welcome" / "body.txt").write_text("{{ missing.variable }}\n")
+    with rig.engine.begin() as conn:
+        conn.execute(text("UPDATE mdm.aa_job SET status = 'pending', completed_at = NULL "
+                          "WHERE id = :id"), {"id": job_id})
+    await eventually(lambda: rig.job(job_id)["status"] == "done" and rig.job(job_id)[
+        "attempts"] == 2)
+    assert [r["status"] for r in rig.log(job_id)] == ["sent"]
+    assert len(sink.handler.received) == 1

@@ -1,39 +1,56 @@
 -- Statements of the email layer: aa_email_log and aa_email_suppression.
 
--- name: email_send_prepare
--- Everything one send attempt needs to know, in one round trip: a `sending` row left by
--- an earlier attempt of this job is turned `unknown` (its worker died between handing the
--- message over and recording the reply), then the statement returns the tenant's name (for
--- per-tenant templates), the statuses of the job's earlier rows, and which of this
--- message's recipients are suppressed.
+-- name: email_send_begin
+-- The one round trip before a message goes out. It turns a `sending` row left by an earlier
+-- attempt of this job into `unknown` (its worker died between handing the message over and
+-- recording the reply), reads the statuses of the job's other rows and which recipients
+-- the tenant has suppressed, and — only when the message is to go out — inserts this
+-- attempt's `sending` row. It goes out when no earlier attempt was accepted, when an
+-- unknown outcome is to be resent (`:resend_unknown`), and when a recipient is left.
+-- Committed (autocommit) before DATA: if this worker dies before the reply is recorded,
+-- the row is what tells the next attempt that a copy may have been delivered.
 WITH stale AS (
     UPDATE mdm.aa_email_log
     SET status = 'unknown', finished_at = now(),
         error = 'the worker sending this attempt was lost before it recorded the reply'
     WHERE job_id = :job_id AND status = 'sending'
     RETURNING id
+), earlier AS (
+    SELECT ARRAY(SELECT l.status FROM mdm.aa_email_log l
+                 WHERE l.job_id = :job_id AND l.id NOT IN (SELECT id FROM stale)) AS statuses
+), suppressed AS (
+    SELECT ARRAY(SELECT s.address FROM mdm.aa_email_suppression s
+                 WHERE s.tenant_id = :tenant_id
+                   AND s.address = ANY(CAST(:recipients AS text[]))) AS addresses
+), decision AS (
+    SELECT NOT (e.statuses && ARRAY['sent', 'partial'])
+           AND ((SELECT count(*) FROM stale) = 0 OR :resend_unknown)
+           AND cardinality(s.addresses) < cardinality(CAST(:recipients AS text[])) AS send
+    FROM earlier e, suppressed s
+), sending AS (
+    INSERT INTO mdm.aa_email_log (id, tenant_id, job_id, event_id, template,
+                                  template_version, category, from_address, recipients,
+                                  to_addresses, cc_addresses, bcc_addresses, subject,
+                                  message_id, status, attempt)
+    SELECT :id, :tenant_id, :job_id, :event_id, :template, :template_version, :category,
+           :from_address, CAST(:recipients AS text[]), CAST(:to_addresses AS text[]),
+           CAST(:cc_addresses AS text[]), CAST(:bcc_addresses AS text[]), :subject,
+           :message_id, 'sending', :attempt
+    FROM decision WHERE decision.send
+    RETURNING id
 )
-SELECT t.name AS tenant_name,
-       (SELECT count(*) FROM stale) AS unknown_now,
-       ARRAY(SELECT l.status FROM mdm.aa_email_log l
-             WHERE l.job_id = :job_id AND l.id NOT IN (SELECT id FROM stale)) AS earlier,
-       ARRAY(SELECT s.address FROM mdm.aa_email_suppression s
-             WHERE s.tenant_id = :tenant_id
-               AND s.address = ANY(CAST(:recipients AS text[]))) AS suppressed
-FROM mdm.aa_tenant t
-WHERE t.id = :tenant_id;
+SELECT (SELECT count(*) FROM stale) AS unknown_now,
+       (SELECT statuses FROM earlier) AS earlier,
+       (SELECT addresses FROM suppressed) AS suppressed,
+       EXISTS (SELECT 1 FROM sending) AS sending;
 
--- name: email_log_insert_sending
--- Committed before the message goes to the server: if the worker dies before the reply is
--- recorded, this row is what tells the next attempt that a copy may have been delivered.
-INSERT INTO mdm.aa_email_log (id, tenant_id, job_id, event_id, template, template_version,
-                              category, from_address, recipients, to_addresses,
-                              cc_addresses, bcc_addresses, subject, message_id, status,
-                              attempt)
-VALUES (:id, :tenant_id, :job_id, :event_id, :template, :template_version, :category,
-        :from_address, CAST(:recipients AS text[]), CAST(:to_addresses AS text[]),
-        CAST(:cc_addresses AS text[]), CAST(:bcc_addresses AS text[]), :subject, :message_id,
-        'sending', :attempt);
+-- name: email_send_history
+-- What earlier attempts of a job left, changing nothing: asked when this attempt cannot be
+-- sent anyway (its template fails), to tell "already sent" from "failed".
+SELECT ARRAY(SELECT status FROM mdm.aa_email_log WHERE job_id = :job_id) AS earlier;
+
+-- name: tenant_name
+SELECT name FROM mdm.aa_tenant WHERE id = :tenant_id;
 
 -- name: email_log_upsert_many
 -- The outcomes of a batch of attempts, written with the jobs' completion (queue effects).

@@ -1,4 +1,4 @@
-# postrelay: one image for `postrelay migrate`, `postrelay worker` and the operator commands.
+# postrelay: one image for `postrelay migrate`, `relay`, `worker`, `api` and the operator commands.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -16,6 +16,9 @@ RUN pip install . && rm -rf /src
 RUN useradd --create-home --uid 10001 postrelay
 USER postrelay
 WORKDIR /home/postrelay
+# The demo's email templates where POSTRELAY_EMAIL_TEMPLATES_DIR (default `templates`) looks;
+# mount your own folder over it.
+COPY --chown=postrelay postrelay/demo/templates ./templates
 
 # Exec form: the process is PID 1 and receives SIGTERM itself (graceful hand-back).
 ENTRYPOINT ["postrelay"]

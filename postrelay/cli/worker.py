@@ -69,12 +69,22 @@ def worker_command(
 
 
 @app.command("demo")
-def demo_command() -> None:
-    """Migrate, enqueue sample jobs (some retry, one dead-letters), run a worker until
-    they settle, and print the outcome. Uses the embedded PostgreSQL unless
-    POSTRELAY_DATABASE_URL is set."""
-    from postrelay.demo import run_demo
+def demo_command(
+    emit: bool = typer.Option(
+        False, "--emit",
+        help="Only emit the demo's outbox events, for a relay and worker already running "
+        "with --app postrelay.demo.app (docker compose).",
+    ),
+) -> None:
+    """Run the whole system on embedded defaults: migrate, start an SMTP sink, enqueue sample
+    jobs and emit outbox events for three tenants, run a relay and a worker until all has
+    settled, and print the jobs, the email log and where the messages are. Uses the
+    embedded PostgreSQL unless POSTRELAY_DATABASE_URL is set."""
+    from postrelay.demo import emit_demo_events, run_demo
 
     settings = settings_or_exit()
     with database(settings) as db:
-        run_demo(settings, db, echo=typer.echo)
+        if emit:
+            emit_demo_events(db, echo=typer.echo)
+        else:
+            run_demo(settings, db, echo=typer.echo)

@@ -1,5 +1,5 @@
 """`postrelay demo`: the whole system on embedded defaults (see `run`)."""
 
-from postrelay.demo.run import DemoReport, run_demo
+from postrelay.demo.run import DemoReport, emit_demo_events, run_demo
 
-__all__ = ["DemoReport", "run_demo"]
+__all__ = ["DemoReport", "emit_demo_events", "run_demo"]

@@ -24,8 +24,9 @@ BLOCKED = "ap@blocked.example"  # refused: 554 5.7.1
 ARCHIVE = "archive@{tenant}.example"
 
 
-def demo_routes() -> RouteRegistry:
-    routes = RouteRegistry()
+def demo_routes(routes: RouteRegistry | None = None) -> RouteRegistry:
+    """The demo's three email routes, in `routes` (a new registry when not given)."""
+    routes = routes if routes is not None else RouteRegistry()
     email_route("user.signed_up", template="welcome", to="user.email", category="onboarding",
                 priority=50, routes=routes)
     email_route("invoice.issued", template="invoice", to="customer.email",

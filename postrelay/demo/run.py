@@ -88,6 +88,24 @@ def run_demo(settings: Settings, db: Database, echo=print) -> DemoReport:  # noq
     return report
 
 
+def emit_demo_events(db: Database, echo=print) -> int:  # noqa: ANN001
+    """Emit the demo's outbox events and return: a relay and worker already running with
+    `--app postrelay.demo.app` (docker compose) send them to the configured SMTP server."""
+    upgrade(db.url)
+    engine = db.sync_engine()
+    try:
+        with engine.begin() as conn:
+            tenants = {name: ensure_tenant(conn, name) for name in TENANTS}
+            events = emit_many(conn, [e for name, tenant_id in tenants.items()
+                                      for e in sample_events(tenant_id, name)],
+                               created_by="postrelay.demo")
+    finally:
+        engine.dispose()
+    echo(f"emitted {len(events)} outbox events for {', '.join(TENANTS)}; a relay and a "
+         "worker running with --app postrelay.demo.app send them (see `postrelay emails`)")
+    return len(events)
+
+
 async def _run_until_settled(
     settings: Settings, db: Database, engine: Engine, tenants: list[UUID], since: datetime
 ) -> None:

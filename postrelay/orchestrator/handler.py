@@ -41,15 +41,15 @@ from postrelay.orchestrator.message import (
     message_id_domain,
     message_id_for,
 )
-from postrelay.orchestrator.templates import TemplateError, Templates
-from postrelay.orchestrator.transport import (
+from postrelay.orchestrator.replies import (
     Reply,
     SmtpAuthFailed,
     SmtpError,
     SmtpPaused,
     SmtpPermanent,
-    SmtpPool,
 )
+from postrelay.orchestrator.templates import TemplateError, Templates
+from postrelay.orchestrator.transport import SmtpPool
 from postrelay.queue import Job, PermanentError, Registry, Snooze, record_with_outcome
 
 SENT = frozenset({"sent", "partial"})

@@ -1,0 +1,148 @@
+"""What an SMTP server said, and the errors the pool raises: `Reply` (code, enhanced status
+code, text), the queue id of a 250 reply, `Delivery`, and `SmtpError` with its leaves —
+`SmtpTransient` (retry later), `SmtpPermanent` (dead-letter), `SmtpThrottled`,
+`SmtpAuthFailed` and `SmtpPaused`. `classify` maps an aiosmtplib error at a stage to one."""
+
+from __future__ import annotations
+
+import re
+import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Literal
+
+import aiosmtplib
+
+from postrelay.core.errors import PostrelayError
+
+Stage = Literal["connect", "tls", "auth", "mail", "rcpt", "data"]
+_MESSAGE_STAGES = frozenset({"mail", "rcpt", "data"})
+_THROTTLE_CODES = frozenset({421, 454})
+_ENHANCED = re.compile(r"^([245]\.\d{1,3}\.\d{1,3})(?:[ \t]+|$)")
+_REPLY_CODE = re.compile(r"^\d{3}[ -]")
+# Conservative on purpose: a wrong queue id is worse than none.
+_QUEUE_ID_FORMS = (
+    # Postfix, Mailpit, Haraka, many others: "Ok: queued as 4F3A2B"
+    re.compile(r"\bqueued as:?\s+<?([A-Za-z0-9][\w.@-]*?)>?\.?(?:\s|$)", re.IGNORECASE),
+    # Exim: "OK id=1tABCD-000123-XY"
+    re.compile(r"^OK\s+id=([A-Za-z0-9][\w.-]*)\s*$", re.IGNORECASE),
+    # Sendmail: "4BXYZ123 Message accepted for delivery"
+    re.compile(r"^([A-Za-z0-9]{8,})\s+Message accepted for delivery", re.IGNORECASE),
+    # Amazon SES: "Ok 0100018c8f2f1a2b-3c4d5e6f-0000-0000" (a bare "Ok <word>" is not enough)
+    re.compile(r"^Ok\s+([0-9a-f]{16,}(?:-[0-9a-f]+)+)\s*$", re.IGNORECASE),
+)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One SMTP reply: `Reply.parse(550, "5.1.1 No such user")` is
+    `Reply(code=550, enhanced="5.1.1", text="No such user")`."""
+
+    code: int
+    enhanced: str | None
+    text: str
+
+    @classmethod
+    def parse(cls, code: int, message: str) -> Reply:
+        lines = message.strip().splitlines() or [""]
+        found = _ENHANCED.match(lines[0])
+        if found is None:
+            return cls(code, None, "\n".join(lines))
+        # Multi-line replies repeat the enhanced code on every line.
+        return cls(code, found.group(1), "\n".join(_ENHANCED.sub("", x, count=1) for x in lines))
+
+    def __str__(self) -> str:
+        return " ".join(str(p) for p in (self.code, self.enhanced, self.text) if p)
+
+
+def queue_id_from(reply_text: str) -> str | None:
+    """The server's queue id in its reply to DATA, or None when the form is not a known one.
+
+    >>> queue_id_from("2.0.0 Ok: queued as 4F3A2B")
+    '4F3A2B'
+    """
+    text = _REPLY_CODE.sub("", reply_text.strip(), count=1)
+    text = _ENHANCED.sub("", text, count=1).strip()
+    for form in _QUEUE_ID_FORMS:
+        found = form.search(text)
+        if found:
+            return found.group(1)
+    return None
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """The server accepted the message for `accepted`; `reply` is its answer to DATA."""
+
+    accepted: tuple[str, ...]
+    refused: Mapping[str, Reply]
+    reply: Reply
+    queue_id: str | None
+
+
+class SmtpError(PostrelayError):
+    """A send failed at `stage`; `reply` is what the server said (None: it said nothing, e.g.
+    the connection was lost); `refused` holds per-recipient refusals when known."""
+
+    def __init__(self, message: str, *, stage: Stage, reply: Reply | None = None,
+                 refused: Mapping[str, Reply] | None = None) -> None:
+        super().__init__(message)
+        self.stage = stage
+        self.reply = reply
+        self.refused: Mapping[str, Reply] = MappingProxyType(dict(refused or {}))
+
+
+class SmtpTransient(SmtpError):
+    """4xx, connection lost, timeout, TLS or connection trouble: retry later."""
+
+
+class SmtpPermanent(SmtpError):
+    """5xx to this message or its envelope: dead-letter it."""
+
+
+class SmtpThrottled(SmtpTransient):
+    """421 or 454: the pool waits `throttle_secs` before its next send."""
+
+
+class SmtpAuthFailed(SmtpTransient):
+    """AUTH failed (535 and the like): the pool stops sending for `auth_pause_secs`."""
+
+
+class SmtpPaused(SmtpTransient):
+    """Raised at once, without connecting, while an auth pause is in force."""
+
+    def __init__(self, remaining_secs: float) -> None:
+        super().__init__(f"auth: sending paused for {remaining_secs:.1f}s after an "
+                         "authentication failure", stage="auth")
+        self.remaining_secs = remaining_secs
+
+
+def classify(exc: BaseException, stage: Stage,
+             refused: Mapping[str, Reply] | None = None) -> SmtpError:
+    """Map an aiosmtplib (or socket) error at `stage` to the SmtpError the caller acts on."""
+    if isinstance(exc, aiosmtplib.SMTPResponseException) and exc.code >= 400:
+        reply = Reply.parse(exc.code, exc.message)
+        kind: type[SmtpError] = SmtpTransient
+        if reply.code in _THROTTLE_CODES:
+            kind = SmtpThrottled
+        elif stage == "auth" or reply.code == 535 or (reply.code, reply.enhanced) == (530, "5.7.0"):
+            kind = SmtpAuthFailed  # 530 5.7.0 is RFC 4954's "authentication required"
+        elif reply.code >= 500 and stage in _MESSAGE_STAGES:
+            # Only a verdict on the message is permanent; a 5xx greeting is the server's state.
+            kind = SmtpPermanent
+        return kind(f"{stage}: {reply}", stage=stage, reply=reply, refused=refused)
+    if stage == "auth":  # e.g. the server offers no AUTH at all
+        return SmtpAuthFailed(f"auth: {exc}", stage=stage, refused=refused)
+    if stage == "connect" and _caused_by_tls(exc):
+        stage = "tls"
+    what = "timed out" if isinstance(exc, TimeoutError) else (str(exc) or type(exc).__name__)
+    return SmtpTransient(f"{stage}: {what}", stage=stage, refused=refused)
+
+
+def _caused_by_tls(exc: BaseException | None) -> bool:
+    while exc is not None:
+        if isinstance(exc, ssl.SSLError):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False

@@ -90,9 +90,12 @@ def kill_between_accept_and_commit(
     """Run the job in a worker that is SIGKILLed after the server accepted the message and
     before the outcome commits: the test holds the job's row lock, so the worker's outcome
     transaction waits on it, and is killed while it waits."""
-    sink.handler.rules = [(address, slow(1.0))]  # time to take the lock once it is claimed
+    sink.handler.rules = [(address, slow(1.0))]  # time to take the lock before DATA
     doomed = workers.start(app=MAIL_APP, concurrency=1, env=mail_env)
-    wait_for(lambda: _status(engine, job_id) == "running", what="the job to be claimed")
+    # Only once the `sending` row is committed: its insert checks the foreign key to the
+    # job, which the lock below would block.
+    wait_for(lambda: email_statuses(engine, job_id) == ["sending"],
+             what="the attempt's sending row")
     with engine.connect() as locker:
         locker.execute(text("SELECT 1 FROM mdm.aa_job WHERE id = :id FOR UPDATE"),
                        {"id": job_id})

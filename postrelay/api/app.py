@@ -16,6 +16,7 @@ from postrelay.core.db import Database
 from postrelay.core.errors import ConfigError
 from postrelay.core.migrate import head_revision
 from postrelay.core.settings import Settings
+from postrelay.dashboard import create_dashboard
 
 DESCRIPTION = """postrelay's admin API: jobs, the dead-letter queue and cron entries.
 
@@ -55,6 +56,7 @@ def create_app(settings: Settings, db: Database) -> FastAPI:
     # dlq before jobs: `/jobs/dlq` must match the DLQ route, not `/jobs/{id}`.
     for module in (health, metrics, dlq, jobs, cron, outbox):
         app.include_router(module.router)
+    app.mount("/dashboard", create_dashboard(settings, db))  # the web UI, same process
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 

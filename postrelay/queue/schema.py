@@ -89,6 +89,9 @@ job = Table(
     Index("ix_job_claimed_stale", "claimed_at", postgresql_where=text("status = 'running'")),
     Index("ix_job_tenant_kind", "tenant_id", "job_kind", "status"),
     Index("ix_job_done_completed", "completed_at", postgresql_where=text("status = 'done'")),
+    # Failed and dead jobs by time: the dashboard's failures per minute and its DLQ list.
+    Index("ix_job_failed_completed", "completed_at",
+          postgresql_where=text("status IN ('failed', 'dlq')")),
 )
 
 # What happened to a job outside the normal flow: dead-lettered, rescued, replayed, discarded.

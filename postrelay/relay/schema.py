@@ -49,6 +49,7 @@ outbox_event = Table(
     Index("ix_outbox_unhandled", "seq",
           postgresql_where=text("handled_at IS NULL AND dead_at IS NULL")),
     Index("ix_outbox_handled", "handled_at", postgresql_where=text("handled_at IS NOT NULL")),
+    Index("ix_outbox_dead", "dead_at", postgresql_where=text("dead_at IS NOT NULL")),
     Index("ix_outbox_aggregate", "tenant_id", "aggregate_type", "aggregate_id", "seq"),
 )
 

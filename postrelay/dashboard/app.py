@@ -1,0 +1,116 @@
+"""The dashboard's application: mounted by the API's `create_app` at `/dashboard`, served by
+the same process. Server-rendered pages (Jinja2), one CSS and one JavaScript file shipped
+in the package, no CDN and no build step."""
+
+from __future__ import annotations
+
+import logging
+from urllib.parse import quote
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from postrelay.core.db import Database
+from postrelay.core.errors import ConfigError, ConflictError, NotFoundError, ValidationError
+from postrelay.core.settings import Settings
+from postrelay.core.telemetry import event
+from postrelay.dashboard.routes import auth, cron, dlq, emails, jobs, outbox, overview
+from postrelay.dashboard.security import SecurityHeaders
+from postrelay.dashboard.session import SESSION_COOKIE, Signer
+from postrelay.dashboard.web import (
+    Forbidden,
+    SignInRequired,
+    current_user,
+    render,
+    templates_environment,
+)
+from postrelay.orchestrator.templates import Templates
+
+FRAGMENT_HEADER = "x-dashboard-fragment"
+
+
+def create_dashboard(settings: Settings, db: Database) -> FastAPI:
+    """The dashboard as an ASGI app to mount (`app.mount("/dashboard", ...)`).
+
+    It has its own small connection pool, with custom plans forced: its statements filter
+    on optional parameters (`:tenant_id IS NULL OR …`), which only a plan made for the real
+    values turns into index scans. JIT is off: compiling costs more than these short
+    statements run.
+    """
+    key = settings.service_role_key.get_secret_value() if settings.service_role_key else ""
+    if not key.strip():
+        raise ConfigError("POSTRELAY_SERVICE_ROLE_KEY is not set: the dashboard signs its "
+                          "sessions with a key derived from it")
+    app = FastAPI(title="postrelay dashboard", docs_url=None, redoc_url=None,
+                  openapi_url=None)
+    app.state.settings = settings
+    options = "-c plan_cache_mode=force_custom_plan -c jit=off"
+    app.state.engine = db.sync_engine(
+        pool_size=4, max_overflow=4, connect_args={"connect_timeout": 5, "options": options})
+    app.state.service_role_key = key.encode("utf-8")
+    app.state.signer = Signer(app.state.service_role_key)
+    app.state.templates = templates_environment()
+    app.state.email_templates = Templates(settings.email_templates_dir)
+    app.add_middleware(SecurityHeaders)
+    _install_error_pages(app)
+    for module in (auth, overview, jobs, dlq, cron, outbox, emails):
+        app.include_router(module.router)
+    app.mount("/static", StaticFiles(packages=[("postrelay.dashboard", "static")]),
+              name="static")
+    return app
+
+
+def _install_error_pages(app: FastAPI) -> None:
+    @app.exception_handler(SignInRequired)
+    def _sign_in(request: Request, exc: SignInRequired) -> Response:
+        root = request.scope.get("root_path", "")
+        if request.headers.get(FRAGMENT_HEADER):
+            response: Response = Response(status_code=401)  # the script goes to sign-in
+        else:
+            here = request.url.path.removeprefix(root) or "/"
+            if request.url.query:
+                here += "?" + request.url.query
+            target = root + "/login" + ("" if here == "/" else "?next=" + quote(here, safe=""))
+            response = RedirectResponse(target, status_code=303)
+        if SESSION_COOKIE in request.cookies:  # expired, forged or its key revoked
+            response.delete_cookie(SESSION_COOKIE, path=root or "/")
+        return response
+
+    @app.exception_handler(Forbidden)
+    def _forbidden(request: Request, exc: Forbidden) -> HTMLResponse:
+        return _error_page(request, 403, "Refused", str(exc))
+
+    @app.exception_handler(ValidationError)
+    def _invalid(request: Request, exc: ValidationError) -> HTMLResponse:
+        return _error_page(request, 400, "Bad request", str(exc))
+
+    @app.exception_handler(NotFoundError)
+    def _not_found(request: Request, exc: NotFoundError) -> HTMLResponse:
+        return _error_page(request, 404, "Not found", str(exc))
+
+    @app.exception_handler(ConflictError)
+    def _conflict(request: Request, exc: ConflictError) -> HTMLResponse:
+        return _error_page(request, 409, "Conflict", str(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    def _http(request: Request, exc: StarletteHTTPException) -> HTMLResponse:
+        title = "Not found" if exc.status_code == 404 else "Error"
+        return _error_page(request, exc.status_code, title, str(exc.detail))
+
+    @app.exception_handler(Exception)
+    def _unexpected(request: Request, exc: Exception) -> HTMLResponse:
+        event("postrelay.dashboard.error", logging.ERROR, path=request.url.path,
+              error=repr(exc))
+        return _error_page(request, 500, "Something went wrong",
+                           "The error is in the server's log.")
+
+
+def _error_page(request: Request, status: int, title: str, message: str) -> HTMLResponse:
+    try:  # inside the dashboard's frame when signed in, else on its own
+        user = current_user(request)
+    except Exception:  # no session, or the database is the problem
+        user = None
+    return render(request, "error.html", {"status": status, "title": title,
+                                          "message": message}, user=user, status=status)

@@ -1,0 +1,153 @@
+"""The dashboard's reads: one thin function per statement of sql/dashboard.sql.
+
+Every function takes the caller's Connection and a `tenant_id` scope (None: every tenant),
+and never commits. Writes are not here: the routes call the queue, cron and relay modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import Connection
+
+from postrelay.core.sqlfiles import load_queries
+from postrelay.queue.schema import STATUSES
+
+D = load_queries("postrelay.dashboard", "sql/dashboard.sql")
+
+EMAIL_STATUSES = ("sent", "partial", "deferred", "bounced", "failed", "suppressed",
+                  "sending", "unknown")
+FINISHED = ("done", "failed", "dlq")
+PAGE_SIZE = 50
+
+
+@dataclass(frozen=True, slots=True)
+class JobCounts:
+    """Jobs by status, by kind and status, by tenant and status (zeros left out, except in
+    `by_status`, which has every status)."""
+
+    by_status: Mapping[str, int]
+    by_kind: Mapping[str, Mapping[str, int]]
+    by_tenant: Mapping[UUID, Mapping[str, int]]
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_status.values())
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    counts: JobCounts
+    due: int
+    oldest_due_secs: float | None
+    minutes: list[tuple[datetime, int, int]]  # (minute, done, failed or dead), oldest first
+    outbox_backlog: int
+    outbox_lag_secs: float | None
+    outbox_dead: int
+    emails: Mapping[str, int] = field(default_factory=dict)  # last 24 hours, by status
+
+
+def job_counts(conn: Connection, tenant_id: UUID | None) -> JobCounts:
+    by_status = dict.fromkeys(STATUSES, 0)
+    by_kind: dict[str, dict[str, int]] = {}
+    by_tenant: dict[UUID, dict[str, int]] = {}
+    for row in conn.execute(D["job_count_groups"], {"tenant_id": tenant_id}):
+        by_status[row.status] += row.n
+        kind = by_kind.setdefault(row.kind, {})
+        kind[row.status] = kind.get(row.status, 0) + row.n
+        tenant = by_tenant.setdefault(row.tenant_id, {})
+        tenant[row.status] = tenant.get(row.status, 0) + row.n
+    return JobCounts(by_status, by_kind, by_tenant)
+
+
+def overview(conn: Connection, tenant_id: UUID | None, *, minutes: int = 60) -> Overview:
+    """Everything on the overview page, in six statements that each read an index."""
+    scope = {"tenant_id": tenant_id}
+    counts = job_counts(conn, tenant_id)
+    pending = conn.execute(D["job_pending_oldest"], scope).one()
+    this_minute: datetime = pending.this_minute
+    since = this_minute - timedelta(minutes=minutes - 1)
+    done = dict(conn.execute(D["job_done_per_minute"], {**scope, "since": since}).all())
+    failed = dict(conn.execute(D["job_failed_per_minute"], {**scope, "since": since}).all())
+    series = [(m, done.get(m, 0), failed.get(m, 0))
+              for m in (since + timedelta(minutes=i) for i in range(minutes))]
+    outbox = conn.execute(D["outbox_backlog"], scope).one()
+    emails = conn.execute(D["email_log_count_since"], {
+        **scope, "since": this_minute - timedelta(hours=24), "statuses": list(EMAIL_STATUSES),
+    }).all()
+    return Overview(counts, pending.due, pending.oldest_age_secs, series, outbox.backlog,
+                    outbox.lag_secs, outbox.dead, dict(emails))
+
+
+def job_list(conn: Connection, *, status: str, tenant_id: UUID | None, kind: str | None,
+             since: datetime | None, until: datetime | None, page: int) -> list[Any]:
+    """One page of jobs in one status, in that status's natural order (see the SQL)."""
+    params = {"tenant_id": tenant_id, "kind": kind, "since": since, "until": until,
+              "limit": PAGE_SIZE + 1, "offset": (page - 1) * PAGE_SIZE}
+    if status == "pending":
+        return conn.execute(D["job_list_pending"], params).all()
+    if status == "running":
+        return conn.execute(D["job_list_running"], params).all()
+    return conn.execute(D["job_list_finished"], {**params, "status": status}).all()
+
+
+def job_find_by_key(conn: Connection, key: str, tenant_id: UUID | None) -> list[Any]:
+    return conn.execute(D["job_find_by_key"], {"key": key, "tenant_id": tenant_id}).all()
+
+
+def job_audit(conn: Connection, job_id: UUID, tenant_id: UUID | None) -> list[Any]:
+    return conn.execute(D["job_audit_list"], {"job_id": job_id, "tenant_id": tenant_id}).all()
+
+
+def job_origin(conn: Connection, job_id: UUID) -> list[Any]:
+    """The outbox deliveries that made this job (the caller has checked the job's tenant)."""
+    return conn.execute(D["job_origin"], {"job_id": job_id}).all()
+
+
+def dlq_matching(conn: Connection, *, tenant_id: UUID | None, kind: str | None,
+                 since: datetime | None, until: datetime | None, limit: int) -> list[Any]:
+    return conn.execute(D["dlq_list_matching"], {
+        "tenant_id": tenant_id, "kind": kind, "since": since, "until": until, "limit": limit,
+    }).all()
+
+
+def dlq_count(conn: Connection, *, tenant_id: UUID | None, kind: str | None,
+              since: datetime | None, until: datetime | None) -> int:
+    return int(conn.execute(D["dlq_count_matching"], {
+        "tenant_id": tenant_id, "kind": kind, "since": since, "until": until,
+    }).scalar_one())
+
+
+def email_list(conn: Connection, *, tenant_id: UUID | None, recipient: str | None,
+               status: str | None, template: str | None, since: datetime | None,
+               until: datetime | None, page: int) -> list[Any]:
+    """One page of the email log, newest first; each filter shape reads its own index."""
+    params = {
+        "tenant_id": tenant_id, "recipient": recipient.lower() if recipient else None,
+        "status": status, "template": template, "since": since, "until": until,
+        "limit": PAGE_SIZE + 1, "offset": (page - 1) * PAGE_SIZE,
+    }
+    narrowed = tenant_id is not None or status is not None or recipient is not None
+    return conn.execute(D["email_log_list" if narrowed else "email_log_list_recent"],
+                        params).all()
+
+
+def api_key_by_hash(conn: Connection, digest: str) -> Any:
+    return conn.execute(D["api_key_find_by_hash"], {"key_hash": digest}).first()
+
+
+def api_key_active(conn: Connection, key_id: UUID) -> Any:
+    return conn.execute(D["api_key_get_active"], {"id": key_id}).first()
+
+
+def job_emails(conn: Connection, job_id: UUID) -> list[Any]:
+    """The email log rows of a job (the caller has checked the job's tenant)."""
+    return conn.execute(D["email_log_of_job"], {"job_id": job_id}).all()
+
+
+def dlq_by_ids(conn: Connection, ids: list[UUID], tenant_id: UUID | None) -> list[Any]:
+    return conn.execute(D["dlq_list_ids"], {"ids": ids, "tenant_id": tenant_id}).all()

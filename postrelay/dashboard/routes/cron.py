@@ -1,0 +1,114 @@
+"""Cron entries: the list with last and next run; create and delete through queue.cron, so
+the validation messages are the API's (field names spelled as the API spells them)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, Response
+from sqlalchemy import Engine
+
+from postrelay.api.errors import API_FIELD_NAMES
+from postrelay.core.errors import ConflictError, NotFoundError, ValidationError
+from postrelay.core.telemetry import event
+from postrelay.dashboard.web import (
+    CurrentUser,
+    Db,
+    Form,
+    User,
+    first,
+    optional_uuid,
+    pretty_json,
+    redirect,
+    render,
+    tenant_names,
+)
+from postrelay.queue import job_kinds
+from postrelay.queue.cron import cron_create, cron_delete, cron_list
+from postrelay.queue.schema import SYSTEM_TENANT_ID
+
+router = APIRouter()
+
+FIELDS = ("name", "schedule", "kind", "payload", "tenant", "priority", "max_attempts")
+
+
+@router.get("/cron")
+def cron_page(request: Request, user: CurrentUser, engine: Db, created: str = "",
+              deleted: str = "") -> HTMLResponse:
+    flash = (f"Created {created}." if created else "") + (f"Deleted {deleted}." if deleted
+                                                          else "")
+    return _page(request, user, engine, {}, None, flash or None, 200)
+
+
+@router.post("/cron")
+def cron_add(request: Request, user: CurrentUser, engine: Db, form: Form) -> Response:
+    values = {f: first(form, f) or "" for f in FIELDS}
+    try:
+        with engine.begin() as conn:
+            entry = cron_create(conn, **_arguments(user, values), created_by=user.actor)
+    except ValidationError as exc:
+        field = API_FIELD_NAMES.get(exc.field, exc.field)
+        return _page(request, user, engine, values, f"{field}: {exc.rule}", None, 400)
+    except ConflictError as exc:
+        return _page(request, user, engine, values, str(exc), None, 409)
+    event("postrelay.dashboard.cron_create", name=entry.name, actor=user.actor)
+    return redirect(request, "/cron", created=entry.name)
+
+
+@router.post("/cron/{name}/delete")
+def cron_remove(request: Request, name: str, user: CurrentUser, engine: Db,
+                form: Form) -> Response:
+    if "\x00" in name:  # cannot name any entry, and PostgreSQL refuses NUL in text
+        raise NotFoundError(f"no cron entry named {name!r}")
+    with engine.begin() as conn:
+        cron_delete(conn, name, tenant_id=user.tenant_id, actor=user.actor)
+    event("postrelay.dashboard.cron_delete", name=name, actor=user.actor)
+    return redirect(request, "/cron", deleted=name)
+
+
+def _arguments(user: User, values: dict[str, str]) -> dict[str, Any]:
+    """The form's text as cron_create's arguments. Numbers that do not parse are passed on
+    as they are, so that cron_create refuses them with its own message."""
+    for field, value in values.items():
+        if "\x00" in value or "\\u0000" in value:
+            raise ValidationError(field, "must not contain NUL characters")
+    try:
+        payload = json.loads(values["payload"] or "{}")
+    except ValueError as exc:
+        raise ValidationError("payload", f"not valid JSON ({exc})") from None
+    tenant = optional_uuid("tenant_id", values["tenant"])
+    if user.tenant_id is not None:
+        if tenant is not None and tenant != user.tenant_id:
+            raise ValidationError("tenant_id", "a tenant key can only act for its own tenant")
+        tenant = user.tenant_id
+    return {
+        "name": values["name"].strip(), "schedule": values["schedule"],
+        "kind": values["kind"], "payload": payload,
+        "tenant_id": tenant or SYSTEM_TENANT_ID,
+        "priority": _number(values["priority"], 100),
+        "max_attempts": _number(values["max_attempts"], None),
+    }
+
+
+def _number(text: str, default: int | None) -> Any:
+    if not text.strip():
+        return default
+    try:
+        return int(text.strip())
+    except ValueError:
+        return text
+
+
+def _page(request: Request, user: User, engine: Engine, values: dict[str, str], error: str | None,
+          flash: str | None, status: int) -> HTMLResponse:
+    with engine.begin() as conn:
+        entries = cron_list(conn, tenant_id=user.tenant_id)
+        kinds = job_kinds(conn)
+        tenants = tenant_names(conn, user)
+    return render(request, "cron.html", {
+        "entries": entries, "kinds": kinds, "tenants": tenants, "values": values,
+        "error": error, "flash": flash, "pretty_json": pretty_json,
+        "system_tenant": SYSTEM_TENANT_ID,
+    }, user=user, status=status)

@@ -1,0 +1,129 @@
+"""The dead-letter queue: select jobs (or every job matching the filter), confirm, then
+retry or discard them with queue.admin's dlq_retry / dlq_discard, so each job gets the same
+audit row as through the API or the CLI (the actor is the dashboard's user)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, Response
+
+from postrelay.core.errors import NotFoundError, ValidationError
+from postrelay.core.telemetry import event
+from postrelay.dashboard import queries
+from postrelay.dashboard.web import (
+    CurrentUser,
+    Db,
+    Form,
+    User,
+    first,
+    optional_time,
+    optional_uuid,
+    redirect,
+    render,
+    scope,
+    tenant_names,
+)
+from postrelay.queue import job_kinds
+from postrelay.queue.admin import REQUEUE_LIMIT_MAX, dlq_discard, dlq_retry
+
+router = APIRouter()
+
+SHOWN = 100
+ACTIONS = {"retry": ("Retry", "retried"), "discard": ("Discard", "discarded")}
+FILTER_FIELDS = ("kind", "tenant", "since", "until")
+
+
+@router.get("/dlq")
+def dlq_page(request: Request, user: CurrentUser, engine: Db, kind: str = "", tenant: str = "",
+             since: str = "", until: str = "", done: str = "", n: int = 0,
+             skipped: int = 0) -> HTMLResponse:
+    filters = {"kind": kind, "tenant": tenant, "since": since, "until": until}
+    with engine.begin() as conn:
+        kinds = job_kinds(conn)
+        where = _where(user, filters, kinds)
+        rows = queries.dlq_matching(conn, limit=SHOWN, **where)
+        total = queries.dlq_count(conn, **where)
+        tenants = tenant_names(conn, user)
+    flash = None
+    if done in ("retried", "discarded"):
+        flash = f"{n:,} job{'' if n == 1 else 's'} {done}" + (
+            f"; {skipped:,} had already left the DLQ" if skipped else "") + "."
+    return render(request, "dlq.html", {
+        "rows": rows, "total": total, "filters": filters, "kinds": kinds, "tenants": tenants,
+        "flash": flash, "limit": REQUEUE_LIMIT_MAX,
+    }, user=user)
+
+
+@router.post("/dlq/confirm")
+def dlq_confirm(request: Request, user: CurrentUser, engine: Db, form: Form) -> Response:
+    """The confirmation step: what is about to happen, to how many jobs."""
+    action = _action(form)
+    filters = {f: first(form, f) or "" for f in FILTER_FIELDS}
+    matching = first(form, "scope") == "matching"
+    with engine.begin() as conn:
+        if matching:
+            where = _where(user, filters, job_kinds(conn))
+            count = min(queries.dlq_count(conn, **where), REQUEUE_LIMIT_MAX)
+            sample = queries.dlq_matching(conn, limit=10, **where)
+            ids: list[UUID] = []
+        else:
+            rows = queries.dlq_by_ids(conn, _ids(form), user.tenant_id)
+            ids = [r.id for r in rows]
+            sample, count = rows[:10], len(rows)
+        tenants = tenant_names(conn, user)
+    if count == 0:
+        return redirect(request, "/dlq", **filters)
+    return render(request, "dlq_confirm.html", {
+        "action": action, "verb": ACTIONS[action][0], "count": count, "ids": ids,
+        "matching": matching, "filters": filters, "sample": sample, "tenants": tenants,
+    }, user=user)
+
+
+@router.post("/dlq/apply")
+def dlq_apply(request: Request, user: CurrentUser, engine: Db, form: Form) -> Response:
+    action = _action(form)
+    filters = {f: first(form, f) or "" for f in FILTER_FIELDS}
+    done = skipped = 0
+    apply = dlq_retry if action == "retry" else dlq_discard
+    with engine.begin() as conn:
+        if first(form, "scope") == "matching":
+            where = _where(user, filters, job_kinds(conn))
+            ids = [r.id for r in queries.dlq_matching(conn, limit=REQUEUE_LIMIT_MAX, **where)]
+        else:
+            ids = _ids(form)
+        for job_id in ids:
+            try:
+                apply(conn, job_id, actor=user.actor, tenant_id=user.tenant_id)
+                done += 1
+            except NotFoundError:  # retried or discarded meanwhile, or another tenant's
+                skipped += 1
+    event("postrelay.dashboard.dlq_" + action, count=done, skipped=skipped, actor=user.actor)
+    return redirect(request, "/dlq", **filters, done=ACTIONS[action][1], n=done,
+                    skipped=skipped or None)
+
+
+def _where(user: User, filters: dict[str, str], kinds: list[str]) -> dict[str, Any]:
+    kind = filters["kind"] or None
+    if kind is not None and kind not in kinds:
+        raise ValidationError("kind", f"unknown job kind {kind!r}")
+    since: datetime | None = optional_time("since", filters["since"])
+    return {"tenant_id": scope(user, optional_uuid("tenant", filters["tenant"])),
+            "kind": kind, "since": since, "until": optional_time("until", filters["until"])}
+
+
+def _action(form: dict[str, list[str]]) -> str:
+    action = first(form, "action") or ""
+    if action not in ACTIONS:
+        raise ValidationError("action", "must be retry or discard")
+    return action
+
+
+def _ids(form: dict[str, list[str]]) -> list[UUID]:
+    ids = form.get("ids", [])
+    if len(ids) > REQUEUE_LIMIT_MAX:
+        raise ValidationError("ids", f"at most {REQUEUE_LIMIT_MAX} jobs at a time")
+    return list(dict.fromkeys(optional_uuid("ids", i) for i in ids if i))  # type: ignore[misc]

@@ -1,0 +1,104 @@
+"""The email log: filtered by tenant, recipient, status, template and time; one message's
+whole story (event → job → attempts → log rows with the SMTP replies, from
+orchestrator.admin.email_story) and a preview of what was sent."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, Response
+from sqlalchemy import Engine
+
+from postrelay.core.errors import NotFoundError, ValidationError
+from postrelay.dashboard import preview, queries
+from postrelay.dashboard.web import (
+    CurrentUser,
+    Db,
+    User,
+    optional_time,
+    optional_uuid,
+    page_number,
+    pretty_json,
+    render,
+    scope,
+    tenant_names,
+)
+from postrelay.orchestrator.admin import email_story
+
+router = APIRouter()
+
+# email_story builds its rows with to_jsonb: times arrive as ISO strings.
+_TIMES = ("created_at", "finished_at", "handled_at", "completed_at", "claimed_at",
+          "available_at", "dead_at")
+
+
+@router.get("/emails")
+def emails_page(request: Request, user: CurrentUser, engine: Db, tenant: str = "",
+                recipient: str = "", status: str = "", template: str = "", since: str = "",
+                until: str = "", page: str = "1") -> HTMLResponse:
+    filters = {"tenant": tenant, "recipient": recipient.strip(), "status": status,
+               "template": template.strip(), "since": since, "until": until}
+    if status and status not in queries.EMAIL_STATUSES:
+        raise ValidationError("status", f"must be one of {', '.join(queries.EMAIL_STATUSES)}")
+    page_no = page_number(page)
+    with engine.begin() as conn:
+        rows = queries.email_list(
+            conn, tenant_id=scope(user, optional_uuid("tenant", tenant)),
+            recipient=filters["recipient"] or None, status=status or None,
+            template=filters["template"] or None, since=optional_time("since", since),
+            until=optional_time("until", until), page=page_no)
+        tenants = tenant_names(conn, user)
+    return render(request, "emails.html", {
+        "rows": rows[:queries.PAGE_SIZE], "more": len(rows) > queries.PAGE_SIZE,
+        "filters": filters, "tenants": tenants, "page": page_no,
+    }, user=user)
+
+
+@router.get("/emails/{log_id}")
+def email_page(request: Request, log_id: str, user: CurrentUser, engine: Db) -> HTMLResponse:
+    story, tenants = _story(engine, log_id, user)
+    log = story["log"]
+    shown = preview.of(request.app.state.email_templates, log, story["job"],
+                       tenants.get(UUID(str(log["tenant_id"])), ""))
+    return render(request, "email.html", {
+        "log": log, "event": story["event"], "job": story["job"], "audit": story["audit"],
+        "attempts": story["attempts"], "tenants": tenants, "pretty_json": pretty_json,
+        "preview": shown,
+    }, user=user)
+
+
+@router.get("/emails/{log_id}/preview")
+def email_preview(request: Request, log_id: str, user: CurrentUser, engine: Db) -> Response:
+    """The message's HTML part alone, for the story page's sandboxed frame."""
+    story, tenants = _story(engine, log_id, user)
+    log = story["log"]
+    shown = preview.of(request.app.state.email_templates, log, story["job"],
+                       tenants.get(UUID(str(log["tenant_id"])), ""))
+    if shown.html is None:
+        raise NotFoundError("this message has no HTML part to show")
+    return HTMLResponse(shown.html, headers={"content-security-policy": preview.PREVIEW_CSP,
+                                             "x-frame-options": "SAMEORIGIN"})
+
+
+def _story(engine: Engine, log_id: str, user: User) -> tuple[dict[str, Any], dict[UUID, str]]:
+    try:
+        ident = UUID(log_id)
+    except ValueError:
+        raise NotFoundError(f"no email log row {log_id!r}") from None
+    with engine.begin() as conn:
+        story = email_story(conn, ident, tenant_id=user.tenant_id)
+        tenants = tenant_names(conn, user)
+    return _with_times(story), tenants
+
+
+def _with_times(value: Any) -> Any:
+    """The story with its ISO time strings turned back into datetimes, for display."""
+    if isinstance(value, list):
+        return [_with_times(v) for v in value]
+    if isinstance(value, dict):
+        return {k: datetime.fromisoformat(v) if k in _TIMES and isinstance(v, str)
+                else _with_times(v) for k, v in value.items()}
+    return value

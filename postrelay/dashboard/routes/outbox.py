@@ -1,0 +1,60 @@
+"""The outbox: backlog and relay lag, dead events with their error, and replay (one event
+or a time range) through relay.admin, as `postrelay outbox` and the API do it."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, Response
+
+from postrelay.core.errors import ValidationError
+from postrelay.core.telemetry import event
+from postrelay.dashboard.web import (
+    CurrentUser,
+    Db,
+    Form,
+    first,
+    optional_time,
+    optional_uuid,
+    redirect,
+    render,
+    tenant_names,
+)
+from postrelay.relay.admin import outbox_replay, outbox_status
+
+router = APIRouter()
+
+DEAD_SHOWN = 100
+
+
+@router.get("/outbox")
+def outbox_page(request: Request, user: CurrentUser, engine: Db,
+                replayed: int | None = None) -> HTMLResponse:
+    with engine.begin() as conn:
+        status = outbox_status(conn, tenant_id=user.tenant_id, dead_limit=DEAD_SHOWN)
+        tenants = tenant_names(conn, user)
+    flash = None
+    if replayed is not None:
+        flash = (f"{replayed:,} event{'' if replayed == 1 else 's'} handed back to the relay; "
+                 "jobs that still exist are not created again.")
+    return render(request, "outbox.html", {"s": status, "tenants": tenants, "flash": flash},
+                  user=user)
+
+
+@router.post("/outbox/replay")
+def outbox_replay_form(request: Request, user: CurrentUser, engine: Db,
+                       form: Form) -> Response:
+    event_id = optional_uuid("eventId", first(form, "event_id"))
+    since = optional_time("since", first(form, "since"))
+    until = optional_time("until", first(form, "until"))
+    if event_id is None and since is None and until is None:
+        raise ValidationError("eventId", "give an event id or a time range (since/until)")
+    if event_id is not None and (since is not None or until is not None):
+        raise ValidationError("eventId", "give an event id or a time range, not both")
+    if since is not None and until is not None and since >= until:
+        raise ValidationError("until", "must be after since")
+    with engine.begin() as conn:
+        count = outbox_replay(conn, event_id=event_id, since=since, until=until,
+                              tenant_id=user.tenant_id)
+    event("postrelay.dashboard.outbox_replay", replayed=count, actor=user.actor,
+          event_id=str(event_id) if event_id else None)
+    return redirect(request, "/outbox", replayed=count)

@@ -1,0 +1,242 @@
+-- The dashboard's reads. Writes go through the queue, cron and relay modules' own functions,
+-- so their audit rows are written exactly as the API and the CLI write them.
+--
+-- :tenant_id is NULL for the service role and the session's tenant for a tenant key: every
+-- statement that reads tenant data filters on it, so a tenant session cannot see another
+-- tenant's rows whatever the request asks for. The dashboard's engine forces custom plans
+-- (see app.py), so `CAST(:x AS …) IS NULL OR …` folds away and each statement is planned
+-- with its real filters and indexes.
+
+-- name: api_key_find_by_hash
+-- Sign-in with a tenant key: the session remembers the key's id, never the key.
+SELECT id, name, tenant_id, key_hash
+FROM mdm.aa_api_key
+WHERE key_hash = :key_hash AND revoked_at IS NULL;
+
+-- name: api_key_get_active
+-- Every request of a tenant session: a revoked (or deleted) key ends the session at once.
+SELECT k.name, k.tenant_id, t.name AS tenant_name
+FROM mdm.aa_api_key k
+JOIN mdm.aa_tenant t ON t.id = k.tenant_id
+WHERE k.id = :id AND k.revoked_at IS NULL;
+
+-- name: job_count_groups
+-- Jobs by (tenant, kind, status), the overview's three breakdowns summed up in Python.
+-- Grouping by all three columns of ix_job_tenant_kind in its own order lets PostgreSQL
+-- count from a (parallel) index-only scan with a streaming aggregate; GROUPING SETS would
+-- hash every row three times instead (several times slower at a million jobs).
+SELECT tenant_id, job_kind::text AS kind, status::text AS status, count(*) AS n
+FROM mdm.aa_job
+WHERE CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid)
+GROUP BY tenant_id, job_kind, status;
+
+-- name: job_done_per_minute
+-- Done jobs per minute since :since, through ix_job_done_completed.
+SELECT date_trunc('minute', completed_at) AS minute, count(*) AS n
+FROM mdm.aa_job
+WHERE status = 'done' AND completed_at >= :since
+  AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
+GROUP BY 1;
+
+-- name: job_failed_per_minute
+-- Jobs that ended failed or dead-lettered, per minute since :since. Wants the partial index
+-- ix_job_failed_completed (completed_at) WHERE status IN ('failed', 'dlq'), suggested in
+-- docs/dashboard.md for a migration; without it PostgreSQL scans the table.
+SELECT date_trunc('minute', completed_at) AS minute, count(*) AS n
+FROM mdm.aa_job
+WHERE status IN ('failed', 'dlq') AND completed_at >= :since
+  AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
+GROUP BY 1;
+
+-- name: job_pending_oldest
+-- The due backlog and how long its oldest job has waited, from ix_job_dispatch alone.
+SELECT count(*) AS due,
+       CAST(EXTRACT(EPOCH FROM now() - min(available_at)) AS float8) AS oldest_age_secs,
+       date_trunc('minute', now()) AS this_minute
+FROM mdm.aa_job
+WHERE status = 'pending' AND available_at <= now()
+  AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid));
+
+-- name: outbox_backlog
+-- Unrelayed live events and the age of the oldest, from ix_outbox_unhandled: seq order is
+-- insertion order, so the first event by seq is (within a transaction's span) the oldest.
+-- The dead count wants ix_outbox_dead (docs/dashboard.md); without it, a scan.
+SELECT (SELECT count(*) FROM mdm.aa_outbox_event
+        WHERE handled_at IS NULL AND dead_at IS NULL
+          AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid)))
+           AS backlog,
+       (SELECT CAST(EXTRACT(EPOCH FROM now() - created_at) AS float8)
+        FROM mdm.aa_outbox_event
+        WHERE handled_at IS NULL AND dead_at IS NULL
+          AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
+        ORDER BY seq
+        LIMIT 1) AS lag_secs,
+       (SELECT count(*) FROM mdm.aa_outbox_event
+        WHERE dead_at IS NOT NULL
+          AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid)))
+           AS dead;
+
+-- name: email_log_count_since
+-- Email outcomes since :since, one index range per status on ix_email_log_status_time
+-- (a tenant session reads its own range of ix_email_log_tenant_time instead).
+SELECT s.status,
+       (SELECT count(*) FROM mdm.aa_email_log l
+        WHERE l.status = s.status AND l.created_at >= :since
+          AND (CAST(:tenant_id AS uuid) IS NULL OR l.tenant_id = CAST(:tenant_id AS uuid)))
+           AS n
+FROM unnest(CAST(:statuses AS text[])) WITH ORDINALITY AS s(status, ord)
+ORDER BY s.ord;
+
+-- name: job_list_pending
+-- Pending jobs in the order workers will take them (ix_job_dispatch).
+SELECT id, tenant_id, job_kind::text AS kind, status::text AS status, priority, attempts,
+       max_attempts, available_at AS at, last_error, created_at
+FROM mdm.aa_job
+WHERE status = 'pending'
+  AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
+  AND (CAST(:kind AS text) IS NULL OR job_kind = CAST(CAST(:kind AS text) AS mdm.job_kind))
+  AND (CAST(:since AS timestamptz) IS NULL OR available_at >= CAST(:since AS timestamptz))
+  AND (CAST(:until AS timestamptz) IS NULL OR available_at < CAST(:until AS timestamptz))
+ORDER BY priority, available_at, id
+LIMIT :limit OFFSET :offset;
+
+-- name: job_list_running
+-- Running jobs, the longest-running first (ix_job_claimed_stale).
+SELECT id, tenant_id, job_kind::text AS kind, status::text AS status, priority, attempts,
+       max_attempts, claimed_at AS at, last_error, created_at
+FROM mdm.aa_job
+WHERE status = 'running'
+  AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
+  AND (CAST(:kind AS text) IS NULL OR job_kind = CAST(CAST(:kind AS text) AS mdm.job_kind))
+  AND (CAST(:since AS timestamptz) IS NULL OR claimed_at >= CAST(:since AS timestamptz))
+  AND (CAST(:until AS timestamptz) IS NULL OR claimed_at < CAST(:until AS timestamptz))
+ORDER BY claimed_at, id
+LIMIT :limit OFFSET :offset;
+
+-- name: job_list_finished
+-- Done, failed or dead jobs, the most recently finished first. `done` reads
+-- ix_job_done_completed backwards; failed and dlq want a partial index on completed_at
+-- (docs/dashboard.md). The caller validates :status first: a bad enum cast would abort.
+-- One cast, straight to the enum: a custom plan then sees the status as a constant and
+-- can prove the partial index's predicate (a cast through text is evaluated at run time).
+-- The order is the backward index order, NULLS FIRST (finished jobs have completed_at).
+SELECT id, tenant_id, job_kind::text AS kind, status::text AS status, priority, attempts,
+       max_attempts, completed_at AS at, last_error, created_at
+FROM mdm.aa_job
+WHERE status = CAST(:status AS mdm.job_status)
+  AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
+  AND (CAST(:kind AS text) IS NULL OR job_kind = CAST(CAST(:kind AS text) AS mdm.job_kind))
+  AND (CAST(:since AS timestamptz) IS NULL OR completed_at >= CAST(:since AS timestamptz))
+  AND (CAST(:until AS timestamptz) IS NULL OR completed_at < CAST(:until AS timestamptz))
+ORDER BY completed_at DESC, id DESC
+LIMIT :limit OFFSET :offset;
+
+-- name: job_find_by_key
+-- Find by idempotency key alone. job_idempotency_uk leads with (tenant_id, job_kind), so
+-- the statement probes it once per (tenant, kind) pair; LIMIT 1 (the index is unique)
+-- keeps the probe a parameterized lookup instead of a scan of the whole index.
+SELECT j.id, j.tenant_id, j.kind, j.status, j.priority, j.attempts, j.max_attempts,
+       j.created_at AS at, j.last_error, j.created_at
+FROM mdm.aa_tenant t
+CROSS JOIN unnest(enum_range(NULL::mdm.job_kind)) AS k(kind)
+CROSS JOIN LATERAL (
+    SELECT id, tenant_id, job_kind::text AS kind, status::text AS status, priority,
+           attempts, max_attempts, last_error, created_at
+    FROM mdm.aa_job
+    WHERE tenant_id = t.id AND job_kind = k.kind AND idempotency_key = :key
+    LIMIT 1
+) j
+WHERE CAST(:tenant_id AS uuid) IS NULL OR t.id = CAST(:tenant_id AS uuid)
+ORDER BY j.created_at DESC
+LIMIT 50;
+
+-- name: job_audit_list
+SELECT id, action, actor, detail, created_at
+FROM mdm.aa_job_audit
+WHERE job_id = :job_id
+  AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
+ORDER BY id;
+
+-- name: job_origin
+-- The outbox event (and route) a job was made from, while the event is kept.
+SELECT d.event_id, d.route, e.event_type, e.aggregate_type, e.aggregate_id, e.created_at
+FROM mdm.aa_outbox_delivery d
+LEFT JOIN mdm.aa_outbox_event e ON e.id = d.event_id
+WHERE d.job_id = :job_id
+ORDER BY d.created_at
+LIMIT 10;
+
+-- name: dlq_list_matching
+-- Dead jobs matching the DLQ page's filter, the most recently dead-lettered first: the
+-- page's rows and, with a larger limit, the targets of "all matching this filter".
+SELECT id, tenant_id, job_kind::text AS kind, status::text AS status, priority, attempts,
+       max_attempts, completed_at AS at, last_error, created_at
+FROM mdm.aa_job
+WHERE status = 'dlq'
+  AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
+  AND (CAST(:kind AS text) IS NULL OR job_kind = CAST(CAST(:kind AS text) AS mdm.job_kind))
+  AND (CAST(:since AS timestamptz) IS NULL OR completed_at >= CAST(:since AS timestamptz))
+  AND (CAST(:until AS timestamptz) IS NULL OR completed_at < CAST(:until AS timestamptz))
+ORDER BY completed_at DESC, id DESC
+LIMIT :limit;
+
+-- name: dlq_count_matching
+SELECT count(*)
+FROM mdm.aa_job
+WHERE status = 'dlq'
+  AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
+  AND (CAST(:kind AS text) IS NULL OR job_kind = CAST(CAST(:kind AS text) AS mdm.job_kind))
+  AND (CAST(:since AS timestamptz) IS NULL OR completed_at >= CAST(:since AS timestamptz))
+  AND (CAST(:until AS timestamptz) IS NULL OR completed_at < CAST(:until AS timestamptz));
+
+-- name: email_log_list
+-- The email log, newest first, filtered by tenant, status or recipient (and the rest):
+-- ix_email_log_tenant_time, ix_email_log_status_time or the recipients' GIN index.
+SELECT id, tenant_id, job_id, event_id, template, recipients, subject, status, smtp_code,
+       smtp_enhanced, smtp_response, error, attempt, created_at, finished_at
+FROM mdm.aa_email_log
+WHERE (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
+  AND (CAST(:status AS text) IS NULL OR status = CAST(:status AS text))
+  AND (CAST(:recipient AS text) IS NULL OR recipients @> ARRAY[CAST(:recipient AS text)])
+  AND (CAST(:template AS text) IS NULL OR template = CAST(:template AS text))
+  AND (CAST(:since AS timestamptz) IS NULL OR created_at >= CAST(:since AS timestamptz))
+  AND (CAST(:until AS timestamptz) IS NULL OR created_at < CAST(:until AS timestamptz))
+ORDER BY created_at DESC, id DESC
+LIMIT :limit OFFSET :offset;
+
+-- name: email_log_list_recent
+-- The same without a tenant, status or recipient filter: no index orders the whole log
+-- by time, so the newest rows are merged from each tenant's range of
+-- ix_email_log_tenant_time (one short backward index scan per tenant).
+SELECT l.id, l.tenant_id, l.job_id, l.event_id, l.template, l.recipients, l.subject,
+       l.status, l.smtp_code, l.smtp_enhanced, l.smtp_response, l.error, l.attempt,
+       l.created_at, l.finished_at
+FROM mdm.aa_tenant t
+CROSS JOIN LATERAL (
+    SELECT *
+    FROM mdm.aa_email_log e
+    WHERE e.tenant_id = t.id
+      AND (CAST(:template AS text) IS NULL OR e.template = CAST(:template AS text))
+      AND (CAST(:since AS timestamptz) IS NULL OR e.created_at >= CAST(:since AS timestamptz))
+      AND (CAST(:until AS timestamptz) IS NULL OR e.created_at < CAST(:until AS timestamptz))
+    ORDER BY e.created_at DESC, e.id DESC
+    LIMIT :limit + :offset
+) l
+ORDER BY l.created_at DESC, l.id DESC
+LIMIT :limit OFFSET :offset;
+
+-- name: email_log_of_job
+SELECT id, status, attempt, recipients, subject, smtp_code, created_at
+FROM mdm.aa_email_log
+WHERE job_id = :job_id
+ORDER BY created_at, attempt;
+
+-- name: dlq_list_ids
+-- The checked jobs that are (still) in the DLQ, for the confirmation step.
+SELECT id, tenant_id, job_kind::text AS kind, status::text AS status, priority, attempts,
+       max_attempts, completed_at AS at, last_error, created_at
+FROM mdm.aa_job
+WHERE id = ANY(CAST(:ids AS uuid[]))
+  AND status = 'dlq'
+  AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
+ORDER BY completed_at DESC, id DESC;

@@ -38,9 +38,10 @@ def serve(app: FastAPI) -> Iterator[str]:
 
 
 @contextmanager
-def serve_database(database_url: str, service_key: str) -> Iterator[str]:
-    """An app of its own on `database_url`, served; yields its base URL."""
-    settings = Settings(database_url=database_url, service_role_key=service_key)
+def serve_database(database_url: str, service_key: str, **settings: object) -> Iterator[str]:
+    """An app of its own on `database_url` (and any other `settings`), served; yields its
+    base URL."""
+    settings = Settings(database_url=database_url, service_role_key=service_key, **settings)
     db = Database(url=sqlalchemy_url(database_url))
     try:
         with serve(create_app(settings, db)) as url:

@@ -20,12 +20,9 @@ import httpx
 import pytest
 from sqlalchemy import Engine, text
 
-from postrelay.api import create_app
 from postrelay.api.keys import api_key_create
-from postrelay.core.db import Database, sqlalchemy_url
-from postrelay.core.settings import Settings
 from postrelay.queue import ensure_tenant
-from tests.api.server import serve
+from tests.api.server import serve_database
 
 SERVICE_KEY = "svc-" + secrets.token_urlsafe(24)
 CHROMIUM = Path("/usr/bin/chromium")
@@ -53,14 +50,8 @@ def email_templates(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def dash_url(database_url: str, email_templates: Path) -> Iterator[str]:
     """The API's base URL; the dashboard is at {dash_url}/dashboard."""
-    settings = Settings(database_url=database_url, service_role_key=SERVICE_KEY,
-                        email_templates_dir=email_templates)
-    db = Database(url=sqlalchemy_url(database_url))
-    try:
-        with serve(create_app(settings, db)) as url:
-            yield url
-    finally:
-        db.close()
+    with serve_database(database_url, SERVICE_KEY, email_templates_dir=email_templates) as url:
+        yield url
 
 
 @pytest.fixture

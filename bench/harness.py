@@ -86,7 +86,8 @@ def bench_database() -> Iterator[BenchDatabase]:
 def reset_queue(bench: BenchDatabase) -> None:
     """Empty the queue tables, so each section starts from the same state."""
     with bench.connect(autocommit=True) as conn:
-        conn.execute("TRUNCATE mdm.aa_job, mdm.aa_job_audit, mdm.aa_worker, mdm.aa_lease")
+        # CASCADE: the email log references jobs (and is emptied with them here).
+        conn.execute("TRUNCATE mdm.aa_job, mdm.aa_job_audit, mdm.aa_worker, mdm.aa_lease CASCADE")
 
 
 def prefill(bench: BenchDatabase, n: int, *, batch: int = 10_000) -> None:

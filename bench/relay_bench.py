@@ -61,7 +61,7 @@ def routes() -> RouteRegistry:
 
 def reset(bench: BenchDatabase) -> None:
     with bench.connect(autocommit=True) as conn:
-        conn.execute("TRUNCATE mdm.aa_job, mdm.aa_outbox_event, mdm.aa_outbox_delivery")
+        conn.execute("TRUNCATE mdm.aa_job, mdm.aa_outbox_event, mdm.aa_outbox_delivery CASCADE")
 
 
 def fill(bench: BenchDatabase, n: int) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import email.header
+import functools
 import re
 import unicodedata
 from collections.abc import Iterator, Sequence
@@ -77,6 +78,9 @@ def check_header_value(value: str, *, field: str) -> str:
     return value
 
 
+# Pure, and called for the same From address on every message a worker sends: a cache
+# spares the strict parse (email-validator) on the hot path. Errors are not cached.
+@functools.lru_cache(maxsize=4096)
 def parse_address(value: str, *, field: str) -> Address:
     """Parse exactly one mailbox; return it with the domain lower-cased (IDNA for non-ASCII).
 

@@ -27,8 +27,8 @@ class SendStart:
 async def email_send_begin(
     conn: AsyncConnection, row: dict[str, Any], *, resend_unknown: bool
 ) -> SendStart:
-    result = (await conn.execute(Q["email_send_begin"],
-                                 {**row, "resend_unknown": resend_unknown})).one()
+    document = json.dumps({**row, "resend_unknown": resend_unknown}, default=str)
+    result = (await conn.execute(Q["email_send_begin"], {"row": document})).one()
     return SendStart(result.unknown_now, tuple(result.earlier), frozenset(result.suppressed),
                      result.sending)
 

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+import time
 import tomllib
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -69,19 +70,37 @@ class TemplateError(PostrelayError):
         super().__init__(f"template {template!r}{where}: {problem}")
 
 
-class Templates:
-    """The templates under `root`, read from disk on every render.
+@dataclass(frozen=True)
+class _Loaded:
+    """A template's files as read from disk, for one tenant's preference order."""
 
-    A template file fixed on disk is used by the next render, without a restart: compiled
-    templates are cached by their source text, so replaying a dead-lettered job sends the
-    fixed mail, and `version` always names the source that was actually rendered.
+    files: dict[str, Path]
+    sources: dict[str, str]
+    on_unknown: OnUnknown
+    version: str
+    until: float  # read again after this (monotonic) time
+
+
+class Templates:
+    """The templates under `root`, read from disk again `reload_secs` after the last read.
+
+    A template file fixed on disk is used within `reload_secs` (default 1 s), without a
+    restart, so replaying a dead-lettered job sends the fixed mail. Compiled templates are
+    cached by their source text, and `version` always names the source that was actually
+    rendered. `reload_secs=0` reads the files on every render.
     """
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, reload_secs: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.root = Path(root).absolute()
+        self.reload_secs = reload_secs
+        self._clock = clock
         self._text_env = self._environment(autoescape=False)
         self._html_env = self._environment(autoescape=True)
         self._compiled: dict[tuple[bool, Path], tuple[str, Template]] = {}
+        # A busy worker renders the same template thousands of times a second: reading its
+        # files each time (a dozen stats and three reads) cost more than rendering it.
+        self._loaded: dict[tuple[str, tuple[str, ...]], _Loaded] = {}
 
     def names(self) -> list[str]:
         """The templates at the root (folders holding a subject.txt), sorted."""
@@ -93,17 +112,14 @@ class Templates:
 
     def policy(self, name: str, *, tenant_keys: Sequence[str] = ()) -> OnUnknown:
         """What to do when a crashed worker left this template's message outcome unknown."""
-        files = self._resolve(name, tenant_keys)
-        path = files.get("template.toml")
-        return self._policy(name, path, self._read(name, path) if path else None)
+        return self._load(name, tenant_keys).on_unknown
 
     def render(self, name: str, context: Mapping[str, Any], *,
                tenant_keys: Sequence[str] = ()) -> Rendered:
         """Render `name` with `context`, preferring the files of the first tenant key that
         has them (e.g. `tenant_keys=("acme", str(tenant_id))`)."""
-        files = self._resolve(name, tenant_keys)
-        sources = {file: self._read(name, path) for file, path in files.items()}
-        on_unknown = self._policy(name, files.get("template.toml"), sources.get("template.toml"))
+        loaded = self._load(name, tenant_keys)
+        files, sources = loaded.files, loaded.sources
         values = dict(context)
         subject = self._run(name, self._text_env, files["subject.txt"], sources["subject.txt"],
                             values)
@@ -112,12 +128,27 @@ class Templates:
         if "body.html" in files:
             html = self._run(name, self._html_env, files["body.html"], sources["body.html"],
                              values)
+        return Rendered(template=name, version=loaded.version, subject=subject.strip(),
+                        text=text, html=html, on_unknown=loaded.on_unknown)
+
+    def _load(self, name: str, tenant_keys: Sequence[str]) -> _Loaded:
+        key = (name, tuple(tenant_keys))
+        now = self._clock()
+        loaded = self._loaded.get(key)
+        if loaded is not None and now < loaded.until:
+            return loaded
+        files = self._resolve(name, tenant_keys)
+        sources = {file: self._read(name, path) for file, path in files.items()}
+        on_unknown = self._policy(name, files.get("template.toml"), sources.get("template.toml"))
         digest = hashlib.sha256()
         for file, path in files.items():  # FILES order, so the hash is stable
             digest.update(f"{self._rel(path)}\0{len(sources[file])}\0".encode())
             digest.update(sources[file].encode())
-        return Rendered(template=name, version=digest.hexdigest()[:12], subject=subject.strip(),
-                        text=text, html=html, on_unknown=on_unknown)
+        loaded = _Loaded(files, sources, on_unknown, digest.hexdigest()[:12],
+                         now + self.reload_secs)
+        if self.reload_secs > 0:
+            self._loaded[key] = loaded
+        return loaded
 
     def _environment(self, *, autoescape: bool) -> SandboxedEnvironment:
         # The loader serves {% include %} and {% extends %}; auto_reload re-reads those when

@@ -90,7 +90,9 @@ class Rig:
             return enqueue(conn, EMAIL_KIND, payload, tenant_id=tenant, max_attempts=3)
 
     async def start(self, **config: Any) -> Worker:
-        registry = email_registry(self.async_engine, Templates(self.templates), self.pool,
+        # reload_secs=0: tests fix template files and expect the very next run to see it.
+        templates = Templates(self.templates, reload_secs=0)
+        registry = email_registry(self.async_engine, templates, self.pool,
                                   message_id_domain="mail.acme.example")
         config.setdefault("poll_interval_secs", 0.1)
         config.setdefault("grace_secs", 1.0)

@@ -169,7 +169,7 @@ def test_a_tenant_key_that_is_not_a_folder_name_has_no_overrides(tmp_path: Path)
 
 
 def test_policy_file_sets_on_unknown_and_can_be_overridden_per_tenant(root: Path) -> None:
-    templates = Templates(root)
+    templates = Templates(root, reload_secs=0)
     assert templates.policy("welcome") == "resend"
     write(root, "welcome/template.toml", 'on_unknown = "hold"\n')
     assert templates.policy("welcome") == "hold"
@@ -194,18 +194,31 @@ def test_a_bad_policy_file_is_a_template_error(root: Path, toml: str, problem: s
         Templates(root).render("welcome", CONTEXT)
 
 
-def test_a_fixed_file_is_used_by_the_next_render_without_a_restart(root: Path) -> None:
-    templates = Templates(root)
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_fixed_file_is_used_within_the_reload_window_without_a_restart(root: Path) -> None:
+    clock = Clock()
+    templates = Templates(root, reload_secs=1.0, clock=clock)
     write(root, "welcome/body.txt", "Hello {{ usr.name }}")  # the bug
     with pytest.raises(TemplateError, match="usr"):
         templates.render("welcome", CONTEXT)
     path = write(root, "welcome/body.txt", "Hello {{ user.name }}")  # the fix
+    with pytest.raises(TemplateError, match="usr"):  # read less than reload_secs ago
+        templates.render("welcome", CONTEXT)
+    clock.now += 1.0
     first = templates.render("welcome", CONTEXT)
     assert first.text == "Hello Ada"
     # Same size, same mtime: a change within one mtime tick is still seen.
     stat = path.stat()
     write(root, "welcome/body.txt", "Howdy {{ user.name }}")
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    clock.now += 1.0
     second = templates.render("welcome", CONTEXT)
     assert second.text == "Howdy Ada"
     assert second.version != first.version

@@ -6,37 +6,44 @@
 -- recording the reply), reads the statuses of the job's other rows and which recipients
 -- the tenant has suppressed, and — only when the message is to go out — inserts this
 -- attempt's `sending` row. It goes out when no earlier attempt was accepted, when an
--- unknown outcome is to be resent (`:resend_unknown`), and when a recipient is left.
+-- unknown outcome is to be resent (`resend_unknown`), and when a recipient is left.
 -- Committed (autocommit) before DATA: if this worker dies before the reply is recorded,
 -- the row is what tells the next attempt that a copy may have been delivered.
-WITH stale AS (
-    UPDATE mdm.aa_email_log
+WITH r AS (
+    -- One JSON document instead of sixteen parameters: binding is the costly part here.
+    SELECT * FROM jsonb_to_record(CAST(:row AS jsonb)) AS r(
+        id uuid, tenant_id uuid, job_id uuid, event_id uuid, template text,
+        template_version text, category text, from_address text, recipients text[],
+        to_addresses text[], cc_addresses text[], bcc_addresses text[], subject text,
+        message_id text, attempt integer, resend_unknown boolean)
+), stale AS (
+    UPDATE mdm.aa_email_log l
     SET status = 'unknown', finished_at = now(),
         error = 'the worker sending this attempt was lost before it recorded the reply'
-    WHERE job_id = :job_id AND status = 'sending'
-    RETURNING id
+    FROM r
+    WHERE l.job_id = r.job_id AND l.status = 'sending'
+    RETURNING l.id
 ), earlier AS (
-    SELECT ARRAY(SELECT l.status FROM mdm.aa_email_log l
-                 WHERE l.job_id = :job_id AND l.id NOT IN (SELECT id FROM stale)) AS statuses
+    SELECT ARRAY(SELECT l.status FROM mdm.aa_email_log l, r
+                 WHERE l.job_id = r.job_id AND l.id NOT IN (SELECT id FROM stale)) AS statuses
 ), suppressed AS (
-    SELECT ARRAY(SELECT s.address FROM mdm.aa_email_suppression s
-                 WHERE s.tenant_id = :tenant_id
-                   AND s.address = ANY(CAST(:recipients AS text[]))) AS addresses
+    SELECT ARRAY(SELECT s.address FROM mdm.aa_email_suppression s, r
+                 WHERE s.tenant_id = r.tenant_id
+                   AND s.address = ANY(r.recipients)) AS addresses
 ), decision AS (
     SELECT NOT (e.statuses && ARRAY['sent', 'partial'])
-           AND ((SELECT count(*) FROM stale) = 0 OR :resend_unknown)
-           AND cardinality(s.addresses) < cardinality(CAST(:recipients AS text[])) AS send
-    FROM earlier e, suppressed s
+           AND ((SELECT count(*) FROM stale) = 0 OR r.resend_unknown)
+           AND cardinality(s.addresses) < cardinality(r.recipients) AS send
+    FROM earlier e, suppressed s, r
 ), sending AS (
     INSERT INTO mdm.aa_email_log (id, tenant_id, job_id, event_id, template,
                                   template_version, category, from_address, recipients,
                                   to_addresses, cc_addresses, bcc_addresses, subject,
                                   message_id, status, attempt)
-    SELECT :id, :tenant_id, :job_id, :event_id, :template, :template_version, :category,
-           :from_address, CAST(:recipients AS text[]), CAST(:to_addresses AS text[]),
-           CAST(:cc_addresses AS text[]), CAST(:bcc_addresses AS text[]), :subject,
-           :message_id, 'sending', :attempt
-    FROM decision WHERE decision.send
+    SELECT r.id, r.tenant_id, r.job_id, r.event_id, r.template, r.template_version,
+           r.category, r.from_address, r.recipients, r.to_addresses, r.cc_addresses,
+           r.bcc_addresses, r.subject, r.message_id, 'sending', r.attempt
+    FROM r, decision WHERE decision.send
     RETURNING id
 )
 SELECT (SELECT count(*) FROM stale) AS unknown_now,

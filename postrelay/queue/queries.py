@@ -11,6 +11,7 @@ from uuid import UUID
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from postrelay.core.dbcall import driver_fetch
 from postrelay.core.sqlfiles import load_queries
 from postrelay.queue.model import Job
 
@@ -25,29 +26,23 @@ async def job_claim(
     tenant_ids: Sequence[UUID] | None,
     kinds: Sequence[str] | None,
 ) -> list[Job]:
-    result = await conn.execute(
-        Q["job_claim"],
-        {
-            "worker": worker,
-            "demand": demand,
-            "tenant_ids": list(tenant_ids) if tenant_ids else None,
-            "kinds": list(kinds) if kinds else None,
-        },
-    )
-    return [Job(*row) for row in result.fetchall()]
+    rows = await driver_fetch(conn, Q["job_claim"], {
+        "worker": worker,
+        "demand": demand,
+        "tenant_ids": list(tenant_ids) if tenant_ids else None,
+        "kinds": list(kinds) if kinds else None,
+    })
+    return [Job(*row) for row in rows]
 
 
 async def job_next_due_in(
     conn: AsyncConnection, *, tenant_ids: Sequence[UUID] | None, kinds: Sequence[str] | None
 ) -> float | None:
-    result = await conn.execute(
-        Q["job_next_due_in"],
-        {
-            "tenant_ids": list(tenant_ids) if tenant_ids else None,
-            "kinds": list(kinds) if kinds else None,
-        },
-    )
-    return result.scalar_one()
+    [(due_in,)] = await driver_fetch(conn, Q["job_next_due_in"], {
+        "tenant_ids": list(tenant_ids) if tenant_ids else None,
+        "kinds": list(kinds) if kinds else None,
+    })
+    return due_in
 
 
 async def job_finalize_many(

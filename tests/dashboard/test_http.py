@@ -382,6 +382,17 @@ def test_cron_create_and_delete_with_the_apis_messages(admin, api_client, engine
             "payload": {"dryRun": True}, "tenantId": form["tenant"]})
         message = answer.json()["error"]["message"]
         assert message.replace("'", "&#39;") in page.text, (change, message)
+    # Numbers are checked by the API's own types: the same words for the same mistakes.
+    for form_field, api_field, typed in (("priority", "priority", "x"),
+                                         ("priority", "priority", "40000"),
+                                         ("max_attempts", "maxAttempts", "0")):
+        page = admin.post("/dashboard/cron", data={**good, form_field: typed, "csrf": token})
+        value = int(typed) if typed.isdigit() else typed
+        answer = api_client.post("/v1/functions/cron", json={
+            "name": "nightly", "schedule": good["schedule"], "kind": "reindex",
+            "payload": {}, "tenantId": str(tenant), api_field: value})
+        message = answer.json()["error"]["message"]
+        assert page.status_code == 400 and message in page.text, (form_field, message)
     for change, field in (({"priority": "x"}, "priority: "), ({"max_attempts": "0"},
                                                               "maxAttempts: "),
                           ({"payload": "[1]"}, "payload: ")):

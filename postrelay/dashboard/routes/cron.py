@@ -8,9 +8,12 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
+from pydantic import TypeAdapter
+from pydantic import ValidationError as PydanticValidationError
 from sqlalchemy import Engine
 
 from postrelay.api.errors import API_FIELD_NAMES
+from postrelay.api.models import MaxAttempts, Priority
 from postrelay.core.errors import ConflictError, NotFoundError, ValidationError
 from postrelay.core.telemetry import event
 from postrelay.dashboard.web import (
@@ -32,6 +35,8 @@ from postrelay.queue.schema import SYSTEM_TENANT_ID
 router = APIRouter()
 
 FIELDS = ("name", "schedule", "kind", "payload", "tenant", "priority", "max_attempts")
+_PRIORITY: TypeAdapter[int] = TypeAdapter(Priority)
+_MAX_ATTEMPTS: TypeAdapter[int] = TypeAdapter(MaxAttempts)
 
 
 @router.get("/cron")
@@ -87,18 +92,23 @@ def _arguments(user: User, values: dict[str, str]) -> dict[str, Any]:
         "name": values["name"].strip(), "schedule": values["schedule"],
         "kind": values["kind"], "payload": payload,
         "tenant_id": tenant or SYSTEM_TENANT_ID,
-        "priority": _number(values["priority"], 100),
-        "max_attempts": _number(values["max_attempts"], None),
+        "priority": _number("priority", values["priority"], 100, _PRIORITY),
+        "max_attempts": _number("max_attempts", values["max_attempts"], None, _MAX_ATTEMPTS),
     }
 
 
-def _number(text: str, default: int | None) -> Any:
+def _number(field: str, text: str, default: int | None, rule: TypeAdapter[int]) -> Any:
+    """The form's number checked by the API's own type, so a bad one gets the API's message."""
     if not text.strip():
         return default
     try:
-        return int(text.strip())
+        value: Any = int(text.strip())
     except ValueError:
-        return text
+        value = text
+    try:
+        return rule.validate_python(value)
+    except PydanticValidationError as exc:
+        raise ValidationError(field, exc.errors()[0]["msg"]) from None
 
 
 def _page(request: Request, user: User, engine: Engine, values: dict[str, str], error: str | None,

@@ -14,7 +14,12 @@ from postrelay.cli.common import transaction
 from postrelay.cli.main import app
 from postrelay.cli.output import cell, print_json, table
 from postrelay.core.errors import ValidationError
-from postrelay.orchestrator.admin import email_list, email_story
+from postrelay.orchestrator.admin import (
+    email_list,
+    email_story,
+    suppression_list,
+    suppression_remove,
+)
 
 emails_app = typer.Typer(help="The email log: every message attempt and its outcome.",
                          invoke_without_command=True)
@@ -107,6 +112,34 @@ def emails_show(
                    + (f"  error: {cell(row['error'])}" if row.get("error") else ""))
         for address, result in (row.get("recipient_results") or {}).items():
             typer.echo(f"      {address}: {json.dumps(result)}")
+
+
+@emails_app.command("suppressed")
+def emails_suppressed(
+    tenant: str | None = typer.Option(None, "--tenant", help="Only this tenant id."),
+    limit: int = typer.Option(100, "--limit", help="At most this many (1-1000)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """Addresses not sent to any more: the server said they do not exist (5.1.x)."""
+    with transaction() as conn:
+        rows = suppression_list(conn, tenant_id=tenant, limit=limit)
+    if as_json:
+        print_json(rows)
+        return
+    typer.echo(table(["TENANT", "ADDRESS", "SINCE", "REASON"],
+                     [[r["tenant_id"], r["address"], r["created_at"], r["reason"]]
+                      for r in rows]) if rows else "no suppressed addresses")
+
+
+@emails_app.command("unsuppress")
+def emails_unsuppress(
+    address: str = typer.Argument(..., help="The address to send to again."),
+    tenant: str = typer.Option(..., "--tenant", help="The tenant id."),
+) -> None:
+    """Lift a suppression: the address gets this tenant's mail again."""
+    with transaction() as conn:
+        suppression_remove(conn, address, tenant_id=tenant)
+    typer.echo(f"{address.strip().lower()} gets mail again")
 
 
 def _smtp(row: dict[str, Any]) -> str:

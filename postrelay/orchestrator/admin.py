@@ -60,6 +60,26 @@ def email_story(
     return story
 
 
+def suppression_list(conn: Connection, *, tenant_id: UUID | str | None = None,
+                     limit: int = 100) -> list[dict[str, Any]]:
+    """The suppressed addresses (5.1.x replies), newest first."""
+    if not 1 <= limit <= MAX_LIMIT:
+        raise ValidationError("limit", f"must be between 1 and {MAX_LIMIT}")
+    return queries.email_suppression_list(conn, tenant_id=_uuid("tenant", tenant_id),
+                                          limit=limit)
+
+
+def suppression_remove(conn: Connection, address: str, *, tenant_id: UUID | str) -> None:
+    """Let `address` receive this tenant's mail again. Raises NotFoundError when it is not
+    suppressed."""
+    tenant = _uuid("tenant", tenant_id)
+    if tenant is None:
+        raise ValidationError("tenant", "name the tenant whose suppression to lift")
+    wanted = address.strip().lower()
+    if not queries.email_suppression_delete(conn, tenant_id=tenant, address=wanted):
+        raise NotFoundError(f"{wanted} is not suppressed for tenant {tenant}")
+
+
 def _uuid(field: str, value: UUID | str | None) -> str | None:
     if value is None or value == "":
         return None

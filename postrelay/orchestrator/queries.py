@@ -51,6 +51,17 @@ async def email_suppression_add_many(
     await conn.execute(Q["email_suppression_add_many"], {"rows": json.dumps(rows, default=str)})
 
 
+def email_suppression_list(conn: Connection, *, tenant_id: str | None, limit: int
+                           ) -> list[dict[str, Any]]:
+    return [dict(r) for r in conn.execute(Q["email_suppression_list"],
+                                          {"tenant_id": tenant_id, "limit": limit}).mappings()]
+
+
+def email_suppression_delete(conn: Connection, *, tenant_id: str, address: str) -> bool:
+    return conn.execute(Q["email_suppression_delete"],
+                        {"tenant_id": tenant_id, "address": address}).first() is not None
+
+
 def email_log_list(conn: Connection, **filters: Any) -> list[dict[str, Any]]:
     return [dict(r) for r in conn.execute(Q["email_log_list"], filters).mappings()]
 

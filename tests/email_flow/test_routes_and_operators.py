@@ -178,3 +178,29 @@ async def test_the_emails_command_lists_and_tells_one_message_s_story(
     done = subprocess.run([POSTRELAY, "emails", "--status", "nope"], env=worker_env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "status" in done.stderr
+
+
+async def test_operators_list_and_lift_suppressions(rig, tenant, sink, worker_env):
+    from postrelay.orchestrator.sink import reply
+
+    sink.handler.rules = [("gone@example.com", reply("550 5.1.1 No such user"))]
+    bounced = rig.enqueue(tenant, to=["gone@example.com"])
+    await rig.start()
+    await rig.settle(bounced)
+
+    def postrelay(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([POSTRELAY, *args], env=worker_env, capture_output=True,
+                              text=True, timeout=60)
+
+    listed = json.loads(postrelay("emails", "suppressed", "--json").stdout)
+    assert [(r["address"], r["smtp_enhanced"]) for r in listed] == [("gone@example.com",
+                                                                      "5.1.1")]
+    lifted = postrelay("emails", "unsuppress", "GONE@example.com", "--tenant", str(tenant))
+    assert lifted.returncode == 0 and "gets mail again" in lifted.stdout
+    again = postrelay("emails", "unsuppress", "gone@example.com", "--tenant", str(tenant))
+    assert again.returncode == 1 and "not suppressed" in again.stderr
+
+    sink.handler.rules = []  # the mailbox exists now
+    later = rig.enqueue(tenant, to=["gone@example.com"])
+    await rig.settle(later)
+    assert [r["status"] for r in rig.log(later)] == ["sent"]

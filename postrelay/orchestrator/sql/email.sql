@@ -98,6 +98,19 @@ FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(
     email_log_id uuid)
 ON CONFLICT (tenant_id, address) DO NOTHING;
 
+-- name: email_suppression_list
+SELECT tenant_id, address, reason, smtp_code, smtp_enhanced, email_log_id, created_at
+FROM mdm.aa_email_suppression
+WHERE CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid)
+ORDER BY created_at DESC, address
+LIMIT :limit;
+
+-- name: email_suppression_delete
+-- An operator lets an address receive mail again (the mailbox exists after all).
+DELETE FROM mdm.aa_email_suppression
+WHERE tenant_id = CAST(:tenant_id AS uuid) AND address = :address
+RETURNING address;
+
 -- name: email_log_list
 -- The log, newest first, through whichever index the filters allow.
 SELECT l.id, l.tenant_id, l.job_id, l.event_id, l.template, l.template_version, l.category,

@@ -154,13 +154,19 @@ def _print(report: DemoReport, echo, elapsed: float) -> None:  # noqa: ANN001
     echo("\nemail log by outcome: " + ", ".join(
         f"{s}={n}" for s, n in sorted(report.email_outcomes.items())))
     for row in report.emails:
-        if row["status"] in ("sent", "partial"):
+        if row["status"] == "sent":
             continue
-        reply = " ".join(str(v) for v in (row["smtp_code"], row["smtp_enhanced"],
-                                           row["smtp_response"]) if v)
-        why = reply or (row["error"] or "").splitlines()[-1]
-        echo(f"  {row['status']:<10} {row['tenant']:<8} {row['template']:<14} "
-             f"{', '.join(row['to_addresses'])}: {why}")
+        if row["status"] == "partial":  # the refused recipients' replies, not the 250
+            refused = {a: r for a, r in (row["recipient_results"] or {}).items()
+                       if r["status"] == "refused"}
+            why = "; ".join(f"{a} refused with {r['code']} {r['enhanced'] or ''} {r['text']}"
+                            for a, r in refused.items()) + " (delivered to the others)"
+        else:
+            reply = " ".join(str(v) for v in (row["smtp_code"], row["smtp_enhanced"],
+                                               row["smtp_response"]) if v)
+            why = reply or (row["error"] or "").splitlines()[-1]
+        to = "" if row["status"] == "partial" else ", ".join(row["to_addresses"]) + ": "
+        echo(f"  {row['status']:<10} {row['tenant']:<8} {row['template']:<14} {to}{why}")
     echo(f"\ndead-letter queue ({len(report.dead)}):")
     for job in report.dead:
         last_line = (job["last_error"] or "").strip().splitlines()[-1:]

@@ -24,6 +24,7 @@ def test_demo_runs_the_whole_flow_to_settled_and_reports(worker_env, clean_db, t
     assert "email log by outcome: bounced=3, failed=1, partial=3, sent=15" in out
     assert "550 5.1.1 No such user here" in out
     assert "554 5.7.1" not in out.split("dead-letter queue")[1]  # partly delivered, done
+    assert "ap@blocked.example refused with 554 5.7.1" in out
     assert "undefined variable: 'stats' is undefined" in out
     assert "virus_scan attempts=3/3" in out
     maildir = tmp_path / "demo-mail"

@@ -21,7 +21,7 @@ ORDER BY 1, 2;
 
 -- name: demo_email_rows
 SELECT l.id, t.name AS tenant, l.template, l.status, l.to_addresses, l.smtp_code,
-       l.smtp_enhanced, l.smtp_response, l.error
+       l.smtp_enhanced, l.smtp_response, l.error, l.recipient_results
 FROM mdm.aa_email_log l
 JOIN mdm.aa_tenant t ON t.id = l.tenant_id
 WHERE l.tenant_id = ANY(CAST(:tenants AS uuid[])) AND l.created_at >= :since

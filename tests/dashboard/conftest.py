@@ -13,6 +13,7 @@ import re
 import secrets
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from sqlalchemy import Engine, text
 from postrelay.api.keys import api_key_create
 from postrelay.queue import ensure_tenant
 from tests.api.server import serve_database
+from tests.factories import insert_job
 
 SERVICE_KEY = "svc-" + secrets.token_urlsafe(24)
 CHROMIUM = Path("/usr/bin/chromium")
@@ -206,3 +208,17 @@ def shot(page: Any, name: str) -> Path:
     path = ARTIFACTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
     return path
+
+
+# --- shared by the HTTP tests ----------------------------------------------------------
+
+PAGES = ["/dashboard/", "/dashboard/panels", "/dashboard/jobs", "/dashboard/jobs?status=done",
+         "/dashboard/jobs?status=pending", "/dashboard/jobs?status=dlq", "/dashboard/dlq",
+         "/dashboard/cron", "/dashboard/outbox", "/dashboard/emails"]
+
+
+def dead(engine, tenant_id, *, ago: float = 60.0, **fields) -> uuid.UUID:
+    fields = {"attempts": 3, "max_attempts": 3, "last_error": "boom", **fields}
+    with engine.begin() as conn:
+        return insert_job(conn, tenant_id=tenant_id, status="dlq",
+                          completed_at=datetime.now(UTC) - timedelta(seconds=ago), **fields)

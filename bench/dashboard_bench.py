@@ -21,26 +21,21 @@ import secrets
 import signal
 import statistics
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
-import uvicorn
 from sqlalchemy import Engine, create_engine, text
 
 from bench.harness import BenchDatabase, bench_database
-from postrelay.api import create_app
-from postrelay.core.db import Database, sqlalchemy_url
-from postrelay.core.settings import Settings
+from postrelay.core.db import sqlalchemy_url
 from postrelay.dashboard import queries
 from postrelay.dashboard.queries import D
+from tests.api.server import serve_database
 
 TARGET_MS = 200.0
-# Indexes the dashboard would use if the schema had them (see docs/dashboard.md).
 FILL = """
 INSERT INTO mdm.aa_tenant (name)
 SELECT 'tenant-' || lpad(g::text, 3, '0') FROM generate_series(1, :tenants) g;
@@ -229,42 +224,38 @@ def _explain(engine: Engine) -> None:
 def _http_rows(bench: BenchDatabase, args: argparse.Namespace
                ) -> list[tuple[str, list[float], float | None]]:
     key = "bench-" + secrets.token_urlsafe(16)
-    settings = Settings(database_url=bench.url, service_role_key=key)
-    db = Database(url=sqlalchemy_url(bench.url))
     rows: list[tuple[str, list[float], float | None]] = []
-    try:
-        with _serve(create_app(settings, db)) as url, httpx.Client(base_url=url,
-                                                                   timeout=60) as client:
-            _sign_in(client, key)
-            with bench.engine.connect() as conn:
-                some = conn.execute(text(
-                    "SELECT id, idempotency_key FROM mdm.aa_job "
-                    "WHERE status = 'dlq' AND idempotency_key IS NOT NULL LIMIT 1")).one()
-            pages = [
-                ("GET /dashboard/ (overview page)", "/dashboard/", TARGET_MS),
-                ("GET /dashboard/panels (its refresh)", "/dashboard/panels", TARGET_MS),
-                *[(f"GET /dashboard/jobs?status={s}", f"/dashboard/jobs?status={s}", None)
-                  for s in ("pending", "running", "done", "failed", "dlq")],
-                ("GET /dashboard/jobs/{id}", f"/dashboard/jobs/{some.id}", None),
-                ("GET /dashboard/jobs?q=<idempotency key>",
-                 f"/dashboard/jobs?q={some.idempotency_key}", None),
-                ("GET /dashboard/dlq", "/dashboard/dlq", None),
-                ("GET /dashboard/outbox", "/dashboard/outbox", None),
-                ("GET /dashboard/emails", "/dashboard/emails", None),
-                ("GET /dashboard/emails?status=bounced", "/dashboard/emails?status=bounced",
-                 None),
-                ("GET /dashboard/cron", "/dashboard/cron", None),
-            ]
-            for label, path, target in pages:
-                def get(path: str = path) -> None:
-                    response = client.get(path)
-                    if response.status_code not in (200, 303):
-                        raise RuntimeError(f"{path}: HTTP {response.status_code}")
-                rounds = args if target else argparse.Namespace(
-                    rounds=max(args.rounds // 4, 5), warmup=2)
-                rows.append((label, _time(rounds, get), target))
-    finally:
-        db.close()
+    # The API app on the bench database, served as the API tests serve it.
+    with serve_database(bench.url, key) as url, httpx.Client(base_url=url,
+                                                             timeout=60) as client:
+        _sign_in(client, key)
+        with bench.engine.connect() as conn:
+            some = conn.execute(text(
+                "SELECT id, idempotency_key FROM mdm.aa_job "
+                "WHERE status = 'dlq' AND idempotency_key IS NOT NULL LIMIT 1")).one()
+        pages = [
+            ("GET /dashboard/ (overview page)", "/dashboard/", TARGET_MS),
+            ("GET /dashboard/panels (its refresh)", "/dashboard/panels", TARGET_MS),
+            *[(f"GET /dashboard/jobs?status={s}", f"/dashboard/jobs?status={s}", None)
+              for s in ("pending", "running", "done", "failed", "dlq")],
+            ("GET /dashboard/jobs/{id}", f"/dashboard/jobs/{some.id}", None),
+            ("GET /dashboard/jobs?q=<idempotency key>",
+             f"/dashboard/jobs?q={some.idempotency_key}", None),
+            ("GET /dashboard/dlq", "/dashboard/dlq", None),
+            ("GET /dashboard/outbox", "/dashboard/outbox", None),
+            ("GET /dashboard/emails", "/dashboard/emails", None),
+            ("GET /dashboard/emails?status=bounced", "/dashboard/emails?status=bounced",
+             None),
+            ("GET /dashboard/cron", "/dashboard/cron", None),
+        ]
+        for label, path, target in pages:
+            def get(path: str = path) -> None:
+                response = client.get(path)
+                if response.status_code not in (200, 303):
+                    raise RuntimeError(f"{path}: HTTP {response.status_code}")
+            rounds = args if target else argparse.Namespace(
+                rounds=max(args.rounds // 4, 5), warmup=2)
+            rows.append((label, _time(rounds, get), target))
     return rows
 
 
@@ -277,25 +268,6 @@ def _sign_in(client: httpx.Client, key: str) -> None:
                                                    "next": "/"})
     if answer.status_code != 303:
         raise RuntimeError(f"sign-in refused: HTTP {answer.status_code}")
-
-
-@contextmanager
-def _serve(app: Any) -> Iterator[str]:
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="uvicorn-bench", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 def _time(args: argparse.Namespace, call: Callable[[], None]) -> list[float]:

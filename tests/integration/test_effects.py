@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from postrelay.queue import PermanentError, Registry, Snooze, enqueue, record_with_outcome
 from postrelay.queue.model import Job
 from tests.factories import job_row
-from tests.integration.test_worker import _async, make_worker, status_of, wait_until
+from tests.integration.test_worker import run_until, status_of
 
 
 class AuditNote:
@@ -53,13 +53,8 @@ async def test_effects_commit_with_every_kind_of_outcome(engine, async_engine, l
     with engine.begin() as conn:
         done = enqueue(conn, "reindex", {"end": "done"}, tenant_id=tenant)
         dead = enqueue(conn, "reindex", {"end": "dlq"}, tenant_id=tenant)
-    worker = make_worker(async_engine, libpq, registry)
-    await worker.start()
-    try:
-        await wait_until(lambda: _async(
-            status_of(engine, done) == "done" and status_of(engine, dead) == "dlq"))
-    finally:
-        await worker.stop()
+    await run_until(async_engine, libpq, registry,
+                    lambda: status_of(engine, done) == "done" and status_of(engine, dead) == "dlq")
     assert notes(engine, done) == ["note:done"]
     assert notes(engine, dead) == ["note:dlq"]
 
@@ -77,12 +72,7 @@ async def test_a_failed_effect_write_rolls_back_the_outcome_and_is_retried(
 
     with engine.begin() as conn:
         job_id = enqueue(conn, "reindex", {}, tenant_id=tenant)
-    worker = make_worker(async_engine, libpq, registry)
-    await worker.start()
-    try:
-        await wait_until(lambda: _async(status_of(engine, job_id) == "done"))
-    finally:
-        await worker.stop()
+    await run_until(async_engine, libpq, registry, lambda: status_of(engine, job_id) == "done")
     # Two rolled-back transactions left neither the note nor the outcome; the third both.
     assert writer.calls == 3
     assert notes(engine, job_id) == ["note"]
@@ -102,10 +92,5 @@ async def test_snooze_does_not_count_the_attempt(engine, async_engine, libpq, te
 
     with engine.begin() as conn:
         job_id = enqueue(conn, "reindex", {}, tenant_id=tenant, max_attempts=1)
-    worker = make_worker(async_engine, libpq, registry)
-    await worker.start()
-    try:
-        await wait_until(lambda: _async(status_of(engine, job_id) == "done"))
-    finally:
-        await worker.stop()
+    await run_until(async_engine, libpq, registry, lambda: status_of(engine, job_id) == "done")
     assert runs == [1, 1, 1]  # max_attempts 1, yet three runs: snoozes are not attempts

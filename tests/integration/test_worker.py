@@ -31,6 +31,17 @@ async def wait_until(predicate, timeout: float = 15.0, interval: float = 0.02) -
         await asyncio.sleep(interval)
 
 
+async def run_until(async_engine, libpq, registry, predicate, **config) -> Worker:
+    """Start a worker, wait until `predicate()` (a plain function) holds, stop it."""
+    worker = make_worker(async_engine, libpq, registry, **config)
+    await worker.start()
+    try:
+        await wait_until(lambda: _async(predicate()))
+    finally:
+        await worker.stop()
+    return worker
+
+
 def status_of(engine, job_id) -> str:
     with engine.connect() as conn:
         return job_row(conn, job_id)["state"]

@@ -39,9 +39,8 @@ WHERE status = 'done' AND completed_at >= :since
 GROUP BY 1;
 
 -- name: job_failed_per_minute
--- Jobs that ended failed or dead-lettered, per minute since :since. Wants the partial index
--- ix_job_failed_completed (completed_at) WHERE status IN ('failed', 'dlq'), suggested in
--- docs/dashboard.md for a migration; without it PostgreSQL scans the table.
+-- Jobs that ended failed or dead-lettered, per minute since :since, through the partial
+-- index ix_job_failed_completed (migration 0008).
 SELECT date_trunc('minute', completed_at) AS minute, count(*) AS n
 FROM mdm.aa_job
 WHERE status IN ('failed', 'dlq') AND completed_at >= :since
@@ -60,7 +59,7 @@ WHERE status = 'pending' AND available_at <= now()
 -- name: outbox_backlog
 -- Unrelayed live events and the age of the oldest, from ix_outbox_unhandled: seq order is
 -- insertion order, so the first event by seq is (within a transaction's span) the oldest.
--- The dead count wants ix_outbox_dead (docs/dashboard.md); without it, a scan.
+-- The dead count reads ix_outbox_dead (migration 0008).
 SELECT (SELECT count(*) FROM mdm.aa_outbox_event
         WHERE handled_at IS NULL AND dead_at IS NULL
           AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid)))
@@ -115,8 +114,8 @@ LIMIT :limit OFFSET :offset;
 
 -- name: job_list_finished
 -- Done, failed or dead jobs, the most recently finished first. `done` reads
--- ix_job_done_completed backwards; failed and dlq want a partial index on completed_at
--- (docs/dashboard.md). The caller validates :status first: a bad enum cast would abort.
+-- ix_job_done_completed backwards, failed and dlq ix_job_failed_completed. The caller
+-- validates :status first: a bad enum cast would abort.
 -- One cast, straight to the enum: a custom plan then sees the status as a constant and
 -- can prove the partial index's predicate (a cast through text is evaluated at run time).
 -- The order is the backward index order, NULLS FIRST (finished jobs have completed_at).

@@ -29,7 +29,7 @@ _RELATIVE = re.compile(r"^(\d+)([smhd])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 
-def parse_since(value: str | None) -> datetime | None:
+def parse_time(value: str | None, field: str = "since") -> datetime | None:
     """`30m`, `2h`, `7d`, or an ISO 8601 time (UTC unless it says otherwise)."""
     if not value:
         return None
@@ -39,7 +39,7 @@ def parse_since(value: str | None) -> datetime | None:
     try:
         moment = datetime.fromisoformat(value)
     except ValueError:
-        raise ValidationError("since", "must be like 30m, 2h, 7d or an ISO 8601 time") from None
+        raise ValidationError(field, "must be like 30m, 2h, 7d or an ISO 8601 time") from None
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
@@ -54,6 +54,7 @@ def emails_list(
     event: str | None = typer.Option(None, "--event", help="Made from this outbox event."),
     job: str | None = typer.Option(None, "--job", help="Attempts of this job."),
     since: str | None = typer.Option(None, "--since", help="30m, 2h, 7d or an ISO time."),
+    until: str | None = typer.Option(None, "--until", help="Before this (same forms)."),
     limit: int = typer.Option(50, "--limit", help="At most this many (1-1000)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
@@ -63,7 +64,8 @@ def emails_list(
     with transaction() as conn:
         rows = email_list(conn, tenant_id=tenant, recipient=recipient, status=status,
                           template=template, event_id=event, job_id=job,
-                          since=parse_since(since), limit=limit)
+                          since=parse_time(since, "since"), until=parse_time(until, "until"),
+                          limit=limit)
     if as_json:
         print_json(rows)
         return

@@ -19,6 +19,7 @@ from postrelay.queue.schema import STATUSES
 
 D = load_queries("postrelay.dashboard", "sql/dashboard.sql")
 
+# orchestrator.schema.EMAIL_STATUSES in the order the dashboard shows them.
 EMAIL_STATUSES = ("sent", "partial", "deferred", "bounced", "failed", "suppressed",
                   "sending", "unknown")
 FINISHED = ("done", "failed", "dlq")
@@ -120,20 +121,6 @@ def dlq_count(conn: Connection, *, tenant_id: UUID | None, kind: str | None,
     return int(conn.execute(D["dlq_count_matching"], {
         "tenant_id": tenant_id, "kind": kind, "since": since, "until": until,
     }).scalar_one())
-
-
-def email_list(conn: Connection, *, tenant_id: UUID | None, recipient: str | None,
-               status: str | None, template: str | None, since: datetime | None,
-               until: datetime | None, page: int) -> list[Any]:
-    """One page of the email log, newest first; each filter shape reads its own index."""
-    params = {
-        "tenant_id": tenant_id, "recipient": recipient.lower() if recipient else None,
-        "status": status, "template": template, "since": since, "until": until,
-        "limit": PAGE_SIZE + 1, "offset": (page - 1) * PAGE_SIZE,
-    }
-    narrowed = tenant_id is not None or status is not None or recipient is not None
-    return conn.execute(D["email_log_list" if narrowed else "email_log_list_recent"],
-                        params).all()
 
 
 def api_key_by_hash(conn: Connection, digest: str) -> Any:

@@ -26,13 +26,17 @@ def email_list(
     event_id: UUID | str | None = None,
     job_id: UUID | str | None = None,
     since: datetime | None = None,
+    until: datetime | None = None,
     limit: int = 100,
+    offset: int = 0,
 ) -> list[dict[str, Any]]:
-    """Log rows, newest first, matching every filter given."""
+    """Log rows created in [since, until), newest first, matching every filter given."""
     if status is not None and status not in EMAIL_STATUSES:
         raise ValidationError("status", f"must be one of {', '.join(EMAIL_STATUSES)}")
     if not 1 <= limit <= MAX_LIMIT:
         raise ValidationError("limit", f"must be between 1 and {MAX_LIMIT}")
+    if offset < 0:
+        raise ValidationError("offset", "must not be negative")
     return queries.email_log_list(
         conn,
         tenant_id=_uuid("tenant", tenant_id),
@@ -42,7 +46,9 @@ def email_list(
         event_id=_uuid("event", event_id),
         job_id=_uuid("job", job_id),
         since=since,
+        until=until,
         limit=limit,
+        offset=offset,
     )
 
 

@@ -63,7 +63,10 @@ def email_suppression_delete(conn: Connection, *, tenant_id: str, address: str) 
 
 
 def email_log_list(conn: Connection, **filters: Any) -> list[dict[str, Any]]:
-    return [dict(r) for r in conn.execute(Q["email_log_list"], filters).mappings()]
+    narrowed = any(filters[f] is not None
+                   for f in ("tenant_id", "status", "recipient", "event_id", "job_id"))
+    statement = Q["email_log_list" if narrowed else "email_log_list_recent"]
+    return [dict(r) for r in conn.execute(statement, filters).mappings()]
 
 
 def email_story(conn: Connection, *, log_id: UUID | str, tenant_id: UUID | str | None

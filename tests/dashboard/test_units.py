@@ -111,3 +111,10 @@ def test_query_and_tenant_names():
     ("https://evil", "/"), ("/\\evil", "/"), ("/ok\r\nSet-Cookie: x", "/")])
 def test_sign_in_goes_back_only_to_dashboard_paths(target, expected):
     assert safe_next(target) == expected
+
+
+def test_the_dashboard_shows_every_email_status_there_is():
+    from postrelay.dashboard.queries import EMAIL_STATUSES as SHOWN
+    from postrelay.orchestrator.schema import EMAIL_STATUSES
+
+    assert sorted(SHOWN) == sorted(EMAIL_STATUSES)

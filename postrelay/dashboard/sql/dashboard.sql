@@ -188,42 +188,6 @@ WHERE status = 'dlq'
   AND (CAST(:since AS timestamptz) IS NULL OR completed_at >= CAST(:since AS timestamptz))
   AND (CAST(:until AS timestamptz) IS NULL OR completed_at < CAST(:until AS timestamptz));
 
--- name: email_log_list
--- The email log, newest first, filtered by tenant, status or recipient (and the rest):
--- ix_email_log_tenant_time, ix_email_log_status_time or the recipients' GIN index.
-SELECT id, tenant_id, job_id, event_id, template, recipients, subject, status, smtp_code,
-       smtp_enhanced, smtp_response, error, attempt, created_at, finished_at
-FROM mdm.aa_email_log
-WHERE (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
-  AND (CAST(:status AS text) IS NULL OR status = CAST(:status AS text))
-  AND (CAST(:recipient AS text) IS NULL OR recipients @> ARRAY[CAST(:recipient AS text)])
-  AND (CAST(:template AS text) IS NULL OR template = CAST(:template AS text))
-  AND (CAST(:since AS timestamptz) IS NULL OR created_at >= CAST(:since AS timestamptz))
-  AND (CAST(:until AS timestamptz) IS NULL OR created_at < CAST(:until AS timestamptz))
-ORDER BY created_at DESC, id DESC
-LIMIT :limit OFFSET :offset;
-
--- name: email_log_list_recent
--- The same without a tenant, status or recipient filter: no index orders the whole log
--- by time, so the newest rows are merged from each tenant's range of
--- ix_email_log_tenant_time (one short backward index scan per tenant).
-SELECT l.id, l.tenant_id, l.job_id, l.event_id, l.template, l.recipients, l.subject,
-       l.status, l.smtp_code, l.smtp_enhanced, l.smtp_response, l.error, l.attempt,
-       l.created_at, l.finished_at
-FROM mdm.aa_tenant t
-CROSS JOIN LATERAL (
-    SELECT *
-    FROM mdm.aa_email_log e
-    WHERE e.tenant_id = t.id
-      AND (CAST(:template AS text) IS NULL OR e.template = CAST(:template AS text))
-      AND (CAST(:since AS timestamptz) IS NULL OR e.created_at >= CAST(:since AS timestamptz))
-      AND (CAST(:until AS timestamptz) IS NULL OR e.created_at < CAST(:until AS timestamptz))
-    ORDER BY e.created_at DESC, e.id DESC
-    LIMIT :limit + :offset
-) l
-ORDER BY l.created_at DESC, l.id DESC
-LIMIT :limit OFFSET :offset;
-
 -- name: email_log_of_job
 SELECT id, status, attempt, recipients, subject, smtp_code, created_at
 FROM mdm.aa_email_log

@@ -112,21 +112,46 @@ WHERE tenant_id = CAST(:tenant_id AS uuid) AND address = :address
 RETURNING address;
 
 -- name: email_log_list
--- The log, newest first, through whichever index the filters allow.
+-- The log, newest first, narrowed by tenant, status, recipient, event or job (and the
+-- rest): ix_email_log_tenant_time, ix_email_log_status_time, the recipients' GIN index,
+-- ix_email_log_event or ix_email_log_job.
 SELECT l.id, l.tenant_id, l.job_id, l.event_id, l.template, l.template_version, l.category,
-       l.from_address, l.to_addresses, l.cc_addresses, l.bcc_addresses, l.subject,
-       l.message_id, l.status, l.smtp_code, l.smtp_enhanced, l.smtp_response, l.queue_id,
-       l.error, l.attempt, l.created_at, l.finished_at
+       l.from_address, l.recipients, l.to_addresses, l.cc_addresses, l.bcc_addresses,
+       l.subject, l.message_id, l.status, l.smtp_code, l.smtp_enhanced, l.smtp_response,
+       l.queue_id, l.error, l.attempt, l.created_at, l.finished_at
 FROM mdm.aa_email_log l
 WHERE (CAST(:tenant_id AS uuid) IS NULL OR l.tenant_id = CAST(:tenant_id AS uuid))
-  AND (CAST(:recipient AS text) IS NULL OR l.recipients @> ARRAY[CAST(:recipient AS text)])
   AND (CAST(:status AS text) IS NULL OR l.status = CAST(:status AS text))
-  AND (CAST(:template AS text) IS NULL OR l.template = CAST(:template AS text))
+  AND (CAST(:recipient AS text) IS NULL OR l.recipients @> ARRAY[CAST(:recipient AS text)])
   AND (CAST(:event_id AS uuid) IS NULL OR l.event_id = CAST(:event_id AS uuid))
   AND (CAST(:job_id AS uuid) IS NULL OR l.job_id = CAST(:job_id AS uuid))
+  AND (CAST(:template AS text) IS NULL OR l.template = CAST(:template AS text))
   AND (CAST(:since AS timestamptz) IS NULL OR l.created_at >= CAST(:since AS timestamptz))
-ORDER BY l.created_at DESC, l.id
-LIMIT :limit;
+  AND (CAST(:until AS timestamptz) IS NULL OR l.created_at < CAST(:until AS timestamptz))
+ORDER BY l.created_at DESC, l.id DESC
+LIMIT :limit OFFSET :offset;
+
+-- name: email_log_list_recent
+-- The same without any of those filters: no index orders the whole log by time, so the
+-- newest rows are merged from each tenant's range of ix_email_log_tenant_time (one short
+-- backward index scan per tenant) instead of sorting the log.
+SELECT l.id, l.tenant_id, l.job_id, l.event_id, l.template, l.template_version, l.category,
+       l.from_address, l.recipients, l.to_addresses, l.cc_addresses, l.bcc_addresses,
+       l.subject, l.message_id, l.status, l.smtp_code, l.smtp_enhanced, l.smtp_response,
+       l.queue_id, l.error, l.attempt, l.created_at, l.finished_at
+FROM mdm.aa_tenant t
+CROSS JOIN LATERAL (
+    SELECT *
+    FROM mdm.aa_email_log e
+    WHERE e.tenant_id = t.id
+      AND (CAST(:template AS text) IS NULL OR e.template = CAST(:template AS text))
+      AND (CAST(:since AS timestamptz) IS NULL OR e.created_at >= CAST(:since AS timestamptz))
+      AND (CAST(:until AS timestamptz) IS NULL OR e.created_at < CAST(:until AS timestamptz))
+    ORDER BY e.created_at DESC, e.id DESC
+    LIMIT :limit + :offset
+) l
+ORDER BY l.created_at DESC, l.id DESC
+LIMIT :limit OFFSET :offset;
 
 -- name: email_story
 -- One message's whole story in one statement: the log row, every attempt's row for the

@@ -244,7 +244,9 @@ class _LogRow:
             row.update(smtp_code=reply.code, smtp_enhanced=reply.enhanced,
                        smtp_response=reply.text)
         record_with_outcome(EMAIL_LOG, row)
-        level = logging.INFO if status in SENT else logging.WARNING
+        # Success is quiet, as a done job is: one INFO line per message would cost a busy
+        # worker more than the message's own log row.
+        level = logging.DEBUG if status == "sent" else logging.WARNING
         log_event(f"postrelay.email.{status}", level, job_id=str(self.job.id),
                   template=row["template"], attempt=row["attempt"],
                   smtp_code=row.get("smtp_code"), error=error)

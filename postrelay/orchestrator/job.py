@@ -14,6 +14,7 @@ from typing import Any
 from uuid import UUID
 
 from postrelay.core.errors import ValidationError
+from postrelay.orchestrator.addresses import check_header_value, parse_addresses
 from postrelay.queue import enqueue
 
 EMAIL_KIND = "email_send"
@@ -91,8 +92,6 @@ def enqueue_email(
 
     The addresses and headers are checked first; a bad one raises ValidationError naming
     the field, and nothing is written."""
-    from postrelay.orchestrator.addresses import check_header_value, parse_addresses
-
     if not message.to:
         raise ValidationError("to", "a message needs at least one recipient")
     for name in ("to", "cc", "bcc", "reply_to"):

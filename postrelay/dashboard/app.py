@@ -5,6 +5,7 @@ in the package, no CDN and no build step."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from urllib.parse import quote
 
 from fastapi import FastAPI, Request
@@ -78,21 +79,12 @@ def _install_error_pages(app: FastAPI) -> None:
             response.delete_cookie(SESSION_COOKIE, path=root or "/")
         return response
 
-    @app.exception_handler(Forbidden)
-    def _forbidden(request: Request, exc: Forbidden) -> HTMLResponse:
-        return _error_page(request, 403, "Refused", str(exc))
-
-    @app.exception_handler(ValidationError)
-    def _invalid(request: Request, exc: ValidationError) -> HTMLResponse:
-        return _error_page(request, 400, "Bad request", str(exc))
-
-    @app.exception_handler(NotFoundError)
-    def _not_found(request: Request, exc: NotFoundError) -> HTMLResponse:
-        return _error_page(request, 404, "Not found", str(exc))
-
-    @app.exception_handler(ConflictError)
-    def _conflict(request: Request, exc: ConflictError) -> HTMLResponse:
-        return _error_page(request, 409, "Conflict", str(exc))
+    # postrelay's own errors: one page each, with the exception's message.
+    for error, status, title in ((Forbidden, 403, "Refused"),
+                                 (ValidationError, 400, "Bad request"),
+                                 (NotFoundError, 404, "Not found"),
+                                 (ConflictError, 409, "Conflict")):
+        app.add_exception_handler(error, _error_page_for(status, title))
 
     @app.exception_handler(StarletteHTTPException)
     def _http(request: Request, exc: StarletteHTTPException) -> HTMLResponse:
@@ -105,6 +97,13 @@ def _install_error_pages(app: FastAPI) -> None:
               error=repr(exc))
         return _error_page(request, 500, "Something went wrong",
                            "The error is in the server's log.")
+
+
+def _error_page_for(status: int, title: str) -> Callable[[Request, Exception], HTMLResponse]:
+    def handler(request: Request, exc: Exception) -> HTMLResponse:
+        return _error_page(request, status, title, str(exc))
+
+    return handler
 
 
 def _error_page(request: Request, status: int, title: str, message: str) -> HTMLResponse:

@@ -1,9 +1,10 @@
 """Handlers for the pickup-latency benchmark: `postrelay worker --app bench.latency_app`.
 
-Each job's payload carries `t0`, the enqueuer's `time.time()` taken just before its commit.
-The handler appends `time.time() - t0` (seconds, one float per line) to the file named by
-BENCH_LATENCY_FILE, flushing each line so the benchmark can read it while the worker runs.
-Both processes run on the same machine, so their wall clocks agree.
+Each job's payload carries `seq`, its number in the benchmark's sequence. The handler
+appends `seq time.time()` (one line per job, flushed at once so the benchmark can read it
+while the worker runs) to the file named by BENCH_LATENCY_FILE; the benchmark, which took
+the time each job's COMMIT began, subtracts. Both processes run on the same machine, so
+their wall clocks agree.
 """
 
 import os
@@ -18,6 +19,5 @@ _out = open(os.environ[LATENCY_FILE_ENV], "a", encoding="ascii")  # noqa: SIM115
 
 @handler("reindex")
 async def record_pickup(job: Job) -> None:
-    latency = time.time() - float(job.payload["t0"])
-    _out.write(f"{latency:.6f}\n")
+    _out.write(f"{job.payload['seq']} {time.time():.6f}\n")
     _out.flush()

@@ -1,10 +1,12 @@
 """Pickup latency: from an enqueuer's commit to the handler starting, on an idle worker.
 
-The enqueuer takes `t0 = time.time()` just before its INSERT, so each figure also holds
-the INSERT's round trip; that part is measured separately (`before_commit`) so the reader
-can take it off. The worker is woken by LISTEN/NOTIFY, not by its poll. The same jobs,
-enqueued the same way, are then picked up by bench/latency_baseline.py (one psycopg
-connection: LISTEN, claim), which is this machine's floor for the figure.
+The enqueuer notes `time.time()` just before each job's INSERT and just before its COMMIT;
+the consumer writes `seq time.time()` when the job starts. The figure is from the start of
+COMMIT (which is when the job and its NOTIFY become visible) to the handler's start; the
+same measured from the INSERT is given beside it. The worker is woken by LISTEN/NOTIFY,
+not by its poll. The same jobs, enqueued the same way, are then picked up by
+bench/latency_baseline.py (one psycopg connection: LISTEN, claim), blocking and on
+asyncio: this machine's floors for the figure.
 """
 
 from __future__ import annotations
@@ -35,32 +37,44 @@ LISTENING = (
 
 @dataclass(frozen=True)
 class Latency:
-    p50: float
+    p50: float  # from the start of COMMIT to the handler's start
     p99: float
     max: float
-    before_commit_p50: float  # of the figures above, the part spent before COMMIT
+    from_insert_p50: float  # from just before the INSERT instead
 
 
-def pickup_latencies(bench: BenchDatabase, n: int, rounds: int = 3) -> tuple[Latency, Latency]:
-    """(postrelay, baseline). The consumers take turns in `rounds` rounds of n/rounds jobs,
-    so that a change in the machine's load hits both alike."""
+@dataclass(frozen=True)
+class Pickups:
+    """Per job: seconds from the start of its INSERT, and of its COMMIT, to its pickup."""
+
+    from_insert: list[float]
+    from_commit: list[float]
+
+
+def pickup_latencies(
+    bench: BenchDatabase, n: int, rounds: int = 3
+) -> tuple[Latency, Latency, Latency]:
+    """(postrelay, blocking baseline, asyncio baseline). The consumers take turns in
+    `rounds` rounds of n/rounds jobs, so that a change in the machine's load hits all
+    alike."""
     per_round = max(1, n // rounds)
-    ours: list[tuple[list[float], list[float]]] = []
-    floor: list[tuple[list[float], list[float]]] = []
+    ours: list[Pickups] = []
+    floor: list[Pickups] = []
+    async_floor: list[Pickups] = []
+    baseline = ["-m", "bench.latency_baseline", bench.libpq]
     for _ in range(rounds):
         # postrelay: an idle `postrelay worker --app bench.latency_app --concurrency 10`
         ours.append(_measure(bench, per_round, WorkerProcess(
             bench, "bench.latency_app", 10, env={})))
-        # baseline: LISTEN and claim on one plain psycopg connection
-        floor.append(_measure(bench, per_round, WorkerProcess(
-            bench, env={}, argv=["-m", "bench.latency_baseline", bench.libpq])))
-    return _summary(ours), _summary(floor)
+        # baselines: LISTEN and claim on one plain psycopg connection
+        floor.append(_measure(bench, per_round, WorkerProcess(bench, env={}, argv=baseline)))
+        async_floor.append(_measure(bench, per_round, WorkerProcess(
+            bench, env={}, argv=[*baseline, "--asyncio"])))
+    return _summary(ours), _summary(floor), _summary(async_floor)
 
 
-def _measure(
-    bench: BenchDatabase, n: int, consumer: WorkerProcess
-) -> tuple[list[float], list[float]]:
-    """(pickup latencies, before-commit times) of `n` jobs picked up by `consumer`."""
+def _measure(bench: BenchDatabase, n: int, consumer: WorkerProcess) -> Pickups:
+    """The pickup latencies of `n` jobs picked up by `consumer`."""
     reset_queue(bench)
     with tempfile.TemporaryDirectory(prefix="postrelay-bench-") as tmp:
         path = Path(tmp) / "latency.txt"
@@ -77,27 +91,31 @@ def _measure(
             _send(bench, WARMUP)
             wait_until(lambda: recorded() >= WARMUP, timeout=30, worker=worker,
                        what="the warm-up jobs")
-            before_commit = _send(bench, n)
+            sent = _send(bench, n, first=WARMUP)
             wait_until(lambda: recorded() >= WARMUP + n, timeout=30, worker=worker,
                        what="every job to be picked up")
-        return [float(x) for x in path.read_text().split()[WARMUP:]], before_commit
+        picked = {int(seq): float(at) for seq, at in
+                  (line.split() for line in path.read_text().splitlines())}
+        return Pickups(
+            from_insert=[picked[seq] - inserted for seq, (inserted, _) in sent.items()],
+            from_commit=[picked[seq] - committed for seq, (_, committed) in sent.items()],
+        )
 
 
-def _summary(rounds: list[tuple[list[float], list[float]]]) -> Latency:
-    values = sorted(v for latencies, _ in rounds for v in latencies)
-    before_commit = [v for _, times in rounds for v in times]
+def _summary(rounds: list[Pickups]) -> Latency:
+    values = sorted(v for r in rounds for v in r.from_commit)
     return Latency(
         p50=statistics.median(values),
         p99=_percentile(values, 0.99),
         max=values[-1],
-        before_commit_p50=statistics.median(before_commit),
+        from_insert_p50=statistics.median(v for r in rounds for v in r.from_insert),
     )
 
 
-def _send(bench: BenchDatabase, n: int) -> list[float]:
-    """Enqueue `n` jobs, one every INTERVAL_SECS on a fixed schedule, each in its own
-    transaction; returns for each the seconds between t0 and the start of its COMMIT."""
-    before_commit = []
+def _send(bench: BenchDatabase, n: int, first: int = 0) -> dict[int, tuple[float, float]]:
+    """Enqueue `n` jobs numbered from `first`, one every INTERVAL_SECS on a fixed schedule,
+    each in its own transaction; returns for each its (INSERT, COMMIT) start times."""
+    sent = {}
     start = time.monotonic()
     for i in range(n):
         pause = start + i * INTERVAL_SECS - time.monotonic()
@@ -105,11 +123,12 @@ def _send(bench: BenchDatabase, n: int) -> list[float]:
             time.sleep(pause)
         with bench.engine.connect() as conn:
             txn = conn.begin()
-            t0 = time.time()
-            enqueue(conn, "reindex", {"t0": t0}, tenant_id=bench.tenant_id)
-            before_commit.append(time.time() - t0)
+            inserted = time.time()
+            enqueue(conn, "reindex", {"seq": first + i}, tenant_id=bench.tenant_id)
+            committed = time.time()
             txn.commit()
-    return before_commit
+        sent[first + i] = (inserted, committed)
+    return sent
 
 
 def _percentile(ordered: list[float], q: float) -> float:

@@ -126,14 +126,16 @@ def execution_option(conn: AnyConnection, name: str, default: Any) -> Any:
     return bind.get_execution_options().get(name, default)
 
 
-async def driver_fetch(conn: AsyncConnection, statement: TextClause, params: Any
-                       ) -> list[tuple[Any, ...]]:
-    """Run `statement` on the psycopg connection beneath `conn` and return its rows.
+async def driver_fetch(
+    conn: AsyncConnection | psycopg.AsyncConnection[Any], statement: TextClause, params: Any
+) -> list[tuple[Any, ...]]:
+    """Run `statement` on the psycopg connection (beneath `conn`) and return its rows.
 
     For the hottest statements only (a worker's claim): SQLAlchemy's async execution path
     adds a greenlet switch and result processing that cost as much CPU as the round trip.
     `conn` must be in autocommit mode, so that no transaction is left for SQLAlchemy to
     track."""
-    fairy = await conn.get_raw_connection()
-    cursor = await fairy.driver_connection.execute(psycopg_sql(statement), params)
+    if isinstance(conn, AsyncConnection):
+        conn = (await conn.get_raw_connection()).driver_connection
+    cursor = await conn.execute(psycopg_sql(statement), params)
     return await cursor.fetchall() if cursor.description else []

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
+import psycopg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from postrelay.core.dbcall import driver_fetch
@@ -19,7 +21,7 @@ Q = load_queries("postrelay.queue", "sql/job.sql")
 
 
 async def job_claim(
-    conn: AsyncConnection,
+    conn: AsyncConnection | psycopg.AsyncConnection[Any],
     *,
     worker: str,
     demand: int,
@@ -36,7 +38,10 @@ async def job_claim(
 
 
 async def job_next_due_in(
-    conn: AsyncConnection, *, tenant_ids: Sequence[UUID] | None, kinds: Sequence[str] | None
+    conn: AsyncConnection | psycopg.AsyncConnection[Any],
+    *,
+    tenant_ids: Sequence[UUID] | None,
+    kinds: Sequence[str] | None,
 ) -> float | None:
     [(due_in,)] = await driver_fetch(conn, Q["job_next_due_in"], {
         "tenant_ids": list(tenant_ids) if tenant_ids else None,

@@ -29,6 +29,7 @@ from postrelay.core.listener import Listener
 from postrelay.core.telemetry import event
 from postrelay.queue import queries
 from postrelay.queue.backoff import Backoff, FixedBackoff
+from postrelay.queue.claimer import ClaimConnection
 from postrelay.queue.completer import Completer
 from postrelay.queue.enqueue import job_kinds
 from postrelay.queue.executor import Executor
@@ -80,6 +81,7 @@ class Worker:
         # Claims, outcome writes and heartbeats are single statements, atomic on their own:
         # autocommit spares each a BEGIN and a COMMIT round trip.
         self._auto = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._claim_conn = ClaimConnection(engine)
         self.config = config
         self.registry = registry
         self.id = worker_id or make_worker_id()
@@ -159,6 +161,7 @@ class Worker:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._claim_conn.close()
         await self.completer.stop()
         if self._listener is not None:
             await self._listener.stop()
@@ -228,7 +231,7 @@ class Worker:
             await self._sleep(wait)
 
     async def _claim(self, demand: int) -> tuple[list[Job], float | None]:
-        async with self._auto.connect() as conn:
+        async with self._claim_conn.use() as conn:
             jobs = await queries.job_claim(
                 conn, worker=self.id, demand=demand,
                 tenant_ids=self.config.tenants, kinds=self.kinds,

@@ -149,10 +149,13 @@ def build_relay(
     settings: Settings, db: Database, *, routes: RouteRegistry | None = None
 ) -> RelayWithWebhooks:
     """The relay with the application's routes plus the built-in webhook route."""
-    engine = db.async_engine(pool_pre_ping=False, pool_size=3, max_overflow=2,
+    # One connection per batch in flight, and one for the webhook directory.
+    engine = db.async_engine(pool_pre_ping=False, pool_size=settings.relay_concurrency + 1,
+                             max_overflow=2,
                              connect_args={"options": "-c plan_cache_mode=force_custom_plan"})
     config = RelayConfig(batch_size=settings.relay_batch_size,
-                         max_attempts=settings.relay_max_attempts, listen=settings.notify)
+                         max_attempts=settings.relay_max_attempts, listen=settings.notify,
+                         concurrency=settings.relay_concurrency)
     directory = EndpointDirectory(engine, listen_url=db.libpq_url if settings.notify else None)
     webhooks = RouteRegistry()
     add_webhook_route(webhooks, directory)

@@ -131,10 +131,11 @@ async def driver_fetch(
 ) -> list[tuple[Any, ...]]:
     """Run `statement` on the psycopg connection (beneath `conn`) and return its rows.
 
-    For the hottest statements only (a worker's claim): SQLAlchemy's async execution path
-    adds a greenlet switch and result processing that cost as much CPU as the round trip.
-    `conn` must be in autocommit mode, so that no transaction is left for SQLAlchemy to
-    track."""
+    For the hottest paths only (a worker's claim, a relay batch): SQLAlchemy's async
+    execution path adds a greenlet switch and result processing that cost as much CPU as
+    the round trip. An SQLAlchemy `conn` must be in autocommit mode, so that no transaction
+    is left for SQLAlchemy to track; a psycopg connection taken from inside an SQLAlchemy
+    transaction (`get_raw_connection()`) runs in that transaction."""
     if isinstance(conn, AsyncConnection):
         conn = (await conn.get_raw_connection()).driver_connection
     cursor = await conn.execute(psycopg_sql(statement), params)

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, TypeVar
 
-from sqlalchemy.ext.asyncio import AsyncConnection
+import psycopg
 
+from postrelay.core.dbcall import driver_fetch
 from postrelay.relay.emit import Q
 from postrelay.relay.routing import Event
 
@@ -35,14 +36,14 @@ def aggregate_of(event: Event) -> tuple[Any, str, str]:
 
 
 async def hold_back(
-    conn: AsyncConnection, plans: Sequence[P]
+    conn: psycopg.AsyncConnection[Any], plans: Sequence[P]
 ) -> tuple[list[P], list[P]]:
     """Split `plans` (in claim order, oldest first) into those that may go now and those
     that must wait for an earlier event of their aggregate."""
     ordered = [p for p in plans if p.ordered]
     if not ordered:
         return list(plans), []
-    rows = await conn.execute(Q["outbox_blocked_aggregates"], {
+    rows = await driver_fetch(conn, Q["outbox_blocked_aggregates"], {
         "event_ids": [p.event.id for p in ordered],
         "tenant_ids": [p.event.tenant_id for p in ordered],
         "aggregate_types": [p.event.aggregate_type for p in ordered],
@@ -64,7 +65,7 @@ async def hold_back(
     return go, wait
 
 
-async def defer(conn: AsyncConnection, plans: Sequence[OrderedPlan]) -> None:
+async def defer(conn: psycopg.AsyncConnection[Any], plans: Sequence[OrderedPlan]) -> None:
     if plans:
-        await conn.execute(Q["outbox_defer_many"],
+        await driver_fetch(conn, Q["outbox_defer_many"],
                            {"ids": [p.event.id for p in plans], "delay": DEFER_SECS})

@@ -48,6 +48,8 @@ class JobRequest:
     ordered: bool = False
 
 
+MATCHING_CACHE_MAX = 10_000  # event types whose routes are remembered
+
 RouteResult = JobRequest | Iterable[JobRequest] | None
 RouteFn = Callable[[Event], RouteResult]
 
@@ -76,6 +78,8 @@ class Route:
 class RouteRegistry:
     def __init__(self) -> None:
         self._routes: dict[str, Route] = {}
+        # event type -> its routes: glob matching per event costs more than the routing.
+        self._matching: dict[str, list[Route]] = {}
 
     def add(self, event_type: str, fn: RouteFn, *, name: str | None = None) -> Route:
         route_name = name or getattr(fn, "__qualname__", None) or repr(fn)
@@ -84,6 +88,7 @@ class RouteRegistry:
         if route_name in self._routes:
             raise ValidationError("name", f"a route named {route_name!r} is registered already")
         self._routes[route_name] = Route(route_name, event_type, fn)
+        self._matching.clear()
         return self._routes[route_name]
 
     def route(self, event_type: str, *, name: str | None = None) -> Callable[[RouteFn], RouteFn]:
@@ -101,7 +106,13 @@ class RouteRegistry:
         return merged
 
     def matching(self, event_type: str) -> list[Route]:
-        return [r for r in self._routes.values() if r.matches(event_type)]
+        routes = self._matching.get(event_type)
+        if routes is None:
+            routes = [r for r in self._routes.values() if r.matches(event_type)]
+            if len(self._matching) >= MATCHING_CACHE_MAX:  # event types made up on the fly
+                self._matching.clear()
+            self._matching[event_type] = routes
+        return routes
 
     def __len__(self) -> int:
         return len(self._routes)

@@ -5,6 +5,9 @@ first), ask the routes which jobs each needs, insert those jobs with determinist
 idempotency keys, link them to their event, and mark the events handled. A crash before
 commit leaves everything as it was; a replay finds the keys taken and creates nothing.
 
+Under a backlog, up to `concurrency` batches are in flight at once, each in its own
+transaction: one batch's routing runs in Python while another's writes run in PostgreSQL.
+
 An event whose routing fails (a route raises, or asks for an invalid job) is isolated: it
 is recorded with its error and retried with backoff, then parked as dead after
 `max_attempts`; the events beside it are relayed in the same batch.
@@ -18,8 +21,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+import psycopg
+from sqlalchemy.ext.asyncio import AsyncEngine
 
+from postrelay.core.dbcall import driver_fetch
 from postrelay.core.errors import ValidationError
 from postrelay.core.listener import Listener
 from postrelay.core.telemetry import event as log_event
@@ -44,6 +49,8 @@ class RelayConfig:
     poll_min_secs: float = 0.05  # adaptive polling: from this when busy...
     poll_max_secs: float = 1.0  # ...up to this when idle (LISTEN wakes it sooner)
     listen: bool = True
+    # Batches in flight at once while there is a backlog (1: one after another).
+    concurrency: int = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +88,9 @@ class Relay:
         self.backoff = backoff or ExponentialBackoff(base_secs=1.0, cap_secs=300.0)
         self._kinds: frozenset[str] = frozenset()
         self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        # Set while batches come back full: the extra batch loops run only then.
+        self._backlog = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
         self._listener = (
             Listener(listen_url, OUTBOX_CHANNEL, self._wake.set)
             if self.config.listen and listen_url else None
@@ -89,9 +98,13 @@ class Relay:
 
     async def run_once(self) -> BatchResult:
         """Relay one batch in one transaction."""
-        async with self.engine.begin() as conn:
-            rows = (await conn.execute(Q["outbox_claim_batch"],
-                                       {"batch": self.config.batch_size})).all()
+        async with self.engine.begin() as transaction:
+            # Every statement runs on the psycopg connection beneath the transaction:
+            # SQLAlchemy's execution and result layers would cost more CPU than the
+            # routing itself, on the relay's hottest path.
+            conn = (await transaction.get_raw_connection()).driver_connection
+            rows = await driver_fetch(conn, Q["outbox_claim_batch"],
+                                      {"batch": self.config.batch_size})
             if not rows:
                 return BatchResult(0, 0, 0, 0)
             events = [Event(*row) for row in rows]
@@ -142,7 +155,7 @@ class Relay:
         return kept
 
     async def _insert_jobs(
-        self, conn: AsyncConnection, plans: list[_Plan], failures: dict[Any, str]
+        self, conn: psycopg.AsyncConnection[Any], plans: list[_Plan], failures: dict[Any, str]
     ) -> tuple[list[_Plan], int]:
         """Insert every plan's jobs; returns the plans that went in and the job count.
 
@@ -165,7 +178,7 @@ class Relay:
                 failures[event_id] = f"route {route_name!r} asked for an invalid job: {exc}"
                 plans = [p for p in plans if p.event.id != event_id]
         if plans:
-            await conn.execute(Q["outbox_mark_handled_many"], {
+            await driver_fetch(conn, Q["outbox_mark_handled_many"], {
                 "event_ids": [e for e, _, _, _ in rows],
                 "routes": [n for _, n, _, _ in rows],
                 "job_ids": job_ids,
@@ -176,17 +189,17 @@ class Relay:
         return plans, len(rows)
 
     async def _record_failures(
-        self, conn: AsyncConnection, events: list[Event], failures: dict[Any, str]
+        self, conn: psycopg.AsyncConnection[Any], events: list[Event], failures: dict[Any, str]
     ) -> int:
         if not failures:
             return 0
         failed = [e for e in events if e.id in failures]
-        rows = (await conn.execute(Q["outbox_mark_failed_many"], {
+        rows = await driver_fetch(conn, Q["outbox_mark_failed_many"], {
             "ids": [e.id for e in failed],
             "errors": [failures[e.id] for e in failed],
             "delays": [self.backoff.delay(e.attempts + 1) for e in failed],
             "max_attempts": self.config.max_attempts,
-        })).all()
+        })
         for event_id, dead in rows:
             log_event("postrelay.relay.routing_failed", logging.WARNING, event_id=str(event_id),
                       dead=dead, error=failures[event_id])
@@ -195,16 +208,31 @@ class Relay:
     async def start(self) -> None:
         if self._listener is not None:
             self._listener.start()
-        self._task = asyncio.create_task(self._loop(), name="postrelay-relay")
+        self._tasks = [asyncio.create_task(self._loop(), name="postrelay-relay")]
+        self._tasks += [
+            asyncio.create_task(self._backlog_loop(), name=f"postrelay-relay-{n}")
+            for n in range(1, self.config.concurrency)
+        ]
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
         if self._listener is not None:
             await self._listener.stop()
 
+    def _full(self, result: BatchResult) -> bool:
+        """Whether the batch took all it could: then there is probably more."""
+        full = result.handled + result.failed + result.deferred >= self.config.batch_size
+        if full:
+            self._backlog.set()
+        else:
+            self._backlog.clear()
+        return full
+
     async def _loop(self) -> None:
+        """The relay's own loop: woken by NOTIFY, polling adaptively as the fallback."""
         idle = self.config.poll_min_secs
         while True:
             self._wake.clear()  # before the batch: a wake-up during it is kept
@@ -212,16 +240,30 @@ class Relay:
                 result = await self.run_once()
             except Exception as exc:  # connection lost, server restarting: back off
                 log_event("postrelay.relay.batch_failed", logging.WARNING, error=repr(exc))
+                self._backlog.clear()
                 await self._sleep(idle)
                 idle = min(idle * 2, self.config.poll_max_secs)
                 continue
-            if result.handled + result.failed + result.deferred >= self.config.batch_size:
+            if self._full(result):
                 idle = self.config.poll_min_secs
-                continue  # a full batch: there is probably more
+                continue
             if result.deferred:
                 idle = self.config.poll_min_secs  # ordered events wait on their aggregate
             await self._sleep(idle)
             idle = min(idle * 2, self.config.poll_max_secs)
+
+    async def _backlog_loop(self) -> None:
+        """One more batch in flight while the backlog lasts; idle (no queries) otherwise, so
+        that a quiet relay costs the database no more than one loop would."""
+        while True:
+            await self._backlog.wait()
+            try:
+                result = await self.run_once()
+            except Exception as exc:  # the main loop backs off and retries
+                log_event("postrelay.relay.batch_failed", logging.WARNING, error=repr(exc))
+                self._backlog.clear()
+                continue
+            self._full(result)
 
     async def _sleep(self, secs: float) -> None:
         try:

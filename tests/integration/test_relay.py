@@ -11,7 +11,16 @@ from sqlalchemy import text
 
 from postrelay.core.errors import ValidationError
 from postrelay.queue import FixedBackoff
-from postrelay.relay import Event, JobRequest, Relay, RelayConfig, RouteRegistry, emit
+from postrelay.relay import (
+    Event,
+    EventSpec,
+    JobRequest,
+    Relay,
+    RelayConfig,
+    RouteRegistry,
+    emit,
+    emit_many,
+)
 
 
 @pytest.fixture
@@ -333,3 +342,28 @@ async def test_a_route_asking_for_an_invalid_job_fails_only_its_event(engine, as
         error = conn.execute(text("SELECT last_error FROM mdm.aa_outbox_event "
                                   "WHERE attempts = 1")).scalar_one()
     assert "payload" in error and "'copy'" in error
+
+
+async def test_a_backlog_is_relayed_by_several_batches_in_flight(engine, async_engine, tenant,
+                                                                  outbox_clean):
+    loops: set[str] = set()
+
+    def reindex(event: Event) -> JobRequest:
+        loops.add(asyncio.current_task().get_name())
+        return JobRequest("reindex", {"n": event.payload["n"]})
+
+    routes = RouteRegistry()
+    routes.add("order.placed", reindex, name="one")
+    with engine.begin() as conn:
+        emit_many(conn, [EventSpec("order.placed", {"n": n}, tenant, "order", n)
+                         for n in range(3_000)])
+    relay = Relay(async_engine, routes, RelayConfig(batch_size=50, concurrency=3, listen=False))
+    await relay.start()
+    deadline = time.monotonic() + 60
+    while scalar(engine, "SELECT count(*) FROM mdm.aa_outbox_event WHERE handled_at IS NULL"):
+        assert time.monotonic() < deadline, "the relay did not catch up"
+        await asyncio.sleep(0.05)
+    await relay.stop()
+    assert len(loops) >= 2, loops  # the extra loops took part while the backlog lasted
+    assert scalar(engine, "SELECT count(DISTINCT payload->>'n') FROM mdm.aa_job") == 3_000
+    assert scalar(engine, "SELECT count(*) FROM mdm.aa_job") == 3_000

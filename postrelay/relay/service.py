@@ -222,8 +222,9 @@ class Relay:
         if self._listener is not None:
             await self._listener.stop()
 
-    def _full(self, result: BatchResult) -> bool:
-        """Whether the batch took all it could: then there is probably more."""
+    def _track_backlog(self, result: BatchResult) -> bool:
+        """Whether the batch took all it could (then there is probably more); the extra
+        batch loops run while that holds."""
         full = result.handled + result.failed + result.deferred >= self.config.batch_size
         if full:
             self._backlog.set()
@@ -244,7 +245,7 @@ class Relay:
                 await self._sleep(idle)
                 idle = min(idle * 2, self.config.poll_max_secs)
                 continue
-            if self._full(result):
+            if self._track_backlog(result):
                 idle = self.config.poll_min_secs
                 continue
             if result.deferred:
@@ -263,7 +264,7 @@ class Relay:
                 log_event("postrelay.relay.batch_failed", logging.WARNING, error=repr(exc))
                 self._backlog.clear()
                 continue
-            self._full(result)
+            self._track_backlog(result)
 
     async def _sleep(self, secs: float) -> None:
         try:

@@ -7,8 +7,9 @@ One attempt, in order:
 1. Parse the addresses strictly (a bad one fails the job permanently, logged `failed`).
 2. Render (at run time, so a fixed template and a DLQ retry send the fixed mail) and build
    the MIME message; its Message-ID is derived from the job, the same on every attempt.
-3. One round trip learns what earlier attempts left and commits this attempt's `sending`
-   row when the message is to go: a `sent` row means the message went out and the job
+3. One round trip (shared with the other attempts that reach this step at the same time)
+   learns what earlier attempts left and commits this attempt's `sending` row when the
+   message is to go: a `sent` row means the message went out and the job
    completes without sending again; a `sending` row means a worker died between handing
    the message over and recording the reply — it becomes `unknown`, and the template's
    policy decides: resend (the default) or hold the job in the DLQ for an operator.
@@ -48,6 +49,7 @@ from postrelay.orchestrator.replies import (
     SmtpPaused,
     SmtpPermanent,
 )
+from postrelay.orchestrator.sending import SendingBatcher
 from postrelay.orchestrator.templates import TemplateError, Templates
 from postrelay.orchestrator.transport import SmtpPool
 from postrelay.queue import Job, PermanentError, Registry, Snooze, record_with_outcome
@@ -99,6 +101,7 @@ class EmailSender:
     ) -> None:
         # The `sending` row must be committed before the message leaves: autocommit.
         self.engine = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self.sending = SendingBatcher(engine)
         self.templates = templates
         self.pool = pool
         self.default_from = default_from
@@ -140,9 +143,8 @@ class EmailSender:
             log.record("failed", error=str(exc))
             raise PermanentError(str(exc)) from None
 
-        async with self.engine.connect() as conn:
-            start = await queries.email_send_begin(
-                conn, log.sending_row(), resend_unknown=rendered.on_unknown == "resend")
+        start = await self.sending.begin(log.sending_row(),
+                                         resend_unknown=rendered.on_unknown == "resend")
         if SENT & set(start.earlier):
             return _already_sent(job)
         if start.unknown_now and rendered.on_unknown == "hold":

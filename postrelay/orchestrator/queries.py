@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+import psycopg
 from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from postrelay.core.dbcall import driver_fetch
 from postrelay.core.sqlfiles import load_queries
 
 Q = load_queries("postrelay.orchestrator", "sql/email.sql")
@@ -24,13 +26,15 @@ class SendStart:
     sending: bool  # this attempt's `sending` row is committed: send the message
 
 
-async def email_send_begin(
-    conn: AsyncConnection, row: dict[str, Any], *, resend_unknown: bool
-) -> SendStart:
-    document = json.dumps({**row, "resend_unknown": resend_unknown}, default=str)
-    result = (await conn.execute(Q["email_send_begin"], {"row": document})).one()
-    return SendStart(result.unknown_now, tuple(result.earlier), frozenset(result.suppressed),
-                     result.sending)
+async def email_send_begin_many(
+    conn: AsyncConnection | psycopg.AsyncConnection[Any], rows: Sequence[dict[str, Any]]
+) -> dict[str, SendStart]:
+    """Each row's `SendStart`, by its `job_id` (as text). Each row carries `resend_unknown`
+    beside the log row's columns."""
+    result = await driver_fetch(conn, Q["email_send_begin_many"],
+                                {"rows": json.dumps(rows, default=str)})
+    return {str(job_id): SendStart(unknown_now, tuple(earlier), frozenset(suppressed), sending)
+            for job_id, unknown_now, earlier, suppressed, sending in result}
 
 
 async def email_send_history(conn: AsyncConnection, *, job_id: UUID) -> tuple[str, ...]:

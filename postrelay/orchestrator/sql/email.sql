@@ -1,17 +1,18 @@
 -- Statements of the email layer: aa_email_log and aa_email_suppression.
 
--- name: email_send_begin
--- The one round trip before a message goes out. It turns a `sending` row left by an earlier
--- attempt of this job into `unknown` (its worker died between handing the message over and
--- recording the reply), reads the statuses of the job's other rows and which recipients
--- the tenant has suppressed, and — only when the message is to go out — inserts this
--- attempt's `sending` row. It goes out when no earlier attempt was accepted, when an
--- unknown outcome is to be resent (`resend_unknown`), and when a recipient is left.
--- Committed (autocommit) before DATA: if this worker dies before the reply is recorded,
--- the row is what tells the next attempt that a copy may have been delivered.
+-- name: email_send_begin_many
+-- The one round trip before messages go out, for the attempts of several jobs at once (the
+-- worker gathers the attempts that reach this point together). For each job it turns a
+-- `sending` row left by an earlier attempt into `unknown` (its worker died between handing
+-- the message over and recording the reply), reads the statuses of the job's other rows
+-- and which recipients the tenant has suppressed, and — only when the message is to go
+-- out — inserts this attempt's `sending` row. It goes out when no earlier attempt was
+-- accepted, when an unknown outcome is to be resent (`resend_unknown`), and when a
+-- recipient is left. Committed (autocommit) before DATA: if this worker dies before the
+-- reply is recorded, the row is what tells the next attempt that a copy may have been
+-- delivered. The rows come as one JSON document: binding is the costly part here.
 WITH r AS (
-    -- One JSON document instead of sixteen parameters: binding is the costly part here.
-    SELECT * FROM jsonb_to_record(CAST(:row AS jsonb)) AS r(
+    SELECT * FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(
         id uuid, tenant_id uuid, job_id uuid, event_id uuid, template text,
         template_version text, category text, from_address text, recipients text[],
         to_addresses text[], cc_addresses text[], bcc_addresses text[], subject text,
@@ -22,34 +23,35 @@ WITH r AS (
         error = 'the worker sending this attempt was lost before it recorded the reply'
     FROM r
     WHERE l.job_id = r.job_id AND l.status = 'sending'
-    RETURNING l.id
-), earlier AS (
-    SELECT ARRAY(SELECT l.status FROM mdm.aa_email_log l, r
-                 WHERE l.job_id = r.job_id AND l.id NOT IN (SELECT id FROM stale)) AS statuses
-), suppressed AS (
-    SELECT ARRAY(SELECT s.address FROM mdm.aa_email_suppression s, r
+    RETURNING l.id, l.job_id
+), looked AS (
+    SELECT r.*,
+           (SELECT count(*) FROM stale s WHERE s.job_id = r.job_id) AS unknown_now,
+           ARRAY(SELECT l.status FROM mdm.aa_email_log l
+                 WHERE l.job_id = r.job_id
+                   AND l.id NOT IN (SELECT id FROM stale)) AS earlier,
+           ARRAY(SELECT s.address FROM mdm.aa_email_suppression s
                  WHERE s.tenant_id = r.tenant_id
-                   AND s.address = ANY(r.recipients)) AS addresses
-), decision AS (
-    SELECT NOT (e.statuses && ARRAY['sent', 'partial'])
-           AND ((SELECT count(*) FROM stale) = 0 OR r.resend_unknown)
-           AND cardinality(s.addresses) < cardinality(r.recipients) AS send
-    FROM earlier e, suppressed s, r
+                   AND s.address = ANY(r.recipients)) AS suppressed
+    FROM r
+), decided AS (
+    SELECT looked.*,
+           NOT (earlier && ARRAY['sent', 'partial'])
+           AND (unknown_now = 0 OR resend_unknown)
+           AND cardinality(suppressed) < cardinality(recipients) AS send
+    FROM looked
 ), sending AS (
     INSERT INTO mdm.aa_email_log (id, tenant_id, job_id, event_id, template,
                                   template_version, category, from_address, recipients,
                                   to_addresses, cc_addresses, bcc_addresses, subject,
                                   message_id, status, attempt)
-    SELECT r.id, r.tenant_id, r.job_id, r.event_id, r.template, r.template_version,
-           r.category, r.from_address, r.recipients, r.to_addresses, r.cc_addresses,
-           r.bcc_addresses, r.subject, r.message_id, 'sending', r.attempt
-    FROM r, decision WHERE decision.send
-    RETURNING id
+    SELECT d.id, d.tenant_id, d.job_id, d.event_id, d.template, d.template_version,
+           d.category, d.from_address, d.recipients, d.to_addresses, d.cc_addresses,
+           d.bcc_addresses, d.subject, d.message_id, 'sending', d.attempt
+    FROM decided d WHERE d.send
 )
-SELECT (SELECT count(*) FROM stale) AS unknown_now,
-       (SELECT statuses FROM earlier) AS earlier,
-       (SELECT addresses FROM suppressed) AS suppressed,
-       EXISTS (SELECT 1 FROM sending) AS sending;
+SELECT d.job_id, d.unknown_now, d.earlier, d.suppressed, d.send AS sending
+FROM decided d;
 
 -- name: email_send_history
 -- What earlier attempts of a job left, changing nothing: asked when this attempt cannot be

@@ -1,0 +1,80 @@
+"""Commit the `sending` rows of concurrent attempts together.
+
+Every message commits its `sending` row before DATA. Done one by one, that is a pool
+checkout, a statement and a commit per message, and under load the worker's handlers
+queue for connections. Here the attempts that arrive while a write is in flight wait for
+the next one, so a busy worker commits dozens of `sending` rows per round trip while an
+idle one still writes each at once. A row the database refuses fails only its own
+attempt: a refused batch is written again row by row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import psycopg
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from postrelay.orchestrator import queries
+from postrelay.orchestrator.queries import SendStart
+
+MAX_BATCH = 500  # rows per statement: bounded work per write
+
+
+class SendingBatcher:
+    def __init__(self, engine: AsyncEngine) -> None:
+        # Each write is one statement, atomic on its own.
+        self._engine = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._waiting: list[tuple[dict[str, Any], asyncio.Future[SendStart]]] = []
+        self._writer: asyncio.Task[None] | None = None
+        self.round_trips = 0
+
+    async def begin(self, row: dict[str, Any], *, resend_unknown: bool) -> SendStart:
+        """Run `email_send_begin_many` for this attempt's log row, together with whatever
+        other attempts are waiting, and return this one's `SendStart`."""
+        future: asyncio.Future[SendStart] = asyncio.get_running_loop().create_future()
+        self._waiting.append(({**row, "resend_unknown": resend_unknown}, future))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_all(), name="postrelay-sending")
+        return await future
+
+    async def _write_all(self) -> None:
+        while self._waiting:
+            batch, self._waiting = self._waiting[:MAX_BATCH], self._waiting[MAX_BATCH:]
+            try:
+                starts = await self._write([row for row, _ in batch])
+            except (psycopg.DataError, psycopg.IntegrityError) as exc:
+                if len(batch) == 1:
+                    _settle(batch[0][1], exc)
+                    continue
+                for row, future in batch:  # one refused row must not fail the others
+                    try:
+                        _settle(future, (await self._write([row]))[row["job_id"]])
+                    except Exception as row_exc:
+                        _settle(future, row_exc)
+                continue
+            except Exception as exc:  # e.g. the connection was lost: every attempt retries
+                for _, future in batch:
+                    _settle(future, exc)
+                continue
+            except BaseException:  # the worker is stopping
+                for _, future in batch:
+                    future.cancel()
+                raise
+            for row, future in batch:
+                _settle(future, starts[row["job_id"]])
+
+    async def _write(self, rows: list[dict[str, Any]]) -> dict[str, SendStart]:
+        self.round_trips += 1
+        async with self._engine.connect() as conn:
+            return await queries.email_send_begin_many(conn, rows)
+
+
+def _settle(future: asyncio.Future[SendStart], outcome: SendStart | BaseException) -> None:
+    if future.done():  # its attempt was cancelled (timeout, shutdown) while waiting
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)

@@ -2,17 +2,20 @@
 
 Writes that join the caller's transaction (`enqueue`, `emit`) accept a sync or async
 SQLAlchemy Connection or Session, or a plain psycopg (3) connection. The logic is written
-once, as a generator that yields `(statement, params)` and receives the rows; `drive` runs
-it synchronously, or returns an awaitable when the caller holds an async connection.
+once, as a generator that yields `(statement, params)` (or a `Copy`) and receives the rows;
+`drive` runs it synchronously, or returns an awaitable when the caller holds an async
+connection.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Generator, Sequence
+from collections.abc import Awaitable, Generator, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import psycopg
+from psycopg.types.json import set_json_dumps
 from sqlalchemy import Connection, Row, TextClause
 from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -21,7 +24,22 @@ from sqlalchemy.sql import Executable
 
 T = TypeVar("T")
 Rows = Sequence[Row[Any]]
-Steps = Generator[tuple[Executable, Any], Rows, T]
+
+
+@dataclass(frozen=True, slots=True)
+class Copy:
+    """A step that streams `rows` with `COPY ... FROM STDIN (FORMAT BINARY)`, whose columns
+    have the PostgreSQL `types` given: for bulk inserts, where COPY moves rows about twice
+    as fast as an INSERT of the same rows. It runs on the psycopg connection, in the
+    transaction an earlier step began; it receives no rows. A `jsonb` column takes its
+    value as JSON text, already encoded (as the rest of postrelay keeps payloads)."""
+
+    statement: str
+    types: Sequence[str]
+    rows: Iterable[Sequence[Any]]
+
+
+Steps = Generator[tuple[Executable, Any] | Copy, Rows, T]
 AnyConnection = (
     Connection | Session | AsyncConnection | AsyncSession
     | psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
@@ -56,44 +74,91 @@ def psycopg_sql(statement: TextClause) -> str:
 
 def _drive_psycopg(conn: psycopg.Connection[Any], steps: Steps[T]) -> T:
     try:
-        statement, params = next(steps)
+        step = next(steps)
         while True:
+            if isinstance(step, Copy):
+                _copy(conn, step)
+                step = steps.send([])
+                continue
+            statement, params = step
             cursor = conn.execute(psycopg_sql(statement), params)  # type: ignore[arg-type]
             rows = cursor.fetchall() if cursor.description else []
-            statement, params = steps.send(rows)  # type: ignore[arg-type]
+            step = steps.send(rows)  # type: ignore[arg-type]
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
 
 
 async def _drive_psycopg_async(conn: psycopg.AsyncConnection[Any], steps: Steps[T]) -> T:
     try:
-        statement, params = next(steps)
+        step = next(steps)
         while True:
+            if isinstance(step, Copy):
+                await _copy_async(conn, step)
+                step = steps.send([])
+                continue
+            statement, params = step
             cursor = await conn.execute(psycopg_sql(statement), params)  # type: ignore[arg-type]
             rows = await cursor.fetchall() if cursor.description else []
-            statement, params = steps.send(rows)  # type: ignore[arg-type]
+            step = steps.send(rows)  # type: ignore[arg-type]
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
 
 
 def _drive_sync(conn: Connection | Session, steps: Steps[T]) -> T:
     try:
-        statement, params = next(steps)
+        step = next(steps)
         while True:
+            if isinstance(step, Copy):
+                # COPY has no SQLAlchemy API: it runs on the psycopg connection beneath, in
+                # the transaction an earlier step of the same logic began.
+                bound = conn.connection() if isinstance(conn, Session) else conn
+                _copy(bound.connection.driver_connection, step)
+                step = steps.send([])
+                continue
+            statement, params = step
             result = conn.execute(statement, params)
             rows = result.fetchall() if result.returns_rows else []
-            statement, params = steps.send(rows)
+            step = steps.send(rows)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
 
 
+def _copy(conn: psycopg.Connection[Any], step: Copy) -> None:
+    with conn.cursor() as cursor:
+        set_json_dumps(_encoded_json, context=cursor)
+        with cursor.copy(step.statement) as copy:
+            copy.set_types(step.types)
+            for row in step.rows:
+                copy.write_row(row)
+
+
+def _encoded_json(text: str) -> str:
+    return text
+
+
+async def _copy_async(conn: psycopg.AsyncConnection[Any], step: Copy) -> None:
+    async with conn.cursor() as cursor:
+        set_json_dumps(_encoded_json, context=cursor)
+        async with cursor.copy(step.statement) as copy:
+            copy.set_types(step.types)
+            for row in step.rows:
+                await copy.write_row(row)
+
+
 async def _drive_async(conn: AsyncConnection | AsyncSession, steps: Steps[T]) -> T:
     try:
-        statement, params = next(steps)
+        step = next(steps)
         while True:
+            if isinstance(step, Copy):
+                bound = await conn.connection() if isinstance(conn, AsyncSession) else conn
+                raw = (await bound.get_raw_connection()).driver_connection
+                await _copy_async(raw, step)
+                step = steps.send([])
+                continue
+            statement, params = step
             result = await conn.execute(statement, params)
             rows = result.fetchall() if result.returns_rows else []
-            statement, params = steps.send(rows)
+            step = steps.send(rows)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
 

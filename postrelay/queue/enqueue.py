@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from postrelay.core.dbcall import AnyConnection, Steps, drive
+from postrelay.core.dbcall import AnyConnection, Copy, Steps, drive
 from postrelay.core.errors import ConfigError, ValidationError
 from postrelay.core.notify import NotifyOnce
 from postrelay.queue.queries import Q
@@ -31,6 +30,8 @@ DEFAULT_MAX_ATTEMPTS = 8  # the AA_JOB column default
 MAX_ATTEMPTS_ENV = "POSTRELAY_JOB_MAX_RETRIES"
 
 _wakeup = NotifyOnce("postrelay_jobs")
+# The columns of job_copy_in; an enum travels in binary COPY as its label's text.
+JOB_COPY_TYPES = ("uuid", "uuid", "text", "jsonb", "int2", "timestamptz", "int4", "text")
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,9 +107,11 @@ def enqueue_many(
     (or names an unknown tenant or kind) nothing is written.
     """
     specs = list(jobs)
+    default_attempts = default_max_attempts()  # read once: the environment is slow to ask
     rows = [
         _validated_row(s.kind, s.payload, s.tenant_id, s.priority, s.delay, s.run_at,
-                       s.max_attempts, s.idempotency_key, index=i)
+                       default_attempts if s.max_attempts is None else s.max_attempts,
+                       s.idempotency_key, index=i)
         for i, s in enumerate(specs)
     ]
     return drive(conn, _enqueue_many_steps(conn, rows, _created_by(created_by),
@@ -122,19 +125,24 @@ def _enqueue_many_steps(
         return []
     tenant_ids = list({r["tenant_id"] for r in rows})
     kinds = list({r["kind"] for r in rows})
-    ((missing_tenants, unknown_kinds),) = yield Q["job_batch_check"], {
+    ((missing_tenants, unknown_kinds, now),) = yield Q["job_batch_check"], {
         "tenant_ids": tenant_ids, "kinds": kinds,
     }
     if missing_tenants:
         raise ValidationError("tenant_id", f"no tenant with id {missing_tenants[0]}")
     if unknown_kinds:
         raise ValidationError("kind", f"unknown job kind {unknown_kinds[0]!r}")
-    ids = [uuid.uuid4() for _ in rows]
-    inserted = yield Q["job_insert_many"], {
-        "rows": _rows_document(ids, rows), "created_by": created_by,
-    }
-    if len(inserted) < len(rows):
-        ids = yield from _resolve_taken_keys(rows, ids, {r[0] for r in inserted})
+    ids = _new_ids(len(rows))
+    if all(r["idempotency_key"] is None for r in rows):
+        yield Copy(Q["job_copy_in"].text, JOB_COPY_TYPES,
+                   _copy_rows(ids, rows, now, created_by))
+        inserted = ids
+    else:
+        inserted = yield Q["job_insert_many"], {
+            "rows": _rows_document(ids, rows), "created_by": created_by,
+        }
+        if len(inserted) < len(rows):
+            ids = yield from _resolve_taken_keys(rows, ids, {r[0] for r in inserted})
     if send_notify and inserted and _wakeup.needed(conn):
         yield Q["job_notify"], {}
         _wakeup.mark(conn)
@@ -151,6 +159,23 @@ def _rows_document(ids: list[UUID], rows: list[dict[str, Any]]) -> str:
                            r["delay"], r["max_attempts"], r["idempotency_key"]])
         parts.append(f"{head[:-1]},{r['payload']}]")
     return f"[{','.join(parts)}]"
+
+
+def _new_ids(n: int) -> list[UUID]:
+    """n random (version 4) UUIDs, as uuid4() makes them but from one read of the system's
+    random source instead of one per id."""
+    random = os.urandom(16 * n)
+    return [UUID(bytes=random[i:i + 16], version=4) for i in range(0, 16 * n, 16)]
+
+
+def _copy_rows(ids: list[UUID], rows: list[dict[str, Any]], now: datetime,
+               created_by: str | None) -> Iterator[tuple[Any, ...]]:
+    """The rows for job_copy_in. A delay counts from the transaction's now(), as it does in
+    job_insert_many, so a copied job is due exactly when an inserted one would be."""
+    for job_id, r in zip(ids, rows, strict=True):
+        due = r["run_at"] or (now + timedelta(seconds=r["delay"]) if r["delay"] else now)
+        yield (job_id, r["tenant_id"], r["kind"], r["payload"], r["priority"], due,
+               r["max_attempts"], created_by)
 
 
 def _resolve_taken_keys(

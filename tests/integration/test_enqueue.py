@@ -116,6 +116,72 @@ def test_enqueue_many_inserts_in_order_and_dedupes(engine, tenant):
         assert job_row(conn, ids[42])["payload"] == {"i": 42}
 
 
+def keyless_batch(tenant: uuid.UUID, run_at: datetime) -> list[JobSpec]:
+    # Characters that COPY's text format must escape travel in the payload.
+    return [
+        JobSpec("reindex", {"i": 0, "text": 'tab\tline\nslash\\ "q" \u00fc\u2028'}, tenant,
+                priority=-5),
+        JobSpec("bulk_import", {"i": 1}, tenant, delay=30, max_attempts=3),
+        JobSpec("reindex", {"i": 2, "nested": {"a": [1, None, True]}}, str(tenant),
+                run_at=run_at),
+    ]
+
+
+def assert_keyless_batch(engine, ids: list[uuid.UUID], run_at: datetime) -> None:
+    with engine.connect() as conn:
+        rows = [job_row(conn, job_id) for job_id in ids]
+    assert [r["payload"]["i"] for r in rows] == [0, 1, 2]
+    assert rows[0]["payload"]["text"] == 'tab\tline\nslash\\ "q" \u00fc\u2028'
+    assert rows[2]["payload"]["nested"] == {"a": [1, None, True]}
+    assert [r["kind"] for r in rows] == ["reindex", "bulk_import", "reindex"]
+    assert [r["priority"] for r in rows] == [-5, 100, 100]
+    assert [r["max_attempts"] for r in rows] == [8, 3, 8]
+    assert {r["created_by"] for r in rows} == {"importer"}
+    assert all(r["state"] == "pending" and r["attempts"] == 0 for r in rows)
+    # Due times count from the transaction's now(), as the INSERT's do.
+    assert rows[0]["available_at"] == rows[0]["created_at"]
+    assert rows[1]["available_at"] - rows[1]["created_at"] == timedelta(seconds=30)
+    assert abs((rows[2]["available_at"] - run_at).total_seconds()) < 0.001
+
+
+@pytest.mark.parametrize("holder", ["connection", "session"])
+def test_enqueue_many_without_keys_streams_in_the_callers_transaction(engine, tenant, holder):
+    run_at = datetime.now(UTC) + timedelta(hours=1)
+    with engine.connect() as conn:
+        enqueue_many(conn, keyless_batch(tenant, run_at))
+        conn.rollback()
+    assert count_jobs(engine) == 0
+    if holder == "session":
+        with Session(engine) as session, session.begin():
+            ids = enqueue_many(session, keyless_batch(tenant, run_at), created_by="importer")
+    else:
+        with engine.begin() as conn:
+            ids = enqueue_many(conn, keyless_batch(tenant, run_at), created_by="importer")
+    assert_keyless_batch(engine, ids, run_at)
+
+
+@pytest.mark.parametrize("holder", ["connection", "session", "psycopg"])
+async def test_enqueue_many_without_keys_streams_on_async_connections(
+    async_engine, engine, tenant, libpq, holder
+):
+    import psycopg
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    run_at = datetime.now(UTC) + timedelta(hours=1)
+    if holder == "session":
+        async with AsyncSession(async_engine) as session, session.begin():
+            ids = await enqueue_many(session, keyless_batch(tenant, run_at),
+                                     created_by="importer")
+    elif holder == "psycopg":
+        async with await psycopg.AsyncConnection.connect(libpq) as conn:
+            ids = await enqueue_many(conn, keyless_batch(tenant, run_at), created_by="importer")
+            await conn.commit()
+    else:
+        async with async_engine.begin() as conn:
+            ids = await enqueue_many(conn, keyless_batch(tenant, run_at), created_by="importer")
+    assert_keyless_batch(engine, ids, run_at)
+
+
 def test_enqueue_many_rejects_whole_batch(engine, tenant):
     specs = [JobSpec("reindex", {}, tenant), JobSpec("nope", {}, tenant)]
     with engine.begin() as conn, pytest.raises(ValidationError) as info:

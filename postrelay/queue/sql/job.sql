@@ -55,11 +55,22 @@ SELECT EXISTS (SELECT 1 FROM mdm.aa_tenant WHERE id = :tenant_id) AS tenant_exis
           AND idempotency_key = :idempotency_key) AS existing_id;
 
 -- name: job_batch_check
--- Before a batch insert: which tenants and kinds do not exist (nothing is written if any).
+-- Before a batch insert: which tenants and kinds do not exist (nothing is written if any),
+-- and the transaction's now(), from which a copied batch's due times are reckoned.
 SELECT ARRAY(SELECT t FROM unnest(CAST(:tenant_ids AS uuid[])) AS t
              WHERE NOT EXISTS (SELECT 1 FROM mdm.aa_tenant a WHERE a.id = t)) AS missing_tenants,
        ARRAY(SELECT k FROM unnest(CAST(:kinds AS text[])) AS k
-             WHERE k <> ALL(CAST(enum_range(NULL::mdm.job_kind) AS text[]))) AS unknown_kinds;
+             WHERE k <> ALL(CAST(enum_range(NULL::mdm.job_kind) AS text[]))) AS unknown_kinds,
+       now() AS now;
+
+-- name: job_copy_in
+-- A batch without idempotency keys streams in with binary COPY, about twice as fast as
+-- job_insert_many: nothing can conflict, and job_batch_check has already checked every
+-- tenant and kind. The columns left out take their defaults, as in job_insert_many. The
+-- column types are JOB_COPY_TYPES in enqueue.py: keep the two in step.
+COPY mdm.aa_job (id, tenant_id, job_kind, payload, priority, available_at, max_attempts,
+                 created_by)
+FROM STDIN (FORMAT BINARY)
 
 -- name: job_find_by_key
 SELECT id FROM mdm.aa_job

@@ -185,7 +185,7 @@ class Relay:
                 "ordered": [o for _, _, _, o in rows],
                 "ids": [p.event.id for p in plans],
                 "jobs": [len(p.specs) for p in plans],
-            })
+            }, binary=True)
         return plans, len(rows)
 
     async def _record_failures(
@@ -199,7 +199,7 @@ class Relay:
             "errors": [failures[e.id] for e in failed],
             "delays": [self.backoff.delay(e.attempts + 1) for e in failed],
             "max_attempts": self.config.max_attempts,
-        })
+        }, binary=True)
         for event_id, dead in rows:
             log_event("postrelay.relay.routing_failed", logging.WARNING, event_id=str(event_id),
                       dead=dead, error=failures[event_id])

@@ -86,7 +86,7 @@ UPDATE mdm.aa_outbox_event e
 SET attempts = e.attempts + 1,
     last_error = f.error,
     available_at = now() + make_interval(secs => f.delay),
-    dead_at = CASE WHEN e.attempts + 1 >= :max_attempts THEN now() END
+    dead_at = CASE WHEN e.attempts + 1 >= CAST(:max_attempts AS integer) THEN now() END
 FROM unnest(CAST(:ids AS uuid[]), CAST(:errors AS text[]), CAST(:delays AS float8[]))
      AS f(id, error, delay)
 WHERE e.id = f.id

@@ -18,7 +18,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 # The worker's engine forces custom plans for the sake of job_finalize_many; the claim is
 # planned well generically and runs on every wake-up, so it keeps the server's default.
-_PLAN_CACHE_AUTO = text("SET plan_cache_mode = auto")
+# A claim does not wait for its WAL to reach disk: should the server crash before that,
+# the claim is forgotten and the job is simply pending again, to run once more, as after
+# any crash mid-job. Any later durable commit (the job's outcome, an email's `sending`
+# row) flushes the claim with it. The flush was 0.2-0.3 ms of every pickup's latency.
+_SESSION = (text("SET plan_cache_mode = auto"), text("SET synchronous_commit = off"))
 
 
 class ClaimConnection:
@@ -34,7 +38,8 @@ class ClaimConnection:
         if self._driver is None:
             conn = await self._engine.connect()
             try:
-                await conn.execute(_PLAN_CACHE_AUTO)
+                for setting in _SESSION:
+                    await conn.execute(setting)
                 self._driver = (await conn.get_raw_connection()).driver_connection
             except BaseException:
                 await _discard(conn)

@@ -38,17 +38,22 @@ async def test_claims_share_one_connection_and_a_failure_replaces_it(forcing_eng
         await claimer.close()
 
 
-async def test_the_claim_connection_autocommits_and_plans_generically(forcing_engine):
+async def test_the_claim_connection_autocommits_plans_generically_and_skips_the_flush(
+    forcing_engine,
+):
     claimer = ClaimConnection(forcing_engine)
     try:
         async with claimer.use() as conn:
             assert conn.autocommit
             mode = await (await conn.execute("SHOW plan_cache_mode")).fetchone()
             assert mode == ("auto",)
+            sync = await (await conn.execute("SHOW synchronous_commit")).fetchone()
+            assert sync == ("off",)
     finally:
         await claimer.close()
-    # The connection was not handed back to the pool with its own setting.
+    # The connection was not handed back to the pool with its own settings.
     async with forcing_engine.connect() as conn:
         raw = (await conn.get_raw_connection()).driver_connection
         assert await (await raw.execute("SHOW plan_cache_mode")).fetchone() == (
             "force_custom_plan",)
+        assert await (await raw.execute("SHOW synchronous_commit")).fetchone() == ("on",)

@@ -21,6 +21,7 @@ from uuid import UUID
 
 from postrelay.core.dbcall import AnyConnection, Copy, Steps, drive
 from postrelay.core.errors import ConfigError, ValidationError
+from postrelay.core.ids import new_uuids
 from postrelay.core.notify import NotifyOnce
 from postrelay.queue.queries import Q
 
@@ -132,7 +133,7 @@ def _enqueue_many_steps(
         raise ValidationError("tenant_id", f"no tenant with id {missing_tenants[0]}")
     if unknown_kinds:
         raise ValidationError("kind", f"unknown job kind {unknown_kinds[0]!r}")
-    ids = _new_ids(len(rows))
+    ids = new_uuids(len(rows))
     if all(r["idempotency_key"] is None for r in rows):
         yield Copy(Q["job_copy_in"].text, JOB_COPY_TYPES,
                    _copy_rows(ids, rows, now, created_by))
@@ -159,13 +160,6 @@ def _rows_document(ids: list[UUID], rows: list[dict[str, Any]]) -> str:
                            r["delay"], r["max_attempts"], r["idempotency_key"]])
         parts.append(f"{head[:-1]},{r['payload']}]")
     return f"[{','.join(parts)}]"
-
-
-def _new_ids(n: int) -> list[UUID]:
-    """n random (version 4) UUIDs, as uuid4() makes them but from one read of the system's
-    random source instead of one per id."""
-    random = os.urandom(16 * n)
-    return [UUID(bytes=random[i:i + 16], version=4) for i in range(0, 16 * n, 16)]
 
 
 def _copy_rows(ids: list[UUID], rows: list[dict[str, Any]], now: datetime,

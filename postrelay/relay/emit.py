@@ -17,13 +17,16 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from postrelay.core.dbcall import AnyConnection, Steps, drive
+from postrelay.core.dbcall import AnyConnection, Copy, Steps, drive
 from postrelay.core.errors import ValidationError
+from postrelay.core.ids import new_uuids
 from postrelay.core.notify import NotifyOnce
 from postrelay.core.sqlfiles import load_queries
 
 Q = load_queries("postrelay.relay", "sql/outbox.sql")
 _wakeup = NotifyOnce("postrelay_outbox")
+# The columns of outbox_copy_in.
+OUTBOX_COPY_TYPES = ("uuid", "uuid", "text", "text", "text", "jsonb", "jsonb", "text")
 
 
 def emit(
@@ -74,8 +77,9 @@ def emit_many(
     created_by: str | None = None,
     notify: bool = True,
 ) -> list[UUID] | Awaitable[list[UUID]]:
-    """Insert many events in one round trip, in order; returns their ids. If any event is
-    invalid or names an unknown tenant, nothing is written."""
+    """Insert many events, in order, and return their ids. If any event is invalid or names
+    an unknown tenant, nothing is written. The events stream in with binary COPY on the
+    psycopg connection beneath `conn`, in its transaction."""
     rows = []
     for i, e in enumerate(events):
         try:
@@ -96,19 +100,15 @@ def _emit_many_steps(
     }
     if missing:
         raise ValidationError("tenant_id", f"no tenant with id {missing[0][0]}")
-    inserted = yield Q["outbox_insert_many"], {
-        "tenant_ids": [r["tenant_id"] for r in rows],
-        "aggregate_types": [r["aggregate_type"] for r in rows],
-        "aggregate_ids": [r["aggregate_id"] for r in rows],
-        "event_types": [r["event_type"] for r in rows],
-        "payloads": [r["payload"] for r in rows],
-        "headers": [r["headers"] for r in rows],
-        "created_by": created_by,
-    }
+    ids = new_uuids(len(rows))
+    yield Copy(Q["outbox_copy_in"].text, OUTBOX_COPY_TYPES, (
+        (event_id, r["tenant_id"], r["aggregate_type"], r["aggregate_id"], r["event_type"],
+         r["payload"], r["headers"], created_by)
+        for event_id, r in zip(ids, rows, strict=True)))
     if send_notify and _wakeup.needed(conn):
         yield Q["outbox_notify"], {}
         _wakeup.mark(conn)
-    return [row[0] for row in inserted]
+    return ids
 
 
 def _validated(

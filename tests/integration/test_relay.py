@@ -206,19 +206,50 @@ async def test_concurrent_relays_and_writers_relay_each_committed_event_once(
     assert sorted(relayed) == sorted(committed)  # each committed event once, no rolled-back one
 
 
-def test_emit_many_inserts_ten_thousand_in_one_round_trip(engine, tenant, outbox_clean):
-    from postrelay.relay import EventSpec, emit_many
+def ten_thousand(tenant) -> list:  # noqa: ANN001
+    from postrelay.relay import EventSpec
 
-    specs = [EventSpec("order.placed", {"n": n}, tenant, "order", n) for n in range(10_000)]
-    started = time.perf_counter()
-    with engine.begin() as conn:
-        ids = emit_many(conn, specs, created_by="bulk")
-    print(f"emit_many 10,000: {time.perf_counter() - started:.2f} s")
+    return [EventSpec("order.placed", {"n": n, "note": 'tab\there\\ "q" \u00e9'}, tenant,
+                      "order", n, headers={"trace": f"t{n}"} if n % 2 else None)
+            for n in range(10_000)]
+
+
+def assert_ten_thousand(engine, ids) -> None:  # noqa: ANN001
     assert len(ids) == len(set(ids)) == 10_000
     with engine.connect() as conn:
-        first = conn.execute(text("SELECT payload FROM mdm.aa_outbox_event WHERE id = :i"),
-                             {"i": ids[0]}).scalar_one()
-    assert first == {"n": 0}
+        rows = conn.execute(text(
+            "SELECT id, payload, headers, aggregate_id, created_by FROM mdm.aa_outbox_event "
+            "ORDER BY seq")).all()
+    # In input order: seq, and so the relay's order, follows the list.
+    assert [r.id for r in rows] == ids
+    assert [r.payload["n"] for r in rows] == list(range(10_000))
+    assert rows[7].payload["note"] == 'tab\there\\ "q" \u00e9'
+    assert rows[7].headers == {"trace": "t7"} and rows[8].headers == {}
+    assert rows[9_999].aggregate_id == "9999" and {r.created_by for r in rows} == {"bulk"}
+
+
+def test_emit_many_streams_ten_thousand_in_the_callers_transaction(engine, tenant,
+                                                                   outbox_clean):
+    from postrelay.relay import emit_many
+
+    with engine.connect() as conn:
+        emit_many(conn, ten_thousand(tenant))
+        conn.rollback()
+    assert scalar(engine, "SELECT count(*) FROM mdm.aa_outbox_event") == 0
+    started = time.perf_counter()
+    with engine.begin() as conn:
+        ids = emit_many(conn, ten_thousand(tenant), created_by="bulk")
+    print(f"emit_many 10,000: {time.perf_counter() - started:.2f} s")
+    assert_ten_thousand(engine, ids)
+
+
+async def test_emit_many_streams_on_an_async_connection(engine, async_engine, tenant,
+                                                        outbox_clean):
+    from postrelay.relay import emit_many
+
+    async with async_engine.begin() as conn:
+        ids = await emit_many(conn, ten_thousand(tenant), created_by="bulk")
+    assert_ten_thousand(engine, ids)
 
 
 def test_emit_many_rejects_the_whole_batch(engine, tenant, outbox_clean):

@@ -125,19 +125,13 @@ LEFT JOIN mdm.aa_job j ON j.id = d.job_id
 WHERE d.event_id = :event_id
 ORDER BY d.route;
 
--- name: outbox_insert_many
--- A batch of events in one round trip (the tenants are checked first by the caller).
-INSERT INTO mdm.aa_outbox_event
-    (tenant_id, aggregate_type, aggregate_id, event_type, payload, headers, created_by)
-SELECT e.tenant_id, e.aggregate_type, e.aggregate_id, e.event_type, CAST(e.payload AS jsonb),
-       CAST(e.headers AS jsonb), :created_by
-FROM unnest(CAST(:tenant_ids AS uuid[]), CAST(:aggregate_types AS text[]),
-            CAST(:aggregate_ids AS text[]), CAST(:event_types AS text[]),
-            CAST(:payloads AS text[]), CAST(:headers AS text[]))
-     WITH ORDINALITY AS e(tenant_id, aggregate_type, aggregate_id, event_type, payload, headers,
-                          ord)
-ORDER BY e.ord
-RETURNING id;
+-- name: outbox_copy_in
+-- A batch of events streams in with binary COPY, in order (`seq` follows it), about twice as
+-- fast as an INSERT of the same rows; the tenants are checked first by the caller. The
+-- column types are OUTBOX_COPY_TYPES in emit.py: keep the two in step.
+COPY mdm.aa_outbox_event (id, tenant_id, aggregate_type, aggregate_id, event_type, payload,
+                          headers, created_by)
+FROM STDIN (FORMAT BINARY)
 
 -- name: outbox_tenants_missing
 SELECT t FROM unnest(CAST(:tenant_ids AS uuid[])) AS t

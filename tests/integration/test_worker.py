@@ -215,6 +215,29 @@ async def test_concurrent_workers_run_each_job_exactly_once(engine, async_engine
     assert all(w.claimed > 0 for w in workers)
 
 
+async def test_a_saturated_worker_claims_freed_slots_together(engine, async_engine, libpq,
+                                                             tenant):
+    registry = Registry()
+
+    @registry.handler("reindex")
+    async def staggered(job: Job) -> None:
+        # Runs of different lengths end one at a time, about 3 ms apart.
+        await asyncio.sleep(0.02 + (job.payload["i"] % 20) * 0.003)
+
+    from postrelay.queue import JobSpec, enqueue_many
+
+    with engine.begin() as conn:
+        enqueue_many(conn, [JobSpec("reindex", {"i": i}, tenant) for i in range(200)])
+    await run_until(async_engine, libpq, registry,
+                    lambda: count_status(engine, "done") == 200, concurrency=20)
+    with engine.connect() as conn:
+        claims = conn.execute(text(
+            "SELECT count(DISTINCT claimed_at) FROM mdm.aa_job")).scalar_one()
+    # A claim per freed slot would be about one per job after the first 20; gathering two
+    # slots (a tenth of the concurrency) at a time takes about half of that.
+    assert claims <= 120, claims
+
+
 def count_status(engine, status: str) -> int:
     with engine.connect() as conn:
         return conn.execute(

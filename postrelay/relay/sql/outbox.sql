@@ -77,7 +77,9 @@ WITH linked AS (
 UPDATE mdm.aa_outbox_event e
 SET handled_at = clock_timestamp(), jobs_created = h.jobs, last_error = NULL
 FROM unnest(CAST(:ids AS uuid[]), CAST(:jobs AS integer[])) AS h(id, jobs)
-WHERE e.id = h.id;
+-- The = ANY finds the batch's rows by primary key: joined on e.id = h.id alone, the
+-- planner hashes the whole outbox, a scan that grows with the backlog.
+WHERE e.id = ANY(CAST(:ids AS uuid[])) AND e.id = h.id;
 
 -- name: outbox_mark_failed_many
 -- Routing raised: record the error, back off, and after :max_attempts park the event as

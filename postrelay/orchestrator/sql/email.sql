@@ -24,7 +24,7 @@ WITH r AS (
     FROM r
     WHERE l.job_id = r.job_id AND l.status = 'sending'
     RETURNING l.id, l.job_id
-), looked AS (
+), looked AS MATERIALIZED (  -- each job's lookups once, not again inside `send`
     SELECT r.*,
            (SELECT count(*) FROM stale s WHERE s.job_id = r.job_id) AS unknown_now,
            ARRAY(SELECT l.status FROM mdm.aa_email_log l

@@ -9,10 +9,10 @@ One attempt, in order:
    the MIME message; its Message-ID is derived from the job, the same on every attempt.
 3. One round trip (shared with the other attempts that reach this step at the same time)
    learns what earlier attempts left and commits this attempt's `sending` row when the
-   message is to go: a `sent` row means the message went out and the job
-   completes without sending again; a `sending` row means a worker died between handing
-   the message over and recording the reply — it becomes `unknown`, and the template's
-   policy decides: resend (the default) or hold the job in the DLQ for an operator.
+   message is to go: a `sent` row means the message went out and the job completes
+   without sending again; a `sending` row means a worker died between handing the message
+   over and recording the reply — it becomes `unknown`, and the template's policy
+   decides: resend (the default) or hold the job in the DLQ for an operator.
    Suppressed recipients are left out; when none is left, nothing is sent.
 4. Hand the message to the SMTP pool.
 5. Record the outcome with `record_with_outcome`: it commits in the same transaction as

@@ -11,36 +11,22 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Awaitable, Generator, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Generator, Sequence
 from typing import Any, TypeVar
 
 import psycopg
-from psycopg.types.json import set_json_dumps
 from sqlalchemy import Connection, Row, TextClause
 from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import Executable
 
+from postrelay.core.bulkcopy import Copy, copy_rows, copy_rows_async
+
 T = TypeVar("T")
 Rows = Sequence[Row[Any]]
-
-
-@dataclass(frozen=True, slots=True)
-class Copy:
-    """A step that streams `rows` with `COPY ... FROM STDIN (FORMAT BINARY)`, whose columns
-    have the PostgreSQL `types` given: for bulk inserts, where COPY moves rows about twice
-    as fast as an INSERT of the same rows. It runs on the psycopg connection, in the
-    transaction an earlier step began; it receives no rows. A `jsonb` column takes its
-    value as JSON text, already encoded (as the rest of postrelay keeps payloads)."""
-
-    statement: str
-    types: Sequence[str]
-    rows: Iterable[Sequence[Any]]
-
-
-Steps = Generator[tuple[Executable, Any] | Copy, Rows, T]
+# A step yields a statement and its parameters (it receives the rows) or a Copy.
+Steps = Generator[tuple[Executable, Any] | Copy, Rows | None, T]
 AnyConnection = (
     Connection | Session | AsyncConnection | AsyncSession
     | psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
@@ -81,8 +67,7 @@ def _drive_psycopg(conn: psycopg.Connection[Any], steps: Steps[T]) -> T:
         step = next(steps)
         while True:
             if isinstance(step, Copy):
-                _copy(conn, step)
-                step = steps.send([])
+                step = steps.send([] if copy_rows(conn, step) else None)  # type: ignore[arg-type]
                 continue
             statement, params = step
             cursor = conn.execute(psycopg_sql(statement), params)  # type: ignore[arg-type]
@@ -97,8 +82,8 @@ async def _drive_psycopg_async(conn: psycopg.AsyncConnection[Any], steps: Steps[
         step = next(steps)
         while True:
             if isinstance(step, Copy):
-                await _copy_async(conn, step)
-                step = steps.send([])
+                copied = await copy_rows_async(conn, step)
+                step = steps.send([] if copied else None)  # type: ignore[arg-type]
                 continue
             statement, params = step
             cursor = await conn.execute(psycopg_sql(statement), params)  # type: ignore[arg-type]
@@ -116,8 +101,8 @@ def _drive_sync(conn: Connection | Session, steps: Steps[T]) -> T:
                 # COPY has no SQLAlchemy API: it runs on the psycopg connection beneath, in
                 # the transaction an earlier step of the same logic began.
                 bound = conn.connection() if isinstance(conn, Session) else conn
-                _copy(bound.connection.driver_connection, step)
-                step = steps.send([])
+                copied = copy_rows(bound.connection.driver_connection, step)
+                step = steps.send([] if copied else None)  # type: ignore[arg-type]
                 continue
             statement, params = step
             result = conn.execute(statement, params)
@@ -127,28 +112,6 @@ def _drive_sync(conn: Connection | Session, steps: Steps[T]) -> T:
         return stop.value  # type: ignore[no-any-return]
 
 
-def _copy(conn: psycopg.Connection[Any], step: Copy) -> None:
-    with conn.cursor() as cursor:
-        set_json_dumps(_encoded_json, context=cursor)
-        with cursor.copy(step.statement) as copy:
-            copy.set_types(step.types)
-            for row in step.rows:
-                copy.write_row(row)
-
-
-def _encoded_json(text: str) -> str:
-    return text
-
-
-async def _copy_async(conn: psycopg.AsyncConnection[Any], step: Copy) -> None:
-    async with conn.cursor() as cursor:
-        set_json_dumps(_encoded_json, context=cursor)
-        async with cursor.copy(step.statement) as copy:
-            copy.set_types(step.types)
-            for row in step.rows:
-                await copy.write_row(row)
-
-
 async def _drive_async(conn: AsyncConnection | AsyncSession, steps: Steps[T]) -> T:
     try:
         step = next(steps)
@@ -156,8 +119,8 @@ async def _drive_async(conn: AsyncConnection | AsyncSession, steps: Steps[T]) ->
             if isinstance(step, Copy):
                 bound = await conn.connection() if isinstance(conn, AsyncSession) else conn
                 raw = (await bound.get_raw_connection()).driver_connection
-                await _copy_async(raw, step)
-                step = steps.send([])
+                copied = await copy_rows_async(raw, step)
+                step = steps.send([] if copied else None)  # type: ignore[arg-type]
                 continue
             statement, params = step
             result = await conn.execute(statement, params)

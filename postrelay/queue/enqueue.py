@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Awaitable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from postrelay.core.dbcall import AnyConnection, Copy, Steps, drive
+from postrelay.core.bulkcopy import Copy
+from postrelay.core.dbcall import AnyConnection, Steps, drive
 from postrelay.core.errors import ConfigError, ValidationError
 from postrelay.core.ids import new_uuids
 from postrelay.core.notify import NotifyOnce
@@ -32,7 +33,9 @@ MAX_ATTEMPTS_ENV = "POSTRELAY_JOB_MAX_RETRIES"
 
 _wakeup = NotifyOnce("postrelay_jobs")
 # The columns of job_copy_in; an enum travels in binary COPY as its label's text.
-JOB_COPY_TYPES = ("uuid", "uuid", "text", "jsonb", "int2", "timestamptz", "int4", "text")
+JOB_COPY_TYPES = (
+    "uuid", "uuid", "text", "jsonb", "int2", "timestamptz", "int4", "text", "text",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,11 +137,12 @@ def _enqueue_many_steps(
     if unknown_kinds:
         raise ValidationError("kind", f"unknown job kind {unknown_kinds[0]!r}")
     ids = new_uuids(len(rows))
-    if all(r["idempotency_key"] is None for r in rows):
-        yield Copy(Q["job_copy_in"].text, JOB_COPY_TYPES,
-                   _copy_rows(ids, rows, now, created_by))
-        inserted = ids
-    else:
+    keyed = any(r["idempotency_key"] is not None for r in rows)
+    copied = yield Copy(Q["job_copy_in"].text, JOB_COPY_TYPES,
+                        _copy_rows(ids, rows, now, created_by), guarded=keyed)
+    if copied is not None:
+        inserted: Sequence[Any] = ids
+    else:  # a key is taken (a replay, a retried batch): insert what is new, find the rest
         inserted = yield Q["job_insert_many"], {
             "rows": _rows_document(ids, rows), "created_by": created_by,
         }
@@ -169,7 +173,7 @@ def _copy_rows(ids: list[UUID], rows: list[dict[str, Any]], now: datetime,
     for job_id, r in zip(ids, rows, strict=True):
         due = r["run_at"] or (now + timedelta(seconds=r["delay"]) if r["delay"] else now)
         yield (job_id, r["tenant_id"], r["kind"], r["payload"], r["priority"], due,
-               r["max_attempts"], created_by)
+               r["max_attempts"], r["idempotency_key"], created_by)
 
 
 def _resolve_taken_keys(

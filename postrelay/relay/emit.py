@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from postrelay.core.dbcall import AnyConnection, Copy, Steps, drive
+from postrelay.core.bulkcopy import Copy
+from postrelay.core.dbcall import AnyConnection, Steps, drive
 from postrelay.core.errors import ValidationError
 from postrelay.core.ids import new_uuids
 from postrelay.core.notify import NotifyOnce

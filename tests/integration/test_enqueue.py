@@ -74,6 +74,60 @@ def test_racing_idempotent_enqueues_make_one_job(engine, tenant):
     assert count_jobs(engine) == 1
 
 
+def test_racing_idempotent_batches_make_one_job_per_key(engine, tenant):
+    # Batches with keys stream in with COPY in a savepoint; the one that finds a key taken
+    # (here after waiting for the other transaction's commit) goes by the INSERT instead.
+    barrier = threading.Barrier(2)
+    results: list[list[uuid.UUID]] = []
+
+    def racer(n: int) -> None:
+        specs = [JobSpec("reindex", {"racer": n}, tenant, idempotency_key=key)
+                 for key in ("shared-1", f"own-{n}", "shared-2")]
+        with engine.begin() as conn:
+            barrier.wait()
+            results.append(enqueue_many(conn, specs))
+
+    threads = [threading.Thread(target=racer, args=(n,)) for n in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    first, second = results
+    assert first[0] == second[0] and first[2] == second[2] and first[1] != second[1]
+    assert count_jobs(engine) == 4
+
+
+def test_a_batch_meeting_a_taken_key_keeps_the_rest_of_the_callers_transaction(engine, tenant):
+    with engine.begin() as conn:
+        taken = enqueue(conn, "reindex", {"n": "old"}, tenant_id=tenant, idempotency_key="k-1")
+    with engine.begin() as conn:
+        before = enqueue(conn, "reindex", {"n": "before"}, tenant_id=tenant)
+        ids = enqueue_many(conn, [JobSpec("reindex", {"n": i}, tenant, idempotency_key=f"k-{i}")
+                                  for i in range(3)])
+        after = enqueue(conn, "reindex", {"n": "after"}, tenant_id=tenant)
+    assert ids[1] == taken and len(set(ids)) == 3
+    with engine.connect() as conn:
+        assert job_row(conn, before)["payload"] == {"n": "before"}
+        assert job_row(conn, after)["payload"] == {"n": "after"}
+        assert job_row(conn, taken)["payload"] == {"n": "old"}
+        assert [job_row(conn, i)["payload"] for i in (ids[0], ids[2])] == [{"n": 0}, {"n": 2}]
+    assert count_jobs(engine) == 5
+
+
+@pytest.mark.parametrize("autocommit", [False, True])
+async def test_a_batch_meeting_a_taken_key_on_psycopg(engine, tenant, libpq, autocommit):
+    import psycopg
+
+    with engine.begin() as conn:
+        taken = enqueue(conn, "reindex", {}, tenant_id=tenant, idempotency_key="k-1")
+    async with await psycopg.AsyncConnection.connect(libpq, autocommit=autocommit) as conn:
+        ids = await enqueue_many(conn, [JobSpec("reindex", {"n": i}, tenant,
+                                                idempotency_key=f"k-{i}") for i in range(3)])
+        if not autocommit:
+            await conn.commit()
+    assert ids[1] == taken and count_jobs(engine) == 3
+
+
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [

@@ -64,12 +64,14 @@ SELECT ARRAY(SELECT t FROM unnest(CAST(:tenant_ids AS uuid[])) AS t
        now() AS now;
 
 -- name: job_copy_in
--- A batch without idempotency keys streams in with binary COPY, about twice as fast as
--- job_insert_many: nothing can conflict, and job_batch_check has already checked every
--- tenant and kind. The columns left out take their defaults, as in job_insert_many. The
--- column types are JOB_COPY_TYPES in enqueue.py: keep the two in step.
+-- A batch streams in with binary COPY, about twice as fast as job_insert_many;
+-- job_batch_check has already checked every tenant and kind. COPY cannot skip a taken
+-- idempotency key, so a batch with keys runs it in a savepoint and, when one is taken,
+-- goes by job_insert_many instead (core/bulkcopy.py). The columns left out take their
+-- defaults, as in job_insert_many. The column types are JOB_COPY_TYPES in enqueue.py:
+-- keep the two in step.
 COPY mdm.aa_job (id, tenant_id, job_kind, payload, priority, available_at, max_attempts,
-                 created_by)
+                 idempotency_key, created_by)
 FROM STDIN (FORMAT BINARY)
 
 -- name: job_find_by_key

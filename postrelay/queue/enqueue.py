@@ -129,9 +129,12 @@ def _enqueue_many_steps(
         return []
     tenant_ids = list({r["tenant_id"] for r in rows})
     kinds = list({r["kind"] for r in rows})
-    ((missing_tenants, unknown_kinds, now),) = yield Q["job_batch_check"], {
-        "tenant_ids": tenant_ids, "kinds": kinds,
+    with_notify = send_notify and _wakeup.needed(conn)
+    ((missing_tenants, unknown_kinds, now, _notified),) = yield Q["job_batch_check"], {
+        "tenant_ids": tenant_ids, "kinds": kinds, "notify": with_notify,
     }
+    if with_notify:
+        _wakeup.mark(conn)  # the transaction exists now, even if this statement began it
     if missing_tenants:
         raise ValidationError("tenant_id", f"no tenant with id {missing_tenants[0]}")
     if unknown_kinds:
@@ -148,9 +151,6 @@ def _enqueue_many_steps(
         }
         if len(inserted) < len(rows):
             ids = yield from _resolve_taken_keys(rows, ids, {r[0] for r in inserted})
-    if send_notify and inserted and _wakeup.needed(conn):
-        yield Q["job_notify"], {}
-        _wakeup.mark(conn)
     return ids
 
 

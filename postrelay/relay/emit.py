@@ -96,19 +96,19 @@ def _emit_many_steps(
 ) -> Steps[list[UUID]]:
     if not rows:
         return []
-    missing = yield Q["outbox_tenants_missing"], {
-        "tenant_ids": list({r["tenant_id"] for r in rows})
+    with_notify = send_notify and _wakeup.needed(conn)
+    ((missing, _notified),) = yield Q["outbox_batch_check"], {
+        "tenant_ids": list({r["tenant_id"] for r in rows}), "notify": with_notify,
     }
+    if with_notify:
+        _wakeup.mark(conn)
     if missing:
-        raise ValidationError("tenant_id", f"no tenant with id {missing[0][0]}")
+        raise ValidationError("tenant_id", f"no tenant with id {missing[0]}")
     ids = new_uuids(len(rows))
     yield Copy(Q["outbox_copy_in"].text, OUTBOX_COPY_TYPES, (
         (event_id, r["tenant_id"], r["aggregate_type"], r["aggregate_id"], r["event_type"],
          r["payload"], r["headers"], created_by)
         for event_id, r in zip(ids, rows, strict=True)))
-    if send_notify and _wakeup.needed(conn):
-        yield Q["outbox_notify"], {}
-        _wakeup.mark(conn)
     return ids
 
 

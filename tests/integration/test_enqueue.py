@@ -262,6 +262,33 @@ def test_one_notify_per_transaction(engine, tenant, libpq):
     assert len(got) == 2
 
 
+def test_batches_wake_workers_and_relays_once_per_committed_transaction(engine, tenant,
+                                                                        libpq):
+    import psycopg
+
+    from postrelay.relay import EventSpec, emit_many
+
+    jobs = [JobSpec("reindex", {"i": i}, tenant) for i in range(3)]
+    events = [EventSpec("order.placed", {"i": i}, tenant, "order", i) for i in range(3)]
+    with psycopg.connect(libpq, autocommit=True) as listener:
+        listener.execute("LISTEN postrelay_jobs")
+        listener.execute("LISTEN postrelay_outbox")
+        with engine.connect() as conn:  # rolled back: no wake-up
+            enqueue_many(conn, jobs)
+            emit_many(conn, events)
+            conn.rollback()
+        with engine.begin() as conn:
+            enqueue_many(conn, jobs)
+            enqueue_many(conn, jobs)
+            emit_many(conn, events)
+        with engine.execution_options(postrelay_notify=False).begin() as conn:
+            enqueue_many(conn, jobs)
+            emit_many(conn, events)
+        got = sorted(n.channel for n in listener.notifies(timeout=0.5))
+    assert got == ["postrelay_jobs", "postrelay_outbox"]
+    assert count_jobs(engine) == 9
+
+
 def test_notify_can_be_switched_off(engine, tenant, libpq):
     import psycopg
 

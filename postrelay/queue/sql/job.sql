@@ -56,12 +56,16 @@ SELECT EXISTS (SELECT 1 FROM mdm.aa_tenant WHERE id = :tenant_id) AS tenant_exis
 
 -- name: job_batch_check
 -- Before a batch insert: which tenants and kinds do not exist (nothing is written if any),
--- and the transaction's now(), from which a copied batch's due times are reckoned.
+-- and the transaction's now(), from which a copied batch's due times are reckoned. The
+-- wake-up for idle workers rides along when wanted, sparing a round trip: it is only a
+-- hint, delivered if the caller commits, so the rare batch that writes nothing in the end
+-- (every key taken) costs an idle worker one empty claim.
 SELECT ARRAY(SELECT t FROM unnest(CAST(:tenant_ids AS uuid[])) AS t
              WHERE NOT EXISTS (SELECT 1 FROM mdm.aa_tenant a WHERE a.id = t)) AS missing_tenants,
        ARRAY(SELECT k FROM unnest(CAST(:kinds AS text[])) AS k
              WHERE k <> ALL(CAST(enum_range(NULL::mdm.job_kind) AS text[]))) AS unknown_kinds,
-       now() AS now;
+       now() AS now,
+       CASE WHEN CAST(:notify AS boolean) THEN pg_notify('postrelay_jobs', '') END AS notified;
 
 -- name: job_copy_in
 -- A batch streams in with binary COPY, about twice as fast as job_insert_many;

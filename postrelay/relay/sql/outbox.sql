@@ -135,12 +135,13 @@ COPY mdm.aa_outbox_event (id, tenant_id, aggregate_type, aggregate_id, event_typ
                           headers, created_by)
 FROM STDIN (FORMAT BINARY)
 
--- name: outbox_tenants_missing
-SELECT t FROM unnest(CAST(:tenant_ids AS uuid[])) AS t
-WHERE NOT EXISTS (SELECT 1 FROM mdm.aa_tenant a WHERE a.id = t);
-
--- name: outbox_notify
-SELECT pg_notify('postrelay_outbox', '');
+-- name: outbox_batch_check
+-- Before a batch of events: which tenants do not exist (nothing is written if any). The
+-- wake-up for the relays rides along when wanted, sparing a round trip; it is only a hint,
+-- delivered if the caller commits.
+SELECT ARRAY(SELECT t FROM unnest(CAST(:tenant_ids AS uuid[])) AS t
+             WHERE NOT EXISTS (SELECT 1 FROM mdm.aa_tenant a WHERE a.id = t)) AS missing,
+       CASE WHEN CAST(:notify AS boolean) THEN pg_notify('postrelay_outbox', '') END AS notified;
 
 -- name: outbox_delete_handled_before
 -- Retention: one bounded batch of handled events (their delivery links go with them).

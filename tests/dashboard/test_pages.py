@@ -282,3 +282,7 @@ def test_the_overview_fragment_is_the_panels_alone(admin, engine, tenant):
     assert fragment.status_code == 200
     assert fragment.text.lstrip().startswith('<div class="panels"')
     assert "<html" not in fragment.text and 'data-count="running">1<' in fragment.text
+    # The per-kind and per-tenant tables count the job in its row and link to it.
+    assert 'data-count="kind-reindex-running">1<' in fragment.text
+    assert f'data-count="tenant-{tenant}-running">1<' in fragment.text
+    assert f'jobs?status=pending&amp;tenant={tenant}"' in fragment.text

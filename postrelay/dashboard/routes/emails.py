@@ -58,10 +58,8 @@ def emails_page(request: Request, user: CurrentUser, engine: Db, tenant: str = "
 
 @router.get("/emails/{log_id}")
 def email_page(request: Request, log_id: str, user: CurrentUser, engine: Db) -> HTMLResponse:
-    story, tenants = _story(engine, log_id, user)
+    story, tenants, shown = _story_shown(request, engine, log_id, user)
     log = story["log"]
-    shown = preview.of(request.app.state.email_templates, log, story["job"],
-                       tenants.get(UUID(str(log["tenant_id"])), ""))
     return render(request, "email.html", {
         "log": log, "event": story["event"], "job": story["job"], "audit": story["audit"],
         "attempts": story["attempts"], "tenants": tenants, "pretty_json": pretty_json,
@@ -72,14 +70,21 @@ def email_page(request: Request, log_id: str, user: CurrentUser, engine: Db) -> 
 @router.get("/emails/{log_id}/preview")
 def email_preview(request: Request, log_id: str, user: CurrentUser, engine: Db) -> Response:
     """The message's HTML part alone, for the story page's sandboxed frame."""
-    story, tenants = _story(engine, log_id, user)
-    log = story["log"]
-    shown = preview.of(request.app.state.email_templates, log, story["job"],
-                       tenants.get(UUID(str(log["tenant_id"])), ""))
+    _, _, shown = _story_shown(request, engine, log_id, user)
     if shown.html is None:
         raise NotFoundError("this message has no HTML part to show")
     return HTMLResponse(shown.html, headers={"content-security-policy": preview.PREVIEW_CSP,
                                              "x-frame-options": "SAMEORIGIN"})
+
+
+def _story_shown(request: Request, engine: Engine, log_id: str, user: User
+                 ) -> tuple[dict[str, Any], dict[UUID, str], preview.Preview]:
+    """The message's story, the tenant names, and the message as the template renders it."""
+    story, tenants = _story(engine, log_id, user)
+    log = story["log"]
+    shown = preview.of(request.app.state.email_templates, log, story["job"],
+                       tenants.get(UUID(str(log["tenant_id"])), ""))
+    return story, tenants, shown
 
 
 def _story(engine: Engine, log_id: str, user: User) -> tuple[dict[str, Any], dict[UUID, str]]:

@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+from postrelay.core import jsontext
 from postrelay.core.bulkcopy import Copy
 from postrelay.core.dbcall import AnyConnection, Steps, drive
 from postrelay.core.errors import ConfigError, ValidationError
@@ -247,7 +248,7 @@ def _validated_row(
             f"must be a JSON object (a mapping), got {type(payload).__name__}",
         )
     try:
-        payload_json = json.dumps(payload, separators=(",", ":"), allow_nan=False)
+        payload_json = jsontext.encode(payload)
     except (TypeError, ValueError) as exc:
         raise ValidationError(field_name("payload"), f"must be JSON-serialisable: {exc}") from None
     if tenant_id is None:

@@ -11,12 +11,12 @@ the result. At most one NOTIFY is sent per transaction to wake the relays.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+from postrelay.core import jsontext
 from postrelay.core.bulkcopy import Copy
 from postrelay.core.dbcall import AnyConnection, Steps, drive
 from postrelay.core.errors import ValidationError
@@ -140,7 +140,7 @@ def _validated(
     encoded = {}
     for name, value in (("payload", payload), ("headers", headers or {})):
         try:
-            encoded[name] = json.dumps(value, separators=(",", ":"), allow_nan=False)
+            encoded[name] = jsontext.encode(value)
         except (TypeError, ValueError) as exc:
             raise ValidationError(name, f"must be JSON-serialisable: {exc}") from None
     return {

@@ -24,6 +24,7 @@ from typing import Any
 import psycopg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from postrelay.core import jsontext
 from postrelay.core.dbcall import driver_fetch
 from postrelay.core.errors import ValidationError
 from postrelay.core.listener import Listener
@@ -107,7 +108,7 @@ class Relay:
                                       {"batch": self.config.batch_size})
             if not rows:
                 return BatchResult(0, 0, 0, 0)
-            events = [Event(*row) for row in rows]
+            events = [_event(row) for row in rows]
             plans, failures = self._plan(events)
             if any(_unknown_kinds(p, self._kinds) for p in plans):
                 # First batch, or a kind added by a migration since: look again once.
@@ -272,6 +273,15 @@ class Relay:
                 await self._wake.wait()
         except TimeoutError:
             pass
+
+
+def _event(row: tuple[Any, ...]) -> Event:
+    """An Event from an outbox_claim_batch row, whose payload and headers are JSON text."""
+    (event_id, tenant_id, aggregate_type, aggregate_id, event_type, payload, headers,
+     created_at, attempts, seq) = row
+    return Event(event_id, tenant_id, aggregate_type, aggregate_id, event_type,
+                 jsontext.decode(payload), {} if headers is None else jsontext.decode(headers),
+                 created_at, attempts, seq)
 
 
 def _job_index(field: str) -> int | None:

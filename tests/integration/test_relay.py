@@ -122,6 +122,23 @@ async def test_relay_fans_out_with_deterministic_keys_and_links(engine, async_en
     assert scalar(engine, "SELECT count(*) FROM mdm.aa_job") == 3
 
 
+
+async def test_a_route_sees_the_event_as_emitted(engine, async_engine, tenant, outbox_clean):
+    payload = {"order": {"id": 7, "lines": [1.5, None, True]}, "note": "tab\there, ünïcode"}
+    with engine.begin() as conn:
+        traced = emit(conn, "order.placed", payload, tenant_id=tenant, aggregate_type="order",
+                      aggregate_id="7", headers={"trace_id": "t-7"})
+        plain = emit(conn, "order.placed", {}, tenant_id=tenant, aggregate_type="order",
+                     aggregate_id="8")
+    seen: dict[object, Event] = {}
+    routes = RouteRegistry()
+    routes.add("order.placed", lambda event: seen.setdefault(event.id, event) and None,
+               name="record")
+    await Relay(async_engine, routes).run_once()
+    assert seen[traced].payload == payload and seen[traced].headers == {"trace_id": "t-7"}
+    assert seen[plain].payload == {} and seen[plain].headers == {}
+    assert (seen[traced].tenant_id, seen[traced].aggregate_id) == (tenant, "7")
+
 async def test_poison_event_is_isolated_retried_then_dead(engine, async_engine, tenant,
                                                          outbox_clean):
     routes = RouteRegistry()

@@ -1,20 +1,15 @@
-"""The claim loop's own connection, held for the worker's life.
+"""The claim loop's own connection, held for the worker's life (see heldconn.py).
 
 A worker woken by NOTIFY claims at once; checking a connection out of the pool for every
-claim adds a pool round and greenlet switches to the pickup latency of every job. One
-connection, checked out once and used through its psycopg connection directly, avoids
-both. A claim that fails drops the connection, so the next one starts on a fresh one.
+claim would add a pool round and greenlet switches to the pickup latency of every job.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
-from typing import Any
-
-import psycopg
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from postrelay.queue.heldconn import HeldConnection
 
 # The claim connection's own session settings:
 # - plan_cache_mode = auto: the worker's engine forces custom plans for the sake of
@@ -37,42 +32,8 @@ _SESSION = (
 )
 
 
-class ClaimConnection:
+class ClaimConnection(HeldConnection):
+    """The claim loop's held connection, with the session settings above."""
+
     def __init__(self, engine: AsyncEngine) -> None:
-        self._engine = engine.execution_options(isolation_level="AUTOCOMMIT")
-        self._conn: AsyncConnection | None = None
-        self._driver: psycopg.AsyncConnection[Any] | None = None
-
-    @contextlib.asynccontextmanager
-    async def use(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """The held connection's psycopg connection (opened on first use), in autocommit
-        mode; dropped if the block raises."""
-        if self._driver is None:
-            conn = await self._engine.connect()
-            try:
-                for setting in _SESSION:
-                    await conn.execute(setting)
-                self._driver = (await conn.get_raw_connection()).driver_connection
-            except BaseException:
-                await _discard(conn)
-                raise
-            self._conn = conn
-        try:
-            yield self._driver
-        except BaseException:
-            await self.close()
-            raise
-
-    async def close(self) -> None:
-        conn, self._conn, self._driver = self._conn, None, None
-        if conn is not None:
-            await _discard(conn)
-
-
-async def _discard(conn: AsyncConnection) -> None:
-    """Close without returning the connection to the pool: its session settings differ
-    from the pool's, and after a failure its state is unknown."""
-    with contextlib.suppress(Exception):
-        await conn.invalidate()
-    with contextlib.suppress(Exception):
-        await conn.close()
+        super().__init__(engine, _SESSION)

@@ -51,7 +51,7 @@ async def job_next_due_in(
 
 
 async def job_finalize_many(
-    conn: AsyncConnection,
+    conn: AsyncConnection | psycopg.AsyncConnection[Any],
     *,
     worker: str,
     ids: list[UUID],

@@ -13,6 +13,7 @@ from uuid import UUID
 import psycopg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from postrelay.core import jsontext
 from postrelay.core.dbcall import driver_fetch
 from postrelay.core.sqlfiles import load_queries
 from postrelay.queue.model import Job
@@ -34,7 +35,12 @@ async def job_claim(
         "tenant_ids": list(tenant_ids) if tenant_ids else None,
         "kinds": list(kinds) if kinds else None,
     })
-    return [Job(*row) for row in rows]
+    return [_claimed_job(*row) for row in rows]
+
+
+def _claimed_job(job_id: UUID, tenant_id: UUID, kind: str, payload: str, *rest: Any) -> Job:
+    """A Job from a job_claim row, whose payload is JSON text."""
+    return Job(job_id, tenant_id, kind, jsontext.decode(payload), *rest)
 
 
 async def job_next_due_in(

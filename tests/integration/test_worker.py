@@ -55,8 +55,9 @@ async def test_success_marks_done(engine, async_engine, libpq, tenant):
     async def reindex(job: Job) -> None:
         seen.append(job)
 
+    payload = {"n": 1, "nested": {"list": [1.5, None, True], "text": "tab\t, ünïcode"}}
     with engine.begin() as conn:
-        job_id = enqueue(conn, "reindex", {"n": 1}, tenant_id=tenant)
+        job_id = enqueue(conn, "reindex", payload, tenant_id=tenant)
     worker = make_worker(async_engine, libpq, registry)
     await worker.start()
     try:
@@ -67,7 +68,7 @@ async def test_success_marks_done(engine, async_engine, libpq, tenant):
         row = job_row(conn, job_id)
     assert row["attempts"] == 1 and row["completed_at"] is not None
     assert row["claimed_by"] == worker.id and worker.id.count("/") == 2
-    assert [j.payload for j in seen] == [{"n": 1}] and seen[0].attempts == 1
+    assert [j.payload for j in seen] == [payload] and seen[0].attempts == 1
 
 
 async def _async(value):

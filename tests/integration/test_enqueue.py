@@ -31,6 +31,31 @@ def test_enqueue_writes_only_when_caller_commits(engine, tenant):
     assert row["created_by"] == "me"
 
 
+def test_enqueue_on_a_connection_is_seen_by_sqlalchemy_and_joins_its_autobegun_transaction(
+    engine, tenant
+):
+    # enqueue hands a Connection the driver's SQL (exec_driver_sql): the caller's
+    # instrumentation still sees the statement, and commit() commits the job.
+    from sqlalchemy import event
+
+    seen: list[str] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):  # noqa: ANN001
+        seen.append(statement)
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        with engine.connect() as conn:
+            job_id = enqueue(conn, "reindex", {"a": 1}, tenant_id=tenant)
+            assert conn.in_transaction()
+            conn.commit()
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+    assert any("INSERT INTO mdm.aa_job" in s for s in seen)
+    with engine.connect() as conn:
+        assert job_row(conn, job_id)["state"] == "pending"
+
+
 def test_enqueue_with_session_and_delay(engine, tenant):
     with Session(engine) as session, session.begin():
         job_id = enqueue(session, "bulk_import", {}, tenant_id=str(tenant), delay=60)

@@ -33,6 +33,9 @@ DEFAULT_MAX_ATTEMPTS = 8  # the AA_JOB column default
 MAX_ATTEMPTS_ENV = "POSTRELAY_JOB_MAX_RETRIES"
 
 _wakeup = NotifyOnce("postrelay_jobs")
+# A job as validated_job leaves it: kind, payload (JSON text), tenant_id, priority, delay,
+# run_at, max_attempts, idempotency_key.
+ValidatedJob = dict[str, Any]
 # The columns of job_copy_in; an enum travels in binary COPY as its label's text.
 JOB_COPY_TYPES = (
     "uuid", "uuid", "text", "jsonb", "int2", "timestamptz", "int4", "text", "text",
@@ -73,13 +76,13 @@ def enqueue(
     job's id and writes nothing. `max_attempts` defaults to POSTRELAY_JOB_MAX_RETRIES (8).
     Bad input raises ValidationError naming the field before anything is written.
     """
-    row = _validated_row(kind, payload, tenant_id, priority, delay, run_at, max_attempts,
-                         idempotency_key)
+    row = validated_job(kind, payload, tenant_id, priority, delay, run_at, max_attempts,
+                        idempotency_key)
     row["created_by"] = _created_by(created_by)
     return drive(conn, _enqueue_steps(conn, row, _wakeup.wanted(conn, notify)))
 
 
-def _enqueue_steps(conn: AnyConnection, row: dict[str, Any], send_notify: bool) -> Steps[UUID]:
+def _enqueue_steps(conn: AnyConnection, row: ValidatedJob, send_notify: bool) -> Steps[UUID]:
     with_notify = send_notify and _wakeup.needed(conn)
     rows = yield Q["job_insert_notify" if with_notify else "job_insert"], row
     if with_notify and rows:
@@ -114,17 +117,30 @@ def enqueue_many(
     specs = list(jobs)
     default_attempts = default_max_attempts()  # read once: the environment is slow to ask
     rows = [
-        _validated_row(s.kind, s.payload, s.tenant_id, s.priority, s.delay, s.run_at,
-                       default_attempts if s.max_attempts is None else s.max_attempts,
-                       s.idempotency_key, index=i)
+        validated_job(s.kind, s.payload, s.tenant_id, s.priority, s.delay, s.run_at,
+                      default_attempts if s.max_attempts is None else s.max_attempts,
+                      s.idempotency_key, index=i)
         for i, s in enumerate(specs)
     ]
+    return enqueue_validated(conn, rows, created_by=created_by, notify=notify)
+
+
+def enqueue_validated(
+    conn: AnyConnection,
+    rows: list[ValidatedJob],
+    *,
+    created_by: str | None = None,
+    notify: bool = True,
+) -> list[UUID] | Awaitable[list[UUID]]:
+    """`enqueue_many` for jobs that `validated_job` has already checked one by one: a
+    writer that must set a bad job aside, not refuse the whole batch (the relay), checks
+    each itself. Unknown tenants and kinds are still refused here, and nothing written."""
     return drive(conn, _enqueue_many_steps(conn, rows, _created_by(created_by),
                                            _wakeup.wanted(conn, notify)))
 
 
 def _enqueue_many_steps(
-    conn: AnyConnection, rows: list[dict[str, Any]], created_by: str | None, send_notify: bool
+    conn: AnyConnection, rows: list[ValidatedJob], created_by: str | None, send_notify: bool
 ) -> Steps[list[UUID]]:
     if not rows:
         return []
@@ -155,7 +171,7 @@ def _enqueue_many_steps(
     return ids
 
 
-def _rows_document(ids: list[UUID], rows: list[dict[str, Any]]) -> str:
+def _rows_document(ids: list[UUID], rows: list[ValidatedJob]) -> str:
     """The batch as one JSON array for job_insert_many. Each payload is already JSON text,
     so it is spliced in as the last element instead of being parsed and encoded again."""
     parts = []
@@ -167,7 +183,7 @@ def _rows_document(ids: list[UUID], rows: list[dict[str, Any]]) -> str:
     return f"[{','.join(parts)}]"
 
 
-def _copy_rows(ids: list[UUID], rows: list[dict[str, Any]], now: datetime,
+def _copy_rows(ids: list[UUID], rows: list[ValidatedJob], now: datetime,
                created_by: str | None) -> Iterator[tuple[Any, ...]]:
     """The rows for job_copy_in. A delay counts from the transaction's now(), as it does in
     job_insert_many, so a copied job is due exactly when an inserted one would be."""
@@ -178,7 +194,7 @@ def _copy_rows(ids: list[UUID], rows: list[dict[str, Any]], now: datetime,
 
 
 def _resolve_taken_keys(
-    rows: list[dict[str, Any]], ids: list[UUID], inserted: set[UUID]
+    rows: list[ValidatedJob], ids: list[UUID], inserted: set[UUID]
 ) -> Steps[list[UUID]]:
     """Replace the ids of rows skipped for a taken idempotency key by the existing jobs'."""
     resolved = list(ids)
@@ -225,7 +241,7 @@ def _created_by(created_by: str | None) -> str | None:
     return created_by
 
 
-def _validated_row(
+def validated_job(
     kind: str,
     payload: Mapping[str, Any],
     tenant_id: UUID | str,
@@ -236,7 +252,11 @@ def _validated_row(
     idempotency_key: str | None,
     *,
     index: int | None = None,
-) -> dict[str, Any]:
+) -> ValidatedJob:
+    """One job's fields checked and in the form the inserts take (the payload as JSON
+    text); a broken rule raises ValidationError naming the field (`jobs[i].field` with
+    `index`)."""
+
     def field_name(name: str) -> str:
         return name if index is None else f"jobs[{index}].{name}"
 

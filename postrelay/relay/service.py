@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,12 +28,12 @@ from postrelay.core.dbcall import driver_fetch
 from postrelay.core.errors import ValidationError
 from postrelay.core.listener import Listener
 from postrelay.core.telemetry import event as log_event
-from postrelay.queue import (
-    Backoff,
-    ExponentialBackoff,
-    JobSpec,
-    enqueue_many,
-    job_kinds,
+from postrelay.queue import Backoff, ExponentialBackoff, job_kinds
+from postrelay.queue.enqueue import (
+    ValidatedJob,
+    default_max_attempts,
+    enqueue_validated,
+    validated_job,
 )
 from postrelay.relay.emit import Q
 from postrelay.relay.ordering import defer, hold_back
@@ -63,14 +62,11 @@ class BatchResult:
     deferred: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Plan:
     event: Event
-    specs: list[tuple[str, JobSpec, bool]]  # (delivery route name, job, ordered)
-
-    @property
-    def ordered(self) -> bool:
-        return any(ordered for _, _, ordered in self.specs)
+    jobs: list[tuple[str, ValidatedJob, bool]]  # (delivery route name, job, ordered)
+    ordered: bool  # any of the jobs
 
 
 class Relay:
@@ -110,13 +106,13 @@ class Relay:
                 return BatchResult(0, 0, 0, 0)
             events = [_event(row) for row in rows]
             plans, failures = self._plan(events)
-            if any(_unknown_kinds(p, self._kinds) for p in plans):
+            if not self._kinds.issuperset(job["kind"] for p in plans for _, job, _ in p.jobs):
                 # First batch, or a kind added by a migration since: look again once.
                 self._kinds = frozenset(await job_kinds(conn))
                 plans = self._drop_unknown_kinds(plans, failures)
             plans, waiting = await hold_back(conn, plans)
             await defer(conn, waiting)
-            plans, jobs = await self._insert_jobs(conn, plans, failures)
+            plans, jobs = await self._insert_jobs(conn, plans)
             dead = await self._record_failures(conn, events, failures)
         result = BatchResult(len(plans), jobs, len(failures), dead, len(waiting))
         log_event("postrelay.relay.batch", logging.DEBUG, handled=result.handled,
@@ -126,29 +122,42 @@ class Relay:
     def _plan(self, events: list[Event]) -> tuple[list[_Plan], dict[Any, str]]:
         plans: list[_Plan] = []
         failures: dict[Any, str] = {}
+        default_attempts = default_max_attempts()  # once per batch: the environment is slow
         for event in events:
             try:
-                plans.append(_Plan(event, self._specs_for(event)))
+                jobs = self._jobs_for(event, default_attempts)
             except Exception as exc:  # isolate the event; the batch goes on
                 failures[event.id] = f"{type(exc).__name__}: {exc}"[:4096]
+                continue
+            plans.append(_Plan(event, jobs, any(ordered for _, _, ordered in jobs)))
         return plans, failures
 
-    def _specs_for(self, event: Event) -> list[tuple[str, JobSpec, bool]]:
-        specs = []
+    def _jobs_for(self, event: Event, default_attempts: int
+                  ) -> list[tuple[str, ValidatedJob, bool]]:
+        """The jobs the routes ask for, each checked here: a job a route got wrong fails
+        its own event, not the batch."""
+        jobs = []
         for route in self.routes.matching(event.event_type):
             for request in route.requests(event):
                 name = route.name if request.key is None else f"{route.name}:{request.key}"
-                spec = JobSpec(request.kind, request.payload, event.tenant_id,
-                               priority=request.priority, delay=request.delay,
-                               max_attempts=request.max_attempts,
-                               idempotency_key=f"outbox:{event.id}:{name}")
-                specs.append((name, spec, request.ordered))
-        return specs
+                try:
+                    job = validated_job(
+                        request.kind, request.payload, event.tenant_id, request.priority,
+                        request.delay, None,
+                        default_attempts if request.max_attempts is None
+                        else request.max_attempts,
+                        f"outbox:{event.id}:{name}")
+                except ValidationError as exc:
+                    raise ValidationError(
+                        exc.field, f"{exc.rule} (route {name!r} asked for an invalid job)"
+                    ) from None
+                jobs.append((name, job, request.ordered))
+        return jobs
 
     def _drop_unknown_kinds(self, plans: list[_Plan], failures: dict[Any, str]) -> list[_Plan]:
         kept = []
         for plan in plans:
-            unknown = _unknown_kinds(plan, self._kinds)
+            unknown = [job["kind"] for _, job, _ in plan.jobs if job["kind"] not in self._kinds]
             if unknown:
                 failures[plan.event.id] = f"unknown job kind {unknown[0]!r} asked for by a route"
             else:
@@ -156,28 +165,14 @@ class Relay:
         return kept
 
     async def _insert_jobs(
-        self, conn: psycopg.AsyncConnection[Any], plans: list[_Plan], failures: dict[Any, str]
+        self, conn: psycopg.AsyncConnection[Any], plans: list[_Plan]
     ) -> tuple[list[_Plan], int]:
-        """Insert every plan's jobs; returns the plans that went in and the job count.
-
-        enqueue_many validates the whole batch before writing anything, so a job a route
-        got wrong (say, a payload that is not an object) costs no round trip: its event is
-        set aside as failed and the rest go in again.
-        """
-        while True:
-            rows = [(plan.event.id, name, spec, ordered)
-                    for plan in plans for name, spec, ordered in plan.specs]
-            try:
-                job_ids = await enqueue_many(conn, [spec for _, _, spec, _ in rows],
-                                             created_by="postrelay.relay") if rows else []
-                break
-            except ValidationError as exc:
-                index = _job_index(exc.field)
-                if index is None:
-                    raise
-                event_id, route_name = rows[index][0], rows[index][1]
-                failures[event_id] = f"route {route_name!r} asked for an invalid job: {exc}"
-                plans = [p for p in plans if p.event.id != event_id]
+        """Insert every plan's jobs, link them to their events and mark the events handled;
+        returns the plans that went in and the job count."""
+        rows = [(plan.event.id, name, job, ordered)
+                for plan in plans for name, job, ordered in plan.jobs]
+        job_ids = await enqueue_validated(conn, [job for _, _, job, _ in rows],
+                                          created_by="postrelay.relay") if rows else []
         if plans:
             await driver_fetch(conn, Q["outbox_mark_handled_many"], {
                 "event_ids": [e for e, _, _, _ in rows],
@@ -185,7 +180,7 @@ class Relay:
                 "job_ids": job_ids,
                 "ordered": [o for _, _, _, o in rows],
                 "ids": [p.event.id for p in plans],
-                "jobs": [len(p.specs) for p in plans],
+                "jobs": [len(p.jobs) for p in plans],
             }, binary=True)
         return plans, len(rows)
 
@@ -282,13 +277,3 @@ def _event(row: tuple[Any, ...]) -> Event:
     return Event(event_id, tenant_id, aggregate_type, aggregate_id, event_type,
                  jsontext.decode(payload), {} if headers is None else jsontext.decode(headers),
                  created_at, attempts, seq)
-
-
-def _job_index(field: str) -> int | None:
-    """The position in `jobs[12].payload`, as enqueue_many names a bad job's field."""
-    match = re.match(r"jobs\[(\d+)\]\.", field)
-    return int(match.group(1)) if match else None
-
-
-def _unknown_kinds(plan: _Plan, kinds: frozenset[str]) -> list[str]:
-    return [spec.kind for _, spec, _ in plan.specs if spec.kind not in kinds]

@@ -174,6 +174,35 @@ async def test_poison_event_is_isolated_retried_then_dead(engine, async_engine, 
     assert "KeyError" in dead[1][2]
 
 
+async def test_a_route_asking_for_an_invalid_job_fails_only_its_event(
+    engine, async_engine, tenant, outbox_clean
+):
+    routes = RouteRegistry()
+
+    @routes.route("order.placed")
+    def sloppy(event: Event) -> JobRequest:
+        if event.payload["n"] == 1:
+            return JobRequest("reindex", ["not", "an", "object"])  # type: ignore[arg-type]
+        if event.payload["n"] == 2:
+            return JobRequest("reindex", {}, priority=40_000)
+        return JobRequest("reindex", {"n": event.payload["n"]})
+
+    with engine.begin() as conn:
+        ids = [emit(conn, "order.placed", {"n": n}, tenant_id=tenant, aggregate_type="order",
+                    aggregate_id=n) for n in range(4)]
+    result = await Relay(async_engine, routes).run_once()
+    assert (result.handled, result.jobs, result.failed) == (2, 2, 2)
+    with engine.connect() as conn:
+        events = dict(conn.execute(text(
+            "SELECT id, last_error FROM mdm.aa_outbox_event WHERE handled_at IS NULL")).all())
+        payloads = conn.execute(text("SELECT payload FROM mdm.aa_job ORDER BY payload->>'n'"))
+        assert [p for (p,) in payloads] == [{"n": 0}, {"n": 3}]
+    assert set(events) == {ids[1], ids[2]}
+    assert "payload: must be a JSON object" in events[ids[1]]
+    assert "priority: must be between" in events[ids[2]]
+    assert "route 'sloppy' asked for an invalid job" in events[ids[2]]
+
+
 async def test_concurrent_relays_and_writers_relay_each_committed_event_once(
     engine, async_engine, tenant, outbox_clean
 ):

@@ -17,17 +17,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from email.message import EmailMessage
 from pathlib import Path
 
 import aiosmtplib
 
+from bench.cpu import CpuMeter
 from bench.harness import (
     REPO_ROOT,
     WORKER_MAIN,
@@ -51,8 +54,14 @@ FLOOR_APP = "bench.email_floor_app"
 TEMPLATES = Path(__file__).parent / "email_templates"
 
 
+@dataclass(frozen=True)
+class Sink:
+    port: int
+    pid: int
+
+
 @contextmanager
-def sink_process() -> Iterator[int]:
+def sink_process() -> Iterator[Sink]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -60,7 +69,7 @@ def sink_process() -> Iterator[int]:
                             stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
-        yield port
+        yield Sink(port, proc.pid)
     finally:
         proc.terminate()
         proc.wait(10)
@@ -76,9 +85,11 @@ def sample_message(n: int) -> bytes:
     return message.as_bytes()
 
 
-async def raw_rate(port: int, n: int) -> float:
-    """aiosmtplib alone: CONNECTIONS clients, each reused for its share of the messages."""
+async def raw_rate(sink: Sink, n: int, cpu: dict[str, float] | None = None) -> float:
+    """aiosmtplib alone: CONNECTIONS clients, each reused for its share of the messages.
+    The CPU seconds of this process (the clients) and of the sink go into `cpu`."""
     messages = [sample_message(i) for i in range(n)]
+    port = sink.port
 
     async def client(share: list[bytes], index: int) -> None:
         smtp = aiosmtplib.SMTP(hostname="127.0.0.1", port=port, start_tls=False)
@@ -87,14 +98,21 @@ async def raw_rate(port: int, n: int) -> float:
             await smtp.sendmail("bench@postrelay.example", [f"user{index}-{j}@example.com"], data)
         await smtp.quit()
 
+    meter = CpuMeter({"client": os.getpid(), "sink": sink.pid})
+    meter.start()
     started = time.perf_counter()
     await asyncio.gather(*(client(messages[i::CONNECTIONS], i) for i in range(CONNECTIONS)))
-    return n / (time.perf_counter() - started)
+    elapsed = time.perf_counter() - started
+    if cpu is not None:
+        cpu.update(meter.stop())
+    return n / elapsed
 
 
-def end_to_end_rate(bench: BenchDatabase, port: int, n: int, concurrency: int,
-                    profile: Path | None = None) -> float:
-    env = {"POSTRELAY_SMTP_HOST": "127.0.0.1", "POSTRELAY_SMTP_PORT": str(port),
+def end_to_end_rate(bench: BenchDatabase, sink: Sink, n: int, concurrency: int,
+                    profile: Path | None = None, cpu: dict[str, float] | None = None
+                    ) -> float:
+    """emails/s end to end; the CPU seconds each process spent on the run go into `cpu`."""
+    env = {"POSTRELAY_SMTP_HOST": "127.0.0.1", "POSTRELAY_SMTP_PORT": str(sink.port),
            "POSTRELAY_SMTP_POOL_SIZE": str(CONNECTIONS),
            "POSTRELAY_EMAIL_TEMPLATES_DIR": str(TEMPLATES),
            "POSTRELAY_EMAIL_FROM": "Bench <bench@postrelay.example>"}
@@ -108,6 +126,10 @@ def end_to_end_rate(bench: BenchDatabase, port: int, n: int, concurrency: int,
         wait_until(lambda: _scalar(bench, "SELECT count(*) FROM mdm.aa_worker") == 1,
                    timeout=60, worker=worker, what="the worker to register")
         time.sleep(1.0)  # the relay's LISTEN connection is up
+        assert relay.proc is not None and worker.proc is not None
+        meter = CpuMeter({"worker": worker.proc.pid, "relay": relay.proc.pid,
+                          "sink": sink.pid, "bench": os.getpid()})
+        meter.start()
         events = [EventSpec("user.signed_up",
                             {"user": {"name": f"User {i}", "email": f"user{i}@example.com"}},
                             bench.tenant_id, "user", i) for i in range(n)]
@@ -120,15 +142,17 @@ def end_to_end_rate(bench: BenchDatabase, port: int, n: int, concurrency: int,
             wait_until(lambda: watch.execute("SELECT count(*) FROM mdm.aa_email_log "
                                              "WHERE status = 'sent'").fetchone()[0] >= n,
                        timeout=600, poll=0.2, worker=worker, what="every message to be sent")
+        if cpu is not None:
+            cpu.update(meter.stop())
     last = _scalar(bench, "SELECT max(finished_at) FROM mdm.aa_email_log")
     return n / (last - committed).total_seconds()
 
 
-def floor_rate(bench: BenchDatabase, port: int, n: int, concurrency: int) -> float:
+def floor_rate(bench: BenchDatabase, sink: Sink, n: int, concurrency: int) -> float:
     """`reindex` jobs that only send a prebuilt message through an SmtpPool (email_floor_app):
     the queue and SMTP alone. Timed from the first claim to the last completion."""
     prefill(bench, n)
-    env = {"POSTRELAY_SMTP_PORT": str(port)}
+    env = {"POSTRELAY_SMTP_PORT": str(sink.port)}
     with (WorkerProcess(bench, app=FLOOR_APP, concurrency=concurrency, env=env) as worker,
           bench.connect(autocommit=True) as watch):
         wait_until(lambda: watch.execute("SELECT count(*) FROM mdm.aa_job "
@@ -152,13 +176,15 @@ def main() -> None:
                         help="run the worker under cProfile, writing DIR/email-worker.prof")
     args = parser.parse_args()
     n = args.emails or (1_000 if args.quick else 3_000)
-    with bench_database() as bench, sink_process() as port:
+    raw_cpu: dict[str, float] = {}
+    ours_cpu: dict[str, float] = {}
+    with bench_database() as bench, sink_process() as sink:
         print(f"server: {bench.server}; {n:,} emails; one worker, concurrency "
               f"{args.concurrency}, {CONNECTIONS} SMTP connections", flush=True)
-        raw_before = asyncio.run(raw_rate(port, n))
-        ours = end_to_end_rate(bench, port, n, args.concurrency, args.profile)
-        floor = floor_rate(bench, port, n, args.concurrency)
-        raw_after = asyncio.run(raw_rate(port, n))
+        raw_before = asyncio.run(raw_rate(sink, n, raw_cpu))
+        ours = end_to_end_rate(bench, sink, n, args.concurrency, args.profile, ours_cpu)
+        floor = floor_rate(bench, sink, n, args.concurrency)
+        raw_after = asyncio.run(raw_rate(sink, n))
     raw = max(raw_before, raw_after)  # the better raw run: a busy moment never flatters us
     print()
     print_table([
@@ -166,6 +192,25 @@ def main() -> None:
             f">= {RATIO_TARGET}x raw aiosmtplib", met(ours >= RATIO_TARGET * raw)),
         Row("  floor: queue + SMTP only", rate(floor), rate(raw), ratio(floor, raw), "-", ""),
     ])
+    print()
+    print(_cpu_line("raw aiosmtplib", raw_cpu, n))
+    print(_cpu_line("end to end", ours_cpu, n))
+    cores = os.cpu_count() or 1
+    budget_ms = cores / (RATIO_TARGET * raw) * 1000
+    print(f"{RATIO_TARGET}x the raw rate leaves {budget_ms:.2f} ms of CPU per email on {cores} "
+          f"cores for every process together (the sink and PostgreSQL included); end to end "
+          f"took {sum(ours_cpu.values()) / n * 1000:.2f} ms")
+
+
+def _cpu_line(what: str, cpu: dict[str, float], n: int) -> str:
+    """CPU per email by process, largest first, and the throughput the machine's cores
+    would allow at that cost if every one of them were busy all the time."""
+    total = sum(cpu.values())
+    parts = ", ".join(f"{name} {secs / n * 1e6:,.0f} µs"
+                      for name, secs in sorted(cpu.items(), key=lambda kv: -kv[1]))
+    bound = (os.cpu_count() or 1) * n / total if total else float("nan")
+    return (f"CPU per email, {what}: {parts}; {total / n * 1000:.2f} ms in all, at most "
+            f"{bound:,.0f} emails/s on {os.cpu_count()} cores")
 
 
 if __name__ == "__main__":

@@ -20,11 +20,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import time
 
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from bench.cpu import CpuMeter
 from bench.harness import BenchDatabase, Row, bench_database, met, print_table, rate, ratio
 from postrelay.relay import (
     EventSpec,
@@ -121,34 +123,45 @@ UNHANDLED = (
 )
 
 
-async def relay_throughput(bench: BenchDatabase, n: int, batch: int, concurrency: int
-                           ) -> tuple[float, float]:
-    """The relay's events/s, and emit_many's while filling its outbox."""
+async def relay_throughput(bench: BenchDatabase, n: int, batch: int, concurrency: int,
+                           cpu: dict[str, float] | None = None) -> tuple[float, float]:
+    """The relay's events/s, and emit_many's while filling its outbox. The CPU seconds of
+    the relay (this process) and of PostgreSQL go into `cpu`."""
     emitted = fill(bench, n)
     engine = create_async_engine(bench.url, pool_size=concurrency + 1)
     relay = Relay(engine, routes(),
                   RelayConfig(batch_size=batch, listen=False, concurrency=concurrency))
+    meter = CpuMeter({"relay": os.getpid()})
     with bench.connect(autocommit=True) as watch:
+        meter.start()
         started = time.perf_counter()
         await relay.start()
         # In a thread: a query on the event loop would stall the relay it is watching.
         while await asyncio.to_thread(lambda: watch.execute(UNHANDLED).fetchone()[0]):  # type: ignore[index]
             await asyncio.sleep(0.01)
         elapsed = time.perf_counter() - started
+        if cpu is not None:
+            cpu.update(meter.stop())
     await relay.stop()
     await engine.dispose()
     return n / elapsed, emitted
 
 
-def baseline_throughput(bench: BenchDatabase, n: int, batch: int) -> float:
+def baseline_throughput(bench: BenchDatabase, n: int, batch: int,
+                        cpu: dict[str, float] | None = None) -> float:
     fill(bench, n)
+    meter = CpuMeter({"client": os.getpid()})
+    meter.start()
     started = time.perf_counter()
     with bench.connect() as conn:
         relayed = 0
         while relayed < n:
             relayed += conn.execute(BASELINE_SQL, {"batch": batch}).rowcount
             conn.commit()
-    return n / (time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        if cpu is not None:  # before the backend exits, taking its CPU time with it
+            cpu.update(meter.stop())
+    return n / elapsed
 
 
 async def steady_latency(bench: BenchDatabase, n: int, per_sec: float) -> list[float]:
@@ -195,10 +208,13 @@ def main() -> None:
     steady = 400 if args.quick else 1_000
     with bench_database() as bench:
         print(f"server: {bench.server}; {n:,} events, batch {args.batch}", flush=True)
-        base = baseline_throughput(bench, n, args.batch)
+        base_cpu: dict[str, float] = {}
+        serial_cpu: dict[str, float] = {}
+        base = baseline_throughput(bench, n, args.batch, base_cpu)
         ours, emit_first = asyncio.run(
             relay_throughput(bench, n, args.batch, DEFAULT_CONCURRENCY))
-        serial, emit_second = asyncio.run(relay_throughput(bench, n, args.batch, 1))
+        serial, emit_second = asyncio.run(
+            relay_throughput(bench, n, args.batch, 1, serial_cpu))
         base = max(base, baseline_throughput(bench, n, args.batch))  # the better of two
         emit_ours = max(emit_first, emit_second)
         emit_base = max(baseline_emit_rate(bench, n), baseline_emit_rate(bench, n))
@@ -218,6 +234,12 @@ def main() -> None:
     ])
     print(json.dumps({"mean_ms": round(statistics.fmean(latencies), 2),
                       "samples": len(latencies)}))
+    batches = n / args.batch
+    print(f"CPU per batch of {args.batch}, one batch at a time: relay (Python) "
+          f"{serial_cpu['relay'] / batches * 1000:.1f} ms, PostgreSQL "
+          f"{serial_cpu['postgres'] / batches * 1000:.1f} ms; baseline: PostgreSQL "
+          f"{base_cpu['postgres'] / batches * 1000:.1f} ms, its client "
+          f"{base_cpu['client'] / batches * 1000:.1f} ms")
 
 
 if __name__ == "__main__":

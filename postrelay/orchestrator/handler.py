@@ -21,6 +21,7 @@ One attempt, in order:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -107,6 +108,7 @@ class EmailSender:
         self.default_from = default_from
         self.message_id_domain = message_id_domain
         self._tenants: dict[UUID, tuple[str, float]] = {}  # id -> (name, valid until)
+        self._tenant_lookups: dict[UUID, asyncio.Task[str]] = {}  # in flight
 
     async def send(self, job: Job) -> None:
         try:
@@ -161,14 +163,25 @@ class EmailSender:
         await self._deliver(job, log, sender, live, message.as_bytes(), results)
 
     async def _tenant_name(self, tenant_id: UUID) -> str:
-        """The tenant's name, for its template folder; cached (names rarely change)."""
+        """The tenant's name, for its template folder; cached (names rarely change).
+
+        One lookup per tenant at a time: a worker that starts with a full queue would
+        otherwise send one query per running job, all queueing for pool connections."""
         cached = self._tenants.get(tenant_id)
-        now = time.monotonic()
-        if cached is not None and cached[1] > now:
+        if cached is not None and cached[1] > time.monotonic():
             return cached[0]
+        lookup = self._tenant_lookups.get(tenant_id)
+        if lookup is None:
+            lookup = asyncio.create_task(self._load_tenant_name(tenant_id))
+            self._tenant_lookups[tenant_id] = lookup
+            lookup.add_done_callback(lambda _: self._tenant_lookups.pop(tenant_id, None))
+        # Shielded: a waiter's timeout must not cancel the lookup the others wait for.
+        return await asyncio.shield(lookup)
+
+    async def _load_tenant_name(self, tenant_id: UUID) -> str:
         async with self.engine.connect() as conn:
             name = await queries.tenant_name(conn, tenant_id=tenant_id) or ""
-        self._tenants[tenant_id] = (name, now + TENANT_CACHE_SECS)
+        self._tenants[tenant_id] = (name, time.monotonic() + TENANT_CACHE_SECS)
         return name
 
     async def _deliver(self, job: Job, log: _LogRow, sender: Address, live: list[str],

@@ -6,7 +6,7 @@ import email.policy
 from email import message_from_bytes
 
 from pydantic import SecretStr
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from postrelay.orchestrator.sink import drop_after_data, reply, reply_at_data, slow
 from tests.email_flow.conftest import eventually
@@ -225,3 +225,26 @@ async def test_a_sent_message_is_not_failed_by_a_template_broken_since(
         "attempts"] == 2)
     assert [r["status"] for r in rig.log(job_id)] == ["sent"]
     assert len(sink.handler.received) == 1
+
+
+async def test_a_cold_worker_looks_its_tenant_up_once_for_a_full_queue(
+    rig, tenant, sink, async_engine
+):
+    # Every job needs the tenant's name (its template folder); a worker that starts with a
+    # full queue must not send one lookup per running job.
+    lookups: list[str] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):  # noqa: ANN001
+        if "FROM mdm.aa_tenant WHERE id" in statement:
+            lookups.append(statement)
+
+    jobs = [rig.enqueue(tenant, to=[f"user{n}@example.com"]) for n in range(20)]
+    event.listen(async_engine.sync_engine, "before_cursor_execute", record)
+    try:
+        await rig.start(concurrency=20)
+        await rig.settle(*jobs)
+    finally:
+        event.remove(async_engine.sync_engine, "before_cursor_execute", record)
+    assert [rig.job(j)["status"] for j in jobs] == ["done"] * 20
+    assert len(sink.handler.received) == 20
+    assert len(lookups) == 1

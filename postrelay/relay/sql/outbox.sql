@@ -94,7 +94,9 @@ SET attempts = e.attempts + 1,
     dead_at = CASE WHEN e.attempts + 1 >= CAST(:max_attempts AS integer) THEN now() END
 FROM unnest(CAST(:ids AS uuid[]), CAST(:errors AS text[]), CAST(:delays AS float8[]))
      AS f(id, error, delay)
-WHERE e.id = f.id
+-- As in outbox_mark_handled_many: the = ANY keeps a batch whose every event failed from
+-- hashing the whole outbox.
+WHERE e.id = ANY(CAST(:ids AS uuid[])) AND e.id = f.id
 RETURNING e.id, e.dead_at IS NOT NULL AS dead;
 
 -- name: outbox_next_due_in

@@ -176,16 +176,17 @@ def main() -> None:
                         help="run the worker under cProfile, writing DIR/email-worker.prof")
     args = parser.parse_args()
     n = args.emails or (1_000 if args.quick else 3_000)
-    raw_cpu: dict[str, float] = {}
+    raw_cpu: tuple[dict[str, float], dict[str, float]] = ({}, {})  # before, after
     ours_cpu: dict[str, float] = {}
     with bench_database() as bench, sink_process() as sink:
         print(f"server: {bench.server}; {n:,} emails; one worker, concurrency "
               f"{args.concurrency}, {CONNECTIONS} SMTP connections", flush=True)
-        raw_before = asyncio.run(raw_rate(sink, n, raw_cpu))
+        raw_before = asyncio.run(raw_rate(sink, n, raw_cpu[0]))
         ours = end_to_end_rate(bench, sink, n, args.concurrency, args.profile, ours_cpu)
         floor = floor_rate(bench, sink, n, args.concurrency)
-        raw_after = asyncio.run(raw_rate(sink, n))
+        raw_after = asyncio.run(raw_rate(sink, n, raw_cpu[1]))
     raw = max(raw_before, raw_after)  # the better raw run: a busy moment never flatters us
+    raw_run_cpu = raw_cpu[0] if raw == raw_before else raw_cpu[1]
     print()
     print_table([
         Row("emails/s end to end (1 worker)", rate(ours), rate(raw), ratio(ours, raw),
@@ -193,7 +194,7 @@ def main() -> None:
         Row("  floor: queue + SMTP only", rate(floor), rate(raw), ratio(floor, raw), "-", ""),
     ])
     print()
-    print(_cpu_line("raw aiosmtplib", raw_cpu, n))
+    print(_cpu_line("raw aiosmtplib (the better run)", raw_run_cpu, n))
     print(_cpu_line("end to end", ours_cpu, n))
     cores = os.cpu_count() or 1
     budget_ms = cores / (RATIO_TARGET * raw) * 1000

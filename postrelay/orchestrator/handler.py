@@ -174,9 +174,14 @@ class EmailSender:
         if lookup is None:
             lookup = asyncio.create_task(self._load_tenant_name(tenant_id))
             self._tenant_lookups[tenant_id] = lookup
-            lookup.add_done_callback(lambda _: self._tenant_lookups.pop(tenant_id, None))
+            lookup.add_done_callback(lambda done: self._lookup_done(tenant_id, done))
         # Shielded: a waiter's timeout must not cancel the lookup the others wait for.
         return await asyncio.shield(lookup)
+
+    def _lookup_done(self, tenant_id: UUID, lookup: asyncio.Task[str]) -> None:
+        self._tenant_lookups.pop(tenant_id, None)  # a failed lookup is tried again next time
+        if not lookup.cancelled():
+            lookup.exception()  # retrieved here too, in case every waiter was cancelled
 
     async def _load_tenant_name(self, tenant_id: UUID) -> str:
         async with self.engine.connect() as conn:

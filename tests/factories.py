@@ -7,7 +7,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, Engine, text
 
 TABLES_TO_CLEAN = ("mdm.aa_job", "mdm.aa_job_audit", "mdm.aa_worker", "mdm.aa_lease",
                    "mdm.aa_outbox_event", "mdm.aa_outbox_delivery", "mdm.aa_cron_audit",
@@ -78,3 +78,9 @@ def audit_rows(conn: Connection, job_id: uuid.UUID) -> list[dict[str, Any]]:
         {"id": job_id},
     ).mappings().all()
     return [dict(r) for r in rows]
+
+
+def scalar(engine: Engine, sql: str, **params: Any) -> Any:
+    """The one value `sql` selects, read on a connection of its own."""
+    with engine.connect() as conn:
+        return conn.execute(text(sql), params).scalar_one()

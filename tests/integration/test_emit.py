@@ -10,11 +10,7 @@ from sqlalchemy import text
 
 from postrelay.core.errors import ValidationError
 from postrelay.relay import EventSpec, emit, emit_many
-
-
-def scalar(engine, sql: str, **params):  # noqa: ANN001, ANN201
-    with engine.connect() as conn:
-        return conn.execute(text(sql), params).scalar_one()
+from tests.factories import scalar
 
 
 def test_emit_exists_only_if_caller_commits(engine, tenant, clean_db):

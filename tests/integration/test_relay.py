@@ -21,16 +21,12 @@ from postrelay.relay import (
     emit,
     emit_many,
 )
+from tests.factories import scalar
 
 
 @pytest.fixture
 def outbox_clean(clean_db):
     """clean_db empties the outbox tables too."""
-
-
-def scalar(engine, sql: str, **params):
-    with engine.connect() as conn:
-        return conn.execute(text(sql), params).scalar_one()
 
 
 def order_routes() -> RouteRegistry:

@@ -56,8 +56,10 @@ outbox_event = Table(
 outbox_delivery = Table(
     "aa_outbox_delivery",
     metadata,
-    Column("event_id", UUID(as_uuid=True),
-           ForeignKey("mdm.aa_outbox_event.id", ondelete="CASCADE"), nullable=False),
+    # No foreign key to the event: the relay links only events it holds locked, retention
+    # deletes the links with their event, and the per-row check cost the relay 2.4 ms a
+    # batch (migration 0009).
+    Column("event_id", UUID(as_uuid=True), nullable=False),
     Column("route", Text, nullable=False),
     Column("job_id", UUID(as_uuid=True), nullable=False),
     Column("ordered", Boolean, nullable=False, server_default=text("false")),

@@ -149,14 +149,16 @@ SELECT ARRAY(SELECT t FROM unnest(CAST(:tenant_ids AS uuid[])) AS t
        CASE WHEN CAST(:notify AS boolean) THEN pg_notify('postrelay_outbox', '') END AS notified;
 
 -- name: outbox_delete_handled_before
--- Retention: one bounded batch of handled events (their delivery links go with them).
--- Unhandled and dead events are never touched.
+-- Retention: one bounded batch of handled events and their delivery links (the links
+-- have no foreign key to cascade from). Unhandled and dead events are never touched.
 WITH doomed AS (
     SELECT id FROM mdm.aa_outbox_event
     WHERE handled_at < CAST(:before AS timestamptz)
     ORDER BY handled_at
     LIMIT :batch
     FOR UPDATE SKIP LOCKED
+), unlinked AS (
+    DELETE FROM mdm.aa_outbox_delivery d USING doomed WHERE d.event_id = doomed.id
 )
 DELETE FROM mdm.aa_outbox_event e USING doomed WHERE e.id = doomed.id;
 

@@ -74,6 +74,38 @@ async def test_relay_fans_out_with_deterministic_keys_and_links(engine, async_en
     assert scalar(engine, "SELECT count(*) FROM mdm.aa_job") == 3
 
 
+async def test_a_replayed_event_beside_new_ones_gets_only_its_new_routes_jobs(
+    engine, async_engine, tenant, outbox_clean
+):
+    # The relay copies a batch's jobs without a savepoint; a taken key aborts the batch,
+    # which is done again with the taken keys resolved to the jobs that exist.
+    with engine.begin() as conn:
+        old = emit(conn, "order.placed", {}, tenant_id=tenant, aggregate_type="order",
+                   aggregate_id="1")
+    routes = order_routes()
+    await Relay(async_engine, routes).run_once()
+    first = dict(_links(engine, old))
+    routes.add("order.placed", lambda e: JobRequest("index_sync", {"order": e.aggregate_id}),
+               name="report")
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE mdm.aa_outbox_event SET handled_at = NULL"))
+        new = emit(conn, "order.placed", {}, tenant_id=tenant, aggregate_type="order",
+                   aggregate_id="2")
+    result = await Relay(async_engine, routes).run_once()
+    assert (result.handled, result.jobs, result.failed) == (2, 8, 0)
+    again = dict(_links(engine, old))
+    assert {r: again[r] for r in first} == first  # the existing jobs, linked again
+    assert set(again) - set(first) == {"report"} and len(_links(engine, new)) == 4
+    assert scalar(engine, "SELECT count(*) FROM mdm.aa_job") == 8
+    assert scalar(engine, "SELECT count(*) FROM mdm.aa_outbox_event "
+                          "WHERE handled_at IS NOT NULL AND jobs_created = 4") == 2
+
+
+def _links(engine, event_id) -> list[tuple[str, object]]:
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT route, job_id FROM mdm.aa_outbox_delivery "
+                                 "WHERE event_id = :e"), {"e": event_id}).all()
+
 
 async def test_a_route_sees_the_event_as_emitted(engine, async_engine, tenant, outbox_clean):
     payload = {"order": {"id": 7, "lines": [1.5, None, True]}, "note": "tab\there, ünïcode"}
@@ -90,6 +122,7 @@ async def test_a_route_sees_the_event_as_emitted(engine, async_engine, tenant, o
     assert seen[traced].payload == payload and seen[traced].headers == {"trace_id": "t-7"}
     assert seen[plain].payload == {} and seen[plain].headers == {}
     assert (seen[traced].tenant_id, seen[traced].aggregate_id) == (tenant, "7")
+
 
 async def test_poison_event_is_isolated_retried_then_dead(engine, async_engine, tenant,
                                                          outbox_clean):

@@ -49,7 +49,7 @@ class Settings(BaseSettings):
     outbox_retention_days: float = Field(default=7.0, gt=0)
     relay_batch_size: int = Field(default=500, ge=1, le=10_000)
     # Batches in flight at once while there is a backlog.
-    relay_concurrency: int = Field(default=2, ge=1, le=32)
+    relay_concurrency: int = Field(default=3, ge=1, le=32)
     # Failed routing attempts before an outbox event is parked as dead.
     relay_max_attempts: int = Field(default=10, ge=1)
 

@@ -50,7 +50,7 @@ class RelayConfig:
     poll_max_secs: float = 1.0  # ...up to this when idle (LISTEN wakes it sooner)
     listen: bool = True
     # Batches in flight at once while there is a backlog (1: one after another).
-    concurrency: int = 2
+    concurrency: int = 3
 
 
 @dataclass(frozen=True, slots=True)

@@ -99,11 +99,6 @@ FROM unnest(CAST(:ids AS uuid[]), CAST(:errors AS text[]), CAST(:delays AS float
 WHERE e.id = ANY(CAST(:ids AS uuid[])) AND e.id = f.id
 RETURNING e.id, e.dead_at IS NOT NULL AS dead;
 
--- name: outbox_next_due_in
-SELECT EXTRACT(EPOCH FROM min(available_at) - clock_timestamp())::float8
-FROM mdm.aa_outbox_event
-WHERE handled_at IS NULL AND dead_at IS NULL;
-
 -- name: outbox_status
 SELECT count(*) FILTER (WHERE handled_at IS NULL AND dead_at IS NULL) AS backlog,
        EXTRACT(EPOCH FROM now() - min(created_at)

@@ -1,10 +1,10 @@
 """aa_outbox_delivery.event_id without a foreign key: retention deletes the links itself
 
-The foreign key's per-row check was a fifth of the relay's mark statement: 2.4 ms of
-PostgreSQL time in each batch of 500 (bench/relay_bench.py, one batch at a time). The relay
-writes a link only for an event it holds locked in the same transaction, and retention
-deletes an event's links in the statement that deletes the event, so the check guarded
-nothing that can happen.
+The foreign key's per-row check was a fifth of the relay's mark statement: 2.4 ms in each
+batch of 500 (PostgreSQL's statement log, the relay benchmark's workload one batch at a
+time). The relay writes a link only for an event it holds locked in the same transaction,
+and retention deletes an event's links in the statement that deletes the event; whoever
+deletes events by hand deletes their links too.
 
 Revision ID: 0009
 Revises: 0008

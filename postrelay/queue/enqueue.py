@@ -147,7 +147,7 @@ def enqueue_validated(
 
 def _enqueue_many_steps(
     conn: AnyConnection, rows: list[ValidatedJob], created_by: str | None, send_notify: bool,
-    resolve_taken_keys: bool = True,
+    resolve_taken_keys: bool,
 ) -> Steps[list[UUID]]:
     if not rows:
         return []

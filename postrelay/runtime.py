@@ -120,6 +120,7 @@ def build_worker(
         grace_secs=settings.worker_grace_secs,
         default_timeout_secs=settings.job_timeout_secs,
         listen=settings.notify,
+        claim_ahead_secs=settings.worker_claim_ahead_secs,
     )
     backoff = backoff_from(
         settings.job_backoff, settings.job_retry_delay_secs, settings.job_backoff_max_secs

@@ -39,6 +39,9 @@ class Settings(BaseSettings):
     worker_concurrency: int = Field(default=10, ge=1, le=10_000)
     worker_grace_secs: float = Field(default=30.0, ge=0)
     worker_poll_interval_secs: float = Field(default=1.0, gt=0)
+    # A worker with short jobs claims ahead of its free slots what it would start within
+    # this long (queue/worker.py); 0: claim only for free slots.
+    worker_claim_ahead_secs: float = Field(default=0.01, ge=0, le=10)
     # Prometheus metrics of each worker process on http://HOST:PORT/metrics; unset: off.
     worker_metrics_port: int | None = Field(default=None, ge=1, le=65535)
     worker_metrics_host: str = "127.0.0.1"

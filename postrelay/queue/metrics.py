@@ -80,7 +80,7 @@ class WorkerMetrics:
             buckets=BATCH_BUCKETS, registry=self.registry,
         )
         self.running = Gauge(
-            "postrelay_worker_running_jobs", "Claimed jobs whose run has not finished yet.",
+            "postrelay_worker_running_jobs", "Jobs whose handler is running now.",
             registry=self.registry,
         )
         self._kinds: dict[str, _KindMetrics] = {}

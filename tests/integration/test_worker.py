@@ -239,6 +239,107 @@ async def test_a_saturated_worker_claims_freed_slots_together(engine, async_engi
     assert claims <= 120, claims
 
 
+def claim_sizes(engine) -> list[int]:
+    """Jobs per claim statement: each claim stamps its rows with its transaction's now()."""
+    with engine.connect() as conn:
+        return list(conn.execute(text(
+            "SELECT count(*) FROM mdm.aa_job GROUP BY claimed_at ORDER BY claimed_at"
+        )).scalars())
+
+
+async def test_a_worker_with_short_jobs_claims_ahead_but_runs_only_its_concurrency(
+        engine, async_engine, libpq, tenant):
+    registry = Registry()
+    active: set = set()
+    most_active = 0
+
+    @registry.handler("reindex")
+    async def quick(job: Job) -> None:
+        nonlocal most_active
+        active.add(job.id)
+        most_active = max(most_active, len(active))
+        await asyncio.sleep(0)
+        active.discard(job.id)
+
+    from postrelay.queue import JobSpec, enqueue_many
+
+    with engine.begin() as conn:
+        enqueue_many(conn, [JobSpec("reindex", {"i": i}, tenant) for i in range(600)])
+    await run_until(async_engine, libpq, registry,
+                    lambda: count_status(engine, "done") == 600, concurrency=2)
+    sizes = claim_sizes(engine)
+    assert sizes[0] == 2  # nothing known of the jobs yet: free slots only
+    assert max(sizes) > 2 and len(sizes) < 150, sizes  # then claims carry jobs held ahead
+    assert max(sizes) <= 2 + 2 * 9  # at most nine ahead per slot
+    assert most_active == 2  # held jobs wait for a slot
+
+
+async def test_claiming_ahead_switched_off_claims_only_free_slots(
+        engine, async_engine, libpq, tenant):
+    registry = Registry()
+
+    @registry.handler("reindex")
+    async def quick(job: Job) -> None:
+        pass
+
+    from postrelay.queue import JobSpec, enqueue_many
+
+    with engine.begin() as conn:
+        enqueue_many(conn, [JobSpec("reindex", {"i": i}, tenant) for i in range(100)])
+    await run_until(async_engine, libpq, registry,
+                    lambda: count_status(engine, "done") == 100, concurrency=2,
+                    claim_ahead_secs=0)
+    assert max(claim_sizes(engine)) <= 2
+
+
+async def test_slow_jobs_are_not_claimed_ahead(engine, async_engine, libpq, tenant):
+    registry = Registry()
+
+    @registry.handler("reindex")
+    async def slow(job: Job) -> None:
+        await asyncio.sleep(0.05)  # five times the claim-ahead horizon of 10 ms
+
+    from postrelay.queue import JobSpec, enqueue_many
+
+    with engine.begin() as conn:
+        enqueue_many(conn, [JobSpec("reindex", {"i": i}, tenant) for i in range(8)])
+    await run_until(async_engine, libpq, registry,
+                    lambda: count_status(engine, "done") == 8, concurrency=1)
+    assert claim_sizes(engine) == [1] * 8
+
+
+async def test_stop_hands_back_jobs_held_ahead_unrun_and_uncounted(
+        engine, async_engine, libpq, tenant):
+    registry = Registry()
+    started: list = []
+
+    @registry.handler("reindex")
+    async def quick_then_stuck(job: Job) -> None:
+        if job.payload["stuck"]:
+            started.append(job.id)
+            await asyncio.sleep(3600)
+
+    from postrelay.queue import JobSpec, enqueue_many
+
+    worker = make_worker(async_engine, libpq, registry, concurrency=1, grace_secs=0.2)
+    await worker.start()
+    try:
+        with engine.begin() as conn:  # short runs teach the worker to claim ahead
+            enqueue_many(conn, [JobSpec("reindex", {"stuck": False}, tenant)] * 50)
+        await wait_until(lambda: _async(count_status(engine, "done") == 50))
+        with engine.begin() as conn:
+            stuck = enqueue_many(conn, [JobSpec("reindex", {"stuck": True}, tenant)] * 20)
+        await wait_until(lambda: _async(len(started) == 1))
+        held = worker.running_ids - set(started)
+        assert 1 <= len(held) <= 9 and held <= set(stuck)
+    finally:
+        await worker.stop()
+    assert len(started) == 1  # the held jobs never ran
+    for job_id in stuck:  # every one pending again, no attempt counted
+        assert job_row_attempts(engine, job_id) == (0, "pending")
+    assert count_status(engine, "running") == 0
+
+
 def count_status(engine, status: str) -> int:
     with engine.connect() as conn:
         return conn.execute(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
@@ -61,15 +62,17 @@ class Executor:
         if handler is None:  # claimed only by kind, so this means a misconfigured registry
             return Failure(PermanentError(f"no handler registered for kind {job.kind!r}"))
         timeout = handler.timeout_secs or self.default_timeout_secs
-        deadline = asyncio.timeout(timeout)
+        # Without a timeout, no deadline at all: an idle asyncio.timeout() still costs about
+        # 5 µs per run, a tenth of what a worker spends on a no-op job.
+        deadline = asyncio.timeout(timeout) if timeout is not None else None
         try:
-            async with deadline:
+            async with deadline or contextlib.nullcontext():
                 await handler.fn(job)
         except asyncio.CancelledError:
             # Cancelled by shutdown (the deadline's own cancel surfaces as TimeoutError).
             return Returned()
         except TimeoutError as exc:
-            if deadline.expired():
+            if deadline is not None and deadline.expired():
                 return Failure(JobTimeout(f"job exceeded its timeout of {timeout:g} s"))
             return Failure(exc)
         except Exception as exc:

@@ -13,11 +13,11 @@ from postrelay.queue.backoff import Backoff
 from postrelay.queue.effects import collecting
 from postrelay.queue.model import Job
 from postrelay.queue.outcome import (
+    SUCCESS,
     Failure,
     Outcome,
     PermanentError,
     Returned,
-    Success,
     Transition,
     decide,
 )
@@ -77,4 +77,4 @@ class Executor:
             return Failure(exc)
         except Exception as exc:
             return Failure(exc)
-        return Success()
+        return SUCCESS

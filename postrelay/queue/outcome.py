@@ -74,10 +74,15 @@ class Transition:
     effects: tuple[Effect, ...] = ()
 
 
+# The outcome of most runs, made once: both are immutable.
+SUCCESS = Success()
+DONE = Transition("done")
+
+
 def decide(job: Job, outcome: Outcome, backoff: Backoff) -> Transition:
     match outcome:
         case Success():
-            return Transition("done")
+            return DONE
         case Returned():
             return Transition("pending", delay_secs=0.0, refund=True)
         case Failure(error=Snooze() as exc):

@@ -315,7 +315,9 @@ class Worker:
             pass
 
     def _spawn(self, job: Job) -> None:
-        task = asyncio.create_task(self._run(job), name=f"postrelay-job-{job.id}")
+        # One name for every job's task: formatting the job id into it cost 2% of the CPU
+        # a worker spends on a no-op job.
+        task = asyncio.create_task(self._run(job), name="postrelay-job")
         self._running[job.id] = (job, task)
 
     async def _run(self, job: Job) -> None:

@@ -268,10 +268,10 @@ async def test_a_worker_with_short_jobs_claims_ahead_but_runs_only_its_concurren
     await run_until(async_engine, libpq, registry,
                     lambda: count_status(engine, "done") == 600, concurrency=2)
     sizes = claim_sizes(engine)
-    assert sizes[0] == 2  # nothing known of the jobs yet: free slots only
+    assert sizes[0] == 2, sizes  # nothing known of the jobs yet: free slots only
     assert max(sizes) > 2 and len(sizes) < 150, sizes  # then claims carry jobs held ahead
-    assert max(sizes) <= 2 + 2 * 9  # at most nine ahead per slot
-    assert most_active == 2  # held jobs wait for a slot
+    assert max(sizes) <= 2 + 2 * 9, sizes  # at most nine ahead per slot
+    assert most_active == 2, most_active  # held jobs wait for a slot
 
 
 async def test_claiming_ahead_switched_off_claims_only_free_slots(

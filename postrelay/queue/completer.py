@@ -125,6 +125,13 @@ class Completer:
         conn: AsyncConnection | psycopg.AsyncConnection[Any],
         batch: list[tuple[Job, Transition]],
     ) -> set[UUID]:
+        if all(t.status == "done" and t.error is None for _, t in batch):
+            return await queries.job_complete_many(
+                conn,
+                worker=self.worker_id,
+                ids=[job.id for job, _ in batch],
+                attempts=[job.attempts for job, _ in batch],
+            )
         return await queries.job_finalize_many(
             conn,
             worker=self.worker_id,

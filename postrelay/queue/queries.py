@@ -88,6 +88,21 @@ async def job_finalize_many(
     return {row[0] for row in rows}
 
 
+async def job_complete_many(
+    conn: AsyncConnection | psycopg.AsyncConnection[Any],
+    *,
+    worker: str,
+    ids: list[UUID],
+    attempts: list[int],
+) -> set[UUID]:
+    """`job_finalize_many` for a batch of successes only."""
+    rows = await driver_fetch(
+        conn, Q["job_complete_many"], {"worker": worker, "ids": ids, "attempts": attempts},
+        binary=True,
+    )
+    return {row[0] for row in rows}
+
+
 async def job_rescue_stale(
     conn: AsyncConnection, *, now: datetime, lease_secs: float, limit: int, actor: str
 ) -> list[tuple[UUID, str]]:

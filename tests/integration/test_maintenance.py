@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from sqlalchemy import text
 
 from postrelay.core.clock import utcnow
@@ -64,7 +65,15 @@ async def test_long_job_of_a_live_worker_is_left_alone(engine, async_engine, ten
     assert result.pending == 1 and result.workers_pruned == 1
 
 
-async def test_late_finish_after_rescue_does_not_overwrite(engine, async_engine, tenant):
+async def _finalize_done(conn, **guard):
+    return await queries.job_finalize_many(
+        conn, **guard, statuses=["done"], delays=[None], errors=[None], refunds=[False])
+
+
+@pytest.mark.parametrize("write_done", [_finalize_done, queries.job_complete_many],
+                         ids=["job_finalize_many", "job_complete_many"])
+async def test_late_finish_after_rescue_does_not_overwrite(engine, async_engine, tenant,
+                                                           write_done):
     now = utcnow()
     with engine.begin() as conn:
         job_id = insert_job(conn, tenant_id=tenant, status="running", attempts=1,
@@ -75,9 +84,7 @@ async def test_late_finish_after_rescue_does_not_overwrite(engine, async_engine,
                                              tenant_ids=None, kinds=None)
     assert claimed.id == job_id and claimed.attempts == 2
     async with async_engine.begin() as conn:  # the first worker finally reports
-        written = await queries.job_finalize_many(
-            conn, worker="host/1/slow", ids=[job_id], attempts=[1], statuses=["done"],
-            delays=[None], errors=[None], refunds=[False])
+        written = await write_done(conn, worker="host/1/slow", ids=[job_id], attempts=[1])
     assert written == set()
     with engine.connect() as conn:
         row = job_row(conn, job_id)

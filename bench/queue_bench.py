@@ -148,8 +148,8 @@ def _drain_rows(bench: BenchDatabase, args: argparse.Namespace) -> list[Row]:
     batched = baseline_drain(bench, args.jobs, 100)
     _progress(f"drain baseline, claim 1 + complete 1 ({args.per_txn_jobs} jobs)")
     single = baseline_drain(bench, args.per_txn_jobs, 1)
-    # A worker claims at most its concurrency at a time: beside the smallest one, the
-    # baseline claiming and completing that many per transaction is the like-for-like loop.
+    # Claiming for free slots alone, a worker's claims carry at most its concurrency: beside
+    # the smallest one, the baseline claiming and completing that many per transaction.
     smallest = min(args.concurrencies, default=None)
     if smallest is not None:
         _progress(f"drain baseline, claim {smallest} + complete {smallest} ({args.jobs} jobs)")

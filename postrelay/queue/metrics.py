@@ -13,7 +13,8 @@ outcome goes to the completer (the point of `postrelay.job.finished`, whose `kin
 The hot path pays about 2 µs per job: one counter increment per kind per claim batch, and a
 counter increment and a histogram observation per finished run, on label-bound children
 created once per kind (and per kind and status) and cached, never `.labels()` per job.
-`postrelay_worker_running_jobs` is read from the worker at scrape time, not kept up to date.
+`postrelay_worker_running_jobs` and `postrelay_worker_held_jobs` are read from the worker at
+scrape time, not kept up to date.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ DURATION_BUCKETS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
     1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0,
 )
-# Jobs per claim statement: at most the worker's concurrency.
+# Jobs per claim statement: at most the worker's concurrency plus what it claims ahead.
 BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 # `status` of postrelay_jobs_finished_total: the job's next state, as in the database and in
 # the API's postrelay_jobs{status}, except a run handed back at shutdown (uncounted attempt).
@@ -83,14 +84,21 @@ class WorkerMetrics:
             "postrelay_worker_running_jobs", "Jobs whose handler is running now.",
             registry=self.registry,
         )
+        self.held = Gauge(
+            "postrelay_worker_held_jobs", "Jobs claimed ahead of a free slot, waiting to start.",
+            registry=self.registry,
+        )
         self._kinds: dict[str, _KindMetrics] = {}
 
-    def bind(self, kinds: Iterable[str], running: Callable[[], float]) -> None:
+    def bind(self, kinds: Iterable[str], running: Callable[[], float],
+             held: Callable[[], float]) -> None:
         """Called by the worker: export its kinds at zero from the start (so `rate()` sees
-        the first increment) and read the running-job count from `running` at scrape time."""
+        the first increment) and read the running and held job counts from `running` and
+        `held` at scrape time."""
         for kind in kinds:
             self._kind(kind)
         self.running.set_function(running)
+        self.held.set_function(held)
 
     def _kind(self, kind: str) -> _KindMetrics:
         children = self._kinds.get(kind)

@@ -129,7 +129,7 @@ class Worker:
         self.claimed = 0
         self.metrics = metrics  # None: nothing recorded, one `if` per claim and per run
         if metrics is not None:
-            metrics.bind(self.kinds, lambda: len(self._running))
+            metrics.bind(self.kinds, lambda: len(self._running), lambda: len(self._ahead))
 
     def _served_kinds(self) -> tuple[str, ...]:
         handled = self.registry.kinds()

@@ -10,6 +10,7 @@ from sqlalchemy import text
 
 from postrelay.queue import PermanentError, Registry, RetryAfter, StopJob, enqueue
 from postrelay.queue.backoff import FixedBackoff
+from postrelay.queue.metrics import WorkerMetrics
 from postrelay.queue.model import Job
 from postrelay.queue.worker import Worker, WorkerConfig
 from tests.factories import audit_rows, job_row
@@ -19,8 +20,9 @@ def make_worker(async_engine, libpq, registry, **config) -> Worker:
     config.setdefault("poll_interval_secs", 0.2)
     config.setdefault("grace_secs", 1.0)
     backoff = config.pop("backoff", FixedBackoff(0.05))
+    metrics = config.pop("metrics", None)
     return Worker(async_engine, WorkerConfig(**config), registry=registry, backoff=backoff,
-                  listen_url=libpq)
+                  listen_url=libpq, metrics=metrics)
 
 
 async def wait_until(predicate, timeout: float = 15.0, interval: float = 0.02) -> None:
@@ -321,7 +323,9 @@ async def test_stop_hands_back_jobs_held_ahead_unrun_and_uncounted(
 
     from postrelay.queue import JobSpec, enqueue_many
 
-    worker = make_worker(async_engine, libpq, registry, concurrency=1, grace_secs=0.2)
+    metrics = WorkerMetrics()
+    worker = make_worker(async_engine, libpq, registry, concurrency=1, grace_secs=0.2,
+                         metrics=metrics)
     await worker.start()
     try:
         with engine.begin() as conn:  # short runs teach the worker to claim ahead
@@ -332,12 +336,22 @@ async def test_stop_hands_back_jobs_held_ahead_unrun_and_uncounted(
         await wait_until(lambda: _async(len(started) == 1))
         held = worker.running_ids - set(started)
         assert 1 <= len(held) <= 9 and held <= set(stuck)
+        assert gauge(metrics, "postrelay_worker_held_jobs") == len(held)
+        assert gauge(metrics, "postrelay_worker_running_jobs") == 1
     finally:
         await worker.stop()
     assert len(started) == 1  # the held jobs never ran
+    assert gauge(metrics, "postrelay_worker_held_jobs") == 0
+    returned = metrics.registry.get_sample_value(
+        "postrelay_jobs_finished_total", {"kind": "reindex", "status": "returned"})
+    assert returned == len(held) + 1  # the held ones and the one cut short
     for job_id in stuck:  # every one pending again, no attempt counted
         assert job_row_attempts(engine, job_id) == (0, "pending")
     assert count_status(engine, "running") == 0
+
+
+def gauge(metrics: WorkerMetrics, name: str) -> float | None:
+    return metrics.registry.get_sample_value(name)
 
 
 def count_status(engine, status: str) -> int:

@@ -35,7 +35,14 @@ async def job_claim(
         "tenant_ids": list(tenant_ids) if tenant_ids else None,
         "kinds": list(kinds) if kinds else None,
     })
-    return [_claimed_job(*row) for row in rows]
+    jobs = [_claimed_job(*row) for row in rows]
+    # In the order they were chosen, so that jobs held ahead of a slot start by priority.
+    jobs.sort(key=_claim_order)
+    return jobs
+
+
+def _claim_order(job: Job) -> tuple[int, datetime]:
+    return job.priority, job.available_at
 
 
 def _claimed_job(job_id: UUID, tenant_id: UUID, kind: str, payload: str, *rest: Any) -> Job:

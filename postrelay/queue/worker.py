@@ -52,10 +52,14 @@ CLAIM_GATHER_SECS = 0.01
 # and CLAIM_AHEAD_MAX_JOBS in all. A claim then carries tens of jobs where free slots alone
 # allow a few (a claim of 50 rows costs little more than one of 10): at concurrency 10 a
 # worker drained no-op jobs twice as fast. A job held ahead waits about `claim_ahead_secs`
-# for its slot, and the cap bounds the harm when short jobs are followed by long ones. Slow
-# jobs are never claimed ahead: they stay claimable by idle workers.
+# for its slot. Slow jobs are never claimed ahead: they stay claimable by idle workers.
+# When short runs are followed by long ones, held jobs may wait for far longer: once the
+# first has waited HOLD_LIMIT_FACTOR times `claim_ahead_secs` (a second by default), all
+# are handed back uncounted for any worker to take, and this one claims only for free
+# slots until its runs are short again.
 CLAIM_AHEAD_MAX_PER_SLOT = 9
 CLAIM_AHEAD_MAX_JOBS = 100
+HOLD_LIMIT_FACTOR = 100
 RUN_TIME_WEIGHT = 0.1  # of the newest run in the moving average of run times
 
 
@@ -116,8 +120,9 @@ class Worker:
         )
         # Claimed jobs whose outcome is not yet handed to the completer.
         self._running: dict[UUID, tuple[Job, asyncio.Task[None]]] = {}
-        # Claimed ahead of a free slot, in claim order (priority first); started as slots free.
-        self._ahead: deque[Job] = deque()
+        # Claimed ahead of a free slot, in claim order (priority first), with the monotonic
+        # time each was claimed; started as slots free.
+        self._ahead: deque[tuple[Job, float]] = deque()
         self._mean_run_secs: float | None = None  # moving average; None before any run
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -151,7 +156,7 @@ class Worker:
     def running_ids(self) -> set[UUID]:
         """Jobs claimed by this worker whose outcome is not handed on: running, or held
         ahead for a slot."""
-        return set(self._running) | {job.id for job in self._ahead}
+        return set(self._running) | {job.id for job, _ in self._ahead}
 
     def _claim_ahead(self) -> int:
         """How many jobs to claim beyond the free slots (see CLAIM_AHEAD_MAX_JOBS)."""
@@ -184,12 +189,7 @@ class Worker:
         """Stop claiming; let running jobs finish within the grace period; hand back the
         rest without counting the attempt; write every outcome; deregister."""
         self.stop_claiming()
-        # Jobs held ahead never started: hand them back at once, uncounted.
-        while self._ahead:
-            job = self._ahead.popleft()
-            self.completer.add(job, decide(job, Returned(), self.executor.backoff))
-            if self.metrics is not None:
-                self.metrics.returned_unrun(job.kind)
+        self._hand_back_held()  # they never started: at once, uncounted
         tasks = [task for _, task in self._running.values()]
         if tasks:
             await asyncio.wait(tasks, timeout=self.config.grace_secs)
@@ -238,6 +238,7 @@ class Worker:
     async def _claim_loop(self) -> None:
         delay = RECONNECT_BASE_SECS
         while not self._stopping.is_set():
+            self._release_long_holds()
             # Outcomes not yet written hold their slot once they pile up beyond one round
             # of jobs: backpressure, so a slow database is not handed ever more work.
             capacity = self.config.concurrency + self._claim_ahead()
@@ -271,11 +272,12 @@ class Worker:
                 continue
             if jobs and self.metrics is not None:
                 self.metrics.claimed_batch(jobs)
+            claimed_at = time.monotonic()
             for job in jobs:
                 if len(self._running) < self.config.concurrency:
                     self._spawn(job)
                 else:
-                    self._ahead.append(job)
+                    self._ahead.append((job, claimed_at))
             self._saturated = len(jobs) == free
             if len(jobs) == free:
                 await asyncio.sleep(0)  # let the batch start, then claim what slots are left
@@ -284,6 +286,31 @@ class Worker:
             if due_in is not None:
                 wait = min(wait, max(due_in, 0.0))
             await self._sleep(wait)
+
+    def _release_long_holds(self) -> None:
+        """Hand back the held jobs once the first has waited HOLD_LIMIT_FACTOR times
+        `claim_ahead_secs`: the runs in the slots turned out long, and an idle worker could
+        start the held jobs now."""
+        if not self._ahead:
+            return
+        waited = time.monotonic() - self._ahead[0][1]
+        if waited < self.config.claim_ahead_secs * HOLD_LIMIT_FACTOR:
+            return
+        # As if runs took that long: no claiming ahead until short runs bring it down.
+        self._mean_run_secs = max(self._mean_run_secs or 0.0, waited)
+        count = self._hand_back_held()
+        event("postrelay.worker.held_jobs_released", worker=self.id, count=count,
+              waited_secs=round(waited, 3))
+
+    def _hand_back_held(self) -> int:
+        """Every job held ahead goes back to pending, its attempt not counted."""
+        count = len(self._ahead)
+        while self._ahead:
+            job, _ = self._ahead.popleft()
+            self.completer.add(job, decide(job, Returned(), self.executor.backoff))
+            if self.metrics is not None:
+                self.metrics.returned_unrun(job.kind)
+        return count
 
     def _gather_for(self) -> float:
         """Seconds left to let freed slots gather before claiming them (0: claim now)."""
@@ -331,7 +358,7 @@ class Worker:
             if self.metrics is not None:
                 self.metrics.finished_run(job.kind, transition, took)
         if self._ahead and not self._stopping.is_set():
-            self._spawn(self._ahead.popleft())
+            self._spawn(self._ahead.popleft()[0])
         if self._saturated:
             self._wake.set()
 

@@ -350,6 +350,50 @@ async def test_stop_hands_back_jobs_held_ahead_unrun_and_uncounted(
     assert count_status(engine, "running") == 0
 
 
+async def test_jobs_held_behind_a_long_run_are_handed_back_for_other_workers(
+        engine, async_engine, libpq, tenant):
+    registry = Registry()
+    stuck_started = asyncio.Event()
+
+    @registry.handler("reindex")
+    async def quick_or_stuck(job: Job) -> None:
+        if job.payload["stuck"]:
+            stuck_started.set()
+            await asyncio.sleep(3600)
+
+    from postrelay.queue import JobSpec, enqueue_many
+
+    # Held jobs are handed back after 100 x claim_ahead_secs: 0.2 s here.
+    first = make_worker(async_engine, libpq, registry, concurrency=1, grace_secs=0.2,
+                        claim_ahead_secs=0.002)
+    second = make_worker(async_engine, libpq, registry, concurrency=1, grace_secs=0.2)
+    await first.start()
+    try:
+        with engine.begin() as conn:  # short runs teach the first worker to claim ahead
+            enqueue_many(conn, [JobSpec("reindex", {"stuck": False}, tenant)] * 50)
+        await wait_until(lambda: _async(count_status(engine, "done") == 50))
+        with engine.begin() as conn:  # a long run first, short ones behind it
+            stuck, *quick = enqueue_many(conn, [
+                JobSpec("reindex", {"stuck": True}, tenant, priority=1),
+                *[JobSpec("reindex", {"stuck": False}, tenant)] * 5,
+            ])
+        await asyncio.wait_for(stuck_started.wait(), 10)
+        assert first.running_ids == {stuck, *quick}  # the short ones held for the slot
+        await wait_until(lambda: _async(all(
+            job_row_attempts(engine, job_id) == (0, "pending") for job_id in quick)))
+        assert first.running_ids == {stuck}
+        await second.start()  # an idle worker takes them while the long run goes on
+        await wait_until(lambda: _async(count_status(engine, "done") == 55))
+        with engine.connect() as conn:
+            rows = [job_row(conn, job_id) for job_id in quick]
+        assert {row["claimed_by"] for row in rows} == {second.id}
+        assert {row["attempts"] for row in rows} == {1}  # the held claim was not counted
+        assert job_row_attempts(engine, stuck) == (1, "running")
+    finally:
+        await second.stop()
+        await first.stop()
+
+
 def gauge(metrics: WorkerMetrics, name: str) -> float | None:
     return metrics.registry.get_sample_value(name)
 

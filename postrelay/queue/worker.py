@@ -198,9 +198,7 @@ class Worker:
         await asyncio.gather(*tasks, return_exceptions=True)
         # A task cancelled before its first step never reached its own bookkeeping.
         for job, _ in list(self._running.values()):
-            self.completer.add(job, decide(job, Returned(), self.executor.backoff))
-            if self.metrics is not None:
-                self.metrics.returned_unrun(job.kind)
+            self._hand_back(job)
         self._running.clear()
         for task in self._tasks:
             task.cancel()
@@ -303,14 +301,17 @@ class Worker:
               waited_secs=round(waited, 3))
 
     def _hand_back_held(self) -> int:
-        """Every job held ahead goes back to pending, its attempt not counted."""
+        """Every job held ahead goes back to pending; returns how many."""
         count = len(self._ahead)
         while self._ahead:
-            job, _ = self._ahead.popleft()
-            self.completer.add(job, decide(job, Returned(), self.executor.backoff))
-            if self.metrics is not None:
-                self.metrics.returned_unrun(job.kind)
+            self._hand_back(self._ahead.popleft()[0])
         return count
+
+    def _hand_back(self, job: Job) -> None:
+        """A claimed job that never ran goes back to pending, its attempt not counted."""
+        self.completer.add(job, decide(job, Returned(), self.executor.backoff))
+        if self.metrics is not None:
+            self.metrics.returned_unrun(job.kind)
 
     def _gather_for(self) -> float:
         """Seconds left to let freed slots gather before claiming them (0: claim now)."""

@@ -1,0 +1,168 @@
+"""Claiming ahead of free slots against a real PostgreSQL: how many jobs a claim carries,
+how many run at once, and what becomes of jobs held for a slot."""
+
+from __future__ import annotations
+
+import asyncio
+
+from sqlalchemy import text
+
+from postrelay.queue import JobSpec, Registry, enqueue_many
+from postrelay.queue.metrics import WorkerMetrics
+from postrelay.queue.model import Job
+from tests.factories import job_row
+from tests.integration.worker_helpers import (
+    as_awaitable,
+    count_status,
+    job_row_attempts,
+    make_worker,
+    run_until,
+    wait_until,
+)
+
+
+def claim_sizes(engine) -> list[int]:
+    """Jobs per claim statement: each claim stamps its rows with its transaction's now()."""
+    with engine.connect() as conn:
+        return list(conn.execute(text(
+            "SELECT count(*) FROM mdm.aa_job GROUP BY claimed_at ORDER BY claimed_at"
+        )).scalars())
+
+
+async def test_a_worker_with_short_jobs_claims_ahead_but_runs_only_its_concurrency(
+        engine, async_engine, libpq, tenant):
+    registry = Registry()
+    active: set = set()
+    most_active = 0
+
+    @registry.handler("reindex")
+    async def quick(job: Job) -> None:
+        nonlocal most_active
+        active.add(job.id)
+        most_active = max(most_active, len(active))
+        await asyncio.sleep(0)
+        active.discard(job.id)
+
+    with engine.begin() as conn:
+        enqueue_many(conn, [JobSpec("reindex", {"i": i}, tenant) for i in range(600)])
+    await run_until(async_engine, libpq, registry,
+                    lambda: count_status(engine, "done") == 600, concurrency=2)
+    sizes = claim_sizes(engine)
+    assert sizes[0] == 2, sizes  # nothing known of the jobs yet: free slots only
+    assert max(sizes) > 2 and len(sizes) < 150, sizes  # then claims carry jobs held ahead
+    assert max(sizes) <= 2 + 2 * 9, sizes  # at most nine ahead per slot
+    assert most_active == 2, most_active  # held jobs wait for a slot
+
+
+async def test_claiming_ahead_switched_off_claims_only_free_slots(
+        engine, async_engine, libpq, tenant):
+    registry = Registry()
+
+    @registry.handler("reindex")
+    async def quick(job: Job) -> None:
+        pass
+
+    with engine.begin() as conn:
+        enqueue_many(conn, [JobSpec("reindex", {"i": i}, tenant) for i in range(100)])
+    await run_until(async_engine, libpq, registry,
+                    lambda: count_status(engine, "done") == 100, concurrency=2,
+                    claim_ahead_secs=0)
+    assert max(claim_sizes(engine)) <= 2
+
+
+async def test_slow_jobs_are_not_claimed_ahead(engine, async_engine, libpq, tenant):
+    registry = Registry()
+
+    @registry.handler("reindex")
+    async def slow(job: Job) -> None:
+        await asyncio.sleep(0.05)  # five times the claim-ahead horizon of 10 ms
+
+    with engine.begin() as conn:
+        enqueue_many(conn, [JobSpec("reindex", {"i": i}, tenant) for i in range(8)])
+    await run_until(async_engine, libpq, registry,
+                    lambda: count_status(engine, "done") == 8, concurrency=1)
+    assert claim_sizes(engine) == [1] * 8
+
+
+async def test_stop_hands_back_jobs_held_ahead_unrun_and_uncounted(
+        engine, async_engine, libpq, tenant):
+    registry = Registry()
+    started: list = []
+
+    @registry.handler("reindex")
+    async def quick_then_stuck(job: Job) -> None:
+        if job.payload["stuck"]:
+            started.append(job.id)
+            await asyncio.sleep(3600)
+
+    metrics = WorkerMetrics()
+    worker = make_worker(async_engine, libpq, registry, concurrency=1, grace_secs=0.2,
+                         metrics=metrics)
+    await worker.start()
+    try:
+        with engine.begin() as conn:  # short runs teach the worker to claim ahead
+            enqueue_many(conn, [JobSpec("reindex", {"stuck": False}, tenant)] * 50)
+        await wait_until(lambda: as_awaitable(count_status(engine, "done") == 50))
+        with engine.begin() as conn:
+            stuck = enqueue_many(conn, [JobSpec("reindex", {"stuck": True}, tenant)] * 20)
+        await wait_until(lambda: as_awaitable(len(started) == 1))
+        held = worker.running_ids - set(started)
+        assert 1 <= len(held) <= 9 and held <= set(stuck)
+        assert gauge(metrics, "postrelay_worker_held_jobs") == len(held)
+        assert gauge(metrics, "postrelay_worker_running_jobs") == 1
+    finally:
+        await worker.stop()
+    assert len(started) == 1  # the held jobs never ran
+    assert gauge(metrics, "postrelay_worker_held_jobs") == 0
+    returned = metrics.registry.get_sample_value(
+        "postrelay_jobs_finished_total", {"kind": "reindex", "status": "returned"})
+    assert returned == len(held) + 1  # the held ones and the one cut short
+    for job_id in stuck:  # every one pending again, no attempt counted
+        assert job_row_attempts(engine, job_id) == (0, "pending")
+    assert count_status(engine, "running") == 0
+
+
+async def test_jobs_held_behind_a_long_run_are_handed_back_for_other_workers(
+        engine, async_engine, libpq, tenant):
+    registry = Registry()
+    stuck_started = asyncio.Event()
+
+    @registry.handler("reindex")
+    async def quick_or_stuck(job: Job) -> None:
+        if job.payload["stuck"]:
+            stuck_started.set()
+            await asyncio.sleep(3600)
+
+    # Held jobs are handed back after 100 x claim_ahead_secs: 0.2 s here.
+    first = make_worker(async_engine, libpq, registry, concurrency=1, grace_secs=0.2,
+                        claim_ahead_secs=0.002)
+    second = make_worker(async_engine, libpq, registry, concurrency=1, grace_secs=0.2)
+    await first.start()
+    try:
+        with engine.begin() as conn:  # short runs teach the first worker to claim ahead
+            enqueue_many(conn, [JobSpec("reindex", {"stuck": False}, tenant)] * 50)
+        await wait_until(lambda: as_awaitable(count_status(engine, "done") == 50))
+        with engine.begin() as conn:  # a long run first, short ones behind it
+            stuck, *quick = enqueue_many(conn, [
+                JobSpec("reindex", {"stuck": True}, tenant, priority=1),
+                *[JobSpec("reindex", {"stuck": False}, tenant)] * 5,
+            ])
+        await asyncio.wait_for(stuck_started.wait(), 10)
+        assert first.running_ids == {stuck, *quick}  # the short ones held for the slot
+        await wait_until(lambda: as_awaitable(all(
+            job_row_attempts(engine, job_id) == (0, "pending") for job_id in quick)))
+        assert first.running_ids == {stuck}
+        await second.start()  # an idle worker takes them while the long run goes on
+        await wait_until(lambda: as_awaitable(count_status(engine, "done") == 55))
+        with engine.connect() as conn:
+            rows = [job_row(conn, job_id) for job_id in quick]
+        assert {row["claimed_by"] for row in rows} == {second.id}
+        assert {row["attempts"] for row in rows} == {1}  # the held claim was not counted
+        assert job_row_attempts(engine, stuck) == (1, "running")
+    finally:
+        await second.stop()
+        await first.stop()
+
+
+def gauge(metrics: WorkerMetrics, name: str) -> float | None:
+    return metrics.registry.get_sample_value(name)

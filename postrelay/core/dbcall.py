@@ -2,9 +2,9 @@
 
 Writes that join the caller's transaction (`enqueue`, `emit`) accept a sync or async
 SQLAlchemy Connection or Session, or a plain psycopg (3) connection. The logic is written
-once, as a generator that yields `(statement, params)` (or a `Copy`) and receives the rows;
-`drive` runs it synchronously, or returns an awaitable when the caller holds an async
-connection.
+once, as a generator that yields `(statement, params)` (or a `Copy`) and receives the rows
+(for a statement that returns none, the number of rows it wrote); `drive` runs it
+synchronously, or returns an awaitable when the caller holds an async connection.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from postrelay.core.bulkcopy import Copy, copy_rows, copy_rows_async
 
 T = TypeVar("T")
 Rows = Sequence[Row[Any]]
-# A step yields a statement and its parameters (it receives the rows) or a Copy.
-Steps = Generator[tuple[Executable, Any] | Copy, Rows | None, T]
+# A step yields a statement and its parameters (it receives the rows, or the row count of a
+# statement that returns none) or a Copy.
+Steps = Generator[tuple[Executable, Any] | Copy, Rows | int | None, T]
 AnyConnection = (
     Connection | Session | AsyncConnection | AsyncSession
     | psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
@@ -71,7 +72,7 @@ def _drive_psycopg(conn: psycopg.Connection[Any], steps: Steps[T]) -> T:
                 continue
             statement, params = step
             cursor = conn.execute(psycopg_sql(statement), params)  # type: ignore[arg-type]
-            rows = cursor.fetchall() if cursor.description else []
+            rows = cursor.fetchall() if cursor.description else cursor.rowcount
             step = steps.send(rows)  # type: ignore[arg-type]
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
@@ -87,7 +88,7 @@ async def _drive_psycopg_async(conn: psycopg.AsyncConnection[Any], steps: Steps[
                 continue
             statement, params = step
             cursor = await conn.execute(psycopg_sql(statement), params)  # type: ignore[arg-type]
-            rows = await cursor.fetchall() if cursor.description else []
+            rows = await cursor.fetchall() if cursor.description else cursor.rowcount
             step = steps.send(rows)  # type: ignore[arg-type]
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
@@ -110,7 +111,7 @@ def _drive_sync(conn: Connection | Session, steps: Steps[T]) -> T:
             # A Session keeps its own execute, which flushes pending ORM objects first.
             result = (conn.exec_driver_sql(psycopg_sql(statement), params)
                       if isinstance(conn, Connection) else conn.execute(statement, params))
-            rows = result.fetchall() if result.returns_rows else []
+            rows = result.fetchall() if result.returns_rows else result.rowcount
             step = steps.send(rows)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
@@ -130,7 +131,7 @@ async def _drive_async(conn: AsyncConnection | AsyncSession, steps: Steps[T]) ->
             result = await (conn.exec_driver_sql(psycopg_sql(statement), params)
                             if isinstance(conn, AsyncConnection)
                             else conn.execute(statement, params))
-            rows = result.fetchall() if result.returns_rows else []
+            rows = result.fetchall() if result.returns_rows else result.rowcount
             step = steps.send(rows)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]

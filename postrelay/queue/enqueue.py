@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from postrelay.core import jsontext
 from postrelay.core.bulkcopy import Copy
@@ -79,17 +79,18 @@ def enqueue(
     row = validated_job(kind, payload, tenant_id, priority, delay, run_at, max_attempts,
                         idempotency_key)
     row["created_by"] = _created_by(created_by)
+    row["id"] = uuid4()
     return drive(conn, _enqueue_steps(conn, row, _wakeup.wanted(conn, notify)))
 
 
 def _enqueue_steps(conn: AnyConnection, row: ValidatedJob, send_notify: bool) -> Steps[UUID]:
     with_notify = send_notify and _wakeup.needed(conn)
-    rows = yield Q["job_insert_notify" if with_notify else "job_insert"], row
-    if with_notify and rows:
-        _wakeup.mark(conn)  # the transaction exists now, even if this statement began it
-    if rows:
-        return rows[0][0]  # type: ignore[no-any-return]
-    (diagnosis,) = yield Q["job_insert_diagnose"], row
+    written = yield Q["job_insert_notify" if with_notify else "job_insert"], row
+    if written:
+        if with_notify:
+            _wakeup.mark(conn)  # the transaction exists now, even if this statement began it
+        return row["id"]  # type: ignore[no-any-return]
+    (diagnosis,) = yield Q["job_insert_diagnose"], row  # type: ignore[misc]
     tenant_exists, kind_exists, existing_id = diagnosis
     if not tenant_exists:
         raise ValidationError("tenant_id", f"no tenant with id {row['tenant_id']}")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from postrelay.core import jsontext
 from postrelay.core.bulkcopy import Copy
@@ -46,17 +46,18 @@ def emit(
     raises ValidationError naming the field, before anything is written."""
     row = _validated(event_type, payload, tenant_id, aggregate_type, aggregate_id, headers,
                      created_by)
+    row["id"] = uuid4()
     return drive(conn, _emit_steps(conn, row, _wakeup.wanted(conn, notify)))
 
 
 def _emit_steps(conn: AnyConnection, row: dict[str, Any], send_notify: bool) -> Steps[UUID]:
     with_notify = send_notify and _wakeup.needed(conn)
-    rows = yield Q["outbox_insert_notify" if with_notify else "outbox_insert"], row
-    if not rows:
+    written = yield Q["outbox_insert_notify" if with_notify else "outbox_insert"], row
+    if not written:
         raise ValidationError("tenant_id", f"no tenant with id {row['tenant_id']}")
     if with_notify:
         _wakeup.mark(conn)
-    return rows[0][0]  # type: ignore[no-any-return]
+    return row["id"]  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True, slots=True)

@@ -276,15 +276,21 @@ def test_enqueue_many_rejects_whole_batch(engine, tenant):
 def test_one_notify_per_transaction(engine, tenant, libpq):
     import psycopg
 
+    from postrelay.relay import emit
+
     with psycopg.connect(libpq, autocommit=True) as listener:
         listener.execute("LISTEN postrelay_jobs")
+        listener.execute("LISTEN postrelay_outbox")
         with engine.begin() as conn:
             for i in range(20):
                 enqueue(conn, "reindex", {"i": i}, tenant_id=tenant)
         with engine.begin() as conn:
             enqueue(conn, "reindex", {}, tenant_id=tenant)
-        got = list(listener.notifies(timeout=0.5))
-    assert len(got) == 2
+            for i in range(3):
+                emit(conn, "order.placed", {"i": i}, tenant_id=tenant,
+                     aggregate_type="order", aggregate_id=i)
+        got = sorted(n.channel for n in listener.notifies(timeout=0.5))
+    assert got == ["postrelay_jobs", "postrelay_jobs", "postrelay_outbox"]
 
 
 def test_batches_wake_workers_and_relays_once_per_committed_transaction(engine, tenant,

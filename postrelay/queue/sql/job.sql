@@ -13,38 +13,37 @@ RETURNING id;
 -- Selecting from aa_tenant, and checking the kind against the enum first, turn an unknown
 -- tenant or kind into "no row" instead of an error that would abort the caller's
 -- transaction. No row can also mean the idempotency key is taken: job_insert_diagnose
--- tells these apart on that rare path, so the common path is one round trip.
+-- tells these apart on that rare path, so the common path is one round trip. The id is
+-- made by the caller and success read from the row count: a RETURNING row costs the
+-- round trip a result description and a row to decode.
 INSERT INTO mdm.aa_job
-    (tenant_id, job_kind, payload, priority, available_at, max_attempts,
+    (id, tenant_id, job_kind, payload, priority, available_at, max_attempts,
      idempotency_key, created_by)
-SELECT t.id, CAST(CAST(:kind AS text) AS mdm.job_kind), CAST(:payload AS jsonb), :priority,
+SELECT :id, t.id, CAST(CAST(:kind AS text) AS mdm.job_kind), CAST(:payload AS jsonb), :priority,
        COALESCE(CAST(:run_at AS timestamptz), now() + make_interval(secs => :delay)),
        :max_attempts, :idempotency_key, :created_by
 FROM mdm.aa_tenant t
 WHERE t.id = :tenant_id
   AND CAST(:kind AS text) = ANY(CAST(enum_range(NULL::mdm.job_kind) AS text[]))
 ON CONFLICT (tenant_id, job_kind, idempotency_key) WHERE idempotency_key IS NOT NULL
-DO NOTHING
-RETURNING id;
+DO NOTHING;
 
 -- name: job_insert_notify
 -- job_insert plus the wake-up for idle workers, in the same round trip. Used once per
--- transaction: every NOTIFY takes a global lock at commit.
-WITH inserted AS (
-    INSERT INTO mdm.aa_job
-        (tenant_id, job_kind, payload, priority, available_at, max_attempts,
-         idempotency_key, created_by)
-    SELECT t.id, CAST(CAST(:kind AS text) AS mdm.job_kind), CAST(:payload AS jsonb), :priority,
-           COALESCE(CAST(:run_at AS timestamptz), now() + make_interval(secs => :delay)),
-           :max_attempts, :idempotency_key, :created_by
-    FROM mdm.aa_tenant t
-    WHERE t.id = :tenant_id
-      AND CAST(:kind AS text) = ANY(CAST(enum_range(NULL::mdm.job_kind) AS text[]))
-    ON CONFLICT (tenant_id, job_kind, idempotency_key) WHERE idempotency_key IS NOT NULL
-    DO NOTHING
-    RETURNING id
-)
-SELECT id, pg_notify('postrelay_jobs', '') FROM inserted;
+-- transaction: every NOTIFY takes a global lock at commit. The wake-up may go out even
+-- when no row is written; it is only a hint, delivered if the caller commits.
+WITH wake AS MATERIALIZED (SELECT pg_notify('postrelay_jobs', ''))
+INSERT INTO mdm.aa_job
+    (id, tenant_id, job_kind, payload, priority, available_at, max_attempts,
+     idempotency_key, created_by)
+SELECT :id, t.id, CAST(CAST(:kind AS text) AS mdm.job_kind), CAST(:payload AS jsonb), :priority,
+       COALESCE(CAST(:run_at AS timestamptz), now() + make_interval(secs => :delay)),
+       :max_attempts, :idempotency_key, :created_by
+FROM mdm.aa_tenant t CROSS JOIN wake
+WHERE t.id = :tenant_id
+  AND CAST(:kind AS text) = ANY(CAST(enum_range(NULL::mdm.job_kind) AS text[]))
+ON CONFLICT (tenant_id, job_kind, idempotency_key) WHERE idempotency_key IS NOT NULL
+DO NOTHING;
 
 -- name: job_insert_diagnose
 -- Why job_insert wrote nothing: unknown tenant, unknown kind, or a taken idempotency key.

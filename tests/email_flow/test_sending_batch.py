@@ -4,6 +4,7 @@ only its own attempt."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from typing import Any
 
@@ -69,3 +70,31 @@ async def test_a_cancelled_attempt_does_not_stop_the_others(rig, tenant, async_e
     # it would after a timeout between this step and the SMTP server.
     assert len(statuses(engine)) == 3
 
+
+
+def test_the_work_per_batch_does_not_grow_with_the_log(tenant, engine, libpq):
+    """A `sending` row that became `sent` leaves an entry behind in the status index until
+    VACUUM. Looking for an earlier attempt's `sending` row by status walked all of them on
+    every batch; by job, the statement touches the same few pages however long the log."""
+    from postrelay.core.dbcall import psycopg_sql
+    from postrelay.orchestrator.queries import Q
+    from postrelay.queue import JobSpec, enqueue_many
+
+    with engine.begin() as conn:
+        old = enqueue_many(conn, [JobSpec("email_send", {}, tenant) for _ in range(3000)])
+        fresh = enqueue_many(conn, [JobSpec("email_send", {}, tenant) for _ in range(5)])
+    with psycopg.connect(libpq, autocommit=True) as pg:
+        pg.execute("ALTER TABLE mdm.aa_email_log SET (autovacuum_enabled = off)")
+        pg.execute(psycopg_sql(Q["email_send_begin_many"]),
+                   {"rows": json.dumps([sending_row(tenant, j) | {"resend_unknown": True}
+                                        for j in old])})
+        pg.execute("UPDATE mdm.aa_email_log SET status = 'sent'")
+        rows = [sending_row(tenant, j) | {"resend_unknown": True} for j in fresh]
+        with pg.transaction(force_rollback=True):
+            ((plan,),) = pg.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
+                                    + psycopg_sql(Q["email_send_begin_many"]),
+                                    {"rows": json.dumps(rows)}).fetchall()
+        pg.execute("ALTER TABLE mdm.aa_email_log RESET (autovacuum_enabled)")
+    top = plan[0]["Plan"]
+    pages = top["Shared Hit Blocks"] + top["Shared Read Blocks"]
+    assert pages < 100, f"{pages} pages for a batch of 5 beside 3,000 sent messages"

@@ -11,29 +11,40 @@
 -- recipient is left. Committed (autocommit) before DATA: if this worker dies before the
 -- reply is recorded, the row is what tells the next attempt that a copy may have been
 -- delivered. The rows come as one JSON document: binding is the costly part here.
+-- A job is held by one worker at a time, so a `sending` row of its own is an earlier
+-- attempt's.
 WITH r AS (
     SELECT * FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(
         id uuid, tenant_id uuid, job_id uuid, event_id uuid, template text,
         template_version text, category text, from_address text, recipients text[],
         to_addresses text[], cc_addresses text[], bcc_addresses text[], subject text,
         message_id text, attempt integer, resend_unknown boolean)
+), found AS MATERIALIZED (
+    -- Each job's earlier rows through the job index, their ids and statuses in step. A
+    -- search by status = 'sending' would walk the index entries of every row that was
+    -- ever `sending` and is `sent` now, until VACUUM removes them: work that grew with
+    -- the log on every call.
+    SELECT r.*, COALESCE(e.row_ids, '{}') AS row_ids, COALESCE(e.statuses, '{}') AS statuses,
+           ARRAY(SELECT s.address FROM mdm.aa_email_suppression s
+                 WHERE s.tenant_id = r.tenant_id
+                   AND s.address = ANY(r.recipients)) AS suppressed
+    FROM r CROSS JOIN LATERAL (
+        SELECT array_agg(l.id) AS row_ids, array_agg(l.status) AS statuses
+        FROM mdm.aa_email_log l
+        WHERE l.job_id = r.job_id
+    ) e
 ), stale AS (
     UPDATE mdm.aa_email_log l
     SET status = 'unknown', finished_at = now(),
         error = 'the worker sending this attempt was lost before it recorded the reply'
-    FROM r
-    WHERE l.job_id = r.job_id AND l.status = 'sending'
-    RETURNING l.id, l.job_id
-), looked AS MATERIALIZED (  -- each job's lookups once, not again inside `send`
-    SELECT r.*,
-           (SELECT count(*) FROM stale s WHERE s.job_id = r.job_id) AS unknown_now,
-           ARRAY(SELECT l.status FROM mdm.aa_email_log l
-                 WHERE l.job_id = r.job_id
-                   AND l.id NOT IN (SELECT id FROM stale)) AS earlier,
-           ARRAY(SELECT s.address FROM mdm.aa_email_suppression s
-                 WHERE s.tenant_id = r.tenant_id
-                   AND s.address = ANY(r.recipients)) AS suppressed
-    FROM r
+    WHERE l.id = ANY(ARRAY(
+        SELECT u.id FROM found f, unnest(f.row_ids, f.statuses) AS u(id, status)
+        WHERE u.status = 'sending'))
+), looked AS (
+    SELECT f.*,
+           cardinality(array_positions(f.statuses, 'sending')) AS unknown_now,
+           array_remove(f.statuses, 'sending') AS earlier
+    FROM found f
 ), decided AS (
     SELECT looked.*,
            NOT (earlier && ARRAY['sent', 'partial'])

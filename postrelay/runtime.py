@@ -59,7 +59,7 @@ class WorkerProcess:
     worker: Worker
     maintenance: Maintenance | None
     scheduler: CronScheduler | None
-    # Released after the worker has stopped (the SMTP pool's connections).
+    # Released after the worker has stopped (the handlers' connections, the SMTP pool's).
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     async def start(self) -> None:
@@ -130,7 +130,7 @@ def build_worker(
     worker = Worker(engine, config, registry=handlers, backoff=backoff, listen_url=db.libpq_url,
                     metrics=metrics)
     if not maintenance:
-        return WorkerProcess(worker, None, None, [smtp.close])
+        return WorkerProcess(worker, None, None, [*handlers.closers, smtp.close])
     keeper = Maintenance(
         engine,
         holder=worker.id,
@@ -138,7 +138,7 @@ def build_worker(
         rescuer=Rescuer(engine, lease_secs=settings.job_lease_secs, actor=worker.id),
     )
     scheduler = CronScheduler(engine, interval_secs=settings.cron_interval_secs)
-    return WorkerProcess(worker, keeper, scheduler, [smtp.close])
+    return WorkerProcess(worker, keeper, scheduler, [*handlers.closers, smtp.close])
 
 
 class Service(Protocol):

@@ -87,6 +87,7 @@ def email_registry(
     sender = EmailSender(engine, templates, pool, default_from=default_from,
                          message_id_domain=message_id_domain)
     registry.register(EMAIL_KIND, sender.send, timeout=timeout_secs)
+    registry.closers.append(sender.close)
     return registry
 
 
@@ -161,6 +162,9 @@ class EmailSender:
             return
         live = [r for r in recipients if r not in start.suppressed]
         await self._deliver(job, log, sender, live, message.as_bytes(), results)
+
+    async def close(self) -> None:
+        await self.sending.close()
 
     async def _tenant_name(self, tenant_id: UUID) -> str:
         """The tenant's name, for its template folder; cached (names rarely change).

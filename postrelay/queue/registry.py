@@ -30,6 +30,8 @@ class Handler:
 class Registry:
     def __init__(self) -> None:
         self._handlers: dict[str, Handler] = {}
+        # What the handlers hold open (connections), released once the worker has stopped.
+        self.closers: list[Callable[[], Awaitable[None]]] = []
 
     def register(self, kind: str, fn: HandlerFn, *, timeout: float | None = None) -> None:
         if not inspect.iscoroutinefunction(fn):
@@ -57,6 +59,7 @@ class Registry:
         """A new registry with this one's handlers, then `other`'s on top."""
         merged = Registry()
         merged._handlers = {**self._handlers, **other._handlers}
+        merged.closers = [*self.closers, *other.closers]
         return merged
 
 

@@ -25,6 +25,7 @@ from postrelay.orchestrator.handler import email_registry
 from postrelay.orchestrator.sink import ScriptedHandler, SmtpSink
 from postrelay.queue import enqueue
 from postrelay.queue.backoff import FixedBackoff
+from postrelay.queue.registry import Registry
 from postrelay.queue.worker import Worker, WorkerConfig
 
 SENDER = "Acme <noreply@acme.example>"
@@ -71,7 +72,7 @@ class Rig:
         self.pool = SmtpPool(SmtpConfig(host=sink.host, port=sink.port, pool_size=4,
                                         timeout_secs=2.0, throttle_secs=0.05,
                                         auth_pause_secs=0.5))
-        self.workers: list[Worker] = []
+        self.workers: list[tuple[Worker, Registry]] = []
 
     def enqueue(self, tenant: UUID, *, to: Any = ("ann@example.com",), template: str = "welcome",
                 context: dict[str, Any] | None = None, max_attempts: int = 3,
@@ -99,12 +100,14 @@ class Rig:
         worker = Worker(self.async_engine, WorkerConfig(**config), registry=registry,
                         backoff=FixedBackoff(0.05), listen_url=self.libpq)
         await worker.start()
-        self.workers.append(worker)
+        self.workers.append((worker, registry))
         return worker
 
     async def stop(self) -> None:
-        for worker in self.workers:
+        for worker, registry in self.workers:
             await worker.stop()
+            for close in registry.closers:
+                await close()
         self.workers.clear()
         await self.pool.close()
 

@@ -42,6 +42,7 @@ async def test_concurrent_attempts_share_one_round_trip(rig, tenant, async_engin
                                    for j in jobs))
     assert all(s.unknown_now == 1 and not s.sending for s in again)
     assert statuses(engine) == ["unknown"] * 20
+    await batcher.close()
 
 
 async def test_a_refused_row_fails_only_its_own_attempt(rig, tenant, async_engine, engine):
@@ -54,6 +55,7 @@ async def test_a_refused_row_fails_only_its_own_attempt(rig, tenant, async_engin
     assert isinstance(results[2], psycopg.errors.ForeignKeyViolation)
     assert [r.sending for i, r in enumerate(results) if i != 2] == [True] * 5
     assert statuses(engine) == ["sending"] * 5
+    await batcher.close()
 
 
 async def test_a_cancelled_attempt_does_not_stop_the_others(rig, tenant, async_engine, engine):
@@ -69,6 +71,21 @@ async def test_a_cancelled_attempt_does_not_stop_the_others(rig, tenant, async_e
     # The cancelled attempt's row was written all the same: its next attempt finds it, as
     # it would after a timeout between this step and the SMTP server.
     assert len(statuses(engine)) == 3
+    await batcher.close()
+
+
+async def test_the_batch_statement_is_planned_once(rig, tenant, async_engine):
+    """The worker's pooled connections force custom plans (for job_finalize_many); the
+    batcher's own connection keeps one generic plan instead of planning every write."""
+    batcher = SendingBatcher(async_engine)
+    for _ in range(8):  # psycopg prepares a statement on its sixth run
+        await batcher.begin(sending_row(tenant, rig.enqueue(tenant)), resend_unknown=True)
+    async with batcher._held.use() as conn:
+        cursor = await conn.execute(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+            "WHERE statement LIKE '%jsonb_to_recordset%'")
+        assert await cursor.fetchall() == [(3, 0)]
+    await batcher.close()
 
 
 

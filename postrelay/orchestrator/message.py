@@ -12,7 +12,6 @@ envelope-only; they never reach this module (see `envelope_recipients`).
 
 from __future__ import annotations
 
-import email.policy
 import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -23,7 +22,9 @@ from email.headerregistry import Address
 from email.message import Message
 from email.mime.multipart import MIMEMultipart
 from email.mime.nonmultipart import MIMENonMultipart
+from email.policy import Compat32
 from email.utils import format_datetime, formataddr
+from typing import Any
 
 from postrelay.core.errors import ValidationError
 from postrelay.orchestrator.addresses import check_header_value
@@ -31,12 +32,38 @@ from postrelay.orchestrator.templates import Rendered
 
 __all__ = ["build_message", "envelope_recipients", "message_id_domain", "message_id_for"]
 
+
+
+class _Compat32(Compat32):
+    """compat32, except that an ASCII header that fits on its line is written as it is.
+
+    compat32 runs every header value through `email.header.Header`'s folding, which was
+    five sixths of the time it took to write a message out; for a printable ASCII value
+    whose line fits, what that folding writes is the value itself (tests/orchestrator/
+    test_message.py checks this against compat32 on random values)."""
+
+    def fold(self, name: str, value: Any) -> str:
+        line = self._one_line(name, value)
+        return line if line is not None else super().fold(name, value)
+
+    def fold_binary(self, name: str, value: Any) -> bytes:
+        line = self._one_line(name, value)
+        return line.encode("ascii") if line is not None else super().fold_binary(name, value)
+
+    def _one_line(self, name: str, value: Any) -> str | None:
+        if (isinstance(value, str) and value.isascii() and value.isprintable()
+                and self.max_line_length is not None
+                and len(name) + 2 + len(value) <= self.max_line_length):
+            return f"{name}: {value}{self.linesep}"
+        return None
+
+
 # SMTP line endings, RFC 2047 for non-ASCII headers, and 7-bit quoted-printable bodies: the
 # message then needs neither SMTPUTF8 nor 8BITMIME from the server. The message is built
 # with the classic (compat32) API and headers encoded by hand: the header-registry API of
 # `email.policy.default` parses every header it is given again, which made building a
 # message cost more than sending it.
-POLICY = email.policy.compat32.clone(linesep="\r\n")
+POLICY = _Compat32(linesep="\r\n")
 UTF8 = Charset("utf-8")
 UTF8.header_encoding = QP
 UTF8.body_encoding = QP

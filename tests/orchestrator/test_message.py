@@ -189,3 +189,29 @@ def test_date_defaults_to_now_and_must_be_aware() -> None:
 
 def test_an_all_bcc_message_has_no_to_header() -> None:
     assert "To" not in reparse(build(to=()))
+
+
+def test_headers_are_written_as_compat32_writes_them():
+    """The message policy writes a short ASCII header without compat32's folding machinery:
+    the bytes must be what compat32 writes, for any printable value and at every length
+    around the line limit (and for what takes the folding path: non-ASCII, long)."""
+    import random
+    import string
+
+    from postrelay.orchestrator.message import POLICY
+
+    compat32 = email.policy.compat32.clone(linesep="\r\n")
+    pick = random.Random(20261130)
+    alphabet = string.ascii_letters + string.digits + string.punctuation + " " * 12
+    names = ["To", "Subject", "Message-ID", "Content-Type", "X-A-Rather-Long-Header-Name"]
+    for _ in range(5000):
+        name = pick.choice(names)
+        value = "".join(pick.choice(alphabet) for _ in range(pick.randint(0, 100)))
+        value = value if pick.random() > 0.05 else value + "ü\t"
+        assert POLICY.fold_binary(name, value) == compat32.fold_binary(name, value), value
+        assert POLICY.fold(name, value) == compat32.fold(name, value), value
+    # A whole message, multipart with an encoded subject and names, as compat32 writes it.
+    msg = build_message(rendered=rendered(subject="Grüße " + "x" * 90), sender=SENDER, to=TO,
+                        message_id=MESSAGE_ID, date=datetime(2026, 11, 30, tzinfo=UTC),
+                        headers={"X-Campaign": "winter sale", "X-Long": "y " * 60})
+    assert msg.as_bytes() == msg.as_bytes(policy=compat32)

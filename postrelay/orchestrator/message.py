@@ -33,7 +33,6 @@ from postrelay.orchestrator.templates import Rendered
 __all__ = ["build_message", "envelope_recipients", "message_id_domain", "message_id_for"]
 
 
-
 class _Compat32(Compat32):
     """compat32, except that an ASCII header that fits on its line is written as it is.
 

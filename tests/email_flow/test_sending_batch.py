@@ -88,7 +88,6 @@ async def test_the_batch_statement_is_planned_once(rig, tenant, async_engine):
     await batcher.close()
 
 
-
 def test_the_work_per_batch_does_not_grow_with_the_log(tenant, engine, libpq):
     """A `sending` row that became `sent` leaves an entry behind in the status index until
     VACUUM. Looking for an earlier attempt's `sending` row by status walked all of them on

@@ -30,9 +30,11 @@ async def test_stopping_a_worker_process_runs_its_handlers_closers(database_url,
     db = Database(url=sqlalchemy_url(database_url))
     process = build_worker(Settings(database_url=database_url), db, registry=app,
                            maintenance=False)
-    # The built-in email handler's connection, the application's, then the SMTP pool.
-    owners = [type(getattr(close, "__self__", None)).__name__ for close in process.closers]
-    assert owners == ["EmailSender", "NoneType", "SmtpPool"]
+    # The built-in email handler's connection, the application's resource, the SMTP pool.
+    email_sender, app_closer, smtp_pool = process.closers
+    assert type(email_sender.__self__).__name__ == "EmailSender"  # type: ignore[attr-defined]
+    assert app_closer is close_app_resource
+    assert type(smtp_pool.__self__).__name__ == "SmtpPool"  # type: ignore[attr-defined]
     await process.start()
     await process.stop()
     assert closed == ["app"]

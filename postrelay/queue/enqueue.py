@@ -85,7 +85,8 @@ def enqueue(
 
 def _enqueue_steps(conn: AnyConnection, row: ValidatedJob, send_notify: bool) -> Steps[UUID]:
     with_notify = send_notify and _wakeup.needed(conn)
-    written = yield Q["job_insert_notify" if with_notify else "job_insert"], row
+    row["notify"] = with_notify
+    written = yield Q["job_insert"], row
     if written:
         if with_notify:
             _wakeup.mark(conn)  # the transaction exists now, even if this statement began it

@@ -52,7 +52,8 @@ def emit(
 
 def _emit_steps(conn: AnyConnection, row: dict[str, Any], send_notify: bool) -> Steps[UUID]:
     with_notify = send_notify and _wakeup.needed(conn)
-    written = yield Q["outbox_insert_notify" if with_notify else "outbox_insert"], row
+    row["notify"] = with_notify
+    written = yield Q["outbox_insert"], row
     if not written:
         raise ValidationError("tenant_id", f"no tenant with id {row['tenant_id']}")
     if with_notify:

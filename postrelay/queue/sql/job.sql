@@ -15,24 +15,13 @@ RETURNING id;
 -- transaction. No row can also mean the idempotency key is taken: job_insert_diagnose
 -- tells these apart on that rare path, so the common path is one round trip. The id is
 -- made by the caller and success read from the row count: a RETURNING row costs the
--- round trip a result description and a row to decode.
-INSERT INTO mdm.aa_job
-    (id, tenant_id, job_kind, payload, priority, available_at, max_attempts,
-     idempotency_key, created_by)
-SELECT :id, t.id, CAST(CAST(:kind AS text) AS mdm.job_kind), CAST(:payload AS jsonb), :priority,
-       COALESCE(CAST(:run_at AS timestamptz), now() + make_interval(secs => :delay)),
-       :max_attempts, :idempotency_key, :created_by
-FROM mdm.aa_tenant t
-WHERE t.id = :tenant_id
-  AND CAST(:kind AS text) = ANY(CAST(enum_range(NULL::mdm.job_kind) AS text[]))
-ON CONFLICT (tenant_id, job_kind, idempotency_key) WHERE idempotency_key IS NOT NULL
-DO NOTHING;
-
--- name: job_insert_notify
--- job_insert plus the wake-up for idle workers, in the same round trip. Used once per
--- transaction: every NOTIFY takes a global lock at commit. The wake-up may go out even
--- when no row is written; it is only a hint, delivered if the caller commits.
-WITH wake AS MATERIALIZED (SELECT pg_notify('postrelay_jobs', ''))
+-- round trip a result description and a row to decode. The wake-up for idle workers rides
+-- along when `notify` asks for it, once per transaction (every NOTIFY takes a global lock
+-- at commit); it may go out even when no row is written, being only a hint, delivered if
+-- the caller commits.
+WITH wake AS MATERIALIZED (
+    SELECT CASE WHEN CAST(:notify AS boolean) THEN pg_notify('postrelay_jobs', '') END
+)
 INSERT INTO mdm.aa_job
     (id, tenant_id, job_kind, payload, priority, available_at, max_attempts,
      idempotency_key, created_by)

@@ -3,17 +3,11 @@
 -- name: outbox_insert
 -- Selecting from aa_tenant turns an unknown tenant into "no row" instead of a foreign-key
 -- error that would abort the caller's transaction. The id is made by the caller and
--- success read from the row count, sparing the round trip a RETURNING row.
-INSERT INTO mdm.aa_outbox_event
-    (id, tenant_id, aggregate_type, aggregate_id, event_type, payload, headers, created_by)
-SELECT :id, t.id, :aggregate_type, :aggregate_id, :event_type, CAST(:payload AS jsonb),
-       CAST(:headers AS jsonb), :created_by
-FROM mdm.aa_tenant t
-WHERE t.id = :tenant_id;
-
--- name: outbox_insert_notify
--- outbox_insert plus the relay's wake-up, in the same round trip; once per transaction.
-WITH wake AS MATERIALIZED (SELECT pg_notify('postrelay_outbox', ''))
+-- success read from the row count, sparing the round trip a RETURNING row. The relay's
+-- wake-up rides along when `notify` asks for it, once per transaction.
+WITH wake AS MATERIALIZED (
+    SELECT CASE WHEN CAST(:notify AS boolean) THEN pg_notify('postrelay_outbox', '') END
+)
 INSERT INTO mdm.aa_outbox_event
     (id, tenant_id, aggregate_type, aggregate_id, event_type, payload, headers, created_by)
 SELECT :id, t.id, :aggregate_type, :aggregate_id, :event_type, CAST(:payload AS jsonb),

@@ -18,8 +18,9 @@ def migrate_command(
     sql: bool = typer.Option(False, "--sql", help="Print the SQL for a DBA instead of running it."),
     revision: str = typer.Option("head", help="Target revision."),
 ) -> None:
-    """Create or upgrade everything in schema `mdm` (safe to run twice, or from two
-    processes at once)."""
+    """Create or upgrade everything in schema `mdm`.
+
+    Safe to run twice, or from two processes at once."""
     from postrelay.core import migrate as migrations  # alembic is slow to import
 
     settings = settings_or_exit()

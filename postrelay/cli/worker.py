@@ -76,10 +76,12 @@ def demo_command(
         "with --app postrelay.demo.app (docker compose).",
     ),
 ) -> None:
-    """Run the whole system on embedded defaults: migrate, start an SMTP sink, enqueue sample
-    jobs and emit outbox events for three tenants, run a relay and a worker until all has
-    settled, and print the jobs, the email log and where the messages are. Uses the
-    embedded PostgreSQL unless POSTRELAY_DATABASE_URL is set."""
+    """Run the whole system on embedded defaults and print what happened.
+
+    Migrates, starts an SMTP sink, enqueues sample jobs and emits outbox events for three
+    tenants, runs a relay and a worker until all has settled, and prints the jobs, the
+    email log and where the messages are. Uses the embedded PostgreSQL unless
+    POSTRELAY_DATABASE_URL is set."""
     from postrelay.demo import emit_demo_events, run_demo
 
     settings = settings_or_exit()

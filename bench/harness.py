@@ -58,7 +58,9 @@ def bench_database() -> Iterator[BenchDatabase]:
     settings = load_settings()
     db = open_database(settings)
     name = f"postrelay_bench_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    admin = create_engine(db.url, isolation_level="AUTOCOMMIT")
+    # Pre-ping: the database is still dropped at the end after the server restarted
+    # meanwhile (bench/soak.py restarts it).
+    admin = create_engine(db.url, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
     engine: Engine | None = None
     try:
         with admin.connect() as conn:

@@ -61,12 +61,18 @@ class Sink:
 
 
 @contextmanager
-def sink_process() -> Iterator[Sink]:
+def sink_process(record: Path | None = None, delay: float = 0.0) -> Iterator[Sink]:
+    """bench/smtp_sink.py on a free port; `record` and `delay` are its --record and --delay."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "bench.smtp_sink", str(port)], cwd=REPO_ROOT,
-                            stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    argv = [sys.executable, "-m", "bench.smtp_sink", str(port)]
+    if record is not None:
+        argv += ["--record", str(record)]
+    if delay:
+        argv += ["--delay", str(delay)]
+    proc = subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
         yield Sink(port, proc.pid)

@@ -5,6 +5,7 @@ at random, and the database is checked afterwards for every job's fate.
     .venv/bin/python -m bench.soak --jobs 5000 --seconds 15
     .venv/bin/python -m bench.soak --restart-server \\
         "pg_ctlcluster --skip-systemctl-redirect 15 main restart -m immediate"
+    .venv/bin/python -m bench.soak --email --jobs 3000   # outbox -> relay -> SMTP
 
 Three workers (maintenance on, a 2 s lease, retries after 0.2 s) run the jobs of
 `bench/soak_app.py`. Every 0.3-1.2 s one of them gets SIGKILL (seven times in ten) or SIGTERM
@@ -13,6 +14,13 @@ server once, halfway. Then the run waits for the queue to settle and checks that
 ended as its payload says it must (done, or dlq for the bad input, with its audit row), that
 none is pending or running, and that no job counted more attempts than it may. It prints the
 figures and exits 1 if a check failed.
+
+With --email, the jobs are emails: one outbox event each, turned into an `email_send` job by
+a relay process (killed now and then too) and sent by the workers into an SMTP sink that
+notes every message it accepts. The checks: every event relayed once into one job, every job
+done with one `sent` log row, every recipient sent at least one message, and a second copy
+only where the log shows the crash window the issue allows (a `sending` row turned
+`unknown`, resent by the default policy), with the same Message-ID.
 """
 
 from __future__ import annotations
@@ -23,14 +31,22 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections import Counter
+from pathlib import Path
 from typing import Any
 
+from bench.email_bench import APP as EMAIL_APP
+from bench.email_bench import CONNECTIONS, TEMPLATES, sink_process
 from bench.harness import WORKER_MAIN, BenchDatabase, WorkerProcess, bench_database
 from bench.soak_app import SLOW_SECS, permanent
 from postrelay.queue import JobSpec, enqueue_many
+from postrelay.relay import EventSpec, emit_many
 
 LEASE_SECS = 2.0
+# Up to this long before the sink answers DATA: messages are in flight when a worker dies.
+SINK_DELAY_SECS = 0.2
 ENV = {
     "POSTRELAY_JOB_LEASE_SECS": str(LEASE_SECS),
     "POSTRELAY_JOB_RETRY_DELAY_SECS": "0.2",
@@ -47,15 +63,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--restart-server", metavar="COMMAND",
                         help="a shell command that restarts the database server, run once")
+    parser.add_argument("--email", action="store_true",
+                        help="emails through the outbox, a relay and an SMTP sink")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with bench_database() as bench:
-        print(f"server: {bench.server}; {args.jobs:,} jobs, {args.workers} workers, "
-              f"{args.seconds:.0f} s of kills", flush=True)
-        slow = max(1, args.jobs // 50)
-        _enqueue(bench, args.jobs, slow)
-        _run(bench, args)
-        failures = _check(bench, args.jobs, slow)
+        print(f"server: {bench.server}; {args.jobs:,} {'emails' if args.email else 'jobs'}, "
+              f"{args.workers} workers, {args.seconds:.0f} s of kills", flush=True)
+        if args.email:
+            failures = _email_soak(bench, args)
+        else:
+            slow = max(1, args.jobs // 50)
+            _enqueue(bench, args.jobs, slow)
+            _run(bench, args, [_worker(bench, "bench.soak_app") for _ in range(args.workers)])
+            failures = _check(bench, args.jobs, slow)
     for failure in failures:
         print(f"FAILED: {failure}")
     sys.exit(1 if failures else 0)
@@ -70,51 +91,62 @@ def _enqueue(bench: BenchDatabase, fast: int, slow: int) -> None:
             enqueue_many(conn, specs[start:start + 10_000])
 
 
-def _worker(bench: BenchDatabase) -> WorkerProcess:
+def _worker(bench: BenchDatabase, app: str, env: dict[str, str] | None = None
+            ) -> WorkerProcess:
     concurrency = random.choice([5, 20, 50])
-    process = WorkerProcess(bench, env=ENV, argv=[
-        "-c", WORKER_MAIN, "worker", "--app", "bench.soak_app",
-        "--concurrency", str(concurrency)])
+    process = WorkerProcess(bench, env={**ENV, **(env or {})}, argv=[
+        "-c", WORKER_MAIN, "worker", "--app", app, "--concurrency", str(concurrency)])
     return process.__enter__()
 
 
-def _run(bench: BenchDatabase, args: argparse.Namespace) -> None:
-    workers = [_worker(bench) for _ in range(args.workers)]
+def _relay(bench: BenchDatabase, env: dict[str, str]) -> WorkerProcess:
+    return WorkerProcess(bench, env={**ENV, **env}, argv=[
+        "-c", WORKER_MAIN, "relay", "--app", EMAIL_APP]).__enter__()
+
+
+def _run(bench: BenchDatabase, args: argparse.Namespace, processes: list[WorkerProcess],
+         *, settled: str = "SELECT count(*) FROM mdm.aa_job "
+                           "WHERE status IN ('pending', 'running')") -> None:
+    """Kill and replace one of `processes` (each restarts the way it was started) at random
+    for args.seconds, then wait until the `settled` query counts nothing left to do."""
     kills = terms = 0
     restart_at = args.seconds / 2 if args.restart_server else None
     started = time.monotonic()
     try:
-        while (elapsed := time.monotonic() - started) < args.seconds:
+        while time.monotonic() - started < args.seconds:
             time.sleep(random.uniform(0.3, 1.2))
+            elapsed = time.monotonic() - started
             if restart_at is not None and elapsed >= restart_at:
                 restart_at = None
                 subprocess.run(shlex.split(args.restart_server), check=True)
                 print(f"[{elapsed:4.1f} s] database server restarted", flush=True)
-            n = random.randrange(len(workers))
+            n = random.randrange(len(processes))
             if random.random() < 0.7:
-                proc = workers[n].proc
+                proc = processes[n].proc
                 assert proc is not None
                 proc.kill()
                 proc.wait()
-                workers[n].proc = None
+                processes[n].proc = None
                 kills += 1
             else:
-                workers[n].stop()
+                processes[n].stop()
                 terms += 1
-            workers[n] = _worker(bench)
+            processes[n] = WorkerProcess(bench, env=processes[n].env,
+                                       argv=processes[n].argv).__enter__()
             print(f"[{elapsed:4.1f} s] {kills} SIGKILL, {terms} SIGTERM; {_counts(bench)}",
                   flush=True)
         # Killed workers' jobs come back after the lease; slow jobs take a while more.
         deadline = time.monotonic() + 10 * LEASE_SECS + 3 * SLOW_SECS + 60
         while time.monotonic() < deadline:
-            counts = _counts(bench)
-            if not counts.get("pending") and not counts.get("running"):
+            with bench.connect() as conn:
+                ((left,),) = conn.execute(settled).fetchall()
+            if not left:
                 break
             time.sleep(1.0)
         print(f"settled after {time.monotonic() - started:.0f} s: {_counts(bench)}")
     finally:
-        for worker in workers:
-            worker.stop()
+        for process in processes:
+            process.stop()
 
 
 def _counts(bench: BenchDatabase) -> dict[str, int]:
@@ -158,6 +190,79 @@ def _check(bench: BenchDatabase, fast: int, slow: int) -> list[str]:
                         "GROUP BY 1, 2 ORDER BY 1, 2")
     print("attempts per job (kind, attempts, jobs): "
           + ", ".join(f"{k} {a}: {n:,}" for k, a, n in attempts))
+    return failures
+
+
+def _email_soak(bench: BenchDatabase, args: argparse.Namespace) -> list[str]:
+    n = args.jobs
+    with (tempfile.TemporaryDirectory() as tmp,
+          sink_process(Path(tmp) / "received", delay=SINK_DELAY_SECS) as sink):
+        env = {"POSTRELAY_SMTP_HOST": "127.0.0.1", "POSTRELAY_SMTP_PORT": str(sink.port),
+               "POSTRELAY_SMTP_POOL_SIZE": str(CONNECTIONS),
+               "POSTRELAY_EMAIL_TEMPLATES_DIR": str(TEMPLATES),
+               "POSTRELAY_EMAIL_FROM": "Soak <soak@postrelay.example>"}
+        for start in range(0, n, 1_000):
+            with bench.engine.begin() as conn:
+                emit_many(conn, [
+                    EventSpec("user.signed_up",
+                              {"user": {"name": f"User {i}", "email": f"user{i}@example.com"}},
+                              bench.tenant_id, "user", i)
+                    for i in range(start, min(n, start + 1_000))])
+        processes = [_relay(bench, env)]
+        processes += [_worker(bench, EMAIL_APP, env) for _ in range(args.workers)]
+        _run(bench, args, processes, settled=(
+            "SELECT (SELECT count(*) FROM mdm.aa_outbox_event WHERE handled_at IS NULL)"
+            " + (SELECT count(*) FROM mdm.aa_job WHERE status IN ('pending', 'running'))"))
+        received = Counter()
+        ids_by_rcpt: dict[str, set[str]] = {}
+        for line in (Path(tmp) / "received").read_text().splitlines():
+            message_id, *rcpts = line.split()
+            for rcpt in rcpts:
+                received[rcpt] += 1
+                ids_by_rcpt.setdefault(rcpt, set()).add(message_id)
+    return _check_email(bench, n, received, ids_by_rcpt)
+
+
+def _check_email(bench: BenchDatabase, n: int, received: Counter[str],
+                 ids_by_rcpt: dict[str, set[str]]) -> list[str]:
+    failures = []
+    with bench.connect() as conn:
+        def one(sql: str) -> Any:
+            return conn.execute(sql).fetchone()[0]  # type: ignore[index]
+
+        unhandled = one("SELECT count(*) FROM mdm.aa_outbox_event WHERE handled_at IS NULL")
+        jobs = one("SELECT count(*) FROM mdm.aa_job WHERE job_kind = 'email_send'")
+        done = one("SELECT count(*) FROM mdm.aa_job WHERE job_kind = 'email_send' "
+                   "AND status = 'done'")
+        sent_rows = dict(conn.execute(
+            "SELECT recipients[1], count(*) FROM mdm.aa_email_log WHERE status = 'sent' "
+            "GROUP BY 1").fetchall())
+        unknown = {r for (r,) in conn.execute(
+            "SELECT DISTINCT recipients[1] FROM mdm.aa_email_log WHERE status = 'unknown'")}
+        statuses = dict(conn.execute(
+            "SELECT status::text, count(*) FROM mdm.aa_email_log GROUP BY 1").fetchall())
+    if unhandled:
+        failures.append(f"{unhandled} events never relayed")
+    if jobs != n:
+        failures.append(f"{jobs} email jobs for {n} events")
+    if done != n:
+        failures.append(f"{done} email jobs done of {n}")
+    expected = {f"user{i}@example.com" for i in range(n)}
+    if set(sent_rows) != expected or any(c != 1 for c in sent_rows.values()):
+        failures.append(f"{len(expected - set(sent_rows))} recipients without a sent row, "
+                        f"{sum(1 for c in sent_rows.values() if c != 1)} with several")
+    missing = expected - set(received)
+    if missing:
+        failures.append(f"{len(missing)} recipients never got their message")
+    twice = {r for r, c in received.items() if c > 1}
+    if twice - unknown:
+        failures.append(f"{len(twice - unknown)} recipients got a second copy with no "
+                        "unknown outcome in the log")
+    if any(len(ids_by_rcpt[r]) != 1 for r in twice):
+        failures.append("a second copy carried another Message-ID")
+    print(f"log rows by status: {statuses}; messages received: {sum(received.values()):,} "
+          f"for {len(received):,} recipients; second copies: {len(twice)} (unknown outcomes "
+          f"in the log: {len(unknown)})")
     return failures
 
 

@@ -8,12 +8,14 @@ at random, and the database is checked afterwards for every job's fate.
     .venv/bin/python -m bench.soak --email --jobs 3000   # outbox -> relay -> SMTP
 
 Three workers (maintenance on, a 2 s lease, retries after 0.2 s) run the jobs of
-`bench/soak_app.py`. Every 0.3-1.2 s one of them gets SIGKILL (seven times in ten) or SIGTERM
-and a new one takes its place; with --restart-server, that command restarts the database
-server once, halfway. Then the run waits for the queue to settle and checks that every job
-ended as its payload says it must (done, or dlq for the bad input, with its audit row), that
-none is pending or running, and that no job counted more attempts than it may. It prints the
-figures and exits 1 if a check failed.
+`bench/soak_app.py`, and their cron schedulers an entry that fires every second. Every
+0.3-1.2 s one of them gets SIGKILL (seven times in ten) or SIGTERM and a new one takes its
+place; with --restart-server, that command restarts the database server once, halfway. Then
+the run waits for the queue to settle and checks that every job ended as its payload says it
+must (done, or dlq for the bad input, with its audit row), that none is pending or running,
+that no job counted more attempts than it may, and that the cron entry fired each slot once
+and (without --restart-server) missed none.
+It prints the figures and exits 1 if a check failed.
 
 With --email, the jobs are emails: one outbox event each, turned into an `email_send` job by
 a relay process (killed now and then too) and sent by the workers into an SMTP sink that
@@ -34,6 +36,8 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +46,10 @@ from bench.email_bench import CONNECTIONS, TEMPLATES, sink_process
 from bench.harness import WORKER_MAIN, BenchDatabase, WorkerProcess, bench_database
 from bench.soak_app import SLOW_SECS, permanent
 from postrelay.queue import JobSpec, enqueue_many
+from postrelay.queue.cron import cron_create, cron_delete
 from postrelay.relay import EventSpec, emit_many
 
+CRON_NAME = "soak-every-second"
 LEASE_SECS = 2.0
 # Up to this long before the sink answers DATA: messages are in flight when a worker dies.
 SINK_DELAY_SECS = 0.2
@@ -75,8 +81,13 @@ def main(argv: list[str] | None = None) -> None:
         else:
             slow = max(1, args.jobs // 50)
             _enqueue(bench, args.jobs, slow)
-            _run(bench, args, [_worker(bench, "bench.soak_app") for _ in range(args.workers)])
+            with bench.engine.begin() as conn:
+                cron_create(conn, CRON_NAME, "* * * * * *", "index_sync", {},
+                            tenant_id=bench.tenant_id)
+            _run(bench, args, [_worker(bench, "bench.soak_app") for _ in range(args.workers)],
+                 before_settling=_stop_cron)
             failures = _check(bench, args.jobs, slow)
+            failures += _check_cron(bench, missed_allowed=bool(args.restart_server))
     for failure in failures:
         print(f"FAILED: {failure}")
     sys.exit(1 if failures else 0)
@@ -106,9 +117,11 @@ def _relay(bench: BenchDatabase, env: dict[str, str]) -> WorkerProcess:
 
 def _run(bench: BenchDatabase, args: argparse.Namespace, processes: list[WorkerProcess],
          *, settled: str = "SELECT count(*) FROM mdm.aa_job "
-                           "WHERE status IN ('pending', 'running')") -> None:
+                           "WHERE status IN ('pending', 'running')",
+         before_settling: Callable[[BenchDatabase], None] | None = None) -> None:
     """Kill and replace one of `processes` (each restarts the way it was started) at random
-    for args.seconds, then wait until the `settled` query counts nothing left to do."""
+    for args.seconds, run `before_settling`, then wait until the `settled` query counts
+    nothing left to do."""
     kills = terms = 0
     restart_at = args.seconds / 2 if args.restart_server else None
     started = time.monotonic()
@@ -135,6 +148,8 @@ def _run(bench: BenchDatabase, args: argparse.Namespace, processes: list[WorkerP
                                        argv=processes[n].argv).__enter__()
             print(f"[{elapsed:4.1f} s] {kills} SIGKILL, {terms} SIGTERM; {_counts(bench)}",
                   flush=True)
+        if before_settling is not None:
+            before_settling(bench)
         # Killed workers' jobs come back after the lease; slow jobs take a while more.
         deadline = time.monotonic() + 10 * LEASE_SECS + 3 * SLOW_SECS + 60
         while time.monotonic() < deadline:
@@ -162,7 +177,8 @@ def _check(bench: BenchDatabase, fast: int, slow: int) -> list[str]:
         def rows(sql: str) -> list[Any]:
             return conn.execute(sql).fetchall()
 
-        counts = dict(rows("SELECT status::text, count(*) FROM mdm.aa_job GROUP BY 1"))
+        counts = dict(rows("SELECT status::text, count(*) FROM mdm.aa_job "
+                           "WHERE job_kind <> 'index_sync' GROUP BY 1"))
         if sum(counts.values()) != fast + slow:
             failures.append(f"{sum(counts.values())} jobs in the table, {fast + slow} enqueued")
         dead = {i for (i,) in rows("SELECT (payload->>'i')::int FROM mdm.aa_job "
@@ -190,6 +206,31 @@ def _check(bench: BenchDatabase, fast: int, slow: int) -> list[str]:
                         "GROUP BY 1, 2 ORDER BY 1, 2")
     print("attempts per job (kind, attempts, jobs): "
           + ", ".join(f"{k} {a}: {n:,}" for k, a, n in attempts))
+    return failures
+
+
+def _stop_cron(bench: BenchDatabase) -> None:
+    bench.engine.dispose()  # its pooled connections died if the server was restarted
+    with bench.engine.begin() as conn:
+        cron_delete(conn, CRON_NAME)
+
+
+def _check_cron(bench: BenchDatabase, *, missed_allowed: bool) -> list[str]:
+    """One job per slot, a slot every second; missed slots only where the server was down
+    (after downtime only the latest missed slot fires)."""
+    with bench.connect() as conn:
+        keys = [key for (key,) in conn.execute(
+            "SELECT idempotency_key FROM mdm.aa_job WHERE job_kind = 'index_sync'")]
+    slots = sorted(datetime.fromisoformat(key.split(":", 2)[2]) for key in keys)
+    gaps = [(b - a).total_seconds() for a, b in zip(slots, slots[1:], strict=False)]
+    missed = sum(round(gap) - 1 for gap in gaps)
+    print(f"cron: {len(slots)} slots fired over {(slots[-1] - slots[0]).total_seconds():.0f} s"
+          f", {missed} missed" if slots else "cron: no slot fired")
+    failures = []
+    if len(set(slots)) != len(slots):
+        failures.append(f"{len(slots) - len(set(slots))} cron slots fired twice")
+    if not slots or (missed and not missed_allowed):
+        failures.append(f"{missed} cron slots missed while workers were running")
     return failures
 
 

@@ -5,6 +5,7 @@ advance, so that the run can check the end state job by job.
   DLQ); i % 20 == 1 fails its first attempt and succeeds on the retry; the rest succeed.
 - `bulk_import`: runs up to three times the soak's 2 s lease, on a live worker whose
   heartbeats must keep it claimed.
+- `index_sync`: does nothing; a cron entry fires it every second.
 """
 
 import asyncio
@@ -36,3 +37,8 @@ async def reindex(job: Job) -> None:
 @handler("bulk_import")
 async def slow(job: Job) -> None:
     await asyncio.sleep(random.random() * SLOW_SECS)
+
+
+@handler("index_sync")
+async def tick(job: Job) -> None:
+    return None

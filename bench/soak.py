@@ -13,8 +13,8 @@ Three workers (maintenance on, a 2 s lease, retries after 0.2 s) run the jobs of
 place; with --restart-server, that command restarts the database server once, halfway. Then
 the run waits for the queue to settle and checks that every job ended as its payload says it
 must (done, or dlq for the bad input, with its audit row), that none is pending or running,
-that no job counted more attempts than it may, and that the cron entry fired each slot once
-and (without --restart-server) missed none.
+that no job counted more attempts than it may, and that the cron entry fired every second
+(without --restart-server: no slot missed).
 It prints the figures and exits 1 if a check failed.
 
 With --email, the jobs are emails: one outbox event each, turned into an `email_send` job by
@@ -216,8 +216,9 @@ def _stop_cron(bench: BenchDatabase) -> None:
 
 
 def _check_cron(bench: BenchDatabase, *, missed_allowed: bool) -> list[str]:
-    """One job per slot, a slot every second; missed slots only where the server was down
-    (after downtime only the latest missed slot fires)."""
+    """A slot every second; missed slots only where the server was down (after downtime
+    only the latest missed slot fires). A slot cannot fire twice here: its job's
+    idempotency key (entry and slot) is unique, so the check is for gaps."""
     with bench.connect() as conn:
         keys = [key for (key,) in conn.execute(
             "SELECT idempotency_key FROM mdm.aa_job WHERE job_kind = 'index_sync'")]
@@ -226,14 +227,11 @@ def _check_cron(bench: BenchDatabase, *, missed_allowed: bool) -> list[str]:
     missed = sum(round(gap) - 1 for gap in gaps)
     print(f"cron: {len(slots)} slots fired over {(slots[-1] - slots[0]).total_seconds():.0f} s"
           f", {missed} missed" if slots else "cron: no slot fired")
-    failures = []
-    if len(set(slots)) != len(slots):
-        failures.append(f"{len(slots) - len(set(slots))} cron slots fired twice")
     if not slots:
-        failures.append("the cron entry never fired")
-    elif missed and not missed_allowed:
-        failures.append(f"{missed} cron slots missed while workers were running")
-    return failures
+        return ["the cron entry never fired"]
+    if missed and not missed_allowed:
+        return [f"{missed} cron slots missed while workers were running"]
+    return []
 
 
 def _email_soak(bench: BenchDatabase, args: argparse.Namespace) -> list[str]:

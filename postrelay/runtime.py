@@ -39,10 +39,7 @@ from postrelay.relay.webhooks import (
     add_webhook_route,
     webhook_registry,
 )
-from postrelay.relay.webhooks.retention import (
-    DEFAULT_ATTEMPT_RETENTION_DAYS,
-    webhook_attempt_delete_batch,
-)
+from postrelay.relay.webhooks.retention import webhook_attempt_delete_batch
 
 
 def import_apps(modules: Iterable[str]) -> None:
@@ -106,7 +103,8 @@ def build_worker(
         engine, Templates(settings.email_templates_dir), smtp,
         default_from=settings.email_from, message_id_domain=settings.email_message_id_domain))
     outbox = Cleaner(delete_handled_batch, settings.outbox_retention_days)
-    attempts = Cleaner(webhook_attempt_delete_batch, DEFAULT_ATTEMPT_RETENTION_DAYS)
+    attempts = Cleaner(webhook_attempt_delete_batch, settings.webhook_attempt_retention_days)
+    # Every window from the settings: the handler takes none from a job's payload.
     builtin.register(RETENTION_KIND, cleanup_handler(
         engine, settings.job_retention_days,
         {OUTBOX_TARGET: outbox, "webhook_attempts": attempts}))

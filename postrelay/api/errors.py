@@ -1,6 +1,7 @@
 """Every error as `{"data": null, "error": {"code", "message"}}` with the right status.
 
-400 bad input (the field named), 401 no or wrong key, 404 not found, 409 conflict. Bad input
+400 bad input (the field named), 401 no or wrong key, 403 refused by a rule of what the
+caller may do (`kind_reserved`, `name_reserved`), 404 not found, 409 conflict. Bad input
 must never surface as a 500: validation errors from FastAPI and from postrelay's own
 checks both land here, and a database DataError (a value the database refused) is a 400 too.
 """
@@ -16,7 +17,12 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from postrelay.core.errors import ConflictError, NotFoundError, ValidationError
+from postrelay.core.errors import (
+    ConflictError,
+    ForbiddenError,
+    NotFoundError,
+    ValidationError,
+)
 from postrelay.core.telemetry import event
 
 # postrelay's Python names of inputs, as the API's bodies and paths spell them.
@@ -27,7 +33,7 @@ API_FIELD_NAMES = {
     "delay": "delaySecs",
     "job_id": "id",
 }
-CODES = {400: "invalid_request", 401: "unauthorized", 404: "not_found",
+CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
          405: "method_not_allowed", 409: "conflict", 503: "not_ready"}
 
 
@@ -70,6 +76,10 @@ def install_error_handlers(app: FastAPI) -> None:
         problems = [_describe(err) for err in exc.errors()]
         message = "; ".join(f"{field}: {msg}" for field, msg in problems)
         return error_response(400, CODES[400], message, field=problems[0][0] if problems else None)
+
+    @app.exception_handler(ForbiddenError)
+    def _forbidden(request: Request, exc: ForbiddenError) -> JSONResponse:
+        return error_response(403, exc.code, exc.message)
 
     @app.exception_handler(NotFoundError)
     def _not_found(request: Request, exc: NotFoundError) -> JSONResponse:

@@ -87,7 +87,8 @@ class EnqueueBody(_Body):
 
 
 class CronBody(_Body):
-    name: Text = Field(description="Unique across the installation.")
+    name: Text = Field(description="Unique per tenant; names starting `postrelay.` are the "
+                                   "system's.")
     schedule: Text = Field(
         description="5 fields (min hour day month weekday) or 6 (seconds first), UTC.",
         examples=["0 3 * * *"])

@@ -20,7 +20,7 @@ app.add_typer(cron_app, name="cron")
 
 @cron_app.command("add")
 def cron_add(
-    name: str = typer.Argument(..., help="Unique across the installation."),
+    name: str = typer.Argument(..., help="Unique per tenant; 'postrelay.*' is the system's."),
     schedule: str = typer.Argument(..., help="'min hour day month weekday', or seconds first."),
     kind: str = typer.Argument(..., help="The job kind each firing enqueues."),
     payload: str = typer.Option("{}", "--payload", help="JSON object, frozen at creation."),
@@ -28,7 +28,7 @@ def cron_add(
     priority: int = typer.Option(100, "--priority"),
     max_attempts: int | None = typer.Option(None, "--max-attempts"),
 ) -> None:
-    """Create a cron entry."""
+    """Create a cron entry. A system kind (cleanup_jobs) runs only in the system tenant."""
     with transaction() as conn:
         try:
             body = json.loads(payload)
@@ -59,9 +59,12 @@ def cron_list_command(
 @cron_app.command("rm")
 def cron_rm(
     name: str = typer.Argument(...),
-    tenant: str | None = typer.Option(None, "--tenant", help="Only if it is this tenant's."),
+    tenant: str | None = typer.Option(
+        None, "--tenant", help="The entry's tenant id; needed when several tenants have an "
+                               "entry of this name."),
 ) -> None:
-    """Delete a cron entry by name; it never fires again."""
+    """Delete a cron entry by name; it never fires again. The built-in postrelay.* entries
+    are not deleted this way."""
     with transaction() as conn:
         cron_delete(conn, name, tenant_id=tenant, actor=actor())
     typer.echo(f"deleted {name}")

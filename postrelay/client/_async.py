@@ -73,9 +73,10 @@ class AsyncClient:
         """Every cron entry the key may see."""
         return await self._send(c.list_cron_jobs())
 
-    async def delete_cron_job(self, name: str) -> None:
-        """Delete a cron entry by name; ApiError 404 if unknown."""
-        await self._send(c.delete_cron_job(name))
+    async def delete_cron_job(self, name: str, tenant_id: UUID | str | None = None) -> None:
+        """Delete a cron entry by name (the service-role key: `tenant_id` picks the tenant
+        when several have the name); ApiError 404 if unknown."""
+        await self._send(c.delete_cron_job(name, tenant_id))
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -95,8 +95,10 @@ def list_cron_jobs() -> Call:
     return Call("GET", CRON)
 
 
-def delete_cron_job(name: str) -> Call:
-    return Call("DELETE", f"{CRON}/{_id(name)}", pick=lambda data: None)
+def delete_cron_job(name: str, tenant_id: UUID | str | None) -> Call:
+    return Call("DELETE", f"{CRON}/{_id(name)}",
+                params=_body(tenantId=str(tenant_id) if tenant_id is not None else None),
+                pick=lambda data: None)
 
 
 def result(call: Call, response: httpx.Response) -> Any:

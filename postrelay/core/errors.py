@@ -24,3 +24,13 @@ class ConfigError(PostrelayError):
 
 class ConflictError(PostrelayError):
     """The write collides with existing state (e.g. a cron name already taken)."""
+
+
+class ForbiddenError(PostrelayError):
+    """The caller may not do this, whatever the input's shape: a kind or a cron name the
+    system keeps for itself. `code` names the rule (`kind_reserved`, `name_reserved`)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        self.code = code
+        self.message = message
+        super().__init__(message)

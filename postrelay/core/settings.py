@@ -58,6 +58,8 @@ class Settings(BaseSettings):
 
     # LISTEN/NOTIFY wake-ups; switch off behind a pooler in transaction mode.
     notify: bool = True
+    # Delivery attempts (mdm.aa_webhook_attempt) are kept this long.
+    webhook_attempt_retention_days: float = Field(default=30.0, gt=0)
     # Webhooks to loopback, private and link-local addresses are refused unless this is set.
     webhook_allow_private: bool = False
 

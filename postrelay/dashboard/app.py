@@ -14,7 +14,13 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from postrelay.core.db import Database
-from postrelay.core.errors import ConfigError, ConflictError, NotFoundError, ValidationError
+from postrelay.core.errors import (
+    ConfigError,
+    ConflictError,
+    ForbiddenError,
+    NotFoundError,
+    ValidationError,
+)
 from postrelay.core.settings import Settings
 from postrelay.core.telemetry import event
 from postrelay.dashboard.routes import auth, cron, dlq, emails, jobs, outbox, overview
@@ -81,6 +87,7 @@ def _install_error_pages(app: FastAPI) -> None:
 
     # postrelay's own errors: one page each, with the exception's message.
     for error, status, title in ((Forbidden, 403, "Refused"),
+                                 (ForbiddenError, 403, "Refused"),
                                  (ValidationError, 400, "Bad request"),
                                  (NotFoundError, 404, "Not found"),
                                  (ConflictError, 409, "Conflict")):

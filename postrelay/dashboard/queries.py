@@ -104,9 +104,9 @@ def job_audit(conn: Connection, job_id: UUID, tenant_id: UUID | None) -> list[An
     return conn.execute(D["job_audit_list"], {"job_id": job_id, "tenant_id": tenant_id}).all()
 
 
-def job_origin(conn: Connection, job_id: UUID) -> list[Any]:
-    """The outbox deliveries that made this job (the caller has checked the job's tenant)."""
-    return conn.execute(D["job_origin"], {"job_id": job_id}).all()
+def job_origin(conn: Connection, job_id: UUID, tenant_id: UUID | None) -> list[Any]:
+    """The outbox deliveries that made this job, with events of the job's tenant only."""
+    return conn.execute(D["job_origin"], {"job_id": job_id, "tenant_id": tenant_id}).all()
 
 
 def dlq_matching(conn: Connection, *, tenant_id: UUID | None, kind: str | None,
@@ -131,9 +131,9 @@ def api_key_active(conn: Connection, key_id: UUID) -> Any:
     return conn.execute(D["api_key_get_active"], {"id": key_id}).first()
 
 
-def job_emails(conn: Connection, job_id: UUID) -> list[Any]:
-    """The email log rows of a job (the caller has checked the job's tenant)."""
-    return conn.execute(D["email_log_of_job"], {"job_id": job_id}).all()
+def job_emails(conn: Connection, job_id: UUID, tenant_id: UUID | None) -> list[Any]:
+    """The email log rows of a job."""
+    return conn.execute(D["email_log_of_job"], {"job_id": job_id, "tenant_id": tenant_id}).all()
 
 
 def dlq_by_ids(conn: Connection, ids: list[UUID], tenant_id: UUID | None) -> list[Any]:

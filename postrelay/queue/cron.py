@@ -26,6 +26,7 @@ from sqlalchemy import Connection, Row
 from postrelay.core.errors import ConflictError, NotFoundError, ValidationError
 from postrelay.core.sqlfiles import load_queries
 from postrelay.queue.enqueue import INT_MAX, SMALLINT_MAX, SMALLINT_MIN
+from postrelay.queue.reserved import check_cron_name, check_system_kind_tenant
 
 C = load_queries("postrelay.queue", "sql/cron.sql")
 
@@ -111,10 +112,13 @@ def cron_create(
     max_attempts: int | None = None,
     created_by: str | None = None,
 ) -> CronEntry:
-    """Create an entry in the caller's transaction. A taken name raises ConflictError."""
+    """Create an entry in the caller's transaction. Names are unique per tenant: a name
+    this tenant already has raises ConflictError. A name starting `postrelay.` or a system
+    kind outside the system tenant raises ForbiddenError (see queue/reserved.py)."""
     if not isinstance(name, str) or not _NAME.match(name):
         raise ValidationError("name", "1-128 characters: letters, digits and . _ : - "
                                       "(starting with a letter or digit)")
+    check_cron_name(name)
     stored = normalize_schedule(schedule)
     if not isinstance(kind, str) or not kind:
         raise ValidationError("kind", "must be a non-empty string")
@@ -126,6 +130,7 @@ def cron_create(
     except (TypeError, ValueError) as exc:
         field = "payload" if "JSON" in str(exc) or "serializable" in str(exc) else "tenant_id"
         raise ValidationError(field, str(exc)) from None
+    check_system_kind_tenant(kind, tenant)
     if isinstance(priority, bool) or not isinstance(priority, int) or not (
         SMALLINT_MIN <= priority <= SMALLINT_MAX
     ):
@@ -147,7 +152,8 @@ def cron_create(
         raise ValidationError("tenant_id", f"no tenant with id {tenant}")
     if not kind_exists:
         raise ValidationError("kind", f"unknown job kind {kind!r}")
-    raise ConflictError(f"a cron entry named {name!r} already exists (delete it first)")
+    raise ConflictError(f"this tenant already has a cron entry named {name!r} (delete it "
+                        "first)")
 
 
 def cron_list(conn: Connection, *, tenant_id: UUID | str | None = None) -> list[CronEntry]:
@@ -158,10 +164,20 @@ def cron_list(conn: Connection, *, tenant_id: UUID | str | None = None) -> list[
 def cron_delete(
     conn: Connection, name: str, *, tenant_id: UUID | str | None = None, actor: str = "unknown"
 ) -> None:
-    """Delete by name; it never fires again; an audit row (mdm.aa_cron_audit) keeps the
-    entry and who deleted it. An unknown name raises NotFoundError."""
+    """Delete `tenant_id`'s entry called `name`; it never fires again; an audit row
+    (mdm.aa_cron_audit) keeps the entry and who deleted it. An unknown name raises
+    NotFoundError. Without `tenant_id`, the name must be one tenant's only (else
+    ValidationError asking for the tenant). The built-in `postrelay.*` entries are not
+    deleted this way (ForbiddenError)."""
+    check_cron_name(name)
+    tenant = _uuid_or_none(tenant_id)
+    if tenant is None:
+        owners = conn.execute(C["cron_tenants_named"], {"name": name}).scalars().all()
+        if len(owners) > 1:
+            raise ValidationError("tenant_id", f"{len(owners)} tenants have a cron entry named "
+                                               f"{name!r}: name the tenant")
     deleted = conn.execute(
-        C["cron_delete"], {"name": name, "tenant_id": _uuid_or_none(tenant_id), "actor": actor}
+        C["cron_delete"], {"name": name, "tenant_id": tenant, "actor": actor}
     ).first()
     if deleted is None:
         raise NotFoundError(f"no cron entry named {name!r}")

@@ -152,7 +152,8 @@ cron_entry = Table(
     Column("created_by", Text),
     CheckConstraint("jsonb_typeof(payload) = 'object'", name="cron_payload_is_object_chk"),
     CheckConstraint("max_attempts IS NULL OR max_attempts >= 1", name="cron_max_attempts_chk"),
-    UniqueConstraint("name", name="cron_name_uk"),
+    # Names are per tenant (migration 0010); `postrelay.*` are the system's (queue/reserved.py).
+    UniqueConstraint("tenant_id", "name", name="cron_tenant_name_uk"),
 )
 
 # Who created and who deleted a cron entry (the entry itself may be gone).

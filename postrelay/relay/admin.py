@@ -74,7 +74,8 @@ def outbox_event_get(
     }).mappings().first()
     if row is None:
         return None
-    jobs = conn.execute(Q["outbox_jobs_of_event"], {"event_id": event}).mappings()
+    jobs = conn.execute(Q["outbox_jobs_of_event"], {
+        "event_id": event, "tenant_id": row["tenant_id"]}).mappings()
     return OutboxEventView(**row, jobs=[dict(j) for j in jobs])
 
 

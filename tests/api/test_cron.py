@@ -62,11 +62,18 @@ def test_bad_entries_are_400_naming_the_field(api, tenant, body, field):
     assert error(api.post(CRON, json={**base, **body}), 400)["field"] == field
 
 
-def test_names_are_unique_409(api, tenant, other_tenant):
+def test_names_are_unique_per_tenant_409_only_for_the_same_tenant(api, tenant, other_tenant):
     body = {"name": "report", "schedule": "0 * * * *", "kind": "reindex"}
     data(api.post(CRON, json={**body, "tenantId": str(tenant)}), 201)
-    err = error(api.post(CRON, json={**body, "tenantId": str(other_tenant)}), 409)
+    err = error(api.post(CRON, json={**body, "tenantId": str(tenant)}), 409)
     assert err["code"] == "conflict" and "report" in err["message"]
+    data(api.post(CRON, json={**body, "tenantId": str(other_tenant)}), 201)
+    # The service role deletes by name and tenant when two tenants have the name.
+    err = error(api.delete(f"{CRON}/report"), 400)
+    assert err["field"] == "tenantId" and "name the tenant" in err["message"]
+    data(api.delete(f"{CRON}/report", params={"tenantId": str(other_tenant)}))
+    owners = [e["tenant_id"] for e in data(api.get(CRON)) if e["name"] == "report"]
+    assert owners == [str(tenant)]
 
 
 def test_delete_by_name_then_unknown_is_404(api, tenant):

@@ -42,14 +42,64 @@ def test_create_list_delete(engine, tenant):
     assert audit[1][2] == "0 0 3 * * *"  # the deleted entry is kept in the audit row
 
 
-def test_names_are_unique_across_the_installation(engine, tenant):
+def test_names_are_unique_per_tenant(engine, tenant):
     from postrelay.queue import ensure_tenant
 
     with engine.begin() as conn:
         other = ensure_tenant(conn, "other")
         cron_create(conn, "report", "0 * * * *", "reindex", {}, tenant_id=tenant)
-    with engine.begin() as conn, pytest.raises(ConflictError):
         cron_create(conn, "report", "0 * * * *", "reindex", {}, tenant_id=other)
+    with engine.begin() as conn, pytest.raises(ConflictError, match="this tenant already"):
+        cron_create(conn, "report", "0 * * * *", "reindex", {}, tenant_id=other)
+    with engine.begin() as conn:
+        # By name alone the entry is ambiguous: the tenant must be named.
+        with pytest.raises(ValidationError) as info:
+            cron_delete(conn, "report")
+        assert info.value.field == "tenant_id" and "2 tenants" in info.value.rule
+        cron_delete(conn, "report", tenant_id=other)
+        assert [e.tenant_id for e in cron_list(conn) if e.name == "report"] == [tenant]
+        cron_delete(conn, "report")  # one tenant's only now
+
+
+async def test_two_tenants_entries_of_one_name_both_fire(engine, async_engine, tenant):
+    from postrelay.queue import ensure_tenant
+
+    with engine.begin() as conn:
+        other = ensure_tenant(conn, "other")
+        for owner in (tenant, other):
+            cron_create(conn, "nightly", "* * * * * *", "reindex", {"owner": str(owner)},
+                        tenant_id=owner)
+    now = utcnow() + timedelta(seconds=2)
+    fired = await CronScheduler(async_engine).run_once(now)
+    assert [f.name for f in fired].count("nightly") == 2
+    with engine.connect() as conn:
+        jobs = conn.execute(text(
+            "SELECT tenant_id, payload->>'owner', idempotency_key FROM mdm.aa_job "
+            "WHERE created_by = 'cron:nightly' ORDER BY tenant_id")).all()
+    assert sorted((t, str(t)) for t in (tenant, other)) == [(a, b) for a, b, _ in jobs]
+    assert len({key for _, _, key in jobs}) == 2  # the keys name the entry, not the name
+
+
+def test_the_postrelay_namespace_and_system_kinds_are_the_systems(engine, tenant):
+    from postrelay.core.errors import ForbiddenError
+    from postrelay.queue.schema import SYSTEM_TENANT_ID
+
+    with engine.begin() as conn:
+        for owner in (tenant, SYSTEM_TENANT_ID):
+            with pytest.raises(ForbiddenError) as info:
+                cron_create(conn, "postrelay.mine", "0 * * * *", "reindex", {},
+                            tenant_id=owner)
+            assert info.value.code == "name_reserved"
+        with pytest.raises(ForbiddenError) as info:
+            cron_delete(conn, "postrelay.retention")
+        assert info.value.code == "name_reserved"
+        with pytest.raises(ForbiddenError) as info:
+            cron_create(conn, "sweep", "0 * * * *", "cleanup_jobs", {}, tenant_id=tenant)
+        assert info.value.code == "kind_reserved" and "system tenant" in info.value.message
+        # The operator may schedule a system kind in the system tenant.
+        cron_create(conn, "sweep", "0 * * * *", "cleanup_jobs", {}, tenant_id=SYSTEM_TENANT_ID)
+        assert {e.name for e in cron_list(conn)} >= {"postrelay.retention", "sweep"}
+        assert [e.name for e in cron_list(conn, tenant_id=tenant)] == []
 
 
 def test_a_tenant_sees_and_deletes_only_its_own(engine, tenant):

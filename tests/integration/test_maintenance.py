@@ -110,17 +110,25 @@ async def test_retention_deletes_only_old_done_jobs(engine, async_engine, tenant
     assert not remaining & set(old_done)
 
 
-async def test_cleanup_jobs_handler_uses_the_payload_window(engine, async_engine, tenant):
+async def test_cleanup_jobs_handler_takes_its_window_from_settings_never_the_payload(
+        engine, async_engine, tenant):
     now = utcnow()
     with engine.begin() as conn:
         three_days = insert_job(conn, tenant_id=tenant, status="done",
                                 completed_at=now - timedelta(days=3))
         one_day = insert_job(conn, tenant_id=tenant, status="done",
                              completed_at=now - timedelta(days=1))
+    # A payload asking for a zero-day window deletes nothing inside the configured 14 days.
     handler = cleanup_handler(async_engine, default_days=14)
-    job = Job(three_days, tenant, "cleanup_jobs", {"retention_days": 2}, 100, 1, 3, now, now,
-              now, None)
-    await handler(job)
+    await handler(Job(three_days, tenant, "cleanup_jobs", {"retention_days": 0}, 100, 1, 3,
+                      now, now, now, None))
+    with engine.connect() as conn:
+        ids = set(conn.execute(text("SELECT id FROM mdm.aa_job")).scalars())
+    assert ids == {three_days, one_day}
+    # The configured window is what counts.
+    handler = cleanup_handler(async_engine, default_days=2)
+    await handler(Job(three_days, tenant, "cleanup_jobs", {"retention_days": 30}, 100, 1, 3,
+                      now, now, now, None))
     with engine.connect() as conn:
         ids = set(conn.execute(text("SELECT id FROM mdm.aa_job")).scalars())
     assert ids == {one_day}

@@ -12,19 +12,25 @@ from postrelay.api.models import EnqueueBody, Envelope, JobOut, JobStatus
 from postrelay.core.errors import NotFoundError
 from postrelay.queue.admin import LIST_LIMIT_MAX, job_get, job_list
 from postrelay.queue.enqueue import enqueue
+from postrelay.queue.reserved import check_kind
 
 router = APIRouter(prefix="/v1/functions/jobs", tags=["jobs"])
 
 
 @router.post("", status_code=201, response_model=Envelope[JobOut],
-             responses=errors(400, 401))
+             responses=errors(400, 401, 403))
 def enqueue_job(
     body: EnqueueBody, caller: Caller, engine: Db, request: Request
 ) -> Envelope[JobOut]:
     """Enqueue a job. With an `idempotencyKey` already used for this tenant and kind, the
-    first job comes back instead of a new one (same answer as the first call)."""
+    first job comes back instead of a new one (same answer as the first call).
+
+    A tenant key may not enqueue the system's kinds (`cleanup_jobs`) nor those reserved
+    for trusted code (`email_send`, `outbox_dispatch`): 403 `kind_reserved`. The
+    service-role key may enqueue `cleanup_jobs` only into the system tenant."""
     settings = request.app.state.settings
     tenant = tenant_for_write(caller, body.tenant_id)
+    check_kind(body.kind, tenant, tenant_key=not caller.is_service_role)
     max_attempts = body.max_attempts if body.max_attempts is not None else settings.job_max_retries
     with engine.begin() as conn:
         job_id = enqueue(

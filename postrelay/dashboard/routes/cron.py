@@ -1,5 +1,9 @@
 """Cron entries: the list with last and next run; create and delete through queue.cron, so
-the validation messages are the API's (field names spelled as the API spells them)."""
+the validation messages are the API's (field names spelled as the API spells them).
+
+The form follows queue/reserved.py as the API does: a tenant session is not offered, and
+may not post, the kinds reserved for the system or for trusted code; nobody may create or
+delete a `postrelay.*` entry. Names are per tenant, so a delete names the entry's tenant."""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from sqlalchemy import Engine
 
 from postrelay.api.errors import API_FIELD_NAMES
 from postrelay.api.models import MaxAttempts, Priority
-from postrelay.core.errors import ConflictError, NotFoundError, ValidationError
+from postrelay.core.errors import ConflictError, ForbiddenError, NotFoundError, ValidationError
 from postrelay.core.telemetry import event
 from postrelay.dashboard.web import (
     CurrentUser,
@@ -30,6 +34,7 @@ from postrelay.dashboard.web import (
 )
 from postrelay.queue import job_kinds
 from postrelay.queue.cron import cron_create, cron_delete, cron_list
+from postrelay.queue.reserved import RESERVED_CRON_PREFIX, TENANT_FORBIDDEN_KINDS, check_kind
 from postrelay.queue.schema import SYSTEM_TENANT_ID
 
 router = APIRouter()
@@ -51,11 +56,15 @@ def cron_page(request: Request, user: CurrentUser, engine: Db, created: str = ""
 def cron_add(request: Request, user: CurrentUser, engine: Db, form: Form) -> Response:
     values = {f: first(form, f) or "" for f in FIELDS}
     try:
+        arguments = _arguments(user, values)
+        check_kind(arguments["kind"], arguments["tenant_id"], tenant_key=not user.is_service_role)
         with engine.begin() as conn:
-            entry = cron_create(conn, **_arguments(user, values), created_by=user.actor)
+            entry = cron_create(conn, **arguments, created_by=user.actor)
     except ValidationError as exc:
         field = API_FIELD_NAMES.get(exc.field, exc.field)
         return _page(request, user, engine, values, f"{field}: {exc.rule}", None, 400)
+    except ForbiddenError as exc:
+        return _page(request, user, engine, values, exc.message, None, 403)
     except ConflictError as exc:
         return _page(request, user, engine, values, str(exc), None, 409)
     event("postrelay.dashboard.cron_create", name=entry.name, actor=user.actor)
@@ -67,8 +76,10 @@ def cron_remove(request: Request, name: str, user: CurrentUser, engine: Db,
                 form: Form) -> Response:
     if "\x00" in name:  # cannot name any entry, and PostgreSQL refuses NUL in text
         raise NotFoundError(f"no cron entry named {name!r}")
+    # A tenant session deletes its own; the service role the tenant the form names.
+    tenant = user.tenant_id or optional_uuid("tenant", first(form, "tenant"))
     with engine.begin() as conn:
-        cron_delete(conn, name, tenant_id=user.tenant_id, actor=user.actor)
+        cron_delete(conn, name, tenant_id=tenant, actor=user.actor)
     event("postrelay.dashboard.cron_delete", name=name, actor=user.actor)
     return redirect(request, "/cron", deleted=name)
 
@@ -116,9 +127,11 @@ def _page(request: Request, user: User, engine: Engine, values: dict[str, str], 
     with engine.begin() as conn:
         entries = cron_list(conn, tenant_id=user.tenant_id)
         kinds = job_kinds(conn)
+        if not user.is_service_role:
+            kinds = [k for k in kinds if k not in TENANT_FORBIDDEN_KINDS]
         tenants = tenant_names(conn, user)
     return render(request, "cron.html", {
         "entries": entries, "kinds": kinds, "tenants": tenants, "values": values,
         "error": error, "flash": flash, "pretty_json": pretty_json,
-        "system_tenant": SYSTEM_TENANT_ID,
+        "system_tenant": SYSTEM_TENANT_ID, "reserved_prefix": RESERVED_CRON_PREFIX,
     }, user=user, status=status)

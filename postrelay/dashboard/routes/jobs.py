@@ -80,8 +80,8 @@ def job_page(request: Request, job_id: str, user: CurrentUser, engine: Db) -> HT
         if job is None:
             raise NotFoundError(f"no job {ident}")
         audit = queries.job_audit(conn, ident, user.tenant_id)
-        origin = queries.job_origin(conn, ident)
-        emails = queries.job_emails(conn, ident)
+        origin = queries.job_origin(conn, ident, user.tenant_id)
+        emails = queries.job_emails(conn, ident, user.tenant_id)
         tenants = tenant_names(conn, user)
     return render(request, "job.html", {
         "job": job, "payload": pretty_json(job.payload), "audit": audit, "origin": origin,

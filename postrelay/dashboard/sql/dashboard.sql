@@ -157,11 +157,14 @@ WHERE job_id = :job_id
 ORDER BY id;
 
 -- name: job_origin
--- The outbox event (and route) a job was made from, while the event is kept.
+-- The outbox event (and route) a job was made from, while the event is kept. The delivery
+-- links have no tenant column: the job gives it, and the event must be the job's tenant's.
 SELECT d.event_id, d.route, e.event_type, e.aggregate_type, e.aggregate_id, e.created_at
 FROM mdm.aa_outbox_delivery d
-LEFT JOIN mdm.aa_outbox_event e ON e.id = d.event_id
+JOIN mdm.aa_job j ON j.id = d.job_id
+LEFT JOIN mdm.aa_outbox_event e ON e.id = d.event_id AND e.tenant_id = j.tenant_id
 WHERE d.job_id = :job_id
+  AND (CAST(:tenant_id AS uuid) IS NULL OR j.tenant_id = CAST(:tenant_id AS uuid))
 ORDER BY d.created_at
 LIMIT 10;
 
@@ -192,6 +195,7 @@ WHERE status = 'dlq'
 SELECT id, status, attempt, recipients, subject, smtp_code, created_at
 FROM mdm.aa_email_log
 WHERE job_id = :job_id
+  AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
 ORDER BY created_at, attempt;
 
 -- name: dlq_list_ids

@@ -169,7 +169,10 @@ LIMIT :limit OFFSET :offset;
 -- name: email_story
 -- One message's whole story in one statement: the log row, every attempt's row for the
 -- same message (its Message-ID is the job's), the job with its audit trail, and the outbox
--- event it came from. A tenant sees only its own rows.
+-- event it came from. A tenant sees only its own rows; and whoever asks, every table joined
+-- is held to the log row's tenant: the event id is copied from the job's payload, so it is
+-- only as good as the code that wrote the payload, and another tenant's event (or job, or
+-- audit row) must never be shown beside this tenant's message.
 WITH target AS (
     SELECT * FROM mdm.aa_email_log
     WHERE id = CAST(:log_id AS uuid)
@@ -186,14 +189,16 @@ SELECT to_jsonb(t) AS log,
                    'created_at', j.created_at, 'available_at', j.available_at,
                    'claimed_at', j.claimed_at, 'claimed_by', j.claimed_by,
                    'completed_at', j.completed_at, 'idempotency_key', j.idempotency_key)
-        FROM mdm.aa_job j WHERE j.id = t.job_id) AS job,
+        FROM mdm.aa_job j WHERE j.id = t.job_id AND j.tenant_id = t.tenant_id) AS job,
        (SELECT COALESCE(jsonb_agg(jsonb_build_object(
                    'action', u.action, 'actor', u.actor, 'detail', u.detail,
                    'created_at', u.created_at) ORDER BY u.id), '[]')
-        FROM mdm.aa_job_audit u WHERE u.job_id = t.job_id) AS audit,
+        FROM mdm.aa_job_audit u
+        WHERE u.job_id = t.job_id AND u.tenant_id = t.tenant_id) AS audit,
        (SELECT jsonb_build_object(
                    'id', e.id, 'event_type', e.event_type, 'aggregate_type', e.aggregate_type,
                    'aggregate_id', e.aggregate_id, 'payload', e.payload, 'headers', e.headers,
                    'created_at', e.created_at, 'handled_at', e.handled_at)
-        FROM mdm.aa_outbox_event e WHERE e.id = t.event_id) AS event
+        FROM mdm.aa_outbox_event e
+        WHERE e.id = t.event_id AND e.tenant_id = t.tenant_id) AS event
 FROM target t;

@@ -3,11 +3,13 @@
 The jobs come from built-in cron entries (hourly): `postrelay.retention` deletes `done` jobs
 (never dlq, failed or pending ones); other layers add their own targets, such as the
 outbox's handled events, by registering a `Cleaner` under the name their cron entry's
-payload gives as `target`. The queue itself knows only its own target, "jobs".
+payload gives as `target`. The queue itself knows only its own target, "jobs". Each
+target's window is configured (the settings), never taken from a payload.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -58,8 +60,12 @@ async def delete_done_before(engine: AsyncEngine, before: datetime) -> int:
 def cleanup_handler(
     engine: AsyncEngine, default_days: float, extra: Mapping[str, Cleaner] | None = None
 ) -> Callable[[Job], Awaitable[None]]:
-    """The built-in handler for `cleanup_jobs`. Payload: `target` (default "jobs") and
-    optionally `retention_days`; without it, the target's configured window applies."""
+    """The built-in handler for `cleanup_jobs`. Payload: `target` (default "jobs"), which
+    picks one of the cleaners configured here. The window is always the target's configured
+    one (the settings): a payload cannot shorten it, so the worst a payload can do is run
+    a cleanup that was due within the hour anyway. Other payload fields, `retention_days`
+    included, are ignored (logged). Only the system enqueues this kind (queue/reserved.py).
+    """
     cleaners = {"jobs": Cleaner(_delete_done_batch, default_days), **(extra or {})}
 
     async def cleanup_jobs(job: Job) -> None:
@@ -67,11 +73,11 @@ def cleanup_handler(
         cleaner = cleaners.get(target)
         if cleaner is None:
             raise PermanentError(f"unknown cleanup target {target!r}; known: {sorted(cleaners)}")
-        try:
-            days = float(job.payload.get("retention_days", cleaner.default_days))
-        except (TypeError, ValueError) as exc:
-            raise PermanentError(f"retention_days: {exc}") from None
-        before = utcnow() - timedelta(days=days)
+        ignored = sorted(set(job.payload) - {"target"})
+        if ignored:
+            event("postrelay.retention.payload_ignored", logging.WARNING, job_id=str(job.id),
+                  fields=ignored, reason="the window comes from the settings")
+        before = utcnow() - timedelta(days=cleaner.default_days)
         deleted = await delete_in_batches(engine, cleaner.delete_batch, before)
         event("postrelay.retention.deleted", target=target, deleted=deleted,
               before=before.isoformat())

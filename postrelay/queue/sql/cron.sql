@@ -4,7 +4,8 @@
 -- Selecting from aa_tenant and checking the kind first turn an unknown tenant or kind into
 -- "no row" rather than an error that would abort the caller's transaction; a taken name is
 -- "no row" too. cron_insert_diagnose tells these apart. The audit row is written in the
--- same statement.
+-- same statement. Names are unique per tenant (cron_tenant_name_uk, migration 0010): two
+-- tenants may each have a `nightly`, and a taken name says nothing about other tenants.
 WITH created AS (
     INSERT INTO mdm.aa_cron_entry
         (name, tenant_id, schedule, job_kind, payload, priority, max_attempts, created_by)
@@ -13,7 +14,7 @@ WITH created AS (
     FROM mdm.aa_tenant t
     WHERE t.id = :tenant_id
       AND CAST(:kind AS text) = ANY(CAST(enum_range(NULL::mdm.job_kind) AS text[]))
-    ON CONFLICT (name) DO NOTHING
+    ON CONFLICT (tenant_id, name) DO NOTHING
     RETURNING id, name, tenant_id, schedule, job_kind::text AS kind, payload, priority,
               max_attempts, last_run, next_run, created_at, created_by
 ), audited AS (
@@ -27,7 +28,8 @@ SELECT * FROM created;
 -- name: cron_insert_diagnose
 SELECT EXISTS (SELECT 1 FROM mdm.aa_tenant WHERE id = :tenant_id) AS tenant_exists,
        CAST(:kind AS text) = ANY(CAST(enum_range(NULL::mdm.job_kind) AS text[])) AS kind_exists,
-       EXISTS (SELECT 1 FROM mdm.aa_cron_entry WHERE name = :name) AS name_taken;
+       EXISTS (SELECT 1 FROM mdm.aa_cron_entry
+               WHERE tenant_id = :tenant_id AND name = :name) AS name_taken;
 
 -- name: cron_list
 SELECT id, name, tenant_id, schedule, job_kind::text AS kind, payload, priority,
@@ -36,8 +38,13 @@ FROM mdm.aa_cron_entry
 WHERE CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid)
 ORDER BY name;
 
+-- name: cron_tenants_named
+-- Which tenants have an entry of this name: a delete by name alone must name one entry.
+SELECT tenant_id FROM mdm.aa_cron_entry WHERE name = :name ORDER BY tenant_id;
+
 -- name: cron_delete
--- The audit row keeps the whole deleted entry.
+-- The audit row keeps the whole deleted entry. Without :tenant_id (the service role, the
+-- CLI) the caller has checked that the name is one tenant's only.
 WITH deleted AS (
     DELETE FROM mdm.aa_cron_entry
     WHERE name = :name

@@ -111,10 +111,11 @@ ORDER BY dead_at DESC
 LIMIT :limit;
 
 -- name: outbox_jobs_of_event
--- Follow one event to every job it produced.
+-- Follow one event to every job it produced. The links have no tenant column; the jobs
+-- shown are the event's tenant's only (the caller has read the event within its scope).
 SELECT d.route, d.job_id, j.job_kind::text AS kind, j.status::text AS status, j.attempts
 FROM mdm.aa_outbox_delivery d
-LEFT JOIN mdm.aa_job j ON j.id = d.job_id
+LEFT JOIN mdm.aa_job j ON j.id = d.job_id AND j.tenant_id = CAST(:tenant_id AS uuid)
 WHERE d.event_id = :event_id
 ORDER BY d.route;
 

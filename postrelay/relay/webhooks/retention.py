@@ -5,7 +5,7 @@ deleted after 14 days) but not forever.
 worker can register it as a `cleanup_jobs` target:
 
     cleanup_handler(engine, days, extra={"webhook_attempts": Cleaner(
-        webhook_attempt_delete_batch, DEFAULT_ATTEMPT_RETENTION_DAYS)})
+        webhook_attempt_delete_batch, settings.webhook_attempt_retention_days)})
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from postrelay.relay.webhooks.endpoints import W
 
-DEFAULT_ATTEMPT_RETENTION_DAYS = 30.0
+DEFAULT_ATTEMPT_RETENTION_DAYS = 30.0  # POSTRELAY_WEBHOOK_ATTEMPT_RETENTION_DAYS' default
 
 
 async def webhook_attempt_delete_batch(engine: AsyncEngine, before: datetime, batch: int) -> int:

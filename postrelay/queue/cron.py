@@ -152,8 +152,8 @@ def cron_create(
         raise ValidationError("tenant_id", f"no tenant with id {tenant}")
     if not kind_exists:
         raise ValidationError("kind", f"unknown job kind {kind!r}")
-    raise ConflictError(f"this tenant already has a cron entry named {name!r} (delete it "
-                        "first)")
+    raise ConflictError(f"a cron entry named {name!r} already exists for this tenant (delete "
+                        "it first)")
 
 
 def cron_list(conn: Connection, *, tenant_id: UUID | str | None = None) -> list[CronEntry]:

@@ -49,7 +49,7 @@ def test_names_are_unique_per_tenant(engine, tenant):
         other = ensure_tenant(conn, "other")
         cron_create(conn, "report", "0 * * * *", "reindex", {}, tenant_id=tenant)
         cron_create(conn, "report", "0 * * * *", "reindex", {}, tenant_id=other)
-    with engine.begin() as conn, pytest.raises(ConflictError, match="this tenant already"):
+    with engine.begin() as conn, pytest.raises(ConflictError, match="exists for this tenant"):
         cron_create(conn, "report", "0 * * * *", "reindex", {}, tenant_id=other)
     with engine.begin() as conn:
         # By name alone the entry is ambiguous: the tenant must be named.

@@ -158,12 +158,14 @@ ORDER BY id;
 
 -- name: job_origin
 -- The outbox event (and route) a job was made from, while the event is kept. The delivery
--- links have no tenant column: the job gives it, and the event must be the job's tenant's.
+-- links have no tenant column: the job gives it, and a link to another tenant's event is
+-- left out (one whose event retention has deleted stays, without the event's fields).
 SELECT d.event_id, d.route, e.event_type, e.aggregate_type, e.aggregate_id, e.created_at
 FROM mdm.aa_outbox_delivery d
 JOIN mdm.aa_job j ON j.id = d.job_id
-LEFT JOIN mdm.aa_outbox_event e ON e.id = d.event_id AND e.tenant_id = j.tenant_id
+LEFT JOIN mdm.aa_outbox_event e ON e.id = d.event_id
 WHERE d.job_id = :job_id
+  AND (e.id IS NULL OR e.tenant_id = j.tenant_id)
   AND (CAST(:tenant_id AS uuid) IS NULL OR j.tenant_id = CAST(:tenant_id AS uuid))
 ORDER BY d.created_at
 LIMIT 10;

@@ -111,12 +111,14 @@ ORDER BY dead_at DESC
 LIMIT :limit;
 
 -- name: outbox_jobs_of_event
--- Follow one event to every job it produced. The links have no tenant column; the jobs
--- shown are the event's tenant's only (the caller has read the event within its scope).
+-- Follow one event to every job it produced. The links have no tenant column: a link to a
+-- job of another tenant than the event's (:tenant_id, read by the caller within its
+-- scope) is left out; a link whose job retention has deleted stays, without kind or status.
 SELECT d.route, d.job_id, j.job_kind::text AS kind, j.status::text AS status, j.attempts
 FROM mdm.aa_outbox_delivery d
-LEFT JOIN mdm.aa_job j ON j.id = d.job_id AND j.tenant_id = CAST(:tenant_id AS uuid)
+LEFT JOIN mdm.aa_job j ON j.id = d.job_id
 WHERE d.event_id = :event_id
+  AND (j.id IS NULL OR j.tenant_id = CAST(:tenant_id AS uuid))
 ORDER BY d.route;
 
 -- name: outbox_copy_in

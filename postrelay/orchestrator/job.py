@@ -4,6 +4,13 @@ Addresses are kept as written and parsed strictly by the handler, so an invalid 
 its job permanently with the reason in the email log, rather than failing the relay batch
 that made the job. `enqueue_email` checks them at once instead, for domain code that calls
 it directly and wants the error in hand.
+
+The trust boundary: an `email_send` payload is trusted code's (email routes,
+`enqueue_email`). Its `from` becomes the message's From and, unless
+POSTRELAY_EMAIL_MESSAGE_ID_DOMAIN is set, the domain of its Message-ID; its `event_id` is
+recorded in the email log as written. Tenant keys cannot write such a payload: the HTTP API
+and the dashboard refuse the kind to them (queue/reserved.py), and the email story joins
+an event only of the log row's own tenant.
 """
 
 from __future__ import annotations

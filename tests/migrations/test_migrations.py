@@ -376,3 +376,46 @@ def test_upgrade_twice_is_a_no_op(empty_url: str, empty_engine: Engine) -> None:
     assert after == before
     assert before[0] == head_revision()
     assert before[2] == [(SYSTEM_TENANT, "system")]
+
+
+def test_0010_scopes_cron_names_per_tenant_and_removes_entries_that_break_the_rules(
+        empty_url: str, empty_engine: Engine) -> None:
+    upgrade(empty_url, "0009")
+    insert = text("INSERT INTO mdm.aa_cron_entry (name, tenant_id, schedule, job_kind, payload, "
+                  "created_by) VALUES (:n, :t, '0 0 * * * *', CAST(:k AS mdm.job_kind), '{}', "
+                  ":by)")
+    with empty_engine.begin() as conn:
+        acme, globex = (conn.execute(text("INSERT INTO mdm.aa_tenant (name) VALUES (:n) "
+                                          "RETURNING id"), {"n": n}).scalar_one()
+                        for n in ("acme", "globex"))
+        rows = [("nightly", acme, "reindex", "api:key:acme-app"),            # kept
+                ("wipe", acme, "cleanup_jobs", "api:key:acme-app"),          # system kind
+                ("spam", acme, "email_send", "dashboard:key:acme-dash"),     # trusted kind
+                ("mail", globex, "email_send", "api:service-role"),          # kept: operator's
+                ("postrelay.squat", globex, "reindex", "api:key:globex-app"),  # reserved name
+                ("sweep", SYSTEM_TENANT, "cleanup_jobs", "cli:ops@host")]    # kept
+        for name, tenant, kind, by in rows:
+            conn.execute(insert, {"n": name, "t": tenant, "k": kind, "by": by})
+    upgrade(empty_url, "0010")
+    with empty_engine.begin() as conn:
+        left = set(conn.execute(text("SELECT name FROM mdm.aa_cron_entry")).scalars())
+        assert left == {"nightly", "mail", "sweep", "postrelay.retention",
+                        "postrelay.outbox-retention", "postrelay.webhook-attempt-retention"}
+        audited = conn.execute(text("SELECT name, actor, detail->>'job_kind' FROM "
+                                    "mdm.aa_cron_audit WHERE action = 'cron_delete'")).all()
+        assert sorted(audited) == [("postrelay.squat", "migration 0010", "reindex"),
+                                   ("spam", "migration 0010", "email_send"),
+                                   ("wipe", "migration 0010", "cleanup_jobs")]
+        # One name per tenant now: globex may have a `nightly` too, acme not a second one.
+        conn.execute(insert, {"n": "nightly", "t": globex, "k": "reindex", "by": "x"})
+    with empty_engine.begin() as conn, pytest.raises(IntegrityError):
+        conn.execute(insert, {"n": "nightly", "t": acme, "k": "reindex", "by": "x"})
+    # Down again: the old one-name constraint holds after the younger `nightly` is renamed.
+    downgrade(empty_url, "0009")
+    with empty_engine.connect() as conn:
+        names = conn.execute(text("SELECT name, tenant_id FROM mdm.aa_cron_entry "
+                                  "WHERE name LIKE 'nightly%' ORDER BY created_at, id")).all()
+    assert names == [("nightly", acme), (f"nightly:{globex}", globex)]
+    upgrade(empty_url)
+    with empty_engine.connect() as conn:
+        assert schema_diff(conn) == []

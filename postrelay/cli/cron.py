@@ -50,9 +50,11 @@ def cron_list_command(
     if as_json:
         print_json(entries)
         return
-    rows = [[e.name, e.schedule, e.kind, e.last_run, e.next_run, json.dumps(e.payload)]
-            for e in entries]
-    typer.echo(table(["NAME", "SCHEDULE", "KIND", "LAST_RUN", "NEXT_RUN", "PAYLOAD"], rows)
+    # Names are per tenant, so the tenant is part of what names an entry.
+    rows = [[e.name, e.tenant_id, e.schedule, e.kind, e.last_run, e.next_run,
+             json.dumps(e.payload)] for e in entries]
+    typer.echo(table(["NAME", "TENANT", "SCHEDULE", "KIND", "LAST_RUN", "NEXT_RUN", "PAYLOAD"],
+                     rows)
                if rows else "no cron entries")
 
 
@@ -63,8 +65,9 @@ def cron_rm(
         None, "--tenant", help="The entry's tenant id; needed when several tenants have an "
                                "entry of this name."),
 ) -> None:
-    """Delete a cron entry by name; it never fires again. The built-in postrelay.* entries
-    are not deleted this way."""
+    """Delete a cron entry by name; it never fires again.
+
+    The built-in postrelay.* entries are not deleted this way."""
     with transaction() as conn:
         cron_delete(conn, name, tenant_id=tenant, actor=actor())
     typer.echo(f"deleted {name}")

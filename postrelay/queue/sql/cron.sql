@@ -44,11 +44,15 @@ SELECT tenant_id FROM mdm.aa_cron_entry WHERE name = :name ORDER BY tenant_id;
 
 -- name: cron_delete
 -- The audit row keeps the whole deleted entry. Without :tenant_id (the service role, the
--- CLI) the caller has checked that the name is one tenant's only.
+-- CLI) the name must be one tenant's only; the caller asks cron_tenants_named first for
+-- its message, and the count here keeps a name another tenant took meanwhile from
+-- deleting both (one statement, one snapshot).
 WITH deleted AS (
     DELETE FROM mdm.aa_cron_entry
     WHERE name = :name
-      AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
+      AND (CASE WHEN CAST(:tenant_id AS uuid) IS NULL
+                THEN (SELECT count(*) FROM mdm.aa_cron_entry c WHERE c.name = :name) = 1
+                ELSE tenant_id = CAST(:tenant_id AS uuid) END)
     RETURNING *
 ), audited AS (
     INSERT INTO mdm.aa_cron_audit (cron_id, name, tenant_id, action, actor, detail)

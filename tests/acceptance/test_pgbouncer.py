@@ -6,6 +6,7 @@ settings never reach another client through the pooled server connections."""
 from __future__ import annotations
 
 import signal
+import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -13,11 +14,13 @@ import psycopg
 import pytest
 from sqlalchemy import text
 
+from postrelay.orchestrator.sink import ScriptedHandler, SmtpSink
 from postrelay.queue import JobSpec, enqueue, enqueue_many
 from postrelay.queue.cron import cron_create
 from postrelay.relay import EventSpec, emit_many
 from tests.acceptance.conftest import (
     BOUNCER_POOL_SIZE,
+    POSTRELAY,
     WorkerPool,
     job_state,
     pooled_env,
@@ -26,12 +29,14 @@ from tests.acceptance.conftest import (
     wait_for,
     wait_registered,
 )
+from tests.apps.mail import TEMPLATES
 from tests.pgbouncer import PgBouncer
 
 pytestmark = pytest.mark.acceptance
 
 ANYWHERE_APP = "tests.acceptance.apps.anywhere"
 SHOP_APP = "tests.apps.shop"  # order.placed → one `reindex` job
+MAIL_APP = "tests.apps.mail"  # user.signed_up → a welcome email
 # What a client breaking PgBouncer's rules would see (or cause) in some process's log.
 POOLER_ERRORS = ("prepared statement", "unsupported startup parameter", "bind message",
                  "cannot insert multiple commands")
@@ -156,3 +161,48 @@ def test_the_claims_settings_stay_inside_its_transaction_behind_pgbouncer(
             assert "off" in [row["synchronous_commit"] for row in server_settings(bouncer)]
         finally:
             careless.execute("RESET synchronous_commit")
+
+
+def test_email_through_pgbouncer_sends_each_message_once(
+    workers: WorkerPool, engine, tenant, bouncer: PgBouncer
+):
+    # The `sending` rows go through the email worker's own held connection, the outcomes
+    # through the completer's: both through PgBouncer here.
+    recipients = [f"user{n:03d}@example.com" for n in range(200)]
+    with SmtpSink(ScriptedHandler()) as sink:
+        env = {**pooled_env(bouncer), "POSTRELAY_SMTP_HOST": sink.host,
+               "POSTRELAY_SMTP_PORT": str(sink.port),
+               "POSTRELAY_EMAIL_TEMPLATES_DIR": str(TEMPLATES),
+               "POSTRELAY_EMAIL_FROM": "Acme <noreply@acme.example>"}
+        with engine.begin() as conn:
+            emit_many(conn, [EventSpec("user.signed_up",
+                                       {"user": {"name": f"User {n}", "email": address}},
+                                       tenant_id=tenant, aggregate_type="user",
+                                       aggregate_id=address)
+                             for n, address in enumerate(recipients)])
+        procs = [workers.start_command(["relay", "--app", MAIL_APP], "relay", env=env),
+                 *(workers.start(app=MAIL_APP, concurrency=10, env=env) for _ in range(2))]
+        wait_for(lambda: status_counts(engine, "email_send")["done"] == len(recipients),
+                 timeout=120, what="every email job to be done")
+        received = Counter(r for m in sink.handler.received for r in m.recipients)
+    assert received == Counter(recipients)
+    with engine.connect() as conn:
+        statuses = Counter(conn.execute(text("SELECT status FROM mdm.aa_email_log")).scalars())
+    assert statuses == {"sent": len(recipients)}
+    for proc in procs:
+        proc.send(signal.SIGTERM)
+    assert [proc.wait() for proc in procs] == [0, 0, 0]
+    assert_clean_logs(*(proc.log() for proc in procs), bouncer.log())
+    assert [row for row in server_settings(bouncer)
+            if {k: v for k, v in row.items() if k != "pid"} != CLAIM_SETTINGS] == []
+
+
+def test_migrate_runs_through_pgbouncer(bouncer: PgBouncer, worker_env: dict[str, str]):
+    # One transaction under a transaction-scoped lock, no prepared statements: it works
+    # through the pooler too (the database is at head already: a no-op run, connected).
+    env = {k: v for k, v in worker_env.items() if k != "POSTRELAY_MIGRATE_DATABASE_URL"}
+    result = subprocess.run([str(POSTRELAY), "migrate"], env={**env, **pooled_env(bouncer)},
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "database at revision head" in result.stdout
+    assert_clean_logs(result.stderr, bouncer.log())

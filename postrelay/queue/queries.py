@@ -190,6 +190,10 @@ async def leader_try_lock(conn: psycopg.AsyncConnection[Any], *, key: int) -> bo
     return bool(locked)
 
 
+async def leader_unlock(conn: psycopg.AsyncConnection[Any], *, key: int) -> None:
+    await driver_fetch(conn, Q["leader_unlock"], {"key": key})
+
+
 async def lease_release(conn: AsyncConnection, *, name: str, holder: str) -> None:
     await conn.execute(Q["lease_release"], {"name": name, "holder": holder})
 

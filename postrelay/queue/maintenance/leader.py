@@ -94,5 +94,11 @@ class Maintenance(Looper):
         except Exception:  # the lease expires by itself
             pass
         if self._lock is not None:
-            await self._lock.close()  # frees the lock at once
+            if self._locked:
+                try:  # free the lock now, for the next leader's next round
+                    async with self._lock.use() as conn:
+                        await queries.leader_unlock(conn, key=LEADER_LOCK_KEY)
+                except Exception:  # the connection is gone, and the lock with it
+                    pass
+            await self._lock.close()
             self._locked = False

@@ -285,6 +285,11 @@ SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at;
 -- transaction pooler, which has no sessions to hold it in.
 SELECT pg_try_advisory_lock(:key);
 
+-- name: leader_unlock
+-- A leader that stops hands the lock over at once: closing its connection frees the lock
+-- too, but only once the server has seen the connection go.
+SELECT pg_advisory_unlock(:key);
+
 -- name: lease_release
 DELETE FROM mdm.aa_lease WHERE name = :name AND holder = :holder;
 

@@ -125,4 +125,3 @@ def open_database(settings: Settings) -> Database:
         return Database(url=sqlalchemy_url(settings.database_url), pooler=pooler)
     uri, server = start_embedded(settings.embedded_data_dir)
     return Database(url=sqlalchemy_url(uri), embedded=server, pooler=pooler)
-

@@ -59,16 +59,19 @@ def baseline_drain(bench: BenchDatabase, n: int, batch: int) -> Drained:
 
 
 def worker_drain(
-    bench: BenchDatabase, n: int, concurrency: int, *, profile_dir: Path | None = None
+    bench: BenchDatabase, n: int, concurrency: int, *, profile_dir: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> Drained:
-    """jobs/s for one `postrelay worker --app bench.noop_app --concurrency C` process."""
+    """jobs/s for one `postrelay worker --app bench.noop_app --concurrency C` process, with
+    `env` added to its environment (e.g. to run it through PgBouncer)."""
     prefill(bench, n)
     profile_out = None
     if profile_dir is not None:
         profile_dir.mkdir(parents=True, exist_ok=True)
         profile_out = profile_dir / f"worker-c{concurrency}.prof"
     with (
-        WorkerProcess(bench, "bench.noop_app", concurrency, profile_out=profile_out) as worker,
+        WorkerProcess(bench, "bench.noop_app", concurrency, env=dict(env or {}),
+                      profile_out=profile_out) as worker,
         bench.connect(autocommit=True) as watch,
     ):
         wait_until(lambda: done_count(watch) >= n, timeout=60 + n / 100, poll=0.2,

@@ -159,7 +159,8 @@ class WorkerProcess:
     def __enter__(self) -> WorkerProcess:
         env = dict(os.environ)
         env.update(self.env)
-        env["POSTRELAY_DATABASE_URL"] = self.bench.url
+        # The bench database, unless `env` names another way to it (PgBouncer, say).
+        env["POSTRELAY_DATABASE_URL"] = self.env.get("POSTRELAY_DATABASE_URL", self.bench.url)
         env["POSTRELAY_LOG_LEVEL"] = "WARNING"
         env["PYTHONUNBUFFERED"] = "1"
         main = WORKER_MAIN

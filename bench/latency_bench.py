@@ -34,6 +34,8 @@ LISTENING = (
     " AND query = 'LISTEN postrelay_jobs'"
 )
 
+REGISTERED = "SELECT count(*) FROM mdm.aa_worker"
+
 
 @dataclass(frozen=True)
 class Latency:
@@ -73,8 +75,22 @@ def pickup_latencies(
     return _summary(ours), _summary(floor), _summary(async_floor)
 
 
-def _measure(bench: BenchDatabase, n: int, consumer: WorkerProcess) -> Pickups:
-    """The pickup latencies of `n` jobs picked up by `consumer`."""
+def polling_pickup_latency(
+    bench: BenchDatabase, n: int, env: dict[str, str], rounds: int = 3
+) -> Latency:
+    """The same figure for a worker that does not LISTEN (through a transaction pooler:
+    `env` says how it reaches the database), which finds each job by its poll."""
+    per_round = max(1, n // rounds)
+    return _summary([
+        _measure(bench, per_round, WorkerProcess(bench, "bench.latency_app", 10, env=dict(env)),
+                 listening=False)
+        for _ in range(rounds)])
+
+
+def _measure(bench: BenchDatabase, n: int, consumer: WorkerProcess, *,
+             listening: bool = True) -> Pickups:
+    """The pickup latencies of `n` jobs picked up by `consumer`; once it LISTENs, or (not
+    `listening`) once its worker row is there."""
     reset_queue(bench)
     with tempfile.TemporaryDirectory(prefix="postrelay-bench-") as tmp:
         path = Path(tmp) / "latency.txt"
@@ -86,8 +102,12 @@ def _measure(bench: BenchDatabase, n: int, consumer: WorkerProcess) -> Pickups:
             return path.read_bytes().count(b"\n")
 
         with consumer as worker, bench.connect(autocommit=True) as watch:
-            wait_until(lambda: watch.execute(LISTENING, (app_name,)).fetchone()[0] > 0,  # type: ignore[index]
-                       timeout=60, worker=worker, what="the consumer to LISTEN")
+            if listening:
+                wait_until(lambda: watch.execute(LISTENING, (app_name,)).fetchone()[0] > 0,  # type: ignore[index]
+                           timeout=60, worker=worker, what="the consumer to LISTEN")
+            else:
+                wait_until(lambda: watch.execute(REGISTERED).fetchone()[0] > 0,  # type: ignore[index]
+                           timeout=60, worker=worker, what="the worker to register")
             _send(bench, WARMUP)
             wait_until(lambda: recorded() >= WARMUP, timeout=30, worker=worker,
                        what="the warm-up jobs")

@@ -5,26 +5,34 @@ psycopg baselines, and the pickup latency of an idle worker.
     .venv/bin/python -m bench.queue_bench --quick    # under a minute
     POSTRELAY_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/test \\
         .venv/bin/python -m bench.queue_bench --jobs 50000
+    .venv/bin/python -m bench.queue_bench --only drain --only latency --pgbouncer
 
 Runs against POSTRELAY_DATABASE_URL's server when it is set, else the embedded PostgreSQL;
-either way in a database created for the run and dropped at the end. See bench/README.md.
+either way in a database created for the run and dropped at the end. With --pgbouncer, the
+drain and latency sections run a second time with the worker going through a PgBouncer in
+transaction mode (started for the run, in front of the same database;
+POSTRELAY_POOLER=transaction), beside the direct figures. See bench/README.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import signal
 import socket
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from bench.drain_bench import baseline_drain, worker_drain
 from bench.enqueue_bench import enqueue_batches, enqueue_one_per_txn
 from bench.harness import BenchDatabase, Row, bench_database, met, print_table, rate, ratio
-from bench.latency_bench import pickup_latencies
+from bench.latency_bench import pickup_latencies, polling_pickup_latency
+from tests.pgbouncer import PgBouncer, pgbouncer
 
 SECTIONS = ("enqueue", "batch", "drain", "latency")
 ENQUEUE_TARGET = 0.9  # x the psycopg baseline
@@ -39,7 +47,9 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.monotonic()
     rows: list[Row] = []
-    with bench_database() as bench:
+    with bench_database() as bench, _bouncer(bench, args) as bouncer:
+        args.pooled_env = None if bouncer is None else {
+            "POSTRELAY_DATABASE_URL": bouncer.url, "POSTRELAY_POOLER": "transaction"}
         _print_header(bench, args)
         if "enqueue" in args.only:
             rows += _enqueue_rows(bench, args)
@@ -67,6 +77,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                         help="worker concurrencies to drain with (default 10,50,100,200)")
     parser.add_argument("--only", action="append", choices=SECTIONS,
                         help="run only this section (repeatable; default all)")
+    parser.add_argument("--pgbouncer", action="store_true",
+                        help="drain and pick up through PgBouncer too (transaction mode)")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="run the drain workers under cProfile, writing DIR/worker-cC.prof")
     args = parser.parse_args(argv)
@@ -85,6 +97,17 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 _STARTED = time.monotonic()
 
 
+@contextlib.contextmanager
+def _bouncer(bench: BenchDatabase, args: argparse.Namespace) -> Iterator[PgBouncer | None]:
+    """A PgBouncer in front of the bench database with --pgbouncer, else None."""
+    if not args.pgbouncer:
+        yield None
+        return
+    with (tempfile.TemporaryDirectory(prefix="postrelay-bench-pgbouncer-") as folder,
+          pgbouncer(bench.url, Path(folder)) as running):
+        yield running
+
+
 def _progress(message: str) -> None:
     print(f"  [{time.monotonic() - _STARTED:4.0f} s] {message}", file=sys.stderr, flush=True)
 
@@ -96,8 +119,20 @@ def _print_header(bench: BenchDatabase, args: argparse.Namespace) -> None:
           f"{platform.system()} {platform.release()}, Python {platform.python_version()}")
     print(f"PostgreSQL {version}, {bench.server}")
     print(f"drain: {args.jobs} no-op jobs per run{' (--quick)' if args.quick else ''}")
+    if args.pooled_env is not None:
+        print(f"PgBouncer {_pgbouncer_version()} in transaction mode, in front of the same "
+              "database: POSTRELAY_POOLER=transaction (polling, no LISTEN)")
     print(f"machine load at start: {_load()}")
     sys.stdout.flush()
+
+
+def _pgbouncer_version() -> str:
+    import subprocess
+
+    from tests.pgbouncer import find_pgbouncer
+
+    out = subprocess.run([str(find_pgbouncer()), "--version"], capture_output=True, text=True)
+    return out.stdout.split("\n")[0].replace("PgBouncer ", "")
 
 
 def _load() -> str:
@@ -159,9 +194,14 @@ def _drain_rows(bench: BenchDatabase, args: argparse.Namespace) -> list[Row]:
         _progress(f"drain baseline, claim {smallest} + complete {smallest} ({args.jobs} jobs)")
         same_batch = baseline_drain(bench, args.jobs, smallest)
     ours = {}
+    pooled = {}
     for concurrency in args.concurrencies:
         _progress(f"drain, one worker at concurrency {concurrency} ({args.jobs} jobs)")
         ours[concurrency] = worker_drain(bench, args.jobs, concurrency, profile_dir=args.profile)
+        if args.pooled_env is not None:
+            _progress(f"drain through PgBouncer, concurrency {concurrency} ({args.jobs} jobs)")
+            pooled[concurrency] = worker_drain(bench, args.jobs, concurrency,
+                                               env=args.pooled_env)
     # Once more after the workers, keeping the better run: the ratios are then never flattered
     # by a baseline that happened to run while the machine was busy.
     _progress(f"drain baseline again, claim 100 + complete 100 ({args.jobs} jobs)")
@@ -175,11 +215,17 @@ def _drain_rows(bench: BenchDatabase, args: argparse.Namespace) -> list[Row]:
         if c == smallest:
             rows.append(Row(f"  same, vs psycopg at {c}/txn", rate(d.per_sec),
                             rate(same_batch.per_sec), ratio(d.per_sec, same_batch.per_sec)))
+        if c in pooled:
+            p = pooled[c].per_sec
+            rows.append(Row("  same through PgBouncer, vs direct", rate(p), rate(d.per_sec),
+                            ratio(p, d.per_sec)))
     rows.append(Row("drain baseline: psycopg, 100/txn (best of 2)", "-", rate(base), "-",
                     "ref. ~38,000/s"))
     rows.append(Row("drain baseline: psycopg, 1/txn", "-", rate(single.per_sec),
                     ratio(single.per_sec, base), "ref. ~1,400/s"))
     args.notes += [f"drain, concurrency {c}: {d.detail()}" for c, d in ours.items()]
+    args.notes += [f"drain through PgBouncer, concurrency {c}: {d.detail()}"
+                   for c, d in pooled.items()]
     args.notes.append(f"drain baseline, 100/txn: {batched.detail()}")
     return rows
 
@@ -193,6 +239,20 @@ def _latency_rows(bench: BenchDatabase, args: argparse.Namespace) -> list[Row]:
     def ms(secs: float) -> str:
         return f"{secs * 1000:.2f} ms"
 
+    pooled_rows = []
+    if args.pooled_env is not None:
+        _progress(f"pickup latency through PgBouncer, by polling ({args.latency_jobs} jobs)")
+        pool = polling_pickup_latency(bench, args.latency_jobs, args.pooled_env,
+                                      rounds=2 if args.quick else 3)
+        pooled_rows = [
+            Row("pickup p50 through PgBouncer (polling), vs direct", ms(pool.p50), ms(ours.p50),
+                ratio(pool.p50, ours.p50)),
+            Row("pickup p99 through PgBouncer (polling), vs direct", ms(pool.p99), ms(ours.p99),
+                ratio(pool.p99, ours.p99)),
+        ]
+        args.notes.append("through PgBouncer the worker finds new jobs by its poll "
+                          "(POSTRELAY_WORKER_POLL_INTERVAL_SECS, 1 s by default), not by NOTIFY")
+
     return [
         Row("pickup latency p50 (commit -> handler)", ms(ours.p50), ms(floor.p50),
             ratio(ours.p50, floor.p50), f"<= {P50_TARGET_MS:g} ms",
@@ -203,6 +263,7 @@ def _latency_rows(bench: BenchDatabase, args: argparse.Namespace) -> list[Row]:
         Row("  same, asyncio baseline p50 / p99", ms(ours.p50),
             f"{ms(async_floor.p50)} / {ms(async_floor.p99)}", ratio(ours.p50, async_floor.p50)),
         Row("  same from the INSERT, p50", ms(ours.from_insert_p50), ms(floor.from_insert_p50)),
+        *pooled_rows,
     ]
 
 

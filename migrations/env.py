@@ -50,7 +50,8 @@ def run_migrations_online() -> None:
     if connectable is not None:
         _run(connectable)
         return
-    engine = create_engine(sqlalchemy_url(_url()), poolclass=pool.NullPool)
+    engine = create_engine(sqlalchemy_url(_url()), poolclass=pool.NullPool,
+                           connect_args=config.attributes.get("connect_args", {}))
     with engine.connect() as connection:
         _run(connection)
     engine.dispose()

@@ -27,6 +27,7 @@ from postrelay.queue.maintenance import (
     Maintenance,
     Rescuer,
     cleanup_handler,
+    maintenance_interval,
 )
 from postrelay.queue.metrics import WorkerMetrics
 from postrelay.queue.registry import Registry, default_registry
@@ -117,7 +118,7 @@ def build_worker(
         lease_secs=settings.job_lease_secs,
         grace_secs=settings.worker_grace_secs,
         default_timeout_secs=settings.job_timeout_secs,
-        listen=settings.notify,
+        listen=settings.listens,
         claim_ahead_secs=settings.worker_claim_ahead_secs,
     )
     backoff = backoff_from(
@@ -132,7 +133,8 @@ def build_worker(
     keeper = Maintenance(
         engine,
         holder=worker.id,
-        interval_secs=settings.maintenance_interval_secs,
+        interval_secs=maintenance_interval(settings.maintenance_interval_secs,
+                                           settings.job_lease_secs),
         rescuer=Rescuer(engine, lease_secs=settings.job_lease_secs, actor=worker.id),
     )
     scheduler = CronScheduler(engine, interval_secs=settings.cron_interval_secs)
@@ -153,9 +155,9 @@ def build_relay(
                              max_overflow=2,
                              connect_args={"options": "-c plan_cache_mode=force_custom_plan"})
     config = RelayConfig(batch_size=settings.relay_batch_size,
-                         max_attempts=settings.relay_max_attempts, listen=settings.notify,
+                         max_attempts=settings.relay_max_attempts, listen=settings.listens,
                          concurrency=settings.relay_concurrency)
-    directory = EndpointDirectory(engine, listen_url=db.libpq_url if settings.notify else None)
+    directory = EndpointDirectory(engine, listen_url=db.libpq_url if settings.listens else None)
     webhooks = RouteRegistry()
     add_webhook_route(webhooks, directory)
     all_routes = (routes if routes is not None else default_routes).merged(webhooks)

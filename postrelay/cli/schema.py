@@ -8,6 +8,7 @@ import typer
 
 from postrelay.cli.common import database, settings_or_exit
 from postrelay.cli.main import app
+from postrelay.core.db import pooler_connect_args, sqlalchemy_url
 
 kinds_app = typer.Typer(help="Job kinds (the mdm.job_kind enum).", no_args_is_help=True)
 app.add_typer(kinds_app, name="kinds")
@@ -20,17 +21,25 @@ def migrate_command(
 ) -> None:
     """Create or upgrade everything in schema `mdm`.
 
-    Safe to run twice, or from two processes at once."""
+    Safe to run twice, or from two processes at once. Connects to
+    POSTRELAY_MIGRATE_DATABASE_URL when it is set (past a pooler), else to the database."""
     from postrelay.core import migrate as migrations  # alembic is slow to import
 
     settings = settings_or_exit()
     if sql:
         # Offline mode needs only the dialect, never a running server.
-        url = settings.database_url or "postgresql+psycopg://offline/postrelay"
+        url = (settings.migrate_database_url or settings.database_url
+               or "postgresql+psycopg://offline/postrelay")
         migrations.upgrade(url, revision, sql=True)
         return
-    with database(settings) as db:
-        migrations.upgrade(db.url, revision)
+    if settings.migrate_database_url:
+        migrations.upgrade(sqlalchemy_url(settings.migrate_database_url), revision)
+    else:
+        with database(settings) as db:
+            # Through a transaction pooler the migration is one transaction, which works,
+            # but only without server-side prepared statements.
+            connect_args = pooler_connect_args({}) if db.pooler else None
+            migrations.upgrade(db.url, revision, connect_args=connect_args)
     typer.echo(f"database at revision {revision}")
 
 

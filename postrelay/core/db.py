@@ -3,6 +3,13 @@
 With `POSTRELAY_DATABASE_URL` set, everything runs against that server. Without it, an
 embedded PostgreSQL (the `pgserver` package) is started on demand in
 `POSTRELAY_EMBEDDED_DATA_DIR`; it stops when the last process using it exits.
+
+Behind a transaction pooler (`POSTRELAY_POOLER=transaction`) every engine made here drops
+the startup `options` PgBouncer refuses and never prepares statements on the server: each
+transaction may run on another server connection, where a prepared statement of this
+client is missing or another client's of the same name exists. Engines carry the mode as
+the execution option `postrelay_pooler`, so that code holding one can keep its settings
+transaction-local (`behind_pooler`).
 """
 
 from __future__ import annotations
@@ -52,25 +59,51 @@ def start_embedded(data_dir: Any) -> tuple[str, Any]:
     return server.get_uri(), server
 
 
+POOLER_OPTION = "postrelay_pooler"
+
+
+def behind_pooler(engine: Engine | AsyncEngine) -> bool:
+    """Whether `engine` reaches the database through a transaction pooler: then a session
+    setting would stay on a server connection that other clients use next."""
+    return bool(engine.get_execution_options().get(POOLER_OPTION, False))
+
+
+def pooler_connect_args(connect_args: dict[str, Any]) -> dict[str, Any]:
+    """`connect_args` made fit for a transaction pooler: no startup `options` (the planner
+    settings they carry matter only for prepared statements, of which there are none), and
+    psycopg's automatic server-side prepared statements off."""
+    args = {key: value for key, value in connect_args.items() if key != "options"}
+    args["prepare_threshold"] = None
+    return args
+
+
 @dataclass
 class Database:
-    """The resolved database: its URL and, when embedded, the server handle that keeps it up."""
+    """The resolved database: its URL and, when embedded, the server handle that keeps it up.
+    `pooler`: the URL points at a pooler in transaction mode (POSTRELAY_POOLER)."""
 
     url: URL
     embedded: Any = None
+    pooler: bool = False
     _engines: list[Engine | AsyncEngine] = field(default_factory=list)
 
     def sync_engine(self, **kwargs: Any) -> Engine:
-        kwargs.setdefault("pool_pre_ping", True)
-        engine = create_engine(self.url, **kwargs)
+        engine = create_engine(self.url, **self._engine_kwargs(kwargs))
         self._engines.append(engine)
         return engine
 
     def async_engine(self, **kwargs: Any) -> AsyncEngine:
-        kwargs.setdefault("pool_pre_ping", True)
-        engine = create_async_engine(self.url, **kwargs)
+        engine = create_async_engine(self.url, **self._engine_kwargs(kwargs))
         self._engines.append(engine)
         return engine
+
+    def _engine_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        kwargs.setdefault("pool_pre_ping", True)
+        if self.pooler:
+            kwargs["connect_args"] = pooler_connect_args(kwargs.get("connect_args", {}))
+            kwargs["execution_options"] = {**kwargs.get("execution_options", {}),
+                                           POOLER_OPTION: True}
+        return kwargs
 
     @property
     def libpq_url(self) -> str:
@@ -87,7 +120,8 @@ class Database:
 
 
 def open_database(settings: Settings) -> Database:
+    pooler = settings.pooler == "transaction"
     if settings.database_url:
-        return Database(url=sqlalchemy_url(settings.database_url))
+        return Database(url=sqlalchemy_url(settings.database_url), pooler=pooler)
     uri, server = start_embedded(settings.embedded_data_dir)
-    return Database(url=sqlalchemy_url(uri), embedded=server)
+    return Database(url=sqlalchemy_url(uri), embedded=server, pooler=pooler)

@@ -188,3 +188,22 @@ async def driver_fetch(
         conn = (await conn.get_raw_connection()).driver_connection
     cursor = await conn.execute(psycopg_sql(statement, binary), params)
     return await cursor.fetchall() if cursor.description else []
+
+
+async def driver_fetch_after(
+    conn: AsyncConnection | psycopg.AsyncConnection[Any],
+    first: TextClause,
+    statement: TextClause,
+    params: Any,
+) -> list[tuple[Any, ...]]:
+    """`driver_fetch` of `statement`, with `first` (a statement without parameters) sent
+    ahead of it in the same round trip (a pipeline, synced once). On a connection in
+    autocommit mode both run in one implicit transaction, so what `first` sets with
+    `set_config(..., true)` holds for `statement` and ends with its commit: settings
+    without session state, for a transaction pooler, at no extra round trip."""
+    if isinstance(conn, AsyncConnection):
+        conn = (await conn.get_raw_connection()).driver_connection
+    async with conn.pipeline():
+        await conn.execute(psycopg_sql(first))
+        cursor = await conn.execute(psycopg_sql(statement), params)
+    return await cursor.fetchall() if cursor.description else []

@@ -11,6 +11,7 @@ import io
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 from alembic import command, util
 from alembic.config import Config
@@ -39,19 +40,32 @@ def migrations_dir() -> Path:
     raise FileNotFoundError("postrelay's migrations folder is missing from this installation")
 
 
-def alembic_config(url: str | URL | None = None, *, stdout: io.TextIOBase | None = None) -> Config:
+def alembic_config(
+    url: str | URL | None = None,
+    *,
+    stdout: io.TextIOBase | None = None,
+    connect_args: dict[str, Any] | None = None,
+) -> Config:
     cfg = Config(stdout=stdout) if stdout is not None else Config()
     cfg.set_main_option("script_location", str(migrations_dir()))
     if url is not None:
         cfg.attributes["url"] = (
             url.render_as_string(hide_password=False) if isinstance(url, URL) else url
         )
+    if connect_args:
+        cfg.attributes["connect_args"] = connect_args  # migrations/env.py's engine
     return cfg
 
 
-def upgrade(url: str | URL, revision: str = "head", *, sql: bool = False) -> None:
+def upgrade(
+    url: str | URL,
+    revision: str = "head",
+    *,
+    sql: bool = False,
+    connect_args: dict[str, Any] | None = None,
+) -> None:
     """Bring the database to `revision`. With `sql=True`, print the SQL instead."""
-    command.upgrade(alembic_config(url), revision, sql=sql)
+    command.upgrade(alembic_config(url, connect_args=connect_args), revision, sql=sql)
 
 
 def downgrade(url: str | URL, revision: str) -> None:

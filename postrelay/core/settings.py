@@ -45,7 +45,9 @@ class Settings(BaseSettings):
     # Prometheus metrics of each worker process on http://HOST:PORT/metrics; unset: off.
     worker_metrics_port: int | None = Field(default=None, ge=1, le=65535)
     worker_metrics_host: str = "127.0.0.1"
-    maintenance_interval_secs: float = Field(default=30.0, gt=0)
+    # How often maintenance (the stale-claim rescuer) runs; never less often than a quarter of
+    # the job lease (see queue/maintenance/leader.py), so a rescue follows the lease closely.
+    maintenance_interval_secs: float = Field(default=5.0, gt=0)
     # How often each worker's cron scheduler looks for due slots (schedules have seconds).
     cron_interval_secs: float = Field(default=1.0, gt=0)
 
@@ -56,10 +58,16 @@ class Settings(BaseSettings):
     # Failed routing attempts before an outbox event is parked as dead.
     relay_max_attempts: int = Field(default=10, ge=1)
 
-    # LISTEN/NOTIFY wake-ups; switch off behind a pooler in transaction mode.
+    # LISTEN/NOTIFY wake-ups; off whenever `pooler` is "transaction".
     notify: bool = True
     # Delivery attempts (mdm.aa_webhook_attempt) are kept this long.
     webhook_attempt_retention_days: float = Field(default=30.0, gt=0)
+    # "transaction": the database URL points at a pooler in transaction mode (PgBouncer's
+    # pool_mode = transaction). Then no connection sends startup options or prepares
+    # statements on the server, nothing sets session state, and nothing LISTENs.
+    pooler: Literal["none", "transaction"] = "none"
+    # Where `postrelay migrate` connects when set: a direct connection past the pooler.
+    migrate_database_url: str | None = None
     # Webhooks to loopback, private and link-local addresses are refused unless this is set.
     webhook_allow_private: bool = False
 
@@ -88,6 +96,13 @@ class Settings(BaseSettings):
     # The HTTP API's service-role key (`apikey` header or `Authorization: Bearer`). Without
     # one, `postrelay api` refuses to start rather than serve the queue unauthenticated.
     service_role_key: SecretStr | None = None
+
+
+    @property
+    def listens(self) -> bool:
+        """Whether workers and relays LISTEN for wake-ups: not behind a transaction pooler,
+        which hands each transaction to any server connection."""
+        return self.notify and self.pooler == "none"
 
 
 def load_settings(**overrides: object) -> Settings:

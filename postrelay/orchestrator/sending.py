@@ -10,7 +10,8 @@ attempt: a refused batch is written again row by row.
 The writes go through one connection held for the worker's life (queue/heldconn.py), with
 generic plans: the worker's pooled connections force custom plans for the sake of
 job_finalize_many, and planning this statement afresh cost more server time than running
-it for a batch of five.
+it for a batch of five. (Behind a transaction pooler nothing is prepared, so there is no
+plan to keep, and the held connection sets nothing: heldconn.py.)
 """
 
 from __future__ import annotations

@@ -5,6 +5,12 @@ writes) pays for every pool checkout: a greenlet switch in and out, the isolatio
 and reset, the reset on return. One connection, checked out once and used through its
 psycopg connection in autocommit mode, pays none of that. A block that fails drops the
 connection, so the next use starts on a fresh one.
+
+Session settings given here are set once per connection, which is never handed back to
+the pool. Behind a transaction pooler they are not set at all: there the held connection
+is a client connection whose every transaction may run on another server connection, and
+a session setting would stay behind on one that other clients use next. Whoever needs
+them there sets them per transaction (queries.job_claim).
 """
 
 from __future__ import annotations
@@ -17,11 +23,15 @@ import psycopg
 from sqlalchemy import TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from postrelay.core.db import behind_pooler
+
 
 class HeldConnection:
     def __init__(self, engine: AsyncEngine, session: Sequence[TextClause] = ()) -> None:
         self._engine = engine.execution_options(isolation_level="AUTOCOMMIT")
-        self._session = tuple(session)  # SET statements run once on each new connection
+        self.pooled = behind_pooler(engine)  # behind a transaction pooler: no session state
+        # SET statements run once on each new connection (none behind a pooler).
+        self._session = () if self.pooled else tuple(session)
         self._conn: AsyncConnection | None = None
         self._driver: psycopg.AsyncConnection[Any] | None = None
 

@@ -14,7 +14,7 @@ import psycopg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from postrelay.core import jsontext
-from postrelay.core.dbcall import driver_fetch
+from postrelay.core.dbcall import driver_fetch, driver_fetch_after
 from postrelay.core.sqlfiles import load_queries
 from postrelay.queue.model import Job
 
@@ -28,13 +28,22 @@ async def job_claim(
     demand: int,
     tenant_ids: Sequence[UUID] | None,
     kinds: Sequence[str] | None,
+    local_settings: bool = False,
 ) -> list[Job]:
-    rows = await driver_fetch(conn, Q["job_claim"], {
+    """Claim up to `demand` jobs. With `local_settings` (behind a transaction pooler, where
+    the claim connection cannot keep session settings), the claim's planner and commit
+    settings are set for its own transaction, in the same round trip."""
+    params = {
         "worker": worker,
         "demand": demand,
         "tenant_ids": list(tenant_ids) if tenant_ids else None,
         "kinds": list(kinds) if kinds else None,
-    })
+    }
+    if local_settings:
+        rows = await driver_fetch_after(conn, Q["job_claim_local_settings"], Q["job_claim"],
+                                        params)
+    else:
+        rows = await driver_fetch(conn, Q["job_claim"], params)
     jobs = [_claimed_job(*row) for row in rows]
     # In the order they were chosen, so that jobs held ahead of a slot start by priority.
     jobs.sort(key=_claim_order)
@@ -167,6 +176,22 @@ async def lease_acquire(conn: AsyncConnection, *, name: str, holder: str, ttl_se
         Q["lease_acquire"], {"name": name, "holder": holder, "ttl_secs": ttl_secs}
     )
     return result.first() is not None
+
+
+async def lease_take(
+    conn: psycopg.AsyncConnection[Any], *, name: str, holder: str, ttl_secs: float
+) -> None:
+    await driver_fetch(conn, Q["lease_take"],
+                       {"name": name, "holder": holder, "ttl_secs": ttl_secs})
+
+
+async def leader_try_lock(conn: psycopg.AsyncConnection[Any], *, key: int) -> bool:
+    [(locked,)] = await driver_fetch(conn, Q["leader_try_lock"], {"key": key})
+    return bool(locked)
+
+
+async def leader_unlock(conn: psycopg.AsyncConnection[Any], *, key: int) -> None:
+    await driver_fetch(conn, Q["leader_unlock"], {"key": key})
 
 
 async def lease_release(conn: AsyncConnection, *, name: str, holder: str) -> None:

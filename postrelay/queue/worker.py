@@ -325,6 +325,7 @@ class Worker:
             jobs = await queries.job_claim(
                 conn, worker=self.id, demand=demand,
                 tenant_ids=self.config.tenants, kinds=self.kinds,
+                local_settings=self._claim_conn.local_settings,
             )
             self.claimed += len(jobs)
             if jobs:

@@ -26,6 +26,7 @@ from postrelay.core.db import sqlalchemy_url, start_embedded
 from postrelay.core.migrate import upgrade
 from postrelay.queue import ensure_tenant
 from tests.factories import TABLES_TO_CLEAN
+from tests.pgbouncer import NOT_FOUND, PgBouncer, find_pgbouncer, pgbouncer
 
 POSTRELAY = Path(sys.executable).parent / "postrelay"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -213,6 +214,25 @@ def finished(marks: Path, prefix: str = "finished") -> dict[int, list[str]]:
         int(path.name.split(".")[1]): path.read_text().split()
         for path in marks.glob(f"{prefix}.*")
     }
+
+
+# PgBouncer in transaction mode in front of this run's database, for a module's tests; a
+# handful of server connections, so that clients share them as in production.
+BOUNCER_POOL_SIZE = 4
+
+
+@pytest.fixture(scope="module")
+def bouncer(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgBouncer]:
+    if find_pgbouncer() is None:
+        pytest.skip(NOT_FOUND)
+    with pgbouncer(database_url, tmp_path_factory.mktemp("pgbouncer"),
+                   pool_size=BOUNCER_POOL_SIZE) as running:
+        yield running
+
+
+def pooled_env(bouncer: PgBouncer) -> dict[str, str]:
+    """What a postrelay process needs to run through `bouncer`."""
+    return {"POSTRELAY_DATABASE_URL": bouncer.url, "POSTRELAY_POOLER": "transaction"}
 
 
 # A PostgreSQL server of a test module's own, which its tests stop and start.

@@ -145,3 +145,4 @@ async def test_only_one_process_leads_maintenance(engine, async_engine, clean_db
     assert await a.run_once() is True  # the leader renews
     await a.stop()  # releases the lease
     assert await b.run_once() is True
+    await b.stop()

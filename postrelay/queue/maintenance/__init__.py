@@ -1,9 +1,9 @@
 """Background work inside workers: stale-claim rescue (once across all workers, by a
-leader lease), the cron scheduler (in every worker; a slot still fires once) and the
+leader's lock or lease), the cron scheduler (in every worker; a slot still fires once) and the
 retention handler. Leases are for efficiency; guarded statements and unique keys make an
 accidental double run harmless (correctness)."""
 
-from postrelay.queue.maintenance.leader import Maintenance
+from postrelay.queue.maintenance.leader import Maintenance, maintenance_interval
 from postrelay.queue.maintenance.rescuer import Rescuer
 from postrelay.queue.maintenance.retention import RETENTION_KIND, Cleaner, cleanup_handler
 from postrelay.queue.maintenance.scheduler import CronScheduler
@@ -15,4 +15,5 @@ __all__ = [
     "Maintenance",
     "Rescuer",
     "cleanup_handler",
+    "maintenance_interval",
 ]

@@ -1,15 +1,44 @@
-"""The maintenance loop: whichever worker holds the `maintenance` lease runs the rescuer;
-the others only try to take the lease."""
+"""The maintenance loop: one worker at a time leads and runs the rescuer; the others only
+try to take the lead, every round.
+
+On a direct connection leadership is a session-level advisory lock, held on a connection of
+the leader's own: PostgreSQL frees it the moment that connection drops, so when the leader
+dies, even by SIGKILL, the next follower's round takes over. Behind a transaction pooler
+there is no session to hold a lock in; there leadership is the `maintenance` row lease,
+renewed every round and good for LEASE_ROUNDS rounds: a dead leader's lease runs out
+within three rounds and a follower takes over in the fourth. Either way the leader is
+named in mdm.aa_lease (the lock holder overwrites the row), for operators to see.
+
+How soon a dead worker's jobs are rescued: a job becomes stale one job lease after its
+claim and its worker's last heartbeat, so within a job lease of the death, and the leader
+finds it within one round: within lease + interval. The interval is at most a quarter of
+the job lease (`maintenance_interval`), so behind a pooler a dead leader's successor (four
+rounds) is in place before the job becomes stale, and the bound is the same, given rounds
+that take no longer than the interval.
+"""
 
 from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from postrelay.core.db import behind_pooler
 from postrelay.core.service import Looper
 from postrelay.queue import queries
+from postrelay.queue.heldconn import HeldConnection
 from postrelay.queue.maintenance.rescuer import Rescuer
 
 LEASE_NAME = "maintenance"
+# The advisory lock of the maintenance leader, in the database's own lock space: any
+# constant works, the same in every worker.
+LEADER_LOCK_KEY = 0x706F_7374_6D61  # "postma"
+LEASE_ROUNDS = 3  # a row lease outlives this many missed rounds, so leadership does not flap
+ROUNDS_PER_JOB_LEASE = 4
+
+
+def maintenance_interval(configured_secs: float, job_lease_secs: float) -> float:
+    """The configured interval, but at least ROUNDS_PER_JOB_LEASE rounds per job lease: a
+    4 s lease checked every 30 s would be rescued 30 s late."""
+    return min(configured_secs, job_lease_secs / ROUNDS_PER_JOB_LEASE)
 
 
 class Maintenance(Looper):
@@ -27,18 +56,35 @@ class Maintenance(Looper):
         self.engine = engine
         self.holder = holder
         self.rescuer = rescuer
+        # The connection that holds the leader's lock; None behind a pooler (row lease).
+        self._lock = None if behind_pooler(engine) else HeldConnection(engine)
+        self._locked = False
 
     async def run_once(self) -> bool:
         """One round; returns whether this process was the leader."""
-        async with self.engine.begin() as conn:
-            # The lease outlives a few missed rounds, so leadership does not flap.
-            leader = await queries.lease_acquire(
-                conn, name=LEASE_NAME, holder=self.holder, ttl_secs=self.interval_secs * 3
-            )
-        if not leader:
+        if not await self._lead():
             return False
         await self.rescuer.run_once()
         return True
+
+    async def _lead(self) -> bool:
+        ttl = self.interval_secs * LEASE_ROUNDS
+        if self._lock is None:
+            async with self.engine.begin() as conn:
+                return await queries.lease_acquire(
+                    conn, name=LEASE_NAME, holder=self.holder, ttl_secs=ttl)
+        try:
+            async with self._lock.use() as conn:
+                if not self._locked:
+                    self._locked = await queries.leader_try_lock(conn, key=LEADER_LOCK_KEY)
+                if self._locked:
+                    # Also proof that the lock's connection, hence the lock, is still there.
+                    await queries.lease_take(conn, name=LEASE_NAME, holder=self.holder,
+                                             ttl_secs=ttl)
+        except BaseException:
+            self._locked = False  # the failed block dropped the connection, and the lock
+            raise
+        return self._locked
 
     async def stop(self) -> None:
         await super().stop()
@@ -47,3 +93,12 @@ class Maintenance(Looper):
                 await queries.lease_release(conn, name=LEASE_NAME, holder=self.holder)
         except Exception:  # the lease expires by itself
             pass
+        if self._lock is not None:
+            if self._locked:
+                try:  # free the lock now, for the next leader's next round
+                    async with self._lock.use() as conn:
+                        await queries.leader_unlock(conn, key=LEADER_LOCK_KEY)
+                except Exception:  # the connection is gone, and the lock with it
+                    pass
+            await self._lock.close()
+            self._locked = False

@@ -132,6 +132,16 @@ RETURNING j.id, j.tenant_id, j.job_kind::text AS kind, CAST(j.payload AS text) A
           j.priority, j.attempts, j.max_attempts, j.available_at, j.claimed_at, j.created_at,
           j.idempotency_key;
 
+-- name: job_claim_local_settings
+-- The claim connection's settings (queue/claimer.py says why each is there) for one claim's
+-- transaction only: behind a transaction pooler a session setting would stay on a server
+-- connection that other clients use next (synchronous_commit = off would make their
+-- commits non-durable). Sent ahead of job_claim in the same round trip and the same
+-- implicit transaction (queries.job_claim). No plan_cache_mode: nothing is prepared there.
+SELECT set_config('synchronous_commit', 'off', true),
+       set_config('enable_sort', 'off', true),
+       set_config('enable_bitmapscan', 'off', true);
+
 -- name: job_next_due_in
 -- Seconds until the next pending job becomes due (negative: already due; NULL: none), so
 -- an idle worker wakes exactly then instead of a poll interval later.
@@ -260,6 +270,25 @@ ON CONFLICT (name) DO UPDATE
 SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
 WHERE mdm.aa_lease.holder = EXCLUDED.holder OR mdm.aa_lease.expires_at < now()
 RETURNING holder;
+
+-- name: lease_take
+-- The named lease for a holder that owns it by other means (the maintenance leader's
+-- advisory lock), whatever the row said: the row only names the leader.
+INSERT INTO mdm.aa_lease (name, holder, expires_at)
+VALUES (:name, :holder, now() + make_interval(secs => :ttl_secs))
+ON CONFLICT (name) DO UPDATE
+SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at;
+
+-- name: leader_try_lock
+-- The maintenance leader's session-level advisory lock, on a connection of its own: freed
+-- by PostgreSQL when that connection drops, however its process ended. Never behind a
+-- transaction pooler, which has no sessions to hold it in.
+SELECT pg_try_advisory_lock(:key);
+
+-- name: leader_unlock
+-- A leader that stops hands the lock over at once: closing its connection frees the lock
+-- too, but only once the server has seen the connection go.
+SELECT pg_advisory_unlock(:key);
 
 -- name: lease_release
 DELETE FROM mdm.aa_lease WHERE name = :name AND holder = :holder;

@@ -32,8 +32,9 @@ def webhooks_add(
                                  "(repeatable; none: every type)."),
     as_json: bool = JSON_OPT,
 ) -> None:
-    """Add an endpoint and print its signing secret (shown this once only). The URL is
-    normalised and checked; loopback and private addresses need
+    """Add an endpoint and print its signing secret (shown this once only).
+
+    The URL is normalised and checked; loopback and private addresses need
     POSTRELAY_WEBHOOK_ALLOW_PRIVATE=true."""
     allow_private = settings_or_exit().webhook_allow_private
     with transaction() as conn:

@@ -13,8 +13,10 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from postrelay.api.keys import service_role_key
+from postrelay.api.throttle import AuthThrottle
 from postrelay.core.db import Database
-from postrelay.core.errors import ConfigError, ConflictError, NotFoundError, ValidationError
+from postrelay.core.errors import ConflictError, NotFoundError, ValidationError
 from postrelay.core.settings import Settings
 from postrelay.core.telemetry import event
 from postrelay.dashboard.routes import auth, cron, dlq, emails, jobs, outbox, overview
@@ -32,25 +34,25 @@ from postrelay.orchestrator.templates import Templates
 FRAGMENT_HEADER = "x-dashboard-fragment"
 
 
-def create_dashboard(settings: Settings, db: Database) -> FastAPI:
+def create_dashboard(settings: Settings, db: Database, *,
+                     throttle: AuthThrottle | None = None) -> FastAPI:
     """The dashboard as an ASGI app to mount (`app.mount("/dashboard", ...)`).
 
     It has its own small connection pool, with custom plans forced: its statements filter
     on optional parameters (`:tenant_id IS NULL OR …`), which only a plan made for the real
     values turns into index scans. JIT is off: compiling costs more than these short
-    statements run.
+    statements run. `throttle` bounds failed sign-ins; the API passes its own, so that the
+    API and the sign-in form share one bound.
     """
-    key = settings.service_role_key.get_secret_value() if settings.service_role_key else ""
-    if not key.strip():
-        raise ConfigError("POSTRELAY_SERVICE_ROLE_KEY is not set: the dashboard signs its "
-                          "sessions with a key derived from it")
+    key = service_role_key(settings)  # ConfigError: unset, or too short
     app = FastAPI(title="postrelay dashboard", docs_url=None, redoc_url=None,
                   openapi_url=None)
     app.state.settings = settings
     options = "-c plan_cache_mode=force_custom_plan -c jit=off"
     app.state.engine = db.sync_engine(
         pool_size=4, max_overflow=4, connect_args={"connect_timeout": 5, "options": options})
-    app.state.service_role_key = key.encode("utf-8")
+    app.state.service_role_key = key
+    app.state.auth_throttle = throttle or auth_throttle(settings)
     app.state.signer = Signer(app.state.service_role_key)
     app.state.templates = templates_environment()
     app.state.email_templates = Templates(settings.email_templates_dir)
@@ -61,6 +63,12 @@ def create_dashboard(settings: Settings, db: Database) -> FastAPI:
     app.mount("/static", StaticFiles(packages=[("postrelay.dashboard", "static")]),
               name="static")
     return app
+
+
+def auth_throttle(settings: Settings) -> AuthThrottle:
+    return AuthThrottle(per_client=settings.auth_failures_per_client,
+                        total=settings.auth_failures_total,
+                        window_secs=settings.auth_failure_window_secs)
 
 
 def _install_error_pages(app: FastAPI) -> None:

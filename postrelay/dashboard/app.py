@@ -8,7 +8,8 @@ import logging
 from collections.abc import Callable
 from urllib.parse import quote
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -26,6 +27,7 @@ from postrelay.dashboard.web import (
     Forbidden,
     SignInRequired,
     current_user,
+    no_nul_in_query,
     render,
     templates_environment,
 )
@@ -46,7 +48,7 @@ def create_dashboard(settings: Settings, db: Database, *,
     """
     key = service_role_key(settings)  # ConfigError: unset, or too short
     app = FastAPI(title="postrelay dashboard", docs_url=None, redoc_url=None,
-                  openapi_url=None)
+                  openapi_url=None, dependencies=[Depends(no_nul_in_query)])
     app.state.settings = settings
     options = "-c plan_cache_mode=force_custom_plan -c jit=off"
     app.state.engine = db.sync_engine(
@@ -93,6 +95,15 @@ def _install_error_pages(app: FastAPI) -> None:
                                  (NotFoundError, 404, "Not found"),
                                  (ConflictError, 409, "Conflict")):
         app.add_exception_handler(error, _error_page_for(status, title))
+
+    @app.exception_handler(RequestValidationError)
+    def _bad_parameter(request: Request, exc: RequestValidationError) -> HTMLResponse:
+        # A query parameter of the wrong type (`/dlq?n=x`): the field named, as for ours.
+        problems = []
+        for err in exc.errors():
+            loc = [str(part) for part in err.get("loc", ()) if part not in ("query", "path")]
+            problems.append(f"{'.'.join(loc) or 'request'}: {err.get('msg', 'invalid')}")
+        return _error_page(request, 400, "Bad request", "; ".join(problems))
 
     @app.exception_handler(StarletteHTTPException)
     def _http(request: Request, exc: StarletteHTTPException) -> HTMLResponse:

@@ -165,9 +165,11 @@ def redirect(request: Request, path: str, **params: Any) -> RedirectResponse:
 def templates_environment() -> Environment:
     """Jinja2 with autoescape on for every template: payloads, error texts and email
     fields are untrusted, and every value is escaped unless a template says otherwise
-    (none does)."""
+    (none does). Every printed value also goes through `filters.finalize`: bidi controls
+    made visible and inert, right-to-left values isolated in <bdi>."""
     env = Environment(loader=PackageLoader("postrelay.dashboard", "templates"), autoescape=True,
-                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                      finalize=filters.finalize)
     env.filters.update(filters.FILTERS)
     env.globals.update(filters.GLOBALS)
     return env

@@ -223,7 +223,7 @@ def _explain(engine: Engine) -> None:
 
 def _http_rows(bench: BenchDatabase, args: argparse.Namespace
                ) -> list[tuple[str, list[float], float | None]]:
-    key = "bench-" + secrets.token_urlsafe(16)
+    key = "bench-" + secrets.token_urlsafe(32)
     rows: list[tuple[str, list[float], float | None]] = []
     # The API app on the bench database, served as the API tests serve it.
     with serve_database(bench.url, key) as url, httpx.Client(base_url=url,

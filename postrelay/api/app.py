@@ -10,13 +10,14 @@ from fastapi.openapi.utils import get_openapi
 
 import postrelay
 from postrelay.api.errors import install_error_handlers
+from postrelay.api.keys import service_role_key
 from postrelay.api.metrics import metrics_registry
 from postrelay.api.routers import cron, dlq, health, jobs, metrics, outbox
 from postrelay.core.db import Database
-from postrelay.core.errors import ConfigError
 from postrelay.core.migrate import head_revision
 from postrelay.core.settings import Settings
 from postrelay.dashboard import create_dashboard
+from postrelay.dashboard.app import auth_throttle
 
 DESCRIPTION = """postrelay's admin API: jobs, the dead-letter queue and cron entries.
 
@@ -25,18 +26,9 @@ Send the service-role key (or a tenant key) as the `apikey` header or as
 `{"data": null, "error": {"code": ..., "message": ...}}`."""
 
 
-def service_role_key(settings: Settings) -> bytes:
-    """The configured service-role key; ConfigError when there is none (or it is blank)."""
-    key = settings.service_role_key.get_secret_value() if settings.service_role_key else ""
-    if not key.strip():
-        raise ConfigError("POSTRELAY_SERVICE_ROLE_KEY is not set: the HTTP API refuses to "
-                          "start without a service-role key")
-    return key.encode("utf-8")
-
-
 def create_app(settings: Settings, db: Database) -> FastAPI:
-    """Build the API on `db`. Raises ConfigError when no service-role key is configured:
-    the API refuses to run open.
+    """Build the API on `db`. Raises ConfigError when no service-role key is configured, or
+    a short one: the API refuses to run open.
 
         settings = load_settings()
         app = create_app(settings, open_database(settings))
@@ -50,13 +42,16 @@ def create_app(settings: Settings, db: Database) -> FastAPI:
     app.state.settings = settings
     app.state.engine = engine
     app.state.service_role_key = key
+    # One bound on failed authentication for the API and the dashboard's sign-in.
+    app.state.auth_throttle = auth_throttle(settings)
     app.state.head_revision = head_revision()
     app.state.metrics_registry = metrics_registry(engine)
     install_error_handlers(app)
     # dlq before jobs: `/jobs/dlq` must match the DLQ route, not `/jobs/{id}`.
     for module in (health, metrics, dlq, jobs, cron, outbox):
         app.include_router(module.router)
-    app.mount("/dashboard", create_dashboard(settings, db))  # the web UI, same process
+    app.mount("/dashboard", create_dashboard(settings, db,  # the web UI, same process
+                                             throttle=app.state.auth_throttle))
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 

@@ -1,13 +1,15 @@
 """Who is calling: the service-role key (everything) or a tenant key (one tenant's data).
 
 The key travels as the `apikey` header (as in the seed's curl lines) or as
-`Authorization: Bearer <key>`. The service-role key is compared in constant time; tenant
-keys are looked up by their sha256 (see keys.py).
+`Authorization: Bearer <key>`. The service-role key is compared in constant time (their
+sha256 digests, so not even its length shows); tenant keys are looked up by their sha256
+(see keys.py). Failed attempts are bounded per client and in all (throttle.py): past the
+bound the answer is 429 with Retry-After, before the key is looked at.
 """
 
 from __future__ import annotations
 
-import hmac
+import logging
 from dataclasses import dataclass
 from typing import Annotated
 from uuid import UUID
@@ -17,7 +19,9 @@ from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBea
 from sqlalchemy import Engine
 
 from postrelay.api.errors import ApiError
-from postrelay.api.keys import api_key_find
+from postrelay.api.keys import api_key_find, keys_equal
+from postrelay.api.throttle import AuthThrottle
+from postrelay.core.telemetry import event
 
 SERVICE_ROLE_ACTOR = "api:service-role"
 
@@ -53,13 +57,22 @@ def principal(
     # `bearer` is declared for the OpenAPI document; the raw header is read below so that a
     # malformed Authorization header is refused rather than silently ignored.
     key = _presented_key(apikey, request.headers.get("authorization"))
+    throttle: AuthThrottle = request.app.state.auth_throttle
+    client = request.client.host if request.client else None
+    refusal = throttle.check(client)
+    if refusal is not None:  # before the key is looked at: the answer must not tell
+        raise ApiError(429, refusal.message, headers={"Retry-After": str(refusal.retry_after)})
     service_key: bytes = request.app.state.service_role_key
-    if hmac.compare_digest(key.encode("utf-8"), service_key):
+    if keys_equal(key, service_key):
+        throttle.succeeded(client)
         return Principal(SERVICE_ROLE_ACTOR, None)
     with engine_of(request).connect() as conn:
         found = api_key_find(conn, key)
     if found is None:
+        throttle.failed(client)
+        event("postrelay.api.auth_refused", logging.WARNING, client=client)
         raise _unauthorized("invalid API key")
+    throttle.succeeded(client)
     name, tenant_id = found
     return Principal(f"api:key:{name}", tenant_id)
 

@@ -1,7 +1,8 @@
 """Every error as `{"data": null, "error": {"code", "message"}}` with the right status.
 
 400 bad input (the field named), 401 no or wrong key, 403 refused by a rule of what the
-caller may do (`kind_reserved`, `name_reserved`), 404 not found, 409 conflict. Bad input
+caller may do (`kind_reserved`, `name_reserved`), 404 not found, 409 conflict, 429 too many
+failed authentication attempts (with Retry-After). Bad input
 must never surface as a 500: validation errors from FastAPI and from postrelay's own
 checks both land here, and a database DataError (a value the database refused) is a 400 too.
 """
@@ -34,7 +35,8 @@ API_FIELD_NAMES = {
     "job_id": "id",
 }
 CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-         405: "method_not_allowed", 409: "conflict", 503: "not_ready"}
+         405: "method_not_allowed", 409: "conflict", 429: "too_many_requests",
+         503: "not_ready"}
 
 
 class ApiError(Exception):

@@ -19,12 +19,40 @@ from uuid import UUID
 
 from sqlalchemy import Connection
 
-from postrelay.core.errors import ConflictError, NotFoundError, ValidationError
+from postrelay.core.errors import ConfigError, ConflictError, NotFoundError, ValidationError
+from postrelay.core.settings import Settings
 from postrelay.core.sqlfiles import load_queries
 
 K = load_queries("postrelay.api", "sql/api_key.sql")
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+# The service-role key opens every tenant: at least this long (`secrets.token_urlsafe(32)`
+# gives 43 characters), so that guessing it is hopeless even without the sign-in throttle.
+MIN_SERVICE_ROLE_KEY_LENGTH = 32
+GENERATE_HINT = "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+
+
+def service_role_key(settings: Settings) -> bytes:
+    """The configured service-role key; ConfigError naming POSTRELAY_SERVICE_ROLE_KEY and the
+    rule when there is none, or it is shorter than 32 characters or padded with spaces."""
+    key = settings.service_role_key.get_secret_value() if settings.service_role_key else ""
+    if not key.strip():
+        raise ConfigError("POSTRELAY_SERVICE_ROLE_KEY is not set: the HTTP API refuses to "
+                          "start without a service-role key")
+    if key != key.strip():
+        raise ConfigError("POSTRELAY_SERVICE_ROLE_KEY must not begin or end with whitespace")
+    if len(key) < MIN_SERVICE_ROLE_KEY_LENGTH:
+        raise ConfigError(f"POSTRELAY_SERVICE_ROLE_KEY must be at least "
+                          f"{MIN_SERVICE_ROLE_KEY_LENGTH} characters long (it has {len(key)}); "
+                          f"generate one with {GENERATE_HINT}")
+    return key.encode("utf-8")
+
+
+def keys_equal(presented: str, expected: bytes) -> bool:
+    """Whether `presented` is `expected`, in constant time: the sha256 digests are compared,
+    so not even the key's length shows in the timing."""
+    return hmac.compare_digest(hashlib.sha256(presented.encode("utf-8")).digest(),
+                               hashlib.sha256(expected).digest())
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,8 +33,11 @@ def api_command(
         raise typer.Exit(2) from None
     with database(settings) as db:
         api = create_app(settings, db)
+        # Client addresses (the sign-in throttle counts per address) come from the peer,
+        # or from X-Forwarded-For when the peer is a proxy named in the setting.
+        proxies = settings.api_forwarded_allow_ips
         uvicorn.run(api, host=host, port=port, log_level=settings.log_level.lower(),
-                    proxy_headers=False)
+                    proxy_headers=bool(proxies), forwarded_allow_ips=proxies or None)
 
 
 @keys_app.command("add")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from postrelay.cli.common import transaction
+from postrelay.cli.common import settings_or_exit, transaction
 from postrelay.cli.main import app
 from postrelay.cli.output import print_json, table
 from postrelay.relay.webhooks import (
@@ -32,9 +32,14 @@ def webhooks_add(
                                  "(repeatable; none: every type)."),
     as_json: bool = JSON_OPT,
 ) -> None:
-    """Add an endpoint and print its signing secret (shown this once only)."""
+    """Add an endpoint and print its signing secret (shown this once only).
+
+    The URL is normalised and checked; loopback and private addresses need
+    POSTRELAY_WEBHOOK_ALLOW_PRIVATE=true."""
+    allow_private = settings_or_exit().webhook_allow_private
     with transaction() as conn:
-        endpoint, secret = webhook_add(conn, tenant, url, event_types=event_types or None)
+        endpoint, secret = webhook_add(conn, tenant, url, event_types=event_types or None,
+                                       allow_private=allow_private)
     if as_json:
         print_json({"endpoint": endpoint, "secret": secret})
         return

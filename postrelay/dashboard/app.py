@@ -8,14 +8,16 @@ import logging
 from collections.abc import Callable
 from urllib.parse import quote
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from postrelay.api.keys import service_role_key
+from postrelay.api.throttle import AuthThrottle
 from postrelay.core.db import Database
 from postrelay.core.errors import (
-    ConfigError,
     ConflictError,
     ForbiddenError,
     NotFoundError,
@@ -30,6 +32,7 @@ from postrelay.dashboard.web import (
     Forbidden,
     SignInRequired,
     current_user,
+    no_nul_in_query,
     render,
     templates_environment,
 )
@@ -38,25 +41,25 @@ from postrelay.orchestrator.templates import Templates
 FRAGMENT_HEADER = "x-dashboard-fragment"
 
 
-def create_dashboard(settings: Settings, db: Database) -> FastAPI:
+def create_dashboard(settings: Settings, db: Database, *,
+                     throttle: AuthThrottle | None = None) -> FastAPI:
     """The dashboard as an ASGI app to mount (`app.mount("/dashboard", ...)`).
 
     It has its own small connection pool, with custom plans forced: its statements filter
     on optional parameters (`:tenant_id IS NULL OR …`), which only a plan made for the real
     values turns into index scans. JIT is off: compiling costs more than these short
-    statements run.
+    statements run. `throttle` bounds failed sign-ins; the API passes its own, so that the
+    API and the sign-in form share one bound.
     """
-    key = settings.service_role_key.get_secret_value() if settings.service_role_key else ""
-    if not key.strip():
-        raise ConfigError("POSTRELAY_SERVICE_ROLE_KEY is not set: the dashboard signs its "
-                          "sessions with a key derived from it")
+    key = service_role_key(settings)  # ConfigError: unset, or too short
     app = FastAPI(title="postrelay dashboard", docs_url=None, redoc_url=None,
-                  openapi_url=None)
+                  openapi_url=None, dependencies=[Depends(no_nul_in_query)])
     app.state.settings = settings
     options = "-c plan_cache_mode=force_custom_plan -c jit=off"
     app.state.engine = db.sync_engine(
         pool_size=4, max_overflow=4, connect_args={"connect_timeout": 5, "options": options})
-    app.state.service_role_key = key.encode("utf-8")
+    app.state.service_role_key = key
+    app.state.auth_throttle = throttle or auth_throttle(settings)
     app.state.signer = Signer(app.state.service_role_key)
     app.state.templates = templates_environment()
     app.state.email_templates = Templates(settings.email_templates_dir)
@@ -67,6 +70,12 @@ def create_dashboard(settings: Settings, db: Database) -> FastAPI:
     app.mount("/static", StaticFiles(packages=[("postrelay.dashboard", "static")]),
               name="static")
     return app
+
+
+def auth_throttle(settings: Settings) -> AuthThrottle:
+    return AuthThrottle(per_client=settings.auth_failures_per_client,
+                        total=settings.auth_failures_total,
+                        window_secs=settings.auth_failure_window_secs)
 
 
 def _install_error_pages(app: FastAPI) -> None:
@@ -92,6 +101,15 @@ def _install_error_pages(app: FastAPI) -> None:
                                  (NotFoundError, 404, "Not found"),
                                  (ConflictError, 409, "Conflict")):
         app.add_exception_handler(error, _error_page_for(status, title))
+
+    @app.exception_handler(RequestValidationError)
+    def _bad_parameter(request: Request, exc: RequestValidationError) -> HTMLResponse:
+        # A query parameter of the wrong type (`/dlq?n=x`): the field named, as for ours.
+        problems = []
+        for err in exc.errors():
+            loc = [str(part) for part in err.get("loc", ()) if part not in ("query", "path")]
+            problems.append(f"{'.'.join(loc) or 'request'}: {err.get('msg', 'invalid')}")
+        return _error_page(request, 400, "Bad request", "; ".join(problems))
 
     @app.exception_handler(StarletteHTTPException)
     def _http(request: Request, exc: StarletteHTTPException) -> HTMLResponse:

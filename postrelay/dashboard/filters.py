@@ -1,14 +1,19 @@
-"""Jinja2 filters and globals: times, durations, numbers and ids as the pages show them.
+"""Jinja2 filters and globals: times, durations, numbers and ids as the pages show them,
+and `finalize`, the hook every printed value goes through (bidi isolation).
 
 All times are shown in UTC, as cron schedules and the CLI use it.
 """
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 from uuid import UUID
+
+from markupsafe import Markup
 
 from postrelay.dashboard.queries import EMAIL_STATUSES
 from postrelay.queue.schema import STATUSES
@@ -86,8 +91,74 @@ def tenant_options(tenants: dict[Any, str]) -> list[tuple[str, str]]:
     return sorted(((str(k), v) for k, v in tenants.items()), key=lambda kv: kv[1])
 
 
-FILTERS = {"when": when, "duration": duration, "ago": ago, "number": number, "short": short,
-           "plural": plural}
+# --- bidirectional text ----------------------------------------------------------------
+#
+# Tenant-supplied values (display names, subjects, template names, error texts, payloads)
+# are shown beside each other and beside the page's own words. Two things could reorder
+# what surrounds them: the explicit bidi controls (an RLO turns "Acme <a@evil.example>" into
+# something that reads as another address), and right-to-left letters, which pull the
+# neutral characters around them (spaces, "<", ",", digits) into their run.
+#
+# Every `{{ value }}` therefore goes through `finalize` (templates_environment sets it as
+# Jinja's finalize hook, so no template can forget it):
+# - each bidi control (U+202A–U+202E, U+2066–U+2069, U+200E, U+200F, U+061C) is replaced
+#   by a visible, inert `[U+202E]`, in text and in attributes alike;
+# - a value holding right-to-left text is wrapped in <bdi>, which isolates it: it is laid
+#   out on its own, with the direction of its first strong letter, and cannot move the
+#   page's text or the next value.
+# Where markup cannot go (an attribute value, <textarea>, <option>, <title>), templates
+# write `{{ value|text }}`: neutralised, not wrapped. tests/dashboard/test_bidi.py renders
+# every page with such values and checks both, and that no <bdi> landed in an attribute.
+
+BIDI_CONTROLS = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_RTL_BLOCKS = ((0x0590, 0x08FF), (0xFB1D, 0xFDFF), (0xFE70, 0xFEFF), (0x10800, 0x10FFF),
+               (0x1E800, 0x1EFFF))
+# Every character of a right-to-left class (R, AL) or an Arabic number (AN), all of which
+# live in these blocks.
+_RTL = re.compile("[" + "".join(
+    re.escape(chr(c)) for start, end in _RTL_BLOCKS for c in range(start, end + 1)
+    if unicodedata.bidirectional(chr(c)) in ("R", "AL", "AN")) + "]")
+
+
+class PlainText(str):
+    """A value neutralised for a context that cannot hold markup (see `text`)."""
+
+    __slots__ = ()
+
+
+def neutralise(value: str) -> str:
+    """`value` with each bidi control replaced by a visible `[U+XXXX]`."""
+    return BIDI_CONTROLS.sub(lambda m: f"[U+{ord(m[0]):04X}]", value)
+
+
+def text(value: Any) -> PlainText:
+    """For attribute values, <textarea>, <option> and <title>: neutralised, not isolated.
+    (Markup, such as a rendered block, is reduced to its text first.)"""
+    if isinstance(value, Markup):
+        value = value.striptags()
+    return PlainText(neutralise("" if value is None else str(value)))
+
+
+def finalize(value: Any) -> Any:
+    """Jinja's finalize hook: every printed value, before autoescaping."""
+    if type(value) is str:
+        if value.isascii():  # the common case: nothing can reorder
+            return value
+        shown = neutralise(value)
+        if _RTL.search(shown):
+            return Markup("<bdi>%s</bdi>") % shown  # (escaped by Markup's %)
+        return shown
+    if isinstance(value, PlainText):
+        return str(value)
+    if isinstance(value, Markup):  # a macro's output or a filter's markup: already finalized
+        return value if value.isascii() else Markup(neutralise(value))
+    if isinstance(value, str):  # a str subclass, e.g. a StrEnum
+        return finalize(str(value))
+    return value
+
+
+FILTERS = {"text": text, "when": when, "duration": duration, "ago": ago, "number": number,
+           "short": short, "plural": plural}
 GLOBALS = {"JOB_STATUSES": STATUSES, "EMAIL_STATUSES": EMAIL_STATUSES,
            "tenant_name": tenant_name, "query": query,
            "options": options, "tenant_options": tenant_options}

@@ -26,6 +26,7 @@ from postrelay.dashboard.session import SESSION_COOKIE, Session, Signer
 from postrelay.queue.admin import tenant_list
 
 SERVICE_ACTOR = "dashboard:service-role"
+NUL_RULE = "must not contain NUL characters (the database cannot store them)"
 MAX_FORM_BYTES = 1_000_000
 FIELD_LIMIT = 2_000  # ids checked on the DLQ page, at most
 
@@ -101,10 +102,29 @@ async def read_form(request: Request) -> dict[str, list[str]]:
     if len(body) > MAX_FORM_BYTES:
         raise Forbidden("form too large")
     try:
-        return parse_qs(body.decode("utf-8"), keep_blank_values=True,
+        form = parse_qs(body.decode("utf-8"), keep_blank_values=True,
                         max_num_fields=FIELD_LIMIT + 50)
     except (UnicodeDecodeError, ValueError):
         raise Forbidden("malformed form") from None
+    for name, values in form.items():
+        _refuse_nul(name, values)
+    return form
+
+
+def no_nul_in_query(request: Request) -> None:
+    """Every dashboard route's first dependency: a query parameter holding NUL, which
+    PostgreSQL refuses in text (a filter would fail as a 500), is a 400 naming it. Forms are
+    checked the same way by read_form. Checked before the route runs, so a new page or a
+    new filter cannot forget it."""
+    for name, value in request.query_params.multi_items():
+        _refuse_nul(name, [value])
+
+
+def _refuse_nul(name: str, values: list[str]) -> None:
+    if "\x00" in name:
+        raise ValidationError(name.replace("\x00", "\\x00"), NUL_RULE)
+    if any("\x00" in value for value in values):
+        raise ValidationError(name, NUL_RULE)
 
 
 async def posted_form(request: Request, user: CurrentUser) -> dict[str, list[str]]:
@@ -145,9 +165,11 @@ def redirect(request: Request, path: str, **params: Any) -> RedirectResponse:
 def templates_environment() -> Environment:
     """Jinja2 with autoescape on for every template: payloads, error texts and email
     fields are untrusted, and every value is escaped unless a template says otherwise
-    (none does)."""
+    (none does). Every printed value also goes through `filters.finalize`: bidi controls
+    made visible and inert, right-to-left values isolated in <bdi>."""
     env = Environment(loader=PackageLoader("postrelay.dashboard", "templates"), autoescape=True,
-                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                      finalize=filters.finalize)
     env.filters.update(filters.FILTERS)
     env.globals.update(filters.GLOBALS)
     return env

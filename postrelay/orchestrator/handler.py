@@ -39,6 +39,7 @@ from postrelay.orchestrator.addresses import parse_address, parse_addresses
 from postrelay.orchestrator.job import EMAIL_KIND, EmailJob
 from postrelay.orchestrator.message import (
     build_message,
+    check_header_lines,
     envelope_recipients,
     message_id_domain,
     message_id_for,
@@ -119,14 +120,14 @@ class EmailSender:
         log = _LogRow(job, spec)
         try:
             sender, to, cc, bcc, reply_to = self._addresses(spec)
+            message_id = self._message_id(job, sender)  # a bad Message-ID domain: refused
         except ValidationError as exc:
             log.record("failed", error=str(exc))
             raise PermanentError(str(exc)) from None
         recipients = [r.lower() for r in envelope_recipients(to, cc, bcc)]
         log.update(from_address=str(sender), recipients=recipients,
                    to_addresses=[str(a) for a in to], cc_addresses=[str(a) for a in cc],
-                   bcc_addresses=[str(a) for a in bcc],
-                   message_id=self._message_id(job, sender))
+                   bcc_addresses=[str(a) for a in bcc], message_id=message_id)
         paused = self.pool.paused_for()
         if paused > 0:
             raise Snooze(paused, "SMTP sending is paused after an authentication failure")
@@ -138,6 +139,10 @@ class EmailSender:
             log.update(template_version=rendered.version, subject=rendered.subject)
             message = build_message(rendered=rendered, sender=sender, to=to, cc=cc,
                                     reply_to=reply_to, message_id=log.row["message_id"])
+            data = message.as_bytes()
+            # Never hand a server a header line it must refuse: its refusal would be
+            # recorded as the recipient's (`bounced`), when the input was at fault.
+            check_header_lines(data)
         except (TemplateError, ValidationError) as exc:
             async with self.engine.connect() as conn:
                 earlier = await queries.email_send_history(conn, job_id=job.id)
@@ -161,7 +166,7 @@ class EmailSender:
                        error="every recipient is on the tenant's suppression list")
             return
         live = [r for r in recipients if r not in start.suppressed]
-        await self._deliver(job, log, sender, live, message.as_bytes(), results)
+        await self._deliver(job, log, sender, live, data, results)
 
     async def close(self) -> None:
         await self.sending.close()

@@ -16,14 +16,14 @@ from sqlalchemy import Engine
 
 from postrelay.api.keys import api_key_create
 from postrelay.queue import ensure_tenant
-from tests.api.server import serve_database
+from tests.api.server import UNTHROTTLED, serve_database
 
 SERVICE_KEY = "svc-" + secrets.token_urlsafe(24)
 
 
 @pytest.fixture(scope="session")
 def api_url(database_url: str) -> Iterator[str]:
-    with serve_database(database_url, SERVICE_KEY) as url:
+    with serve_database(database_url, SERVICE_KEY, **UNTHROTTLED) as url:
         yield url
 
 

@@ -65,6 +65,19 @@ def test_create_app_refuses_to_run_without_a_key(database_url):
     db.close()
 
 
+def test_create_app_refuses_a_short_or_padded_key(database_url):
+    """Issue 18: `POSTRELAY_SERVICE_ROLE_KEY=a` started, and `apikey: a` worked."""
+    db = Database(url=sqlalchemy_url(database_url))
+    for key, rule in (("a", "at least 32 characters long (it has 1)"),
+                      ("k" * 31, "at least 32 characters long (it has 31)"),
+                      (" " + "k" * 40, "whitespace")):
+        with pytest.raises(ConfigError, match="POSTRELAY_SERVICE_ROLE_KEY") as info:
+            create_app(Settings(database_url=database_url, service_role_key=key), db)
+        assert rule in str(info.value)
+    create_app(Settings(database_url=database_url, service_role_key="k" * 32), db)
+    db.close()
+
+
 def test_a_tenant_key_sees_only_its_tenants_jobs(api, acme_client, engine, tenant, other_tenant):
     with engine.begin() as conn:
         mine = insert_job(conn, tenant_id=tenant)

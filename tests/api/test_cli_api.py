@@ -17,6 +17,7 @@ from postrelay.api.keys import api_key_create, api_key_find, api_key_list, api_k
 from postrelay.core.errors import ConflictError, NotFoundError, ValidationError
 
 POSTRELAY = str(Path(sys.executable).parent / "postrelay")
+CLI_KEY = "cli-test-key-" + "k" * 32
 
 
 def run(env, *args):
@@ -36,9 +37,21 @@ def test_api_refuses_to_start_without_a_key(worker_env):
     assert "POSTRELAY_SERVICE_ROLE_KEY is not set" in result.stderr
 
 
+def test_api_refuses_to_start_with_a_short_key(worker_env):
+    """Issue 18: any key length was accepted (`POSTRELAY_SERVICE_ROLE_KEY=a` started)."""
+    for key in ("a", "x" * 31):
+        result = run({**worker_env, "POSTRELAY_SERVICE_ROLE_KEY": key}, "api", "--port",
+                     str(free_port()))
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.strip().splitlines() == [
+            f"error: POSTRELAY_SERVICE_ROLE_KEY must be at least 32 characters long (it has "
+            f"{len(key)}); generate one with python -c 'import secrets; "
+            "print(secrets.token_urlsafe(32))'"]
+
+
 def test_api_serves_on_host_and_port(worker_env, clean_db):
     port = free_port()
-    env = {**worker_env, "POSTRELAY_SERVICE_ROLE_KEY": "cli-test-key"}
+    env = {**worker_env, "POSTRELAY_SERVICE_ROLE_KEY": CLI_KEY}
     proc = subprocess.Popen([POSTRELAY, "api", "--host", "127.0.0.1", "--port", str(port)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -54,7 +67,7 @@ def test_api_serves_on_host_and_port(worker_env, clean_db):
             assert time.monotonic() < deadline, "postrelay api did not come up"
             time.sleep(0.1)
         assert httpx.get(f"{base}/readyz").status_code == 200
-        listed = httpx.get(f"{base}/v1/functions/jobs", headers={"apikey": "cli-test-key"})
+        listed = httpx.get(f"{base}/v1/functions/jobs", headers={"apikey": CLI_KEY})
         assert listed.json() == {"data": [], "meta": None}
     finally:
         proc.terminate()

@@ -23,7 +23,7 @@ from sqlalchemy import Engine, text
 
 from postrelay.api.keys import api_key_create
 from postrelay.queue import ensure_tenant
-from tests.api.server import serve_database
+from tests.api.server import UNTHROTTLED, serve_database
 from tests.factories import insert_job
 
 SERVICE_KEY = "svc-" + secrets.token_urlsafe(24)
@@ -52,7 +52,8 @@ def email_templates(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def dash_url(database_url: str, email_templates: Path) -> Iterator[str]:
     """The API's base URL; the dashboard is at {dash_url}/dashboard."""
-    with serve_database(database_url, SERVICE_KEY, email_templates_dir=email_templates) as url:
+    with serve_database(database_url, SERVICE_KEY, email_templates_dir=email_templates,
+                        **UNTHROTTLED) as url:
         yield url
 
 

@@ -248,3 +248,69 @@ async def test_a_cold_worker_looks_its_tenant_up_once_for_a_full_queue(
     assert [rig.job(j)["status"] for j in jobs] == ["done"] * 20
     assert len(sink.handler.received) == 20
     assert len(lookups) == 1
+
+
+async def test_long_subjects_and_display_names_are_folded_and_sent_intact(
+        rig, tenant, sink, templates_dir):
+    """Issue 18: a subject or display name compat32 could not fold made a header line over
+    RFC 5322's 998 octets; the server refused the message and it was logged `bounced`, as if
+    the recipient had refused it. Folded correctly, each is sent, and reads back the same."""
+    from email.header import decode_header, make_header
+    from email.utils import getaddresses
+
+    from tests.email_flow.conftest import write_template
+
+    write_template(templates_dir, "long", "{{ subject }}", "Hello.\n")
+    subjects = ["A" * 1500, " ".join(["shipment"] * 300), "Grüße aus Köln " * 120,
+                "😀中文" * 300]
+    name = "Acme " + "Customer-Service-" * 80
+    jobs = {rig.enqueue(tenant, template="long", context={"subject": subject},
+                        sender=f"{name} <noreply@acme.example>",
+                        to=[f"{'Jürgen Müller ' * 60}<ann@example.com>"]): subject.strip()
+            for subject in subjects}
+    await rig.start()
+    await rig.settle(*jobs)
+    for job_id in jobs:
+        assert rig.job(job_id)["status"] == "done", rig.job(job_id)
+        assert [r["status"] for r in rig.log(job_id)] == ["sent"]
+    assert rig.suppressed(tenant) == {}
+    received = {message_from_bytes(m.raw, policy=email.policy.default)["Subject"]: m
+                for m in sink.handler.received}
+    assert set(received) == set(jobs.values())  # every subject parses back as it was
+    for message in received.values():
+        head = message.raw.split(b"\r\n\r\n", 1)[0]
+        assert max(len(line) for line in head.split(b"\r\n")) <= 998
+        raw = message_from_bytes(message.raw, policy=email.policy.compat32)
+        (sender,) = getaddresses([raw["From"].replace("\r\n", "")])
+        assert (str(make_header(decode_header(sender[0]))), sender[1]) == (
+            name.strip(), "noreply@acme.example")
+        (to,) = getaddresses([raw["To"].replace("\r\n", "")])
+        assert str(make_header(decode_header(to[0]))) == ("Jürgen Müller " * 60).strip()
+
+
+async def test_an_unfoldable_header_fails_the_job_as_bad_input_never_as_a_bounce(
+        rig, tenant, sink):
+    """What cannot be folded (here a Message-ID domain longer than a DNS name) is refused
+    before anything is sent: `failed` in the log with the header named, the job in the DLQ
+    without retries, no recipient counted as refusing and no address suppressed."""
+    from postrelay.orchestrator.handler import email_registry
+    from postrelay.orchestrator.templates import Templates
+    from postrelay.queue.backoff import FixedBackoff
+    from postrelay.queue.worker import Worker, WorkerConfig
+
+    job_id = rig.enqueue(tenant)
+    registry = email_registry(rig.async_engine, Templates(rig.templates, reload_secs=0),
+                              rig.pool, message_id_domain=".".join(["m" * 60] * 5))
+    worker = Worker(rig.async_engine, WorkerConfig(poll_interval_secs=0.1, grace_secs=1.0),
+                    registry=registry, backoff=FixedBackoff(0.05), listen_url=rig.libpq)
+    await worker.start()
+    rig.workers.append((worker, registry))
+    await rig.settle(job_id)
+    job = rig.job(job_id)
+    assert job["status"] == "dlq" and job["attempts"] == 1
+    assert "message_id_domain: is 304 characters" in job["last_error"]
+    [row] = rig.log(job_id)
+    assert row["status"] == "failed" and "message_id_domain" in row["error"]
+    assert row["smtp_code"] is None and row["recipient_results"] is None
+    assert rig.suppressed(tenant) == {}
+    assert sink.handler.received == [] and sink.connections == 0

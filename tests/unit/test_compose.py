@@ -42,6 +42,14 @@ def test_long_running_services_have_health_checks_and_start_in_order():
         worker["healthcheck"]["test"])
 
 
+def test_the_api_service_has_a_key_the_api_accepts():
+    from postrelay.api.keys import service_role_key
+    from postrelay.core.settings import Settings
+
+    key = COMPOSE["services"]["api"]["environment"]["POSTRELAY_SERVICE_ROLE_KEY"]
+    service_role_key(Settings(service_role_key=key))  # 32 characters at least
+
+
 def test_services_run_the_commands_the_readme_documents():
     documented = set(re.findall(r"`(postrelay [^`]+)`", README))
     for name in POSTRELAY_SERVICES:

@@ -98,3 +98,38 @@ def test_cli_add_list_disable_enable_rm(worker_env, wh_tenant):
     assert gone.returncode == 1 and "no webhook endpoint" in gone.stderr
     bad = run(worker_env, "webhooks", "add", "--tenant", str(wh_tenant), "ftp://example.com")
     assert bad.returncode == 1 and "url:" in bad.stderr
+
+
+# URLs that httpx cannot parse, that parsers read differently, and every IPv6 form that
+# embeds a loopback or private IPv4 address (issue 18): refused at `webhooks add`, with the
+# field named and nothing written, so no delivery ever meets them.
+REFUSED_AT_ADD = [
+    "http://0177.0.0.1:8000/x", "http://\u2460\u2461\u2466.0.0.1:8000/x",
+    "http://2130706433:8000/x", "http://example.com:99999/x",
+    "http://[::7f00:1]:8000/x", "http://[::ffff:127.0.0.1]:8000/x",
+    "http://[::ffff:0:7f00:1]:8000/x", "http://[64:ff9b::7f00:1]:8000/x",
+    "http://[64:ff9b:1::1]:8000/x", "http://[2002:7f00:1::]:8000/x",
+    "http://[2001:0:4136:e378:8000:63bf:80ff:fffe]:8000/x", "http://[fec0::1]:8000/x",
+]
+
+
+def test_cli_add_refuses_unparseable_urls_and_embedded_private_addresses(worker_env, engine,
+                                                                          wh_tenant):
+    env = {k: v for k, v in worker_env.items() if k != "POSTRELAY_WEBHOOK_ALLOW_PRIVATE"}
+    for url in REFUSED_AT_ADD:
+        refused = run(env, "webhooks", "add", "--tenant", str(wh_tenant), url)
+        assert refused.returncode == 1, (url, refused.stdout)
+        assert refused.stderr.startswith("error: url: ") and "Traceback" not in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM mdm.aa_webhook_endpoint")).scalar() == 0
+    # The loopback forms are fine where the operator allowed private addresses ...
+    allowed = run({**env, "POSTRELAY_WEBHOOK_ALLOW_PRIVATE": "true"}, "webhooks", "add",
+                  "--tenant", str(wh_tenant), "http://[::ffff:127.0.0.1]:8000/x", "--json")
+    assert allowed.returncode == 0, allowed.stderr
+    # ... and the URL is stored as httpx sends it.
+    assert json.loads(allowed.stdout)["endpoint"]["url"] == "http://[::ffff:127.0.0.1]:8000/x"
+    # An unparseable URL is refused even then.
+    still = run({**env, "POSTRELAY_WEBHOOK_ALLOW_PRIVATE": "true"}, "webhooks", "add",
+                "--tenant", str(wh_tenant), "http://0177.0.0.1:8000/x")
+    assert still.returncode == 1 and "url:" in still.stderr

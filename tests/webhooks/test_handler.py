@@ -8,6 +8,7 @@ import time
 from email.utils import formatdate
 
 import pytest
+from sqlalchemy import text
 
 from postrelay.queue import PermanentError, RetryAfter, StopJob
 from postrelay.relay.webhooks import WebhookDeliveryError, webhook_handler
@@ -192,3 +193,21 @@ async def test_removed_endpoint_or_missing_event(engine, async_engine, setup, re
         await handler(job.__class__(**{**{f: getattr(job, f) for f in job.__slots__},
                                        "payload": {"channel": "kafka"}}))
     assert receiver.requests == []
+
+
+@pytest.mark.parametrize("url", ["http://0177.0.0.1:8000/x", "http://\u2460\u2461\u2466.0.0.1/x",
+                                 "http://example.com:99999/x"])
+async def test_a_stored_url_httpx_cannot_use_leaves_an_attempt_and_a_clear_error(
+        engine, async_engine, wh_tenant, url):
+    """An endpoint stored before `webhooks add` checked URLs (or edited by hand): the job
+    stops at once with a one-line error and an attempt row, not a retried traceback."""
+    endpoint_id, _ = add_endpoint(engine, wh_tenant, "https://hooks.example.com/in")
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE mdm.aa_webhook_endpoint SET url = :u WHERE id = :e"),
+                     {"u": url, "e": endpoint_id})
+    event_id = emit_event(engine, wh_tenant)
+    with pytest.raises(PermanentError, match="cannot be requested") as info:
+        await handler_for(async_engine)(dispatch_job(wh_tenant, event_id, endpoint_id))
+    assert "Traceback" not in str(info.value) and "\n" not in str(info.value)
+    (attempt,) = attempts_of(engine, endpoint_id)
+    assert attempt["status_code"] is None and "cannot be requested" in attempt["error"]

@@ -110,6 +110,28 @@ def test_retry_after_dates_in_the_past_mean_now() -> None:
         ("2002:7f00:1::", False),  # 6to4 of 127.0.0.1
         ("64:ff9b::a00:1", False),  # NAT64 of 10.0.0.1
         ("64:ff9b::808:808", True),  # NAT64 of 8.8.8.8
+        # Every IPv4-embedding form is judged as the IPv4 address it embeds (issue 18).
+        ("::7f00:1", False),  # IPv4-compatible ::127.0.0.1
+        ("::127.0.0.1", False),
+        ("::a00:1", False),  # IPv4-compatible 10.0.0.1
+        ("::808:808", True),  # IPv4-compatible 8.8.8.8
+        ("::ffff:0:7f00:1", False),  # IPv4-translated 127.0.0.1
+        ("::ffff:0:a9fe:a9fe", False),  # IPv4-translated 169.254.169.254
+        ("::ffff:0:808:808", True),
+        ("::ffff:10.0.0.1", False),  # IPv4-mapped, dotted
+        ("::ffff:a9fe:a9fe", False),  # IPv4-mapped metadata address, hex
+        ("::ffff:8.8.8.8", True),
+        ("64:ff9b::7f00:1", False),  # NAT64 of 127.0.0.1
+        ("64:ff9b::a9fe:a9fe", False),  # NAT64 of 169.254.169.254
+        ("64:ff9b:1::808:808", False),  # local-use NAT64: where the IPv4 sits is unknown
+        ("64:ff9b:1:ffff::1", False),
+        ("2002:a00:1::1", False),  # 6to4 of 10.0.0.1
+        ("2002:808:808::1", True),  # 6to4 of 8.8.8.8
+        ("2001:0:4136:e378:8000:63bf:80ff:fffe", False),  # Teredo, client 127.0.0.1
+        ("2001:0:7f00:1::", False),  # Teredo, server 127.0.0.1
+        ("fec0::1", False),  # deprecated site-local
+        ("feff::1", False),
+        ("2606:4700:4700::1111", True),  # a public IPv6 address
     ],
 )
 def test_address_guard(address: str, public: bool) -> None:
@@ -135,6 +157,41 @@ def test_message_body_is_the_standard_envelope_and_deterministic() -> None:
         ("https://example.com:99999/", "valid URL"),
         ("https://exa mple.com/", "whitespace"),
         ("", "non-empty"),
+        # What httpx cannot parse, or what the resolver would read as another address.
+        ("http://0177.0.0.1:8000/x", "valid URL"),
+        ("http://\u2460\u2461\u2466.0.0.1:8000/x", "valid URL"),
+        ("http://2130706433/x", "IPv4"),
+        ("http://127.1/x", "IPv4"),
+        ("http://0x7f.0.0.1/x", "IPv4"),
+        ("http://8.8.8.010/x", "IPv4"),
+        ("http://ex%41mple.com/x", "host name"),
+        ("http://-example.com/x", "host name"),
+        ("http://[fe80::1%25eth0]/x", "zone"),
+        ("http://[::1/x", "valid URL"),
+        ("http://example.com:/x", "port"),
+        ("http://example.com:+80/x", "port"),
+        ("http://example.com:080/x", "port"),
+        ("http://example.com:0/x", "port"),
+        ("http://example.com:65536/x", "port"),
+        ("http://example.com:80:80/x", "port"),
+        ("http://user@example.com/x", "credentials"),
+        ("http://:pw@example.com/x", "credentials"),
+        ("http://example.com\\@evil.example/x", "backslash"),
+        ("https://example.com/#", "fragment"),
+        # Loopback and private addresses, in every spelling, unless allowed.
+        ("http://127.0.0.1:8000/x", "public"),
+        ("http://[::1]:8000/x", "public"),
+        ("http://[::7f00:1]:8000/x", "public"),
+        ("http://[::ffff:127.0.0.1]:8000/x", "public"),
+        ("http://[::ffff:0:7f00:1]:8000/x", "public"),
+        ("http://[64:ff9b::7f00:1]:8000/x", "public"),
+        ("http://[64:ff9b:1::1]:8000/x", "public"),
+        ("http://[2002:7f00:1::1]:8000/x", "public"),
+        ("http://[2001:0:4136:e378:8000:63bf:80ff:fffe]:8000/x", "public"),
+        ("http://[fec0::1]:8000/x", "public"),
+        ("http://169.254.169.254/latest/meta-data", "public"),
+        ("http://localhost:8000/x", "loopback"),
+        ("http://api.localhost/x", "loopback"),
     ],
 )
 def test_bad_urls_are_refused_with_the_rule(url: str, rule: str) -> None:
@@ -146,6 +203,18 @@ def test_bad_urls_are_refused_with_the_rule(url: str, rule: str) -> None:
 def test_good_urls_and_event_type_filters() -> None:
     assert validate_url(" https://example.com:8443/hooks?x=1 ") == \
         "https://example.com:8443/hooks?x=1"
+    # Stored as httpx reads and sends it: IDNA host, default port dropped, path normalised.
+    assert validate_url("HTTPS://B\u00fccher.Example:443/a/../in?\u00e4=1") == \
+        "https://xn--bcher-kva.example/in?%C3%A4=1"
+    assert validate_url("http://[2606:4700::1111]:8080/x") == "http://[2606:4700::1111]:8080/x"
+    assert validate_url("http://my_service:8080/x") == "http://my_service:8080/x"
+    assert validate_url("http://127.0.0.1:8000/x", allow_private=True) == \
+        "http://127.0.0.1:8000/x"
+    assert validate_url("http://localhost:8000/x", allow_private=True) == \
+        "http://localhost:8000/x"
+    for bad in ("http://0177.0.0.1:8000/x", "http://[::1%25lo]/x", "http://a@localhost/"):
+        with pytest.raises(ValidationError):
+            validate_url(bad, allow_private=True)  # allowed or not, never ambiguous
     assert _event_types(None) is None and _event_types([]) is None
     assert _event_types(["order.*", "order.*", "user.created"]) == ["order.*", "user.created"]
     with pytest.raises(ValidationError):

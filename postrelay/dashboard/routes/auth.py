@@ -8,7 +8,8 @@ import logging
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from postrelay.api.keys import key_hash
+from postrelay.api.keys import key_hash, keys_equal
+from postrelay.api.throttle import AuthThrottle
 from postrelay.core.telemetry import event
 from postrelay.dashboard import queries
 from postrelay.dashboard.session import (
@@ -34,6 +35,8 @@ router = APIRouter()
 
 WRONG_KEY = "That key is not valid, or it has been revoked."
 STALE_FORM = "The sign-in form had expired. Please paste the key again."
+THROTTLED = ("Too many failed sign-in attempts from {who}. For your security, sign-in is "
+             "paused: try again in {secs} seconds.")
 
 
 @router.get("/login")
@@ -53,24 +56,36 @@ async def login(request: Request) -> Response:
     if not signer.login_ok(request.cookies.get(LOGIN_COOKIE), first(form, "csrf")):
         return _login_form(request, next_path, STALE_FORM, 400)
     key = (first(form, "key") or "").strip()
+    if not key:  # nothing to check: refused, and not counted as a guess
+        return _login_form(request, next_path, WRONG_KEY, 401)
+    throttle: AuthThrottle = request.app.state.auth_throttle
+    client = request.client.host if request.client else None
+    refusal = throttle.check(client)
+    if refusal is not None:  # before the key is looked at: the answer must not tell
+        event("postrelay.dashboard.sign_in_throttled", logging.WARNING, client=client)
+        response = _login_form(request, next_path, THROTTLED.format(
+            secs=refusal.retry_after, who=("this dashboard" if refusal.overall
+                                           else "your address")), 429)
+        response.headers["Retry-After"] = str(refusal.retry_after)
+        return response
     service_key: bytes = request.app.state.service_role_key
-    if key and hmac.compare_digest(key.encode("utf-8"), service_key):
+    if keys_equal(key, service_key):
         session = signer.new_session(None, None)
         actor = "dashboard:service-role"
     else:
         found = None
-        if key:
-            digest = key_hash(key)
-            with engine_of(request).connect() as conn:
-                row = queries.api_key_by_hash(conn, digest)
-            if row is not None and hmac.compare_digest(row.key_hash, digest):
-                found = row
+        digest = key_hash(key)
+        with engine_of(request).connect() as conn:
+            row = queries.api_key_by_hash(conn, digest)
+        if row is not None and hmac.compare_digest(row.key_hash, digest):
+            found = row
         if found is None:
-            event("postrelay.dashboard.sign_in_refused", logging.WARNING,
-                  client=request.client.host if request.client else None)
+            throttle.failed(client)
+            event("postrelay.dashboard.sign_in_refused", logging.WARNING, client=client)
             return _login_form(request, next_path, WRONG_KEY, 401)
         session = signer.new_session(found.id, found.tenant_id)
         actor = f"dashboard:key:{found.name}"
+    throttle.succeeded(client)
     event("postrelay.dashboard.sign_in", actor=actor)
     response = redirect(request, safe_next(next_path))
     _set_cookie(request, response, SESSION_COOKIE, signer.dump(session), SESSION_SECS)

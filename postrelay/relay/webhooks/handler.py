@@ -47,6 +47,11 @@ class WebhookDeliveryError(PostrelayError):
     """A failed attempt that may succeed later (5xx, network error, timeout): retried."""
 
 
+class BadEndpointUrl(PermanentError):
+    """The endpoint's URL cannot be turned into a request (stored before `webhooks add`
+    normalised URLs, or edited in the database): not retried, nothing was sent."""
+
+
 def webhook_registry(
     engine: AsyncEngine,
     *,
@@ -93,7 +98,7 @@ def webhook_handler(
         try:
             status, headers, text = await _post(row["url"], row["secret"], msg_id, body,
                                                 int(clock()), allow_private, timeout_secs)
-        except AddressRefused as exc:
+        except (AddressRefused, BadEndpointUrl) as exc:
             await attempt.record(error=str(exc))
             raise
         except (httpx.HTTPError, OSError, TimeoutError) as exc:
@@ -144,13 +149,16 @@ async def _post(
     One deadline covers resolving, connecting and receiving the headers; the body is read
     within what is left of it, and a body cut short still leaves the status.
     """
-    original = httpx.URL(url)
+    original = _parsed_url(url)
     port = original.port or (443 if original.scheme == "https" else 80)
     deadline = asyncio.get_running_loop().time() + timeout_secs
     async with httpx.AsyncClient(timeout=timeout_secs, follow_redirects=False,
                                  trust_env=False) as client:
         async with asyncio.timeout_at(deadline):
-            target = await resolve(original.host, port, allow_private=allow_private)
+            # The ASCII (IDNA) host, as httpx sends it: the resolver would encode a Unicode
+            # name again by other rules and could look up another name.
+            target = await resolve(original.raw_host.decode("ascii"), port,
+                                   allow_private=allow_private)
             headers = {**signing.headers(secret, msg_id, timestamp, body),
                        "host": original.netloc.decode("ascii"), "user-agent": USER_AGENT}
             response = await _send_to_first_reachable(client, original, target, headers, body)
@@ -168,6 +176,23 @@ async def _post(
     return response.status_code, response.headers, _text(bytes(received[:BODY_LIMIT]))
 
 
+def _parsed_url(url: str) -> httpx.URL:
+    """The endpoint URL as httpx reads it; BadEndpointUrl for one it cannot use."""
+    try:
+        parsed = httpx.URL(url)
+        if parsed.scheme not in ("http", "https") or not parsed.raw_host:
+            raise httpx.InvalidURL("not an absolute http:// or https:// URL")
+        if parsed.port is not None and not 1 <= parsed.port <= 65535:
+            raise httpx.InvalidURL(f"port {parsed.port} is out of range")
+        parsed.raw_host.decode("ascii")
+        parsed.netloc.decode("ascii")
+    except (httpx.InvalidURL, ValueError, UnicodeError) as exc:
+        raise BadEndpointUrl(f"the endpoint URL {url!r} cannot be requested ({exc}); "
+                             "fix it with `postrelay webhooks rm` and `webhooks add`, which "
+                             "checks URLs") from None
+    return parsed
+
+
 async def _send_to_first_reachable(
     client: httpx.AsyncClient, url: httpx.URL, target: Target, headers: dict[str, str],
     body: bytes,
@@ -178,8 +203,12 @@ async def _send_to_first_reachable(
     extensions = {"sni_hostname": url.host} if url.scheme == "https" else {}
     failure: httpx.ConnectError | None = None
     for address in target.addresses:
-        request = client.build_request("POST", url.copy_with(host=str(address)),
-                                       content=body, headers=headers, extensions=extensions)
+        try:
+            request = client.build_request("POST", url.copy_with(host=str(address)),
+                                           content=body, headers=headers,
+                                           extensions=extensions)
+        except (httpx.InvalidURL, ValueError, UnicodeError) as exc:
+            raise BadEndpointUrl(f"no request can be built for {url} ({exc})") from None
         try:
             return await client.send(request, stream=True)
         except httpx.ConnectError as exc:  # nothing was sent: the next address is safe

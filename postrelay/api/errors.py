@@ -1,6 +1,7 @@
 """Every error as `{"data": null, "error": {"code", "message"}}` with the right status.
 
-400 bad input (the field named), 401 no or wrong key, 404 not found, 409 conflict. Bad input
+400 bad input (the field named), 401 no or wrong key, 404 not found, 409 conflict, 413 a
+payload or a request body over POSTRELAY_MAX_PAYLOAD_BYTES. Bad input
 must never surface as a 500: validation errors from FastAPI and from postrelay's own
 checks both land here, and a database DataError (a value the database refused) is a 400 too.
 """
@@ -16,7 +17,13 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from postrelay.core.errors import ConflictError, NotFoundError, ValidationError
+from postrelay.core.errors import (
+    ConflictError,
+    NotFoundError,
+    PayloadTooLargeError,
+    ValidationError,
+)
+from postrelay.core.limits import DEPTH_RULE
 from postrelay.core.telemetry import event
 
 # postrelay's Python names of inputs, as the API's bodies and paths spell them.
@@ -28,7 +35,8 @@ API_FIELD_NAMES = {
     "job_id": "id",
 }
 CODES = {400: "invalid_request", 401: "unauthorized", 404: "not_found",
-         405: "method_not_allowed", 409: "conflict", 503: "not_ready"}
+         405: "method_not_allowed", 409: "conflict", 413: "payload_too_large",
+         503: "not_ready"}
 
 
 class ApiError(Exception):
@@ -63,7 +71,8 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ValidationError)
     def _validation(request: Request, exc: ValidationError) -> JSONResponse:
         field = API_FIELD_NAMES.get(exc.field, exc.field)
-        return error_response(400, CODES[400], f"{field}: {exc.rule}", field=field)
+        status = 413 if isinstance(exc, PayloadTooLargeError) else 400
+        return error_response(status, CODES[status], f"{field}: {exc.rule}", field=field)
 
     @app.exception_handler(RequestValidationError)
     def _request_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -87,6 +96,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if isinstance(exc.__cause__, RecursionError):  # FastAPI's JSON parse gave out
+            return error_response(400, CODES[400], f"body: {DEPTH_RULE}", field="body")
         code = CODES.get(exc.status_code, "error")
         return error_response(exc.status_code, code, str(exc.detail),
                               headers=getattr(exc, "headers", None))

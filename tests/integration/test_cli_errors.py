@@ -61,6 +61,14 @@ def test_an_unreachable_database_is_one_line(worker_env, args):
     assert "cannot reach the database" in line and "s3cret" not in line
 
 
+def test_the_debug_log_of_a_failure_shows_the_traceback_but_not_the_password(worker_env):
+    env = {**worker_env, "POSTRELAY_DATABASE_URL": "postgresql://u:s3cret@127.0.0.1:1/nope",
+           "POSTRELAY_LOG_LEVEL": "DEBUG"}
+    done = run(env, "status", ok=False)
+    assert done.returncode == 1 and "Traceback" in done.stderr
+    assert "s3cret" not in done.stderr + done.stdout
+
+
 @pytest.mark.parametrize("url", [
     "postgresql://u:s3cret@host:notaport/db", "mysql://u:s3cret@host/db", "not a url at all",
 ])

@@ -280,14 +280,18 @@ def validated_job(
 
     if not isinstance(kind, str) or not kind:
         raise ValidationError(field_name("kind"), "must be a non-empty string")
-    checked_text(kind, field_name("kind"), MAX_KIND_CHARS)
+    if len(kind) > MAX_KIND_CHARS or not kind.isascii() or "\x00" in kind:
+        checked_text(kind, field_name("kind"), MAX_KIND_CHARS)
     if not isinstance(payload, Mapping):
         raise ValidationError(
             field_name("payload"),
             f"must be a JSON object (a mapping), got {type(payload).__name__}",
         )
-    payload_json = jsontext.encode_document(
-        payload, field_name("payload"), max_payload_bytes() if max_bytes is None else max_bytes)
+    try:
+        payload_json = jsontext.encode_document(
+            payload, "payload", max_payload_bytes() if max_bytes is None else max_bytes)
+    except ValidationError as exc:  # named here, not up front: the f-string costs per job
+        raise type(exc)(field_name(exc.field), exc.rule) from None
     if tenant_id is None:
         raise ValidationError(field_name("tenant_id"), "is required")
     try:

@@ -325,7 +325,9 @@ def validated_job(
         if not isinstance(idempotency_key, str) or not idempotency_key:
             raise ValidationError(field_name("idempotency_key"),
                                   "must be a non-empty string or None")
-        checked_text(idempotency_key, field_name("idempotency_key"), MAX_KEY_CHARS)
+        if (len(idempotency_key) > MAX_KEY_CHARS or not idempotency_key.isascii()
+                or "\x00" in idempotency_key):  # the close look only when the cheap one fails
+            checked_text(idempotency_key, field_name("idempotency_key"), MAX_KEY_CHARS)
     return {
         "kind": kind,
         "payload": payload_json,

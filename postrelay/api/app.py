@@ -9,6 +9,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 import postrelay
+from postrelay.api.bodylimit import BODY_ROOM, BodyLimit
 from postrelay.api.errors import install_error_handlers
 from postrelay.api.keys import service_role_key
 from postrelay.api.metrics import metrics_registry
@@ -52,6 +53,8 @@ def create_app(settings: Settings, db: Database) -> FastAPI:
         app.include_router(module.router)
     app.mount("/dashboard", create_dashboard(settings, db,  # the web UI, same process
                                              throttle=app.state.auth_throttle))
+    # Outermost: a body over the limit is refused before any endpoint or form parser reads it.
+    app.add_middleware(BodyLimit, limit=settings.max_payload_bytes + BODY_ROOM)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 

@@ -1,8 +1,9 @@
 """Every error as `{"data": null, "error": {"code", "message"}}` with the right status.
 
 400 bad input (the field named), 401 no or wrong key, 403 refused by a rule of what the
-caller may do (`kind_reserved`, `name_reserved`), 404 not found, 409 conflict, 429 too many
-failed authentication attempts (with Retry-After). Bad input
+caller may do (`kind_reserved`, `name_reserved`), 404 not found, 409 conflict, 413 a payload
+or a request body over POSTRELAY_MAX_PAYLOAD_BYTES, 429 too many failed authentication
+attempts (with Retry-After). Bad input
 must never surface as a 500: validation errors from FastAPI and from postrelay's own
 checks both land here, and a database DataError (a value the database refused) is a 400 too.
 """
@@ -22,8 +23,10 @@ from postrelay.core.errors import (
     ConflictError,
     ForbiddenError,
     NotFoundError,
+    PayloadTooLargeError,
     ValidationError,
 )
+from postrelay.core.limits import DEPTH_RULE
 from postrelay.core.telemetry import event
 
 # postrelay's Python names of inputs, as the API's bodies and paths spell them.
@@ -35,7 +38,8 @@ API_FIELD_NAMES = {
     "job_id": "id",
 }
 CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-         405: "method_not_allowed", 409: "conflict", 429: "too_many_requests",
+         405: "method_not_allowed", 409: "conflict", 413: "payload_too_large",
+         429: "too_many_requests",
          503: "not_ready"}
 
 
@@ -71,7 +75,8 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ValidationError)
     def _validation(request: Request, exc: ValidationError) -> JSONResponse:
         field = API_FIELD_NAMES.get(exc.field, exc.field)
-        return error_response(400, CODES[400], f"{field}: {exc.rule}", field=field)
+        status = 413 if isinstance(exc, PayloadTooLargeError) else 400
+        return error_response(status, CODES[status], f"{field}: {exc.rule}", field=field)
 
     @app.exception_handler(RequestValidationError)
     def _request_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -99,6 +104,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if isinstance(exc.__cause__, RecursionError):  # FastAPI's JSON parse gave out
+            return error_response(400, CODES[400], f"body: {DEPTH_RULE}", field="body")
         code = CODES.get(exc.status_code, "error")
         return error_response(exc.status_code, code, str(exc.detail),
                               headers=getattr(exc, "headers", None))

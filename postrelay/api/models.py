@@ -14,14 +14,11 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from postrelay.queue.admin import JobView
 from postrelay.queue.cron import CronEntry
-from postrelay.queue.enqueue import INT_MAX, SMALLINT_MAX, SMALLINT_MIN
+from postrelay.queue.enqueue import INT_MAX, MAX_DELAY_SECS, SMALLINT_MAX, SMALLINT_MIN
 
 T = TypeVar("T")
 
 JobStatus = Literal["pending", "running", "done", "failed", "dlq"]
-# A delay past this is almost certainly a unit mistake (ms for s), and far past it the
-# database's timestamp range ends; refuse it as bad input instead.
-MAX_DELAY_SECS = 10 * 365 * 24 * 3600
 
 
 def _no_nul(value: Any) -> Any:

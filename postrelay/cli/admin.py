@@ -16,7 +16,7 @@ from sqlalchemy import Connection
 
 from postrelay.cli.common import actor, transaction
 from postrelay.cli.main import app
-from postrelay.cli.output import cell, print_json, table
+from postrelay.cli.output import cell, echo, print_json, table
 from postrelay.queue import admin, ensure_tenant
 
 jobs_app = typer.Typer(help="Read jobs.", no_args_is_help=True)
@@ -41,15 +41,15 @@ def status_command(as_json: bool = JSON_OPT) -> None:
         print_json(status)
         return
     due_age = status.oldest_due_age_secs
-    typer.echo(table(["STATUS", "JOBS"], list(status.by_status.items())))
-    typer.echo(f"\ndue pending: {status.due_pending}   oldest due waiting: "
+    echo(table(["STATUS", "JOBS"], list(status.by_status.items())))
+    echo(f"\ndue pending: {status.due_pending}   oldest due waiting: "
                + ("-" if due_age is None else f"{due_age:.1f} s"))
     by_tenant = {names.get(t, str(t)): counts for t, counts in status.by_tenant.items()}
     for title, groups in (("KIND", status.by_kind), ("TENANT", by_tenant)):
         if groups:
             rows = [[label, *(groups[label].get(s, 0) for s in admin.STATUSES)]
                     for label in sorted(groups)]
-            typer.echo("\n" + table([title, *(s.upper() for s in admin.STATUSES)], rows))
+            echo("\n" + table([title, *(s.upper() for s in admin.STATUSES)], rows))
 
 
 @jobs_app.command("list")
@@ -75,14 +75,14 @@ def jobs_show(
     with transaction() as conn:
         job = admin.job_get(conn, job_id, tenant_id=tenant)
     if job is None:
-        typer.echo(f"error: no job {job_id}", err=True)
+        echo(f"error: no job {job_id}", err=True)
         raise typer.Exit(1)
     if as_json:
         print_json(job)
         return
     for name, value in dataclasses.asdict(job).items():
         shown = json.dumps(value, indent=2) if name == "payload" else cell(value, truncate=False)
-        typer.echo(f"{name + ':':<17}{shown}")
+        echo(f"{name + ':':<17}{shown}")
 
 
 @dlq_app.command("list")
@@ -103,7 +103,7 @@ def dlq_retry(
     """Give one dead job exactly one more attempt (its attempts are kept)."""
     with transaction() as conn:
         job = admin.dlq_retry(conn, job_id, actor=actor(), tenant_id=tenant)
-    typer.echo(f"retried {job.id} (attempts so far {job.attempts}/{job.max_attempts})")
+    echo(f"retried {job.id} (attempts so far {job.attempts}/{job.max_attempts})")
 
 
 @dlq_app.command("requeue")
@@ -114,7 +114,7 @@ def dlq_requeue(
     """Send dead jobs back to pending, oldest first, at most 1000 per call."""
     with transaction() as conn:
         count = admin.dlq_requeue(conn, actor=actor(), tenant_id=tenant, limit=limit)
-    typer.echo(f"requeued {count}")
+    echo(f"requeued {count}")
 
 
 @dlq_app.command("discard")
@@ -125,7 +125,7 @@ def dlq_discard(
     """Delete one dead job; its audit row keeps a copy of it."""
     with transaction() as conn:
         admin.dlq_discard(conn, job_id, actor=actor(), tenant_id=tenant)
-    typer.echo(f"discarded {job_id}")
+    echo(f"discarded {job_id}")
 
 
 @tenants_app.command("add")
@@ -133,7 +133,7 @@ def tenants_add(name: str = typer.Argument(..., help="The tenant's unique name."
     """Create a tenant (or find the existing one of that name) and print its id."""
     with transaction() as conn:
         tenant_id = ensure_tenant(conn, name)
-    typer.echo(str(tenant_id))
+    echo(str(tenant_id))
 
 
 @tenants_app.command("list")
@@ -145,7 +145,7 @@ def tenants_list(as_json: bool = JSON_OPT) -> None:
         print_json(tenants)
         return
     rows = [[t.id, t.name, t.created_at] for t in tenants]
-    typer.echo(table(["ID", "NAME", "CREATED_AT"], rows))
+    echo(table(["ID", "NAME", "CREATED_AT"], rows))
 
 
 def _print_jobs(fetch: Callable[[Connection], list[admin.JobView]], as_json: bool) -> None:
@@ -163,7 +163,7 @@ def _print_jobs(fetch: Callable[[Connection], list[admin.JobView]], as_json: boo
          _error_summary(j.last_error)]
         for j in jobs
     ]
-    typer.echo(table(headers, rows) if rows else "no jobs")
+    echo(table(headers, rows) if rows else "no jobs")
 
 
 def _tenant_names(conn: Connection) -> dict[UUID, str]:
@@ -172,7 +172,9 @@ def _tenant_names(conn: Connection) -> dict[UUID, str]:
 
 def _error_summary(error: str | None) -> str | None:
     # A traceback's last line names the exception and its message: the part that fits.
-    lines = [line for line in (error or "").splitlines() if line.strip()]
+    # Split on newlines only: splitlines() also splits on \r and other controls, which
+    # would let a message hide what precedes them.
+    lines = [line for line in (error or "").split("\n") if line.strip()]
     return lines[-1].strip() if lines else error
 
 

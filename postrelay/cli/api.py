@@ -6,7 +6,7 @@ import typer
 
 from postrelay.cli.common import database, settings_or_exit, transaction
 from postrelay.cli.main import app
-from postrelay.cli.output import print_json, table
+from postrelay.cli.output import echo, print_json, table
 from postrelay.core.errors import ConfigError
 
 keys_app = typer.Typer(help="API keys bound to one tenant (the service-role key is a setting).",
@@ -29,7 +29,7 @@ def api_command(
         # Checked before touching the database: refusing to start must be quick and clear.
         service_role_key(settings)
     except ConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     with database(settings) as db:
         api = create_app(settings, db)
@@ -50,8 +50,8 @@ def keys_add(
 
     with transaction() as conn:
         view, key = api_key_create(conn, name, tenant_id=tenant)
-    typer.echo(key)
-    typer.echo(f"created key {view.name} for tenant {view.tenant_id}; store it now, it is "
+    echo(key)
+    echo(f"created key {view.name} for tenant {view.tenant_id}; store it now, it is "
                "not shown again", err=True)
 
 
@@ -66,7 +66,7 @@ def keys_list(as_json: bool = typer.Option(False, "--json", help="Print JSON."))
         print_json(keys)
         return
     rows = [[k.name, k.tenant_id, k.created_at, k.revoked_at] for k in keys]
-    typer.echo(table(["NAME", "TENANT", "CREATED_AT", "REVOKED_AT"], rows) if rows else "no keys")
+    echo(table(["NAME", "TENANT", "CREATED_AT", "REVOKED_AT"], rows) if rows else "no keys")
 
 
 @keys_app.command("revoke")
@@ -76,4 +76,4 @@ def keys_revoke(name: str = typer.Argument(..., help="The key's name.")) -> None
 
     with transaction() as conn:
         api_key_revoke(conn, name)
-    typer.echo(f"revoked {name}")
+    echo(f"revoked {name}")

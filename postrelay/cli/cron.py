@@ -8,8 +8,8 @@ import typer
 
 from postrelay.cli.common import actor, transaction
 from postrelay.cli.main import app
-from postrelay.cli.output import print_json, table
-from postrelay.core.errors import ValidationError
+from postrelay.cli.output import echo, print_json, table
+from postrelay.core import jsontext
 from postrelay.queue.cron import cron_create, cron_delete, cron_list
 from postrelay.queue.schema import SYSTEM_TENANT_ID
 
@@ -30,13 +30,10 @@ def cron_add(
 ) -> None:
     """Create a cron entry. A system kind (cleanup_jobs) runs only in the system tenant."""
     with transaction() as conn:
-        try:
-            body = json.loads(payload)
-        except json.JSONDecodeError as exc:
-            raise ValidationError("payload", f"not valid JSON: {exc}") from None
+        body = jsontext.parse_document(payload, "payload")
         entry = cron_create(conn, name, schedule, kind, body, tenant_id=tenant,
                             priority=priority, max_attempts=max_attempts, created_by=actor())
-    typer.echo(f"created {entry.name}: '{entry.schedule}' -> {entry.kind}")
+    echo(f"created {entry.name}: '{entry.schedule}' -> {entry.kind}")
 
 
 @cron_app.command("list")
@@ -53,9 +50,8 @@ def cron_list_command(
     # Names are per tenant, so the tenant is part of what names an entry.
     rows = [[e.name, e.tenant_id, e.schedule, e.kind, e.last_run, e.next_run,
              json.dumps(e.payload)] for e in entries]
-    typer.echo(table(["NAME", "TENANT", "SCHEDULE", "KIND", "LAST_RUN", "NEXT_RUN", "PAYLOAD"],
-                     rows)
-               if rows else "no cron entries")
+    echo(table(["NAME", "TENANT", "SCHEDULE", "KIND", "LAST_RUN", "NEXT_RUN", "PAYLOAD"], rows)
+         if rows else "no cron entries")
 
 
 @cron_app.command("rm")
@@ -70,4 +66,4 @@ def cron_rm(
     The built-in postrelay.* entries are not deleted this way."""
     with transaction() as conn:
         cron_delete(conn, name, tenant_id=tenant, actor=actor())
-    typer.echo(f"deleted {name}")
+    echo(f"deleted {name}")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ import typer
 
 from postrelay.cli.common import settings_or_exit, user_errors
 from postrelay.cli.main import app
+from postrelay.core import jsontext
 from postrelay.core.errors import ValidationError
 from postrelay.orchestrator.addresses import parse_address
 from postrelay.orchestrator.message import build_message, message_id_domain, message_id_for
@@ -75,11 +75,13 @@ def _load_context(path: Path | None) -> dict[str, Any]:
     if path is None:
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = jsontext.parse_document(path.read_text(encoding="utf-8"), "context")
     except OSError as exc:
         raise ValidationError("context", f"cannot read {path}: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except UnicodeDecodeError as exc:
         raise ValidationError("context", f"{path} is not valid JSON: {exc}") from None
+    except ValidationError as exc:
+        raise ValidationError("context", f"{path}: {exc.rule}") from None
     if not isinstance(data, dict):
         raise ValidationError("context", f"{path} must hold a JSON object, not "
                                          f"{type(data).__name__}")

@@ -12,7 +12,7 @@ import typer
 
 from postrelay.cli.common import transaction
 from postrelay.cli.main import app
-from postrelay.cli.output import cell, print_json, table
+from postrelay.cli.output import cell, echo, print_json, table
 from postrelay.core.errors import ValidationError
 from postrelay.orchestrator.admin import (
     email_list,
@@ -69,7 +69,7 @@ def emails_list(
     if as_json:
         print_json(rows)
         return
-    typer.echo(table(
+    echo(table(
         ["ID", "CREATED", "STATUS", "TEMPLATE", "TO", "SMTP", "ATTEMPT", "SUBJECT"],
         [[r["id"], r["created_at"], r["status"], r["template"], ", ".join(r["to_addresses"]),
           _smtp(r), r["attempt"], r["subject"]] for r in rows],
@@ -89,31 +89,31 @@ def emails_show(
         print_json(story)
         return
     log, job, event = story["log"], story["job"], story["event"]
-    typer.echo(f"message {log['message_id']}  template {log['template']} "
+    echo(f"message {log['message_id']}  template {log['template']} "
                f"({log['template_version'] or 'not rendered'})")
-    typer.echo(f"  from {log['from_address']}  to {', '.join(log['to_addresses'])}")
-    typer.echo(f"  subject {log['subject'] or '-'}")
+    echo(f"  from {log['from_address']}  to {', '.join(log['to_addresses'])}")
+    echo(f"  subject {log['subject'] or '-'}")
     if event:
-        typer.echo(f"event {event['id']}  {event['event_type']} on {event['aggregate_type']} "
+        echo(f"event {event['id']}  {event['event_type']} on {event['aggregate_type']} "
                    f"{event['aggregate_id']}  at {event['created_at']}")
     else:
-        typer.echo(f"event {log['event_id'] or '-'} (not kept)" if log["event_id"]
+        echo(f"event {log['event_id'] or '-'} (not kept)" if log["event_id"]
                    else "event - (enqueued directly)")
     if job:
-        typer.echo(f"job {job['id']}  {job['status']}  attempt {job['attempts']}/"
+        echo(f"job {job['id']}  {job['status']}  attempt {job['attempts']}/"
                    f"{job['max_attempts']}  last error: {cell(job['last_error'])}")
         for entry in story["audit"]:
-            typer.echo(f"  audit {entry['created_at']}  {entry['action']} by {entry['actor']}")
+            echo(f"  audit {entry['created_at']}  {entry['action']} by {entry['actor']}")
     else:
-        typer.echo(f"job {log['job_id'] or '-'} (removed by retention)")
-    typer.echo("attempts:")
+        echo(f"job {log['job_id'] or '-'} (removed by retention)")
+    echo("attempts:")
     for row in story["attempts"]:
-        typer.echo(f"  #{row['attempt']} {row['created_at']}  {row['status']:<10} "
+        echo(f"  #{row['attempt']} {row['created_at']}  {row['status']:<10} "
                    f"{_smtp(row)}  {cell(row['smtp_response'])}"
                    + (f"  queue id {row['queue_id']}" if row.get("queue_id") else "")
                    + (f"  error: {cell(row['error'])}" if row.get("error") else ""))
         for address, result in (row.get("recipient_results") or {}).items():
-            typer.echo(f"      {address}: {json.dumps(result)}")
+            echo(f"      {address}: {json.dumps(result)}")
 
 
 @emails_app.command("suppressed")
@@ -128,7 +128,7 @@ def emails_suppressed(
     if as_json:
         print_json(rows)
         return
-    typer.echo(table(["TENANT", "ADDRESS", "SINCE", "REASON"],
+    echo(table(["TENANT", "ADDRESS", "SINCE", "REASON"],
                      [[r["tenant_id"], r["address"], r["created_at"], r["reason"]]
                       for r in rows]) if rows else "no suppressed addresses")
 
@@ -141,7 +141,7 @@ def emails_unsuppress(
     """Lift a suppression: the address gets this tenant's mail again."""
     with transaction() as conn:
         suppression_remove(conn, address, tenant_id=tenant)
-    typer.echo(f"{address.strip().lower()} gets mail again")
+    echo(f"{address.strip().lower()} gets mail again")
 
 
 def _smtp(row: dict[str, Any]) -> str:

@@ -2,8 +2,11 @@
 
 import typer
 
+from postrelay.cli.boundary import GuardedGroup
+
+# GuardedGroup: whatever a command raises ends as one line on stderr and an exit code.
 app = typer.Typer(help="postrelay: outbox relay, email orchestrator and job queue on PostgreSQL.",
-                  no_args_is_help=True, add_completion=False)
+                  no_args_is_help=True, add_completion=False, cls=GuardedGroup)
 
 
 def _register() -> None:

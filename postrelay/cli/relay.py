@@ -9,7 +9,7 @@ import typer
 
 from postrelay.cli.common import database, settings_or_exit, transaction
 from postrelay.cli.main import app
-from postrelay.cli.output import print_json, table
+from postrelay.cli.output import echo, print_json, table
 
 outbox_app = typer.Typer(help="The transactional outbox.", no_args_is_help=True)
 app.add_typer(outbox_app, name="outbox")
@@ -44,11 +44,11 @@ def outbox_status(
         print_json(status)
         return
     lag = "-" if status.lag_secs is None else f"{status.lag_secs:.3f} s"
-    typer.echo(table(["BACKLOG", "RETRYING", "LAG", "HANDLED", "DEAD"],
+    echo(table(["BACKLOG", "RETRYING", "LAG", "HANDLED", "DEAD"],
                      [[status.backlog, status.retrying, lag, status.handled, status.dead]]))
     if status.dead_events:
-        typer.echo("\ndead events:")
-        typer.echo(table(["ID", "EVENT_TYPE", "AGGREGATE", "ATTEMPTS", "LAST_ERROR"],
+        echo("\ndead events:")
+        echo(table(["ID", "EVENT_TYPE", "AGGREGATE", "ATTEMPTS", "LAST_ERROR"],
                          [[e["id"], e["event_type"],
                            f"{e['aggregate_type']}/{e['aggregate_id']}", e["attempts"],
                            e["last_error"]] for e in status.dead_events]))
@@ -67,7 +67,7 @@ def outbox_replay_command(
     with transaction() as conn:
         count = outbox_replay(conn, event_id=event_id, since=_utc(since), until=_utc(until),
                               tenant_id=tenant)
-    typer.echo(f"replayed {count}")
+    echo(f"replayed {count}")
 
 
 def _utc(value: datetime | None) -> datetime | None:

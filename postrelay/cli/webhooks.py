@@ -6,7 +6,7 @@ import typer
 
 from postrelay.cli.common import settings_or_exit, transaction
 from postrelay.cli.main import app
-from postrelay.cli.output import print_json, table
+from postrelay.cli.output import echo, print_json, table
 from postrelay.relay.webhooks import (
     webhook_add,
     webhook_disable,
@@ -43,9 +43,9 @@ def webhooks_add(
     if as_json:
         print_json({"endpoint": endpoint, "secret": secret})
         return
-    typer.echo(f"added webhook endpoint {endpoint.id} -> {endpoint.url}")
-    typer.echo(f"secret: {secret}")
-    typer.echo("Store the secret now: the receiver verifies signatures with it, and it is "
+    echo(f"added webhook endpoint {endpoint.id} -> {endpoint.url}")
+    echo(f"secret: {secret}")
+    echo("Store the secret now: the receiver verifies signatures with it, and it is "
                "not shown again.")
 
 
@@ -62,7 +62,7 @@ def webhooks_list(
         return
     rows = [[e.id, e.tenant_id, e.url, ",".join(e.event_types or ["*"]),
              "enabled" if e.enabled else "disabled", e.disabled_reason] for e in endpoints]
-    typer.echo(table(["ID", "TENANT", "URL", "EVENT_TYPES", "STATE", "REASON"], rows)
+    echo(table(["ID", "TENANT", "URL", "EVENT_TYPES", "STATE", "REASON"], rows)
                if rows else "no webhook endpoints")
 
 
@@ -74,7 +74,7 @@ def webhooks_disable(
     """Stop delivering to an endpoint; its queued deliveries stop unsent."""
     with transaction() as conn:
         webhook_disable(conn, endpoint_id, reason=reason)
-    typer.echo(f"disabled {endpoint_id}")
+    echo(f"disabled {endpoint_id}")
 
 
 @webhooks_app.command("enable")
@@ -82,7 +82,7 @@ def webhooks_enable(endpoint_id: str = typer.Argument(...)) -> None:
     """Deliver to an endpoint again (events from now on)."""
     with transaction() as conn:
         webhook_enable(conn, endpoint_id)
-    typer.echo(f"enabled {endpoint_id}")
+    echo(f"enabled {endpoint_id}")
 
 
 @webhooks_app.command("rm")
@@ -90,7 +90,7 @@ def webhooks_rm(endpoint_id: str = typer.Argument(...)) -> None:
     """Delete an endpoint and its delivery log."""
     with transaction() as conn:
         webhook_remove(conn, endpoint_id)
-    typer.echo(f"deleted {endpoint_id}")
+    echo(f"deleted {endpoint_id}")
 
 
 @webhooks_app.command("attempts")
@@ -108,5 +108,5 @@ def webhooks_attempts(
         return
     rows = [[a.created_at, a.endpoint_id, a.event_id, a.attempt, a.status_code,
              f"{a.duration_ms} ms", a.error or a.response_body] for a in attempts]
-    typer.echo(table(["AT", "ENDPOINT", "EVENT", "ATTEMPT", "STATUS", "DURATION", "DETAIL"],
+    echo(table(["AT", "ENDPOINT", "EVENT", "ATTEMPT", "STATUS", "DURATION", "DETAIL"],
                      rows) if rows else "no attempts")

@@ -14,6 +14,11 @@ class ValidationError(PostrelayError, ValueError):
         super().__init__(f"{field}: {rule}")
 
 
+class PayloadTooLargeError(ValidationError):
+    """A document is over the size limit (POSTRELAY_MAX_PAYLOAD_BYTES); the HTTP API answers
+    413."""
+
+
 class NotFoundError(PostrelayError, LookupError):
     """The named thing does not exist (or is not in the state the operation needs)."""
 

@@ -6,15 +6,41 @@ psycopg's jsonb loader goes through `json.loads` on bytes (an encoding sniff, th
 decode). On the hot paths — a payload per enqueued job and per emitted event, a payload per
 claimed job and per claimed event — these shared instances cost a quarter (encoding) to a
 half (decoding) less per document.
+
+`encode_document` also checks what jsonb would refuse, or what postrelay does not accept
+(core/limits.py), on the text the encoder made rather than in a second walk over the value:
+every non-ASCII character comes out as a `\\uXXXX` escape, so a NUL or a surrogate shows as a
+substring, the size is the length, and the bracket count bounds the depth. Only a document
+that one of these cheap tests flags is looked at closely.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
+
+from postrelay.core.errors import PayloadTooLargeError, ValidationError
+from postrelay.core.limits import (
+    DEPTH_RULE,
+    MAX_DEPTH,
+    MAX_PAYLOAD_BYTES_ENV,
+    NUL_RULE,
+    SURROGATE_RULE,
+)
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 _DECODER = json.JSONDecoder()
+# The escapes of the encoder's output that are fine however they look: an escaped
+# backslash (so `\\u0000`, a backslash then "u0000", is not taken for a NUL) and a
+# surrogate pair (one character beyond the BMP). Deleting them left to right leaves a
+# `\u0000` or a `\udXXX` only where the value held a NUL or an unpaired surrogate.
+_GOOD_ESCAPES = re.compile(r"\\\\|\\ud[89ab][0-9a-f]{2}\\ud[c-f][0-9a-f]{2}")
+# A string, or a run of anything that is neither a bracket nor a quote.
+_NOT_BRACKETS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[^\[\]{}"]+')
+_SQUARE = str.maketrans("{}", "[]")
+# A text this short cannot nest deeper than the limit: each level takes two characters.
+_SHALLOW_CHARS = 2 * MAX_DEPTH + 1
 
 
 def encode(value: Any) -> str:
@@ -26,3 +52,88 @@ def encode(value: Any) -> str:
 def decode(text: str) -> Any:
     """The value of the JSON document `text` (as PostgreSQL prints a jsonb value)."""
     return _DECODER.decode(text)
+
+
+def encode_document(value: Any, field: str, max_bytes: int) -> str:
+    """`value` as compact JSON for a jsonb column, or ValidationError naming `field` (and
+    the path inside it) and the rule: JSON-serialisable, finite numbers, no NUL, no unpaired
+    surrogate, at most `MAX_DEPTH` levels, at most `max_bytes` bytes
+    (PayloadTooLargeError)."""
+    try:
+        text = _ENCODER.encode(value)
+    except RecursionError:  # hundreds of levels: the encoder's own recursion gave out
+        raise ValidationError(field, DEPTH_RULE) from None
+    except (TypeError, ValueError) as exc:
+        raise ValidationError(field, f"must be JSON-serialisable: {exc}") from None
+    if len(text) > max_bytes:  # ASCII only: characters are bytes
+        raise PayloadTooLargeError(
+            field, f"is {len(text)} bytes as JSON, over the limit of {max_bytes} "
+                   f"({MAX_PAYLOAD_BYTES_ENV})")
+    # Every non-ASCII character is a \u escape: ASCII-only text, the common case, costs
+    # one substring search here, and other text one more before the close look.
+    if "\\u" in text and ("\\u0000" in text or "\\ud" in text) and (rule := _bad_escape(text)):
+        path = _find_string(value, lambda s: _bad_escape(_ENCODER.encode(s)) is not None)
+        raise ValidationError(field + (path or ""), rule)
+    if (len(text) > _SHALLOW_CHARS and text.count("[") + text.count("{") > MAX_DEPTH
+            and _deeper_than(text, MAX_DEPTH)):
+        raise ValidationError(field, DEPTH_RULE)
+    return text
+
+
+def parse_document(text: str, field: str) -> Any:
+    """The value of JSON `text` typed by a user (a CLI option, a file), or ValidationError
+    naming `field`: not JSON, or nested so deep that the decoder's recursion gives out."""
+    try:
+        return _DECODER.decode(text)
+    except json.JSONDecodeError as exc:
+        raise ValidationError(field, f"not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ValidationError(field, DEPTH_RULE) from None
+
+
+def _bad_escape(text: str) -> str | None:
+    """The rule a `\\uXXXX` escape of encoder output breaks: a NUL, or a surrogate that is
+    not half of a pair (jsonb refuses both); None if every escape is fine."""
+    rest = _GOOD_ESCAPES.sub("", text)
+    if "\\u0000" in rest:
+        return NUL_RULE
+    if "\\ud" in rest:
+        return SURROGATE_RULE
+    return None
+
+
+def _deeper_than(text: str, limit: int) -> bool:
+    """Whether the JSON `text` nests more than `limit` levels. Each round deletes every
+    innermost `[]` (objects count as arrays here), one level, at C speed."""
+    brackets = _NOT_BRACKETS.sub("", text).translate(_SQUARE)
+    for _ in range(limit):
+        if not brackets:
+            return False
+        brackets = brackets.replace("[]", "")
+    return bool(brackets)
+
+
+def _find_string(value: Any, bad: Any) -> str | None:
+    """The path (`.key`, `[index]`) of the first string or key in `value` for which `bad`
+    holds; "" for `value` itself. Iterative, so deep values cannot exhaust the stack."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        path, item = stack.pop()
+        if isinstance(item, str):
+            if bad(item):
+                return path
+        elif isinstance(item, dict):
+            children = []
+            for key, child in item.items():
+                if isinstance(key, str) and bad(key):
+                    return path + _member(key)
+                children.append((path + _member(key), child))
+            stack.extend(reversed(children))
+        elif isinstance(item, list | tuple):
+            stack.extend(reversed([(f"{path}[{i}]", child) for i, child in enumerate(item)]))
+    return None
+
+
+def _member(key: Any) -> str:
+    text = str(key)
+    return f".{text}" if text.isidentifier() else f"[{_ENCODER.encode(text)}]"

@@ -4,17 +4,28 @@ Every field reads from the environment with the `POSTRELAY_` prefix, e.g.
 `POSTRELAY_JOB_RETRY_DELAY_SECS=10`.
 """
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import platformdirs
 import pydantic
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from postrelay.core.errors import ConfigError
+from postrelay.core.limits import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    MAX_MAX_PAYLOAD_BYTES,
+    MIN_MAX_PAYLOAD_BYTES,
+)
 
 ENV_PREFIX = "POSTRELAY_"
+POSTGRES_DRIVERS = ("postgres", "postgresql", "postgresql+psycopg", "postgresql+psycopg2")
+# Fields whose value never appears in a repr, a log line or an error message.
+SECRET_FIELDS = ("database_url", "smtp_password", "service_role_key")
 
 
 def _default_embedded_dir() -> Path:
@@ -24,7 +35,8 @@ def _default_embedded_dir() -> Path:
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
 
-    # None means: start the embedded PostgreSQL (pgserver) in `embedded_data_dir`.
+    # None means: start the embedded PostgreSQL (pgserver) in `embedded_data_dir`. A plain
+    # string for the code that connects; repr() and str() show it with the password masked.
     database_url: str | None = None
     embedded_data_dir: Path = Field(default_factory=_default_embedded_dir)
 
@@ -91,6 +103,11 @@ class Settings(BaseSettings):
     smtp_throttle_secs: float = Field(default=5.0, ge=0)
     smtp_auth_pause_secs: float = Field(default=60.0, ge=0)
 
+    # The largest JSON document (payload, headers) a write accepts, and with some room the
+    # largest request body the HTTP API reads (core/limits.py).
+    max_payload_bytes: int = Field(default=DEFAULT_MAX_PAYLOAD_BYTES, ge=MIN_MAX_PAYLOAD_BYTES,
+                                   le=MAX_MAX_PAYLOAD_BYTES)
+
     log_level: str = "INFO"
 
     # The HTTP API's service-role key (`apikey` header or `Authorization: Bearer`). Without
@@ -114,6 +131,37 @@ class Settings(BaseSettings):
         which hands each transaction to any server connection."""
         return self.notify and self.pooler == "none"
 
+    @field_validator("database_url")
+    @classmethod
+    def _postgresql_url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        try:
+            url = make_url(value)
+        except (ArgumentError, ValueError):
+            raise ValueError("not a database URL; expected "
+                             "postgresql://user:password@host:5432/database") from None
+        if url.drivername not in POSTGRES_DRIVERS:
+            raise ValueError(f"postrelay needs PostgreSQL, not {url.drivername!r}; expected "
+                             "postgresql://user:password@host:5432/database")
+        return value
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        # The URL's password is masked as Database() masks it; SecretStr fields mask
+        # themselves.
+        for name, value in super().__repr_args__():
+            if name == "database_url" and value is not None:
+                value = masked_url(value)
+            yield name, value
+
+
+def masked_url(url: str) -> str:
+    """`url` with its password as ***, for anything a person or a log may read."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except (ArgumentError, ValueError):
+        return "<unparsable URL>"
+
 
 def load_settings(**overrides: object) -> Settings:
     """Build settings from the environment, turning a bad value into a ConfigError
@@ -123,6 +171,10 @@ def load_settings(**overrides: object) -> Settings:
     except pydantic.ValidationError as exc:
         problems = []
         for err in exc.errors():
-            name = ENV_PREFIX + "_".join(str(p) for p in err["loc"]).upper()
-            problems.append(f"{name}: {err['msg']} (got {err.get('input')!r})")
+            field = "_".join(str(p) for p in err["loc"])
+            name = ENV_PREFIX + field.upper()
+            if field in SECRET_FIELDS:  # the rule, never the value
+                problems.append(f"{name}: {err['msg']}")
+            else:
+                problems.append(f"{name}: {err['msg']} (got {err.get('input')!r})")
         raise ConfigError("invalid settings: " + "; ".join(problems)) from None

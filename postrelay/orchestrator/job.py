@@ -97,8 +97,10 @@ def enqueue_email(
 ) -> UUID:
     """Enqueue one message in the caller's transaction (never committed here).
 
-    The addresses and headers are checked first; a bad one raises ValidationError naming
-    the field, and nothing is written."""
+    The addresses and headers are checked first, then the payload as `enqueue` checks
+    every payload (no NUL, at most POSTRELAY_MAX_PAYLOAD_BYTES, at most 64 levels deep);
+    a bad one raises ValidationError naming the field (`to`, `context.name`, `message`
+    for the whole), nothing is written and the transaction stays usable."""
     if not message.to:
         raise ValidationError("to", "a message needs at least one recipient")
     for name in ("to", "cc", "bcc", "reply_to"):
@@ -107,6 +109,13 @@ def enqueue_email(
         parse_addresses([message.sender], field="from")
     if message.category is not None:
         check_header_value(message.category, field="category")
-    return enqueue(conn, EMAIL_KIND, message.to_payload(), tenant_id=tenant_id,
-                   priority=priority, delay=delay, max_attempts=max_attempts,
-                   idempotency_key=idempotency_key, created_by=created_by)
+    try:
+        return enqueue(conn, EMAIL_KIND, message.to_payload(), tenant_id=tenant_id,
+                       priority=priority, delay=delay, max_attempts=max_attempts,
+                       idempotency_key=idempotency_key, created_by=created_by)
+    except ValidationError as exc:
+        # The payload is this message: name its field (`context.name`), not `payload`.
+        if exc.field == "payload" or exc.field.startswith("payload."):
+            field = "message" if exc.field == "payload" else exc.field.removeprefix("payload.")
+            raise type(exc)(field, exc.rule) from None
+        raise

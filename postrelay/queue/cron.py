@@ -12,7 +12,6 @@ delete the entry and create it again.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,9 +22,11 @@ from uuid import UUID
 from croniter import CroniterError, croniter
 from sqlalchemy import Connection, Row
 
+from postrelay.core import jsontext
 from postrelay.core.errors import ConflictError, NotFoundError, ValidationError
+from postrelay.core.limits import checked_text, max_payload_bytes
 from postrelay.core.sqlfiles import load_queries
-from postrelay.queue.enqueue import INT_MAX, SMALLINT_MAX, SMALLINT_MIN
+from postrelay.queue.enqueue import INT_MAX, MAX_KIND_CHARS, SMALLINT_MAX, SMALLINT_MIN
 from postrelay.queue.reserved import check_cron_name, check_system_kind_tenant
 
 C = load_queries("postrelay.queue", "sql/cron.sql")
@@ -122,14 +123,15 @@ def cron_create(
     stored = normalize_schedule(schedule)
     if not isinstance(kind, str) or not kind:
         raise ValidationError("kind", "must be a non-empty string")
+    checked_text(kind, "kind", MAX_KIND_CHARS)
     if not isinstance(payload, Mapping):
         raise ValidationError("payload", "must be a JSON object")
+    # Each firing enqueues this payload: the same rules as enqueue's.
+    payload_json = jsontext.encode_document(payload, "payload", max_payload_bytes())
     try:
-        payload_json = json.dumps(payload, allow_nan=False)
         tenant = tenant_id if isinstance(tenant_id, UUID) else UUID(str(tenant_id))
-    except (TypeError, ValueError) as exc:
-        field = "payload" if "JSON" in str(exc) or "serializable" in str(exc) else "tenant_id"
-        raise ValidationError(field, str(exc)) from None
+    except ValueError as exc:
+        raise ValidationError("tenant_id", str(exc)) from None
     check_system_kind_tenant(kind, tenant)
     if isinstance(priority, bool) or not isinstance(priority, int) or not (
         SMALLINT_MIN <= priority <= SMALLINT_MAX

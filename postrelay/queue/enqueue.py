@@ -24,11 +24,16 @@ from postrelay.core.bulkcopy import Copy
 from postrelay.core.dbcall import AnyConnection, Steps, drive
 from postrelay.core.errors import ConfigError, ValidationError
 from postrelay.core.ids import new_uuids
+from postrelay.core.limits import MAX_KEY_CHARS, checked_text, max_payload_bytes
 from postrelay.core.notify import NotifyOnce
 from postrelay.queue.queries import Q
 
 SMALLINT_MIN, SMALLINT_MAX = -32768, 32767
 INT_MAX = 2**31 - 1
+# A delay past this is almost certainly a unit mistake (ms for s), and far past it the
+# database's timestamp range ends; refuse it as bad input instead.
+MAX_DELAY_SECS = 10 * 365 * 24 * 3600
+MAX_KIND_CHARS = 63  # an enum label's limit (NAMEDATALEN - 1)
 DEFAULT_MAX_ATTEMPTS = 8  # the AA_JOB column default
 MAX_ATTEMPTS_ENV = "POSTRELAY_JOB_MAX_RETRIES"
 
@@ -118,10 +123,11 @@ def enqueue_many(
     """
     specs = list(jobs)
     default_attempts = default_max_attempts()  # read once: the environment is slow to ask
+    max_bytes = max_payload_bytes()
     rows = [
         validated_job(s.kind, s.payload, s.tenant_id, s.priority, s.delay, s.run_at,
                       default_attempts if s.max_attempts is None else s.max_attempts,
-                      s.idempotency_key, index=i)
+                      s.idempotency_key, index=i, max_bytes=max_bytes)
         for i, s in enumerate(specs)
     ]
     return enqueue_validated(conn, rows, created_by=created_by, notify=notify)
@@ -247,7 +253,7 @@ def default_max_attempts() -> int:
 def _created_by(created_by: str | None) -> str | None:
     if created_by is not None and not isinstance(created_by, str):
         raise ValidationError("created_by", "must be a string")
-    return created_by
+    return None if created_by is None else checked_text(created_by, "created_by")
 
 
 def validated_job(
@@ -261,25 +267,31 @@ def validated_job(
     idempotency_key: str | None,
     *,
     index: int | None = None,
+    max_bytes: int | None = None,
 ) -> ValidatedJob:
     """One job's fields checked and in the form the inserts take (the payload as JSON
     text); a broken rule raises ValidationError naming the field (`jobs[i].field` with
-    `index`)."""
+    `index`). Everything PostgreSQL would refuse is refused here (core/limits.py), so a
+    ValidationError leaves the caller's transaction usable. `max_bytes`: the payload size
+    limit, read from POSTRELAY_MAX_PAYLOAD_BYTES when None."""
 
     def field_name(name: str) -> str:
         return name if index is None else f"jobs[{index}].{name}"
 
     if not isinstance(kind, str) or not kind:
         raise ValidationError(field_name("kind"), "must be a non-empty string")
+    if len(kind) > MAX_KIND_CHARS or not kind.isascii() or "\x00" in kind:
+        checked_text(kind, field_name("kind"), MAX_KIND_CHARS)
     if not isinstance(payload, Mapping):
         raise ValidationError(
             field_name("payload"),
             f"must be a JSON object (a mapping), got {type(payload).__name__}",
         )
     try:
-        payload_json = jsontext.encode(payload)
-    except (TypeError, ValueError) as exc:
-        raise ValidationError(field_name("payload"), f"must be JSON-serialisable: {exc}") from None
+        payload_json = jsontext.encode_document(
+            payload, "payload", max_payload_bytes() if max_bytes is None else max_bytes)
+    except ValidationError as exc:  # named here, not up front: the f-string costs per job
+        raise type(exc)(field_name(exc.field), exc.rule) from None
     if tenant_id is None:
         raise ValidationError(field_name("tenant_id"), "is required")
     try:
@@ -298,18 +310,24 @@ def validated_job(
         raise ValidationError(field_name("delay"), "give either delay or run_at, not both")
     delay_secs = delay.total_seconds() if isinstance(delay, timedelta) else delay
     if delay_secs is not None and (
-        isinstance(delay_secs, bool) or not isinstance(delay_secs, int | float) or delay_secs < 0
+        isinstance(delay_secs, bool) or not isinstance(delay_secs, int | float)
+        or not 0 <= delay_secs <= MAX_DELAY_SECS  # NaN fails both comparisons
     ):
-        raise ValidationError(field_name("delay"), "must be a number of seconds >= 0")
+        raise ValidationError(
+            field_name("delay"), f"must be a number of seconds from 0 to {MAX_DELAY_SECS} "
+                                 f"(10 years), got {delay_secs!r}")
     if run_at is not None and (not isinstance(run_at, datetime) or run_at.tzinfo is None):
         raise ValidationError(field_name("run_at"), "must be a timezone-aware datetime")
     attempts = default_max_attempts() if max_attempts is None else max_attempts
     if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= INT_MAX:
         raise ValidationError(field_name("max_attempts"), "must be an integer >= 1")
-    if idempotency_key is not None and (
-        not isinstance(idempotency_key, str) or not idempotency_key
-    ):
-        raise ValidationError(field_name("idempotency_key"), "must be a non-empty string or None")
+    if idempotency_key is not None:
+        if not isinstance(idempotency_key, str) or not idempotency_key:
+            raise ValidationError(field_name("idempotency_key"),
+                                  "must be a non-empty string or None")
+        if (len(idempotency_key) > MAX_KEY_CHARS or not idempotency_key.isascii()
+                or "\x00" in idempotency_key):  # the close look only when the cheap one fails
+            checked_text(idempotency_key, field_name("idempotency_key"), MAX_KEY_CHARS)
     return {
         "kind": kind,
         "payload": payload_json,

@@ -26,7 +26,7 @@ class OutboxStatus:
 def outbox_status(
     conn: Connection, *, tenant_id: UUID | str | None = None, dead_limit: int = 20
 ) -> OutboxStatus:
-    params = {"tenant_id": str(tenant_id) if tenant_id else None}
+    params = {"tenant_id": _uuid("tenant_id", tenant_id) if tenant_id else None}
     backlog, lag, dead, handled, retrying = conn.execute(Q["outbox_status"], params).one()
     dead_rows = conn.execute(Q["outbox_dead_list"], {**params, "limit": dead_limit}).mappings()
     return OutboxStatus(backlog, lag, dead, handled, retrying, [dict(r) for r in dead_rows])
@@ -92,8 +92,9 @@ def outbox_replay(
     if event_id is None and since is None and until is None:
         raise ValidationError("event_id", "give an event id or a time range (since/until)")
     rows = conn.execute(Q["outbox_replay"], {
-        "event_id": str(event_id) if event_id else None, "since": since, "until": until,
-        "tenant_id": str(tenant_id) if tenant_id else None,
+        "event_id": _uuid("event_id", event_id) if event_id else None,
+        "since": since, "until": until,
+        "tenant_id": _uuid("tenant_id", tenant_id) if tenant_id else None,
     }).all()
     if event_id is not None and not rows:
         raise NotFoundError(f"no outbox event {event_id}")

@@ -21,6 +21,7 @@ from postrelay.core.bulkcopy import Copy
 from postrelay.core.dbcall import AnyConnection, Steps, drive
 from postrelay.core.errors import ValidationError
 from postrelay.core.ids import new_uuids
+from postrelay.core.limits import MAX_NAME_CHARS, checked_text, max_payload_bytes
 from postrelay.core.notify import NotifyOnce
 from postrelay.core.sqlfiles import load_queries
 
@@ -45,7 +46,7 @@ def emit(
     """Insert one outbox event in the caller's transaction and return its id. Bad input
     raises ValidationError naming the field, before anything is written."""
     row = _validated(event_type, payload, tenant_id, aggregate_type, aggregate_id, headers,
-                     created_by)
+                     created_by, max_payload_bytes())
     row["id"] = uuid4()
     return drive(conn, _emit_steps(conn, row, _wakeup.wanted(conn, notify)))
 
@@ -84,10 +85,11 @@ def emit_many(
     an unknown tenant, nothing is written. The events stream in with binary COPY on the
     psycopg connection beneath `conn`, in its transaction."""
     rows = []
+    max_bytes = max_payload_bytes()  # once per batch: the environment is slow to ask
     for i, e in enumerate(events):
         try:
             rows.append(_validated(e.event_type, e.payload, e.tenant_id, e.aggregate_type,
-                                   e.aggregate_id, e.headers, created_by))
+                                   e.aggregate_id, e.headers, created_by, max_bytes))
         except ValidationError as exc:
             raise ValidationError(f"events[{i}].{exc.field}", exc.rule) from None
     return drive(conn, _emit_many_steps(conn, rows, created_by, _wakeup.wanted(conn, notify)))
@@ -122,7 +124,11 @@ def _validated(
     aggregate_id: str | int | UUID,
     headers: Mapping[str, Any] | None,
     created_by: str | None,
+    max_bytes: int,
 ) -> dict[str, Any]:
+    """One event's fields checked and in the form the inserts take. Everything PostgreSQL
+    would refuse is refused here (core/limits.py), so a ValidationError leaves the
+    caller's transaction usable."""
     if not isinstance(event_type, str) or not event_type.strip():
         raise ValidationError("event_type", "must be a non-empty string")
     if not isinstance(payload, Mapping):
@@ -137,20 +143,26 @@ def _validated(
         raise ValidationError("tenant_id", f"must be a UUID, got {tenant_id!r}") from None
     if not isinstance(aggregate_type, str) or not aggregate_type:
         raise ValidationError("aggregate_type", "must be a non-empty string")
-    if aggregate_id is None or str(aggregate_id) == "":
+    aggregate = aggregate_id if isinstance(aggregate_id, str) else (
+        None if aggregate_id is None else str(aggregate_id))
+    if not aggregate:
         raise ValidationError("aggregate_id", "is required")
-    encoded = {}
-    for name, value in (("payload", payload), ("headers", headers or {})):
-        try:
-            encoded[name] = jsontext.encode(value)
-        except (TypeError, ValueError) as exc:
-            raise ValidationError(name, f"must be JSON-serialisable: {exc}") from None
+    if created_by is not None and not isinstance(created_by, str):
+        raise ValidationError("created_by", "must be a string")
+    names = event_type + aggregate_type + aggregate + (created_by or "")
+    if (len(event_type) > MAX_NAME_CHARS or len(aggregate_type) > MAX_NAME_CHARS
+            or len(aggregate) > MAX_NAME_CHARS or not names.isascii() or "\x00" in names):
+        # The close look, only when the one cheap test over all four failed.
+        checked_text(event_type, "event_type", MAX_NAME_CHARS)
+        checked_text(aggregate_type, "aggregate_type", MAX_NAME_CHARS)
+        checked_text(aggregate, "aggregate_id", MAX_NAME_CHARS)
+        checked_text(created_by or "", "created_by")
     return {
         "event_type": event_type,
-        "payload": encoded["payload"],
-        "headers": encoded["headers"],
+        "payload": jsontext.encode_document(payload, "payload", max_bytes),
+        "headers": jsontext.encode_document(headers, "headers", max_bytes) if headers else "{}",
         "tenant_id": tenant,
         "aggregate_type": aggregate_type,
-        "aggregate_id": str(aggregate_id),
+        "aggregate_id": aggregate,
         "created_by": created_by,
     }

@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from postrelay.core import jsontext
 from postrelay.core.dbcall import driver_fetch
 from postrelay.core.errors import ValidationError
+from postrelay.core.limits import max_payload_bytes
 from postrelay.core.listener import Listener
 from postrelay.core.telemetry import event as log_event
 from postrelay.queue import Backoff, ExponentialBackoff, job_kinds
@@ -131,16 +132,17 @@ class Relay:
         plans: list[_Plan] = []
         failures: dict[Any, str] = {}
         default_attempts = default_max_attempts()  # once per batch: the environment is slow
+        max_bytes = max_payload_bytes()
         for event in events:
             try:
-                jobs = self._jobs_for(event, default_attempts)
+                jobs = self._jobs_for(event, default_attempts, max_bytes)
             except Exception as exc:  # isolate the event; the batch goes on
                 failures[event.id] = f"{type(exc).__name__}: {exc}"[:4096]
                 continue
             plans.append(_Plan(event, jobs, any(ordered for _, _, ordered in jobs)))
         return plans, failures
 
-    def _jobs_for(self, event: Event, default_attempts: int
+    def _jobs_for(self, event: Event, default_attempts: int, max_bytes: int
                   ) -> list[tuple[str, ValidatedJob, bool]]:
         """The jobs the routes ask for, each checked here: a job a route got wrong fails
         its own event, not the batch."""
@@ -154,7 +156,7 @@ class Relay:
                         request.delay, None,
                         default_attempts if request.max_attempts is None
                         else request.max_attempts,
-                        f"outbox:{event.id}:{name}")
+                        f"outbox:{event.id}:{name}", max_bytes=max_bytes)
                 except ValidationError as exc:
                     raise ValidationError(
                         exc.field, f"{exc.rule} (route {name!r} asked for an invalid job)"

@@ -1,7 +1,7 @@
 import pytest
 
 from postrelay.core.errors import ConfigError
-from postrelay.core.settings import load_settings
+from postrelay.core.settings import Settings, load_settings
 from postrelay.core.sqlfiles import load_queries, parse_named_sql
 
 
@@ -45,3 +45,20 @@ def test_queue_sql_files_load() -> None:
     queries = load_queries("postrelay.queue", "sql/job.sql")
     assert {"job_claim", "job_finalize_many", "job_rescue_stale", "job_delete_done_before"} <= set(
         queries)
+
+
+def test_repr_and_str_of_settings_never_show_a_secret():
+    settings = Settings(database_url="postgresql://app:hunter2@db.internal:5432/prod",
+                        smtp_password="smtp-pw-77", service_role_key="svc-key-99")
+    for shown in (repr(settings), str(settings), f"{settings}"):
+        assert "hunter2" not in shown and "smtp-pw-77" not in shown and "svc-key-99" not in shown
+        assert "postgresql://app:***@db.internal:5432/prod" in shown
+    # The code that connects still reads the URL as it was given.
+    assert settings.database_url == "postgresql://app:hunter2@db.internal:5432/prod"
+
+
+def test_a_bad_database_url_is_a_config_error_that_does_not_echo_the_password():
+    for url in ("mysql://app:hunter2@db/prod", "postgresql://app:hunter2@db:port/prod", "x"):
+        with pytest.raises(ConfigError, match="POSTRELAY_DATABASE_URL") as caught:
+            load_settings(database_url=url)
+        assert "hunter2" not in str(caught.value)

@@ -7,7 +7,6 @@ delete a `postrelay.*` entry. Names are per tenant, so a delete names the entry'
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -18,6 +17,7 @@ from sqlalchemy import Engine
 
 from postrelay.api.errors import API_FIELD_NAMES
 from postrelay.api.models import MaxAttempts, Priority
+from postrelay.core import jsontext
 from postrelay.core.errors import ConflictError, ForbiddenError, NotFoundError, ValidationError
 from postrelay.core.telemetry import event
 from postrelay.dashboard.web import (
@@ -90,10 +90,8 @@ def _arguments(user: User, values: dict[str, str]) -> dict[str, Any]:
     for field, value in values.items():
         if "\x00" in value or "\\u0000" in value:
             raise ValidationError(field, "must not contain NUL characters")
-    try:
-        payload = json.loads(values["payload"] or "{}")
-    except ValueError as exc:
-        raise ValidationError("payload", f"not valid JSON ({exc})") from None
+    # Not valid JSON, or nested past what the parser can recurse through: a ValidationError.
+    payload = jsontext.parse_document(values["payload"] or "{}", "payload")
     tenant = optional_uuid("tenant_id", values["tenant"])
     if user.tenant_id is not None:
         if tenant is not None and tenant != user.tenant_id:

@@ -1,0 +1,73 @@
+"""Refuse a request body over the size limit before anything reads it.
+
+A payload is at most POSTRELAY_MAX_PAYLOAD_BYTES as JSON (core/limits.py); a body may be
+larger by `BODY_ROOM` for the other fields around it. A declared Content-Length over the
+limit is answered 413 at once; a chunked body is counted as it arrives and stopped at the
+limit, so no endpoint ever buffers more than that.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from postrelay.api.errors import error_response
+
+BODY_ROOM = 64 * 1024
+
+
+class BodyLimit:
+    """ASGI middleware: 413 with the error envelope for a body over `limit` bytes."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = _content_length(scope)
+        if declared is not None and declared > self.limit:
+            await self._refuse(scope, receive, send)
+            return
+        seen = 0
+        refused = False
+
+        async def counted_receive() -> dict[str, Any]:
+            nonlocal seen, refused
+            if refused:
+                return {"type": "http.disconnect"}
+            message: dict[str, Any] = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    # Answer now; the endpoint reading the body sees the client gone, and
+                    # whatever it answers to that is dropped.
+                    refused = True
+                    await self._refuse(scope, receive, send)
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def guarded_send(message: dict[str, Any]) -> None:
+            if not refused:
+                await send(message)
+
+        await self.app(scope, counted_receive, guarded_send)
+
+    async def _refuse(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        response = error_response(
+            413, "payload_too_large",
+            f"request body: over the limit of {self.limit} bytes "
+            "(POSTRELAY_MAX_PAYLOAD_BYTES plus 64 KiB for the other fields)",
+            headers={"Connection": "close"})
+        await response(scope, receive, send)
+
+
+def _content_length(scope: dict[str, Any]) -> int | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None

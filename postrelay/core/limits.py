@@ -1,0 +1,69 @@
+"""What PostgreSQL can store, and how much postrelay accepts: the limits every write checks
+before it sends anything, so that bad input is a ValidationError and the caller's
+transaction stays usable (a value the server refuses aborts the whole transaction).
+
+- Text columns and jsonb cannot hold U+0000 (NUL), and nothing can hold an unpaired
+  surrogate (it has no UTF-8 form).
+- A JSON document (a payload, an event's headers) is at most `max_payload_bytes()` bytes as
+  postrelay sends it: compact, with every non-ASCII character as a `\\uXXXX` escape. The
+  default is 256 KiB; `POSTRELAY_MAX_PAYLOAD_BYTES` changes it.
+- A document nests at most `MAX_DEPTH` levels of objects and arrays.
+- Keys that PostgreSQL indexes (idempotency keys, aggregate types and ids) are short enough
+  for a btree entry (at most 2,704 bytes) even when every character takes 4 bytes in UTF-8.
+"""
+
+from __future__ import annotations
+
+import os
+
+from postrelay.core.errors import ConfigError, ValidationError
+
+MAX_PAYLOAD_BYTES_ENV = "POSTRELAY_MAX_PAYLOAD_BYTES"
+# SQS and Pub/Sub stop at 256 KiB too: a message, not a blob store. A list answer of 500
+# jobs is then bounded as well.
+DEFAULT_MAX_PAYLOAD_BYTES = 256 * 1024
+MIN_MAX_PAYLOAD_BYTES = 1024
+MAX_MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
+# Far deeper than any real payload, far below the interpreter's recursion limit (the JSON
+# encoder and decoder recurse once per level).
+MAX_DEPTH = 64
+MAX_KEY_CHARS = 512  # idempotency keys: 512 x 4 bytes fits the unique index
+MAX_NAME_CHARS = 255  # event types, aggregate types and ids
+
+NUL_RULE = "must not contain the NUL character (U+0000): PostgreSQL cannot store it"
+SURROGATE_RULE = "must not contain an unpaired surrogate (U+D800-U+DFFF): it has no UTF-8 form"
+DEPTH_RULE = f"must not nest objects and arrays more than {MAX_DEPTH} levels deep"
+
+
+def max_payload_bytes() -> int:
+    """POSTRELAY_MAX_PAYLOAD_BYTES from the environment, read at call time (default
+    256 KiB). Callers that write many documents read it once per batch."""
+    raw = os.environ.get(MAX_PAYLOAD_BYTES_ENV)
+    if raw is None or raw.strip() == "":
+        return DEFAULT_MAX_PAYLOAD_BYTES
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(
+            f"{MAX_PAYLOAD_BYTES_ENV}: must be a whole number of bytes, got {raw!r}"
+        ) from None
+    if not MIN_MAX_PAYLOAD_BYTES <= value <= MAX_MAX_PAYLOAD_BYTES:
+        raise ConfigError(f"{MAX_PAYLOAD_BYTES_ENV}: must be between {MIN_MAX_PAYLOAD_BYTES} "
+                          f"and {MAX_MAX_PAYLOAD_BYTES}, got {value}")
+    return value
+
+
+def checked_text(value: str, field: str, max_chars: int | None = None) -> str:
+    """`value` if a text column can hold it, else ValidationError naming `field`. Cheap on
+    the hot path: a length, an ASCII flag and a substring search."""
+    if (max_chars is None or len(value) <= max_chars) and value.isascii() and "\x00" not in value:
+        return value
+    if max_chars is not None and len(value) > max_chars:
+        raise ValidationError(field, f"must be at most {max_chars} characters, got {len(value)}")
+    if "\x00" in value:
+        raise ValidationError(field, NUL_RULE)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError(field, SURROGATE_RULE) from None
+    return value

@@ -1,0 +1,95 @@
+"""Every CLI failure is one line on stderr and a non-zero exit, never a traceback: bad
+input, a database that cannot be reached, a malformed or non-PostgreSQL URL (exit 2, as any
+bad setting), and anything unforeseen."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from postrelay.core.db import sqlalchemy_url
+from tests.integration.test_cli_admin import run
+
+
+def one_line_error(done, code: int = 1) -> str:
+    assert done.returncode == code, (done.returncode, done.stderr)
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+    return lines[0]
+
+
+def test_cron_add_refuses_a_nul_and_a_5000_level_payload_in_one_line(worker_env, clean_db):
+    line = one_line_error(run(worker_env, "cron", "add", "n1", "* * * * *", "reindex",
+                              "--payload", '{"a": "\\u0000"}', ok=False))
+    assert "payload.a" in line and "NUL" in line
+    deep = '{"a": ' * 5000 + "1" + "}" * 5000
+    line = one_line_error(run(worker_env, "cron", "add", "n2", "* * * * *", "reindex",
+                              "--payload", deep, ok=False))
+    assert "payload" in line and "64 levels" in line
+    line = one_line_error(run(worker_env, "cron", "add", "n3", "* * * * *", "reindex",
+                              "--payload", '{"a": ' * 100 + "1" + "}" * 100, ok=False))
+    assert "64 levels" in line
+    names = {e["name"] for e in json.loads(run(worker_env, "cron", "list", "--json").stdout)}
+    assert not names & {"n1", "n2", "n3"}
+
+
+@pytest.mark.parametrize("args", [
+    ("outbox", "replay", "--event", "abc"),
+    ("outbox", "status", "--tenant", "abc"),
+    ("jobs", "show", "abc"),
+    ("dlq", "retry", "abc"),
+    ("emails", "show", "abc"),
+    ("webhooks", "disable", "abc"),
+])
+def test_an_id_that_is_not_a_uuid_is_one_line(worker_env, clean_db, args):
+    line = one_line_error(run(worker_env, *args, ok=False))
+    assert "UUID" in line or "uuid" in line
+
+
+@pytest.mark.parametrize("args", [
+    ("status",), ("jobs", "list"), ("dlq", "list"), ("emails",), ("outbox", "status"),
+    ("cron", "list"), ("webhooks", "list"), ("tenants", "add", "x"), ("migrate",),
+    ("keys", "list"),
+])
+def test_an_unreachable_database_is_one_line(worker_env, args):
+    env = {**worker_env, "POSTRELAY_DATABASE_URL": "postgresql://u:s3cret@127.0.0.1:1/nope"}
+    line = one_line_error(run(env, *args, ok=False))
+    assert "cannot reach the database" in line and "s3cret" not in line
+
+
+def test_the_debug_log_of_a_failure_shows_the_traceback_but_not_the_password(worker_env):
+    env = {**worker_env, "POSTRELAY_DATABASE_URL": "postgresql://u:s3cret@127.0.0.1:1/nope",
+           "POSTRELAY_LOG_LEVEL": "DEBUG"}
+    done = run(env, "status", ok=False)
+    assert done.returncode == 1 and "Traceback" in done.stderr
+    assert "s3cret" not in done.stderr + done.stdout
+
+
+@pytest.mark.parametrize("url", [
+    "postgresql://u:s3cret@host:notaport/db", "mysql://u:s3cret@host/db", "not a url at all",
+])
+def test_a_malformed_or_foreign_database_url_is_a_bad_setting(worker_env, url):
+    env = {**worker_env, "POSTRELAY_DATABASE_URL": url}
+    for args in (("status",), ("worker",), ("relay",), ("migrate",)):
+        line = one_line_error(run(env, *args, ok=False), code=2)
+        assert "POSTRELAY_DATABASE_URL" in line and "s3cret" not in line
+
+
+def test_an_unmigrated_database_says_so(worker_env, server_url):
+    name = f"postrelay_empty_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(sqlalchemy_url(server_url), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        url = sqlalchemy_url(server_url).set(database=name).render_as_string(hide_password=False)
+        line = one_line_error(run({**worker_env, "POSTRELAY_DATABASE_URL": url}, "jobs", "list",
+                                  ok=False))
+        assert "postrelay migrate" in line
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()

@@ -53,7 +53,8 @@ tenant = Table(
 job = Table(
     "aa_job",
     metadata,
-    Column("id", UUID(as_uuid=True), primary_key=True, server_default=text("gen_random_uuid()")),
+    Column("id", UUID(as_uuid=True), primary_key=True,
+           server_default=text("mdm.uuid_v7()")),  # time-ordered: core/ids.py
     Column("tenant_id", UUID(as_uuid=True), ForeignKey("mdm.aa_tenant.id"), nullable=False),
     Column("job_kind", job_kind, nullable=False),
     Column("status", job_status, nullable=False, server_default=text("'pending'")),

@@ -109,6 +109,7 @@ job_audit = Table(
     Column("detail", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("created_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
     Index("ix_job_audit_job", "job_id"),
+    Index("ix_job_audit_time", "created_at"),  # retention (POSTRELAY_AUDIT_RETENTION_DAYS)
 )
 
 # Live workers and their heartbeats: the rescuer leaves a job alone while its worker beats.
@@ -169,4 +170,5 @@ cron_audit = Table(
     Column("detail", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("created_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
     Index("ix_cron_audit_name", "name"),
+    Index("ix_cron_audit_time", "created_at"),  # retention
 )

@@ -1,5 +1,7 @@
-"""time-ordered ids for the tables that grow: jobs, outbox events, email log rows
+"""bounded history: time-ordered ids for the tables that grow, retention of the email log
+and of the audits
 
+Ids. 
 postrelay makes these ids itself (core/ids.py) in the UUID version 7 layout, so that the
 live rows' primary-key entries sit together at the right edge of the index instead of on
 random pages all over it: with random ids, every claim and completion beside millions of
@@ -9,8 +11,15 @@ means (an INSERT by hand, a baseline). `mdm.uuid_v7()` is PostgreSQL 18's `uuidv
 the versions before it: 48 bits of Unix milliseconds over gen_random_uuid()'s first six
 bytes, and the version nibble turned from 4 into 7.
 
-Existing rows keep their ids; nothing is rewritten, so the upgrade is instant on a
-populated database.
+Retention. Two built-in cron entries run `cleanup_jobs` hourly for the email log and for
+the job and cron audits; each deletes nothing until the operator sets a window
+(POSTRELAY_EMAIL_LOG_RETENTION_DAYS, POSTRELAY_AUDIT_RETENTION_DAYS). The audits get an
+index on created_at for their batched deletes (a row per dead-lettered, rescued or replayed
+job: nothing on the hot path writes them); the email log's deletes use
+ix_email_log_tenant_time, so it gets none.
+
+Existing rows keep their ids and nothing is rewritten; the indexes are built on the small
+audit tables only, so the upgrade is quick on a populated database.
 
 Revision ID: 0011
 Revises: 0009
@@ -27,6 +36,12 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 TABLES = ("aa_job", "aa_outbox_event", "aa_email_log")
+# Hourly, at minutes the other retention entries (:00 jobs, :30 outbox, :45 webhook
+# attempts) leave free.
+CRON = (
+    ("postrelay.email-log-retention", "0 15 * * * *", "email_log"),
+    ("postrelay.audit-retention", "0 50 * * * *", "audit"),
+)
 
 
 def upgrade() -> None:
@@ -47,9 +62,23 @@ def upgrade() -> None:
     """)
     for table in TABLES:
         op.execute(f"ALTER TABLE mdm.{table} ALTER COLUMN id SET DEFAULT mdm.uuid_v7()")
+    op.create_index("ix_job_audit_time", "aa_job_audit", ["created_at"], schema="mdm")
+    op.create_index("ix_cron_audit_time", "aa_cron_audit", ["created_at"], schema="mdm")
+    for name, schedule, target in CRON:
+        op.execute(
+            "INSERT INTO mdm.aa_cron_entry (name, tenant_id, schedule, job_kind, payload, "
+            f"max_attempts, created_by) VALUES ('{name}', "
+            f"'00000000-0000-0000-0000-000000000000', '{schedule}', 'cleanup_jobs', "
+            f"'{{\"target\": \"{target}\"}}', 3, 'migration 0011') "
+            "ON CONFLICT (name) DO NOTHING"
+        )
 
 
 def downgrade() -> None:
+    for name, _, _ in CRON:
+        op.execute(f"DELETE FROM mdm.aa_cron_entry WHERE name = '{name}'")
+    op.drop_index("ix_cron_audit_time", "aa_cron_audit", schema="mdm")
+    op.drop_index("ix_job_audit_time", "aa_job_audit", schema="mdm")
     for table in TABLES:
         op.execute(f"ALTER TABLE mdm.{table} ALTER COLUMN id SET DEFAULT gen_random_uuid()")
     op.execute("DROP FUNCTION mdm.uuid_v7()")

@@ -18,6 +18,10 @@ index on created_at for their batched deletes (a row per dead-lettered, rescued 
 job: nothing on the hot path writes them); the email log's deletes use
 ix_email_log_tenant_time, so it gets none.
 
+Autovacuum. aa_job and aa_outbox_event are vacuumed once 1 % of their rows are dead
+rather than the server's 20 %, which beside a large history let a steady drain bloat
+aa_job by hundreds of megabytes before the first autovacuum.
+
 Existing rows keep their ids and nothing is rewritten; the indexes are built on the small
 audit tables only, so the upgrade is quick on a populated database.
 
@@ -36,6 +40,12 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 TABLES = ("aa_job", "aa_outbox_event", "aa_email_log")
+# Tables whose rows are updated in place: every job three times, every event once. The
+# server's default autovacuum_vacuum_scale_factor (0.2) waits for dead rows worth a fifth
+# of the table: beside 10 million done jobs, 2.4 million dead versions after a 10-minute
+# drain at 2,000 jobs/s and no autovacuum yet, the table 665 MB larger. 1 % (and 10,000)
+# keeps the dead versions to a few minutes' worth whatever the history.
+VACUUMED = ("aa_job", "aa_outbox_event")
 # Hourly, at minutes the other retention entries (:00 jobs, :30 outbox, :45 webhook
 # attempts) leave free.
 CRON = (
@@ -62,6 +72,9 @@ def upgrade() -> None:
     """)
     for table in TABLES:
         op.execute(f"ALTER TABLE mdm.{table} ALTER COLUMN id SET DEFAULT mdm.uuid_v7()")
+    for table in VACUUMED:
+        op.execute(f"ALTER TABLE mdm.{table} SET (autovacuum_vacuum_scale_factor = 0.01,"
+                   " autovacuum_vacuum_threshold = 10000, autovacuum_analyze_scale_factor = 0.02)")
     op.create_index("ix_job_audit_time", "aa_job_audit", ["created_at"], schema="mdm")
     op.create_index("ix_cron_audit_time", "aa_cron_audit", ["created_at"], schema="mdm")
     for name, schedule, target in CRON:
@@ -75,6 +88,9 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    for table in VACUUMED:
+        op.execute(f"ALTER TABLE mdm.{table} RESET (autovacuum_vacuum_scale_factor,"
+                   " autovacuum_vacuum_threshold, autovacuum_analyze_scale_factor)")
     for name, _, _ in CRON:
         op.execute(f"DELETE FROM mdm.aa_cron_entry WHERE name = '{name}'")
     op.drop_index("ix_cron_audit_time", "aa_cron_audit", schema="mdm")

@@ -136,3 +136,13 @@ def test_rows_inserted_without_an_id_get_a_time_ordered_one(engine, tenant):
         assert value.version == 7
     assert max(ids) < later
     assert abs((later.int >> 80) - stamp) < 1000
+
+
+def test_the_updated_tables_are_vacuumed_at_one_percent_dead(engine):
+    with engine.connect() as conn:
+        options = dict(conn.execute(text(
+            "SELECT relname, reloptions FROM pg_class WHERE relnamespace = 'mdm'::regnamespace"
+            " AND relname IN ('aa_job', 'aa_outbox_event')")).all())
+    expected = ["autovacuum_vacuum_scale_factor=0.01", "autovacuum_vacuum_threshold=10000",
+                "autovacuum_analyze_scale_factor=0.02"]
+    assert options == {"aa_job": expected, "aa_outbox_event": expected}

@@ -19,13 +19,16 @@ from uuid import UUID
 from postrelay.core.db import Database
 from postrelay.core.settings import Settings
 from postrelay.orchestrator import SmtpConfig, SmtpPool, Templates, email_registry
+from postrelay.orchestrator.retention import EMAIL_LOG_TARGET, email_log_delete_batch
 from postrelay.queue.backoff import backoff_from
 from postrelay.queue.maintenance import (
+    AUDIT_TARGET,
     RETENTION_KIND,
     Cleaner,
     CronScheduler,
     Maintenance,
     Rescuer,
+    audit_cleaner,
     cleanup_handler,
     maintenance_interval,
 )
@@ -106,9 +109,11 @@ def build_worker(
     outbox = Cleaner(delete_handled_batch, settings.outbox_retention_days)
     attempts = Cleaner(webhook_attempt_delete_batch, settings.webhook_attempt_retention_days)
     # Every window from the settings: the handler takes none from a job's payload.
+    email_log = Cleaner(email_log_delete_batch, settings.email_log_retention_days)
     builtin.register(RETENTION_KIND, cleanup_handler(
         engine, settings.job_retention_days,
-        {OUTBOX_TARGET: outbox, "webhook_attempts": attempts}))
+        {OUTBOX_TARGET: outbox, "webhook_attempts": attempts, EMAIL_LOG_TARGET: email_log,
+         AUDIT_TARGET: audit_cleaner(settings.audit_retention_days)}))
     handlers = builtin.merged(registry if registry is not None else default_registry)
     config = WorkerConfig(
         concurrency=concurrency,

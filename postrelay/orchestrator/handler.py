@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from email.headerregistry import Address
 from typing import Any
@@ -33,6 +32,7 @@ from uuid import UUID
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from postrelay.core.errors import ValidationError
+from postrelay.core.ids import new_uuid
 from postrelay.core.telemetry import event as log_event
 from postrelay.orchestrator import queries
 from postrelay.orchestrator.addresses import parse_address, parse_addresses
@@ -246,7 +246,7 @@ class _LogRow:
     def __init__(self, job: Job, spec: EmailJob) -> None:
         self.job = job
         self.row: dict[str, Any] = {
-            "id": str(uuid.uuid4()), "tenant_id": str(job.tenant_id), "job_id": str(job.id),
+            "id": str(new_uuid()), "tenant_id": str(job.tenant_id), "job_id": str(job.id),
             "event_id": str(spec.event_id) if spec.event_id else None,
             "template": spec.template, "template_version": None, "category": spec.category,
             "from_address": spec.sender or "", "recipients": [r.lower() for r in spec.to],

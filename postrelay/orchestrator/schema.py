@@ -37,7 +37,8 @@ EMAIL_STATUSES = (
 email_log = Table(
     "aa_email_log",
     metadata,
-    Column("id", UUID(as_uuid=True), primary_key=True, server_default=text("gen_random_uuid()")),
+    Column("id", UUID(as_uuid=True), primary_key=True,
+           server_default=text("mdm.uuid_v7()")),  # time-ordered: core/ids.py
     Column("tenant_id", UUID(as_uuid=True), ForeignKey("mdm.aa_tenant.id", ondelete="CASCADE"),
            nullable=False),
     Column("job_id", UUID(as_uuid=True), ForeignKey("mdm.aa_job.id", ondelete="SET NULL")),

@@ -17,13 +17,13 @@ from collections.abc import Awaitable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
-from uuid import UUID, uuid4
+from uuid import UUID
 
 from postrelay.core import jsontext
 from postrelay.core.bulkcopy import Copy
 from postrelay.core.dbcall import AnyConnection, Steps, drive
 from postrelay.core.errors import ConfigError, ValidationError
-from postrelay.core.ids import new_uuids
+from postrelay.core.ids import new_uuid, new_uuids
 from postrelay.core.limits import MAX_KEY_CHARS, checked_text, max_payload_bytes
 from postrelay.core.notify import NotifyOnce
 from postrelay.queue.queries import Q
@@ -84,7 +84,7 @@ def enqueue(
     row = validated_job(kind, payload, tenant_id, priority, delay, run_at, max_attempts,
                         idempotency_key)
     row["created_by"] = _created_by(created_by)
-    row["id"] = uuid4()
+    row["id"] = new_uuid()
     return drive(conn, _enqueue_steps(conn, row, _wakeup.wanted(conn, notify)))
 
 

@@ -134,6 +134,17 @@ async def job_delete_done_before(conn: AsyncConnection, *, before: datetime, bat
     return result.rowcount
 
 
+async def job_audit_delete_before(conn: AsyncConnection, *, before: datetime, batch: int) -> int:
+    result = await conn.execute(Q["job_audit_delete_before"], {"before": before, "batch": batch})
+    return result.rowcount
+
+
+async def cron_audit_delete_before(conn: AsyncConnection, *, before: datetime,
+                                   batch: int) -> int:
+    result = await conn.execute(Q["cron_audit_delete_before"], {"before": before, "batch": batch})
+    return result.rowcount
+
+
 async def worker_register(
     conn: AsyncConnection,
     *,

@@ -53,7 +53,8 @@ tenant = Table(
 job = Table(
     "aa_job",
     metadata,
-    Column("id", UUID(as_uuid=True), primary_key=True, server_default=text("gen_random_uuid()")),
+    Column("id", UUID(as_uuid=True), primary_key=True,
+           server_default=text("mdm.uuid_v7()")),  # time-ordered: core/ids.py
     Column("tenant_id", UUID(as_uuid=True), ForeignKey("mdm.aa_tenant.id"), nullable=False),
     Column("job_kind", job_kind, nullable=False),
     Column("status", job_status, nullable=False, server_default=text("'pending'")),
@@ -108,6 +109,7 @@ job_audit = Table(
     Column("detail", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("created_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
     Index("ix_job_audit_job", "job_id"),
+    Index("ix_job_audit_time", "created_at"),  # retention (POSTRELAY_AUDIT_RETENTION_DAYS)
 )
 
 # Live workers and their heartbeats: the rescuer leaves a job alone while its worker beats.
@@ -169,4 +171,5 @@ cron_audit = Table(
     Column("detail", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     Column("created_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
     Index("ix_cron_audit_name", "name"),
+    Index("ix_cron_audit_time", "created_at"),  # retention
 )

@@ -14,13 +14,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
-from uuid import UUID, uuid4
+from uuid import UUID
 
 from postrelay.core import jsontext
 from postrelay.core.bulkcopy import Copy
 from postrelay.core.dbcall import AnyConnection, Steps, drive
 from postrelay.core.errors import ValidationError
-from postrelay.core.ids import new_uuids
+from postrelay.core.ids import new_uuid, new_uuids
 from postrelay.core.limits import MAX_NAME_CHARS, checked_text, max_payload_bytes
 from postrelay.core.notify import NotifyOnce
 from postrelay.core.sqlfiles import load_queries
@@ -47,7 +47,7 @@ def emit(
     raises ValidationError naming the field, before anything is written."""
     row = _validated(event_type, payload, tenant_id, aggregate_type, aggregate_id, headers,
                      created_by, max_payload_bytes())
-    row["id"] = uuid4()
+    row["id"] = new_uuid()
     return drive(conn, _emit_steps(conn, row, _wakeup.wanted(conn, notify)))
 
 

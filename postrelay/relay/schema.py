@@ -27,7 +27,7 @@ from postrelay.core.db import TIMESTAMPTZ, metadata
 outbox_event = Table(
     "aa_outbox_event",
     metadata,
-    Column("id", UUID(as_uuid=True), primary_key=True, server_default=text("gen_random_uuid()")),
+    Column("id", UUID(as_uuid=True), primary_key=True, server_default=text("mdm.uuid_v7()")),
     Column("tenant_id", UUID(as_uuid=True), ForeignKey("mdm.aa_tenant.id"), nullable=False),
     Column("aggregate_type", Text, nullable=False),
     Column("aggregate_id", Text, nullable=False),

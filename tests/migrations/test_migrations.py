@@ -134,7 +134,7 @@ def test_aa_job_columns_match_the_seed(migrated: Engine) -> None:
     with migrated.connect() as conn:
         got = columns(conn, "mdm.aa_job")
     assert got == [
-        ("id", "uuid", True, "gen_random_uuid()"),
+        ("id", "uuid", True, "mdm.uuid_v7()"),
         ("tenant_id", "uuid", True, None),
         ("job_kind", "mdm.job_kind", True, None),
         ("status", "mdm.job_status", True, "'pending'::mdm.job_status"),

@@ -202,3 +202,22 @@ SELECT to_jsonb(t) AS log,
         FROM mdm.aa_outbox_event e
         WHERE e.id = t.event_id AND e.tenant_id = t.tenant_id) AS event
 FROM target t;
+
+-- name: email_log_delete_before
+-- Retention of the email log (POSTRELAY_EMAIL_LOG_RETENTION_DAYS; kept when unset): one
+-- bounded batch of rows created before :before, oldest first within each tenant, found by
+-- ix_email_log_tenant_time one tenant after another (a tenant with nothing that old costs
+-- one index probe), so no index is added for it. Nothing references the log, so the
+-- delete touches this table alone.
+WITH doomed AS (
+    SELECT l.id
+    FROM mdm.aa_tenant t
+    CROSS JOIN LATERAL (
+        SELECT id FROM mdm.aa_email_log
+        WHERE tenant_id = t.id AND created_at < CAST(:before AS timestamptz)
+        ORDER BY created_at
+        LIMIT :batch
+    ) l
+    LIMIT :batch
+)
+DELETE FROM mdm.aa_email_log e USING doomed WHERE e.id = doomed.id;

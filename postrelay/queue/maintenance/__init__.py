@@ -5,15 +5,23 @@ accidental double run harmless (correctness)."""
 
 from postrelay.queue.maintenance.leader import Maintenance, maintenance_interval
 from postrelay.queue.maintenance.rescuer import Rescuer
-from postrelay.queue.maintenance.retention import RETENTION_KIND, Cleaner, cleanup_handler
+from postrelay.queue.maintenance.retention import (
+    AUDIT_TARGET,
+    RETENTION_KIND,
+    Cleaner,
+    audit_cleaner,
+    cleanup_handler,
+)
 from postrelay.queue.maintenance.scheduler import CronScheduler
 
 __all__ = [
+    "AUDIT_TARGET",
     "RETENTION_KIND",
     "Cleaner",
     "CronScheduler",
     "Maintenance",
     "Rescuer",
+    "audit_cleaner",
     "cleanup_handler",
     "maintenance_interval",
 ]

@@ -33,12 +33,30 @@ DeleteBatch = Callable[[AsyncEngine, datetime, int], Awaitable[int]]
 @dataclass(frozen=True, slots=True)
 class Cleaner:
     delete_batch: DeleteBatch
-    default_days: float
+    default_days: float | None  # None: kept until an operator sets a window
+
+
+AUDIT_TARGET = "audit"
 
 
 async def _delete_done_batch(engine: AsyncEngine, before: datetime, batch: int) -> int:
     async with engine.begin() as conn:
         return await queries.job_delete_done_before(conn, before=before, batch=batch)
+
+
+async def _delete_audit_batch(engine: AsyncEngine, before: datetime, batch: int) -> int:
+    """One batch from the job audit, topped up from the cron audit."""
+    async with engine.begin() as conn:
+        deleted = await queries.job_audit_delete_before(conn, before=before, batch=batch)
+        if deleted < batch:
+            deleted += await queries.cron_audit_delete_before(conn, before=before,
+                                                              batch=batch - deleted)
+    return deleted
+
+
+def audit_cleaner(days: float | None) -> Cleaner:
+    """The `audit` target: aa_job_audit and aa_cron_audit rows older than `days`."""
+    return Cleaner(_delete_audit_batch, days)
 
 
 async def delete_in_batches(engine: AsyncEngine, delete_batch: DeleteBatch,
@@ -73,6 +91,9 @@ def cleanup_handler(
         cleaner = cleaners.get(target)
         if cleaner is None:
             raise PermanentError(f"unknown cleanup target {target!r}; known: {sorted(cleaners)}")
+        if cleaner.default_days is None:
+            event("postrelay.retention.kept", target=target, reason="no retention window set")
+            return
         ignored = sorted(set(job.payload) - {"target"})
         if ignored:
             event("postrelay.retention.payload_ignored", logging.WARNING, job_id=str(job.id),
@@ -85,5 +106,5 @@ def cleanup_handler(
     return cleanup_jobs
 
 
-__all__ = ["RETENTION_KIND", "Cleaner", "cleanup_handler",
+__all__ = ["AUDIT_TARGET", "RETENTION_KIND", "Cleaner", "audit_cleaner", "cleanup_handler",
            "delete_done_before", "delete_in_batches"]

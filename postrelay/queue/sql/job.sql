@@ -247,6 +247,23 @@ WITH doomed AS (
 )
 DELETE FROM mdm.aa_job j USING doomed WHERE j.id = doomed.id;
 
+-- name: job_audit_delete_before
+-- Retention of the job audit (POSTRELAY_AUDIT_RETENTION_DAYS; kept when unset): one
+-- bounded batch, oldest first, by ix_job_audit_time.
+DELETE FROM mdm.aa_job_audit
+WHERE id IN (SELECT id FROM mdm.aa_job_audit
+             WHERE created_at < CAST(:before AS timestamptz)
+             ORDER BY created_at
+             LIMIT :batch);
+
+-- name: cron_audit_delete_before
+-- The same for the cron audit, by ix_cron_audit_time.
+DELETE FROM mdm.aa_cron_audit
+WHERE id IN (SELECT id FROM mdm.aa_cron_audit
+             WHERE created_at < CAST(:before AS timestamptz)
+             ORDER BY created_at
+             LIMIT :batch);
+
 -- name: worker_register
 INSERT INTO mdm.aa_worker (id, host, pid, tenants, kinds, concurrency)
 VALUES (:id, :host, :pid, CAST(:tenants AS uuid[]), CAST(:kinds AS text[]), :concurrency)

@@ -1,0 +1,148 @@
+"""Retention of what grows besides done jobs: the email log and the job and cron audits,
+deleted in bounded batches by `cleanup_jobs` targets whose windows come from the settings
+(kept when unset); and the time-ordered ids the growing tables get by default."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from uuid import UUID
+
+import pytest
+from sqlalchemy import text
+
+from postrelay.core.clock import utcnow
+from postrelay.core.errors import ConfigError
+from postrelay.core.settings import load_settings
+from postrelay.orchestrator.retention import EMAIL_LOG_TARGET, email_log_delete_batch
+from postrelay.queue import ensure_tenant
+from postrelay.queue.maintenance import AUDIT_TARGET, Cleaner, audit_cleaner, cleanup_handler
+from postrelay.queue.maintenance.retention import DELETE_BATCH
+from postrelay.queue.model import Job
+from postrelay.queue.schema import SYSTEM_TENANT_ID
+
+LOG_ROWS = """
+INSERT INTO mdm.aa_email_log (tenant_id, template, from_address, recipients, to_addresses,
+                              message_id, status, attempt, created_at)
+SELECT :tenant, 'welcome', 'noreply@example.com', ARRAY['a@example.com'],
+       ARRAY['a@example.com'], '<' || g || '@x>', 'sent', 1, :at
+FROM generate_series(1, :n) g
+"""
+
+
+def _cleanup_job(target: str) -> Job:
+    now = utcnow()
+    return Job(UUID(int=1), SYSTEM_TENANT_ID, "cleanup_jobs", {"target": target}, 100, 1, 3,
+               now, now, now, None)
+
+
+def _log_counts(engine) -> dict[tuple[str, bool], int]:
+    with engine.connect() as conn:
+        rows = conn.execute(text(
+            "SELECT t.name, l.created_at < now() - interval '30 days', count(*)"
+            " FROM mdm.aa_email_log l JOIN mdm.aa_tenant t ON t.id = l.tenant_id"
+            " GROUP BY 1, 2")).all()
+    return {(name, old): n for name, old, n in rows}
+
+
+async def test_email_log_rows_older_than_the_window_go_in_batches_for_every_tenant(
+        engine, async_engine, tenant):
+    now = utcnow()
+    with engine.begin() as conn:
+        other = ensure_tenant(conn, "globex")
+        # More old rows than one batch for one tenant, a few for the other.
+        conn.execute(text(LOG_ROWS), {"tenant": tenant, "at": now - timedelta(days=40),
+                                      "n": DELETE_BATCH * 2 + 10})
+        conn.execute(text(LOG_ROWS), {"tenant": other, "at": now - timedelta(days=31), "n": 7})
+        conn.execute(text(LOG_ROWS), {"tenant": tenant, "at": now - timedelta(days=29), "n": 5})
+        conn.execute(text(LOG_ROWS), {"tenant": other, "at": now, "n": 3})
+    handler = cleanup_handler(async_engine, 14, {
+        EMAIL_LOG_TARGET: Cleaner(email_log_delete_batch, 30)})
+    await handler(_cleanup_job(EMAIL_LOG_TARGET))
+    assert _log_counts(engine) == {("acme", False): 5, ("globex", False): 3}
+
+
+async def test_without_a_window_the_email_log_is_kept(engine, async_engine, tenant):
+    with engine.begin() as conn:
+        conn.execute(text(LOG_ROWS), {"tenant": tenant, "at": utcnow() - timedelta(days=3650),
+                                      "n": 4})
+    handler = cleanup_handler(async_engine, 14, {
+        EMAIL_LOG_TARGET: Cleaner(email_log_delete_batch, None)})
+    await handler(_cleanup_job(EMAIL_LOG_TARGET))  # no error: nothing to do
+    assert _log_counts(engine) == {("acme", True): 4}
+
+
+async def test_audit_rows_older_than_the_window_go_from_both_audits(engine, async_engine,
+                                                                    tenant):
+    now = utcnow()
+    with engine.begin() as conn:
+        for days, n in ((100, DELETE_BATCH + 5), (1, 2)):
+            conn.execute(text(
+                "INSERT INTO mdm.aa_job_audit (job_id, tenant_id, job_kind, action, actor,"
+                " created_at) SELECT gen_random_uuid(), :t, 'reindex', 'job_dlq', 'test', :at"
+                " FROM generate_series(1, :n)"), {"t": tenant, "at": now - timedelta(days=days),
+                                                  "n": n})
+            conn.execute(text(
+                "INSERT INTO mdm.aa_cron_audit (cron_id, name, tenant_id, action, actor,"
+                " created_at) SELECT gen_random_uuid(), 'nightly', :t, 'created', 'test', :at"
+                " FROM generate_series(1, :n)"), {"t": tenant, "at": now - timedelta(days=days),
+                                                  "n": 3})
+    handler = cleanup_handler(async_engine, 14, {AUDIT_TARGET: audit_cleaner(90)})
+    await handler(_cleanup_job(AUDIT_TARGET))
+    with engine.connect() as conn:
+        left = [conn.execute(text(
+            f"SELECT count(*), bool_and(created_at > now() - interval '2 days') FROM mdm.{t}"
+        )).one() for t in ("aa_job_audit", "aa_cron_audit")]
+    assert left == [(2, True), (3, True)]
+
+
+def test_the_windows_are_settings_and_the_log_and_audits_are_kept_by_default(monkeypatch):
+    settings = load_settings()
+    assert settings.email_log_retention_days is None
+    assert settings.audit_retention_days is None
+    assert settings.webhook_attempt_retention_days == 30
+    monkeypatch.setenv("POSTRELAY_EMAIL_LOG_RETENTION_DAYS", "400")
+    monkeypatch.setenv("POSTRELAY_AUDIT_RETENTION_DAYS", "730")
+    settings = load_settings()
+    assert (settings.email_log_retention_days, settings.audit_retention_days) == (400, 730)
+    monkeypatch.setenv("POSTRELAY_EMAIL_LOG_RETENTION_DAYS", "0")
+    with pytest.raises(ConfigError, match="POSTRELAY_EMAIL_LOG_RETENTION_DAYS"):
+        load_settings()
+
+
+def test_the_log_and_audit_targets_have_built_in_hourly_cron_entries(engine, clean_db):
+    with engine.connect() as conn:
+        rows = conn.execute(text(
+            "SELECT name, schedule, job_kind::text, payload FROM mdm.aa_cron_entry"
+            " WHERE name IN ('postrelay.email-log-retention', 'postrelay.audit-retention')"
+            " ORDER BY name")).all()
+    assert [tuple(r) for r in rows] == [
+        ("postrelay.audit-retention", "0 50 * * * *", "cleanup_jobs", {"target": "audit"}),
+        ("postrelay.email-log-retention", "0 15 * * * *", "cleanup_jobs",
+         {"target": "email_log"}),
+    ]
+
+
+def test_rows_inserted_without_an_id_get_a_time_ordered_one(engine, tenant):
+    with engine.begin() as conn:
+        ids = [conn.execute(text(
+            "INSERT INTO mdm.aa_job (tenant_id, job_kind, payload)"
+            " VALUES (:t, 'reindex', '{}') RETURNING id"), {"t": tenant}).scalar_one()
+            for _ in range(2)]
+        conn.execute(text("SELECT pg_sleep(0.002)"))
+        later = conn.execute(text("SELECT mdm.uuid_v7()")).scalar_one()
+        stamp = conn.execute(text(
+            "SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint")).scalar_one()
+    for value in [*ids, later]:
+        assert value.version == 7
+    assert max(ids) < later
+    assert abs((later.int >> 80) - stamp) < 1000
+
+
+def test_the_updated_tables_are_vacuumed_at_one_percent_dead(engine):
+    with engine.connect() as conn:
+        options = dict(conn.execute(text(
+            "SELECT relname, reloptions FROM pg_class WHERE relnamespace = 'mdm'::regnamespace"
+            " AND relname IN ('aa_job', 'aa_outbox_event')")).all())
+    expected = ["autovacuum_vacuum_scale_factor=0.01", "autovacuum_vacuum_threshold=10000",
+                "autovacuum_analyze_scale_factor=0.02"]
+    assert options == {"aa_job": expected, "aa_outbox_event": expected}

@@ -80,6 +80,10 @@ class Settings(BaseSettings):
     # smtp_auth_pause_secs instead of failing every job against bad credentials.
     smtp_throttle_secs: float = Field(default=5.0, ge=0)
     smtp_auth_pause_secs: float = Field(default=60.0, ge=0)
+    # Delivery feedback (README "Delivery feedback"): soft bounces suppress an address once
+    # this many arrived within the window; hard bounces and complaints at once.
+    email_soft_bounce_limit: int = Field(default=3, ge=1, le=1000)
+    email_soft_bounce_window_days: float = Field(default=7.0, gt=0)
 
     log_level: str = "INFO"
 

@@ -27,7 +27,8 @@ WITH r AS (
     SELECT r.*, COALESCE(e.row_ids, '{}') AS row_ids, COALESCE(e.statuses, '{}') AS statuses,
            ARRAY(SELECT s.address FROM mdm.aa_email_suppression s
                  WHERE s.tenant_id = r.tenant_id
-                   AND s.address = ANY(r.recipients)) AS suppressed
+                   AND s.address = ANY(r.recipients)
+                   AND s.category IN ('', COALESCE(r.category, ''))) AS suppressed
     FROM r CROSS JOIN LATERAL (
         SELECT array_agg(l.id) AS row_ids, array_agg(l.status) AS statuses
         FROM mdm.aa_email_log l
@@ -104,15 +105,16 @@ SET status = EXCLUDED.status,
 -- name: email_suppression_add_many
 -- An address the server said does not exist (5.1.x) is not tried again for this tenant.
 INSERT INTO mdm.aa_email_suppression (tenant_id, address, reason, smtp_code, smtp_enhanced,
-                                      email_log_id)
-SELECT r.tenant_id, r.address, r.reason, r.smtp_code, r.smtp_enhanced, r.email_log_id
+                                      email_log_id, source)
+SELECT r.tenant_id, r.address, r.reason, r.smtp_code, r.smtp_enhanced, r.email_log_id, 'smtp'
 FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(
     tenant_id uuid, address text, reason text, smtp_code integer, smtp_enhanced text,
     email_log_id uuid)
-ON CONFLICT (tenant_id, address) DO NOTHING;
+ON CONFLICT (tenant_id, address, category) DO NOTHING;
 
 -- name: email_suppression_list
-SELECT tenant_id, address, reason, smtp_code, smtp_enhanced, email_log_id, created_at
+SELECT tenant_id, address, category, reason, source, smtp_code, smtp_enhanced, email_log_id,
+       feedback_id, created_at
 FROM mdm.aa_email_suppression
 WHERE CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid)
 ORDER BY created_at DESC, address

@@ -18,7 +18,13 @@ from uuid import UUID
 
 from postrelay.core.db import Database
 from postrelay.core.settings import Settings
-from postrelay.orchestrator import SmtpConfig, SmtpPool, Templates, email_registry
+from postrelay.orchestrator import (
+    ReturnPath,
+    SmtpConfig,
+    SmtpPool,
+    Templates,
+    email_registry,
+)
 from postrelay.queue.backoff import backoff_from
 from postrelay.queue.maintenance import (
     RETENTION_KIND,
@@ -104,7 +110,8 @@ def build_worker(
     smtp = SmtpPool(SmtpConfig.from_settings(settings))
     builtin = builtin.merged(email_registry(
         engine, Templates(settings.email_templates_dir), smtp,
-        default_from=settings.email_from, message_id_domain=settings.email_message_id_domain))
+        default_from=settings.email_from, message_id_domain=settings.email_message_id_domain,
+        return_path=ReturnPath.from_settings(settings)))
     outbox = Cleaner(delete_handled_batch, settings.outbox_retention_days)
     attempts = Cleaner(webhook_attempt_delete_batch, DEFAULT_ATTEMPT_RETENTION_DAYS)
     builtin.register(RETENTION_KIND, cleanup_handler(

@@ -80,7 +80,12 @@ class Settings(BaseSettings):
     # smtp_auth_pause_secs instead of failing every job against bad credentials.
     smtp_throttle_secs: float = Field(default=5.0, ge=0)
     smtp_auth_pause_secs: float = Field(default=60.0, ge=0)
-    # Delivery feedback (README "Delivery feedback"): soft bounces suppress an address once
+    # Delivery feedback (README "Delivery feedback"). With a bounce domain, each message's
+    # envelope sender is a signed VERP address on it (the From header is unchanged), and
+    # the feedback secret signs it: required then, at least 16 characters.
+    email_bounce_domain: str | None = None
+    feedback_secret: SecretStr | None = None
+    # Soft bounces suppress an address once
     # this many arrived within the window; hard bounces and complaints at once.
     email_soft_bounce_limit: int = Field(default=3, ge=1, le=1000)
     email_soft_bounce_window_days: float = Field(default=7.0, gt=0)

@@ -3,6 +3,7 @@ templates rendered when the job runs, SMTP through a pool of reused connections,
 `aa_email_log` as the record of every outcome. Uses the relay's and the queue's public
 names only."""
 
+from postrelay.orchestrator.feedback.verp import ReturnPath
 from postrelay.orchestrator.handler import email_registry
 from postrelay.orchestrator.job import EMAIL_KIND, EmailJob, enqueue_email
 from postrelay.orchestrator.routes import email_route
@@ -13,6 +14,7 @@ __all__ = [
     "EMAIL_KIND",
     "EmailJob",
     "Rendered",
+    "ReturnPath",
     "SmtpConfig",
     "SmtpPool",
     "TemplateError",

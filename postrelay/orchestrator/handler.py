@@ -36,6 +36,7 @@ from postrelay.core.errors import ValidationError
 from postrelay.core.telemetry import event as log_event
 from postrelay.orchestrator import queries
 from postrelay.orchestrator.addresses import parse_address, parse_addresses
+from postrelay.orchestrator.feedback.verp import ReturnPath
 from postrelay.orchestrator.job import EMAIL_KIND, EmailJob
 from postrelay.orchestrator.message import (
     build_message,
@@ -81,11 +82,13 @@ def email_registry(
     default_from: str | None = None,
     message_id_domain: str | None = None,
     timeout_secs: float = DEFAULT_TIMEOUT_SECS,
+    return_path: ReturnPath | None = None,
 ) -> Registry:
-    """A Registry with the `email_send` handler, to merge into the worker's."""
+    """A Registry with the `email_send` handler, to merge into the worker's. With a
+    `return_path`, each message's envelope sender is its signed VERP address."""
     registry = Registry()
     sender = EmailSender(engine, templates, pool, default_from=default_from,
-                         message_id_domain=message_id_domain)
+                         message_id_domain=message_id_domain, return_path=return_path)
     registry.register(EMAIL_KIND, sender.send, timeout=timeout_secs)
     registry.closers.append(sender.close)
     return registry
@@ -100,6 +103,7 @@ class EmailSender:
         *,
         default_from: str | None,
         message_id_domain: str | None,
+        return_path: ReturnPath | None = None,
     ) -> None:
         # The `sending` row must be committed before the message leaves: autocommit.
         self.engine = engine.execution_options(isolation_level="AUTOCOMMIT")
@@ -108,6 +112,7 @@ class EmailSender:
         self.pool = pool
         self.default_from = default_from
         self.message_id_domain = message_id_domain
+        self.return_path = return_path
         self._tenants: dict[UUID, tuple[str, float]] = {}  # id -> (name, valid until)
         self._tenant_lookups: dict[UUID, asyncio.Task[str]] = {}  # in flight
 
@@ -195,8 +200,11 @@ class EmailSender:
 
     async def _deliver(self, job: Job, log: _LogRow, sender: Address, live: list[str],
                        data: bytes, results: dict[str, dict[str, Any]]) -> None:
+        # MAIL FROM only: bounces come back naming this attempt's log row; From is unchanged.
+        envelope_from = (self.return_path.address(UUID(log.row["id"])) if self.return_path
+                         else sender.addr_spec)
         try:
-            delivery = await self.pool.send(sender.addr_spec, live, data)
+            delivery = await self.pool.send(envelope_from, live, data)
         except SmtpError as exc:
             results.update(_refusals(exc.refused))
             status = "bounced" if isinstance(exc, SmtpPermanent) else "deferred"

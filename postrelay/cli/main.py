@@ -14,6 +14,7 @@ def _register() -> None:
         cron,
         email,
         emails,
+        feedback,
         relay,
         schema,
         webhooks,

@@ -85,6 +85,14 @@ class Settings(BaseSettings):
     # the feedback secret signs it: required then, at least 16 characters.
     email_bounce_domain: str | None = None
     feedback_secret: SecretStr | None = None
+    # `postrelay inbound`: the SMTP receiver for the bounce domain. STARTTLS is offered
+    # when a certificate and key are given.
+    inbound_host: str = "0.0.0.0"
+    inbound_port: int = Field(default=25, ge=1, le=65535)
+    inbound_max_bytes: int = Field(default=5 * 1024 * 1024, ge=1024)
+    inbound_max_connections: int = Field(default=50, ge=1, le=10_000)
+    inbound_tls_cert: Path | None = None
+    inbound_tls_key: Path | None = None
     # Soft bounces suppress an address once
     # this many arrived within the window; hard bounces and complaints at once.
     email_soft_bounce_limit: int = Field(default=3, ge=1, le=1000)

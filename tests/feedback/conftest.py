@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import string
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -57,3 +59,24 @@ class Look:
 @pytest.fixture
 def look(engine: Engine, clean_db: None) -> Look:
     return Look(engine)
+
+
+MAIL = Path(__file__).parent / "mail"
+SECRET = b"0123456789abcdef-secret"
+BOUNCE_DOMAIN = "bounces.acme.example"
+
+
+def bounce_mail(name: str, **values: str) -> bytes:
+    """A fixture from mail/ with its placeholders filled, CRLF line ends as on the wire."""
+    values.setdefault("domain", BOUNCE_DOMAIN)
+    values.setdefault("queue_id", "4F3A2B")
+    values.setdefault("recipient", "ann@example.com")
+    filled = string.Template((MAIL / name).read_text()).substitute(values)
+    return filled.replace("\r\n", "\n").replace("\n", "\r\n").encode()
+
+
+@pytest.fixture
+def return_path():
+    from postrelay.orchestrator import ReturnPath
+
+    return ReturnPath(BOUNCE_DOMAIN, SECRET)

@@ -74,10 +74,12 @@ def test_a_forged_bounce_for_a_message_never_sent_is_kept_unmatched_and_suppress
                                     status="5.1.1", source_event_id="x2",
                                     message_id=sent["message_id"]))
     assert forged.matched_by is None and not forged.suppressed and forged.event_type is None
-    assert other.matched_by == "message_id" and not other.suppressed
+    assert other.matched_by is None and not other.suppressed
     assert other.event_type is None
     rows = look.feedback()
     assert [r["tenant_id"] for r in rows] == [None, tenant]
+    assert [r["email_log_id"] for r in rows] == [None, None]
+    assert rows[1]["detail"]["claimed_log_id"] == str(sent["id"])
     assert look.suppressed(tenant) == {} and look.events() == []
     assert look.log(sent["id"])["delivery"] is None
 

@@ -24,3 +24,13 @@ def email_feedback_insert(conn: Connection, **row: Any) -> dict[str, Any] | None
 
 def email_feedback_apply(conn: Connection, **params: Any) -> dict[str, Any]:
     return dict(conn.execute(Q["email_feedback_apply"], params).mappings().one())
+
+
+def email_feedback_list(conn: Connection, **filters: Any) -> list[dict[str, Any]]:
+    return [dict(r) for r in conn.execute(Q["email_feedback_list"], filters).mappings()]
+
+
+def email_feedback_for_log(conn: Connection, *, message_id: str, tenant_id: str
+                           ) -> list[dict[str, Any]]:
+    return [dict(r) for r in conn.execute(Q["email_feedback_for_log"], {
+        "message_id": message_id, "tenant_id": tenant_id}).mappings()]

@@ -60,12 +60,17 @@ def record_feedback(conn: Connection, feedback: Feedback,
     # The log row takes the report's word when the report names a recipient of it, or came
     # back to the signed VERP address (which only postrelay can make).
     about_row = match is not None and (sent_to or match["matched_by"] == "verp")
+    detail = dict(feedback.detail)
+    if match is not None and not about_row:
+        # Kept unmatched: the report names this row, but not a recipient it had.
+        detail["claimed_log_id"] = str(match["id"])
+        match = None
     inserted = queries.email_feedback_insert(
         conn, tenant_id=_text(tenant_id), email_log_id=_text(match["id"] if match else None),
         matched_by=match["matched_by"] if match else None, recipient=recipient,
         kind=feedback.kind, status=feedback.status, diagnostic=feedback.diagnostic,
         source=feedback.source, source_event_id=feedback.source_event_id,
-        dedupe_key=feedback.dedupe_key(), detail=jsontext.encode(dict(feedback.detail)),
+        dedupe_key=feedback.dedupe_key(), detail=jsontext.encode(detail),
         occurred_at=feedback.occurred_at, soft_window_secs=policy.soft_window_secs)
     if inserted is None:
         log_event("postrelay.feedback.duplicate", logging.DEBUG, kind=feedback.kind,
@@ -81,7 +86,7 @@ def record_feedback(conn: Connection, feedback: Feedback,
     category = (feedback.category or (match or {}).get("category") or "") \
         if feedback.kind == "unsubscribe" else ""
     applied = queries.email_feedback_apply(
-        conn, email_log_id=_text(match["id"] if about_row else None),
+        conn, email_log_id=_text(match["id"] if match else None),
         feedback_id=str(feedback_id), delivery=DELIVERY.get(feedback.kind),
         ranks=list(DELIVERY_OUTCOMES), tenant_id=_text(tenant_id), recipient=recipient,
         category=category, reason=_reason(feedback), source=feedback.source,

@@ -92,8 +92,9 @@ class ReturnPath:
             raw = base64.b32decode(token + "=" * (-len(token) % 8))
         except (binascii.Error, ValueError):
             raise TokenError("the token is not base32") from None
-        if len(raw) != 16 + MAC_BYTES:
-            raise TokenError("the token has the wrong length")
+        if len(raw) != 16 + MAC_BYTES or base64.b32encode(raw).decode().rstrip("=") != token:
+            # Also a token whose unused last bits were changed: one spelling per token.
+            raise TokenError("the token has the wrong length or spelling")
         ident, mac = raw[:16], raw[16:]
         if not hmac.compare_digest(mac, self._mac(ident)):
             raise TokenError("the token's signature does not match (tampered or forged)")

@@ -113,3 +113,27 @@ WITH before AS (
 SELECT (SELECT old_status FROM logged) AS old_status,
        (SELECT id FROM held) AS completed_job,
        EXISTS (SELECT 1 FROM suppressed) AS suppressed;
+
+-- name: email_feedback_list
+-- Feedback, newest first, narrowed by tenant, kind, source, time, or to the unmatched
+-- (no log row took the report's word: nothing named, or a recipient it never had).
+SELECT f.id, f.tenant_id, f.email_log_id, f.matched_by, f.recipient, f.kind, f.status,
+       f.diagnostic, f.source, f.source_event_id, f.suppressed, f.detail, f.occurred_at,
+       f.received_at
+FROM mdm.aa_email_feedback f
+WHERE (CAST(:tenant_id AS uuid) IS NULL OR f.tenant_id = CAST(:tenant_id AS uuid))
+  AND (CAST(:kind AS text) IS NULL OR f.kind = CAST(:kind AS text))
+  AND (CAST(:source AS text) IS NULL OR f.source = CAST(:source AS text))
+  AND (CAST(:since AS timestamptz) IS NULL OR f.received_at >= CAST(:since AS timestamptz))
+  AND (NOT CAST(:unmatched AS boolean) OR f.email_log_id IS NULL)
+ORDER BY f.received_at DESC, f.id DESC
+LIMIT :limit;
+
+-- name: email_feedback_for_log
+-- The feedback about one message (any attempt's row), for its story.
+SELECT f.id, f.email_log_id, f.recipient, f.kind, f.status, f.diagnostic, f.source,
+       f.suppressed, f.matched_by, f.received_at
+FROM mdm.aa_email_feedback f
+JOIN mdm.aa_email_log l ON l.id = f.email_log_id
+WHERE l.message_id = :message_id AND l.tenant_id = CAST(:tenant_id AS uuid)
+ORDER BY f.received_at, f.id;

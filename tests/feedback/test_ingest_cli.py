@@ -68,3 +68,30 @@ def test_ingest_refuses_a_missing_file_and_lists_the_unmatched(worker_env, look,
     assert row["kind"] == "unparsed" and row["email_log_id"] is None
     bad = run(worker_env, "feedback", "list", "--kind", "exploded", ok=False)
     assert bad.returncode == 1 and b"kind" in bad.stderr
+
+
+def test_the_email_log_shows_late_bounces_and_why_an_address_is_suppressed(
+        worker_env, engine, tenant, look, return_path, tmp_path):
+    env = {**worker_env, "POSTRELAY_EMAIL_BOUNCE_DOMAIN": BOUNCE_DOMAIN,
+           "POSTRELAY_FEEDBACK_SECRET": SECRET.decode()}
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant)
+        other = insert_log(conn, tenant_id=tenant, recipients=("bob@example.com",))
+    bounce = tmp_path / "bounce.eml"
+    bounce.write_bytes(bounce_mail("postfix_bounce.eml", verp=return_path.address(sent["id"]),
+                                   message_id=sent["message_id"]))
+    run(env, "feedback", "ingest", str(bounce))
+
+    bounced = json.loads(run(env, "emails", "--status", "bounced", "--json").stdout)
+    assert [r["id"] for r in bounced] == [str(sent["id"])]
+    assert bounced[0]["status"] == "sent" and bounced[0]["delivery"] == "bounced"
+    assert str(other["id"]) not in run(env, "emails", "--status", "bounced").stdout.decode()
+    listing = run(env, "emails").stdout.decode()
+    assert "sent → bounced" in listing
+    story = run(env, "emails", "show", str(sent["id"])).stdout.decode()
+    assert "feedback:" in story and "bounced" in story and "5.1.1" in story
+    assert "suppressed" in story
+    (row,) = json.loads(run(env, "emails", "suppressed", "--json").stdout)
+    assert (row["address"], row["source"], row["category"]) == ("ann@example.com", "mail", "")
+    table = run(env, "emails", "suppressed").stdout.decode()
+    assert "mail" in table and "(all)" in table and "5.1.1" in table

@@ -29,8 +29,3 @@ def email_feedback_apply(conn: Connection, **params: Any) -> dict[str, Any]:
 def email_feedback_list(conn: Connection, **filters: Any) -> list[dict[str, Any]]:
     return [dict(r) for r in conn.execute(Q["email_feedback_list"], filters).mappings()]
 
-
-def email_feedback_for_log(conn: Connection, *, message_id: str, tenant_id: str
-                           ) -> list[dict[str, Any]]:
-    return [dict(r) for r in conn.execute(Q["email_feedback_for_log"], {
-        "message_id": message_id, "tenant_id": tenant_id}).mappings()]

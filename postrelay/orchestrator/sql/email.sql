@@ -128,15 +128,16 @@ RETURNING address;
 
 -- name: email_log_list
 -- The log, newest first, narrowed by tenant, status, recipient, event or job (and the
--- rest): ix_email_log_tenant_time, ix_email_log_status_time, the recipients' GIN index,
+-- rest). A status matches the SMTP outcome or what feedback said later (a late bounce): ix_email_log_tenant_time, ix_email_log_status_time, the recipients' GIN index,
 -- ix_email_log_event or ix_email_log_job.
 SELECT l.id, l.tenant_id, l.job_id, l.event_id, l.template, l.template_version, l.category,
        l.from_address, l.recipients, l.to_addresses, l.cc_addresses, l.bcc_addresses,
        l.subject, l.message_id, l.status, l.smtp_code, l.smtp_enhanced, l.smtp_response,
-       l.queue_id, l.error, l.attempt, l.created_at, l.finished_at
+       l.queue_id, l.error, l.attempt, l.created_at, l.finished_at, l.delivery, l.delivery_at
 FROM mdm.aa_email_log l
 WHERE (CAST(:tenant_id AS uuid) IS NULL OR l.tenant_id = CAST(:tenant_id AS uuid))
-  AND (CAST(:status AS text) IS NULL OR l.status = CAST(:status AS text))
+  AND (CAST(:status AS text) IS NULL OR l.status = CAST(:status AS text)
+       OR l.delivery = CAST(:status AS text))
   AND (CAST(:recipient AS text) IS NULL OR l.recipients @> ARRAY[CAST(:recipient AS text)])
   AND (CAST(:event_id AS uuid) IS NULL OR l.event_id = CAST(:event_id AS uuid))
   AND (CAST(:job_id AS uuid) IS NULL OR l.job_id = CAST(:job_id AS uuid))
@@ -153,7 +154,7 @@ LIMIT :limit OFFSET :offset;
 SELECT l.id, l.tenant_id, l.job_id, l.event_id, l.template, l.template_version, l.category,
        l.from_address, l.recipients, l.to_addresses, l.cc_addresses, l.bcc_addresses,
        l.subject, l.message_id, l.status, l.smtp_code, l.smtp_enhanced, l.smtp_response,
-       l.queue_id, l.error, l.attempt, l.created_at, l.finished_at
+       l.queue_id, l.error, l.attempt, l.created_at, l.finished_at, l.delivery, l.delivery_at
 FROM mdm.aa_tenant t
 CROSS JOIN LATERAL (
     SELECT *
@@ -170,8 +171,8 @@ LIMIT :limit OFFSET :offset;
 
 -- name: email_story
 -- One message's whole story in one statement: the log row, every attempt's row for the
--- same message (its Message-ID is the job's), the job with its audit trail, and the outbox
--- event it came from. A tenant sees only its own rows.
+-- same message (its Message-ID is the job's), the job with its audit trail, the outbox
+-- event it came from, and the feedback that arrived about it. A tenant sees only its own rows.
 WITH target AS (
     SELECT * FROM mdm.aa_email_log
     WHERE id = CAST(:log_id AS uuid)
@@ -197,5 +198,13 @@ SELECT to_jsonb(t) AS log,
                    'id', e.id, 'event_type', e.event_type, 'aggregate_type', e.aggregate_type,
                    'aggregate_id', e.aggregate_id, 'payload', e.payload, 'headers', e.headers,
                    'created_at', e.created_at, 'handled_at', e.handled_at)
-        FROM mdm.aa_outbox_event e WHERE e.id = t.event_id) AS event
+        FROM mdm.aa_outbox_event e WHERE e.id = t.event_id) AS event,
+       (SELECT COALESCE(jsonb_agg(jsonb_build_object(
+                   'id', f.id, 'email_log_id', f.email_log_id, 'recipient', f.recipient,
+                   'kind', f.kind, 'status', f.status, 'diagnostic', f.diagnostic,
+                   'source', f.source, 'suppressed', f.suppressed,
+                   'received_at', f.received_at) ORDER BY f.received_at, f.id), '[]')
+        FROM mdm.aa_email_feedback f
+        JOIN mdm.aa_email_log a ON a.id = f.email_log_id
+        WHERE a.message_id = t.message_id AND a.tenant_id = t.tenant_id) AS feedback
 FROM target t;

@@ -128,12 +128,3 @@ WHERE (CAST(:tenant_id AS uuid) IS NULL OR f.tenant_id = CAST(:tenant_id AS uuid
   AND (NOT CAST(:unmatched AS boolean) OR f.email_log_id IS NULL)
 ORDER BY f.received_at DESC, f.id DESC
 LIMIT :limit;
-
--- name: email_feedback_for_log
--- The feedback about one message (any attempt's row), for its story.
-SELECT f.id, f.email_log_id, f.recipient, f.kind, f.status, f.diagnostic, f.source,
-       f.suppressed, f.matched_by, f.received_at
-FROM mdm.aa_email_feedback f
-JOIN mdm.aa_email_log l ON l.id = f.email_log_id
-WHERE l.message_id = :message_id AND l.tenant_id = CAST(:tenant_id AS uuid)
-ORDER BY f.received_at, f.id;

@@ -95,3 +95,45 @@ def test_the_email_log_shows_late_bounces_and_why_an_address_is_suppressed(
     assert (row["address"], row["source"], row["category"]) == ("ann@example.com", "mail", "")
     table = run(env, "emails", "suppressed").stdout.decode()
     assert "mail" in table and "(all)" in table and "5.1.1" in table
+
+
+async def test_postrelay_inbound_as_a_process_records_a_bounce_and_stops_on_sigterm(
+        worker_env, engine, tenant, look, return_path):
+    import asyncio
+    import signal
+    import socket
+
+    import aiosmtplib
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**worker_env, "POSTRELAY_EMAIL_BOUNCE_DOMAIN": BOUNCE_DOMAIN,
+           "POSTRELAY_FEEDBACK_SECRET": SECRET.decode()}
+    missing = run(worker_env, "inbound", "--port", str(port), ok=False)
+    assert missing.returncode == 1 and b"POSTRELAY_EMAIL_BOUNCE_DOMAIN" in missing.stderr
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant)
+    verp = return_path.address(sent["id"])
+    server = subprocess.Popen([str(POSTRELAY), "inbound", "--host", "127.0.0.1", "--port",
+                               str(port)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE)
+    try:
+        for _ in range(200):
+            try:
+                smtp = aiosmtplib.SMTP(hostname="127.0.0.1", port=port, timeout=5)
+                await smtp.connect()
+                break
+            except (OSError, aiosmtplib.SMTPException):
+                await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("postrelay inbound did not start")
+        await smtp.sendmail("", [verp], bounce_mail("postfix_bounce.eml", verp=verp,
+                                                    message_id=sent["message_id"]))
+        await smtp.quit()
+    finally:
+        server.send_signal(signal.SIGTERM)
+        out, err = server.communicate(timeout=30)
+    assert server.returncode == 0, err.decode()
+    assert b"bounces.acme.example" in out
+    assert look.log(sent["id"])["delivery"] == "bounced"

@@ -23,6 +23,7 @@ from postrelay.orchestrator import (
     SmtpConfig,
     SmtpPool,
     Templates,
+    UnsubscribeLinks,
     email_registry,
 )
 from postrelay.queue.backoff import backoff_from
@@ -111,7 +112,8 @@ def build_worker(
     builtin = builtin.merged(email_registry(
         engine, Templates(settings.email_templates_dir), smtp,
         default_from=settings.email_from, message_id_domain=settings.email_message_id_domain,
-        return_path=ReturnPath.from_settings(settings)))
+        return_path=ReturnPath.from_settings(settings),
+        unsubscribe=UnsubscribeLinks.from_settings(settings)))
     outbox = Cleaner(delete_handled_batch, settings.outbox_retention_days)
     attempts = Cleaner(webhook_attempt_delete_batch, DEFAULT_ATTEMPT_RETENTION_DAYS)
     builtin.register(RETENTION_KIND, cleanup_handler(

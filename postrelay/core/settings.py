@@ -85,6 +85,10 @@ class Settings(BaseSettings):
     # the feedback secret signs it: required then, at least 16 characters.
     email_bounce_domain: str | None = None
     feedback_secret: SecretStr | None = None
+    # Where `postrelay api` is reached from outside: the one-click unsubscribe links of
+    # templates with `unsubscribe = true` point at PUBLIC_URL/u/<token> (https, or http for
+    # a loopback host). Needs the feedback secret too.
+    public_url: str | None = None
     # `postrelay inbound`: the SMTP receiver for the bounce domain. STARTTLS is offered
     # when a certificate and key are given.
     inbound_host: str = "0.0.0.0"

@@ -36,6 +36,7 @@ from postrelay.core.errors import ValidationError
 from postrelay.core.telemetry import event as log_event
 from postrelay.orchestrator import queries
 from postrelay.orchestrator.addresses import parse_address, parse_addresses
+from postrelay.orchestrator.feedback.unsubscribe import UnsubscribeLinks
 from postrelay.orchestrator.feedback.verp import ReturnPath
 from postrelay.orchestrator.job import EMAIL_KIND, EmailJob
 from postrelay.orchestrator.message import (
@@ -83,12 +84,14 @@ def email_registry(
     message_id_domain: str | None = None,
     timeout_secs: float = DEFAULT_TIMEOUT_SECS,
     return_path: ReturnPath | None = None,
+    unsubscribe: UnsubscribeLinks | None = None,
 ) -> Registry:
     """A Registry with the `email_send` handler, to merge into the worker's. With a
     `return_path`, each message's envelope sender is its signed VERP address."""
     registry = Registry()
     sender = EmailSender(engine, templates, pool, default_from=default_from,
-                         message_id_domain=message_id_domain, return_path=return_path)
+                         message_id_domain=message_id_domain, return_path=return_path,
+                         unsubscribe=unsubscribe)
     registry.register(EMAIL_KIND, sender.send, timeout=timeout_secs)
     registry.closers.append(sender.close)
     return registry
@@ -104,6 +107,7 @@ class EmailSender:
         default_from: str | None,
         message_id_domain: str | None,
         return_path: ReturnPath | None = None,
+        unsubscribe: UnsubscribeLinks | None = None,
     ) -> None:
         # The `sending` row must be committed before the message leaves: autocommit.
         self.engine = engine.execution_options(isolation_level="AUTOCOMMIT")
@@ -113,6 +117,7 @@ class EmailSender:
         self.default_from = default_from
         self.message_id_domain = message_id_domain
         self.return_path = return_path
+        self.unsubscribe = unsubscribe
         self._tenants: dict[UUID, tuple[str, float]] = {}  # id -> (name, valid until)
         self._tenant_lookups: dict[UUID, asyncio.Task[str]] = {}  # in flight
 
@@ -142,7 +147,8 @@ class EmailSender:
                                              tenant_keys=tenant_keys)
             log.update(template_version=rendered.version, subject=rendered.subject)
             message = build_message(rendered=rendered, sender=sender, to=to, cc=cc,
-                                    reply_to=reply_to, message_id=log.row["message_id"])
+                                    reply_to=reply_to, message_id=log.row["message_id"],
+                                    headers=self._list_headers(job, spec, rendered, to))
         except (TemplateError, ValidationError) as exc:
             async with self.engine.connect() as conn:
                 earlier = await queries.email_send_history(conn, job_id=job.id)
@@ -238,6 +244,15 @@ class EmailSender:
                 parse_addresses(list(spec.cc), field="cc"),
                 parse_addresses(list(spec.bcc), field="bcc"),
                 parse_addresses(list(spec.reply_to), field="reply_to"))
+
+    def _list_headers(self, job: Job, spec: EmailJob, rendered: Any,
+                      to: Sequence[Address]) -> dict[str, str] | None:
+        """RFC 8058 one-click unsubscribe for bulk templates: the link names the tenant, the
+        first To recipient and the category (the route's, else the template's name)."""
+        if not rendered.unsubscribe or self.unsubscribe is None or not to:
+            return None
+        return self.unsubscribe.headers(job.tenant_id, to[0].addr_spec,
+                                        spec.category or spec.template)
 
     def _message_id(self, job: Job, sender: Address) -> str:
         return message_id_for(job.id, message_id_domain(self.message_id_domain, sender))

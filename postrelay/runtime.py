@@ -18,7 +18,14 @@ from uuid import UUID
 
 from postrelay.core.db import Database
 from postrelay.core.settings import Settings
-from postrelay.orchestrator import SmtpConfig, SmtpPool, Templates, email_registry
+from postrelay.orchestrator import (
+    ReturnPath,
+    SmtpConfig,
+    SmtpPool,
+    Templates,
+    UnsubscribeLinks,
+    email_registry,
+)
 from postrelay.orchestrator.retention import EMAIL_LOG_TARGET, email_log_delete_batch
 from postrelay.queue.backoff import backoff_from
 from postrelay.queue.maintenance import (
@@ -105,7 +112,9 @@ def build_worker(
     smtp = SmtpPool(SmtpConfig.from_settings(settings))
     builtin = builtin.merged(email_registry(
         engine, Templates(settings.email_templates_dir), smtp,
-        default_from=settings.email_from, message_id_domain=settings.email_message_id_domain))
+        default_from=settings.email_from, message_id_domain=settings.email_message_id_domain,
+        return_path=ReturnPath.from_settings(settings),
+        unsubscribe=UnsubscribeLinks.from_settings(settings)))
     outbox = Cleaner(delete_handled_batch, settings.outbox_retention_days)
     attempts = Cleaner(webhook_attempt_delete_batch, settings.webhook_attempt_retention_days)
     # Every window from the settings: the handler takes none from a job's payload.

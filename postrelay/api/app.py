@@ -13,7 +13,7 @@ from postrelay.api.bodylimit import BODY_ROOM, BodyLimit
 from postrelay.api.errors import install_error_handlers
 from postrelay.api.keys import service_role_key
 from postrelay.api.metrics import metrics_registry
-from postrelay.api.routers import cron, dlq, health, jobs, metrics, outbox
+from postrelay.api.routers import cron, dlq, health, jobs, metrics, outbox, unsubscribe
 from postrelay.core.db import Database
 from postrelay.core.migrate import head_revision
 from postrelay.core.settings import Settings
@@ -49,7 +49,7 @@ def create_app(settings: Settings, db: Database) -> FastAPI:
     app.state.metrics_registry = metrics_registry(engine)
     install_error_handlers(app)
     # dlq before jobs: `/jobs/dlq` must match the DLQ route, not `/jobs/{id}`.
-    for module in (health, metrics, dlq, jobs, cron, outbox):
+    for module in (health, metrics, dlq, jobs, cron, outbox, unsubscribe):
         app.include_router(module.router)
     app.mount("/dashboard", create_dashboard(settings, db,  # the web UI, same process
                                              throttle=app.state.auth_throttle))

@@ -49,7 +49,8 @@ def emails_list(
     tenant: str | None = typer.Option(None, "--tenant", help="Only this tenant id."),
     recipient: str | None = typer.Option(None, "--recipient", help="Sent to this address."),
     status: str | None = typer.Option(
-        None, "--status", help="sending/sent/partial/deferred/bounced/failed/suppressed/unknown"),
+        None, "--status", help="sending/sent/partial/deferred/bounced/failed/suppressed/"
+        "unknown, or what feedback said later: delayed/delivered/soft-bounced/complained"),
     template: str | None = typer.Option(None, "--template", help="Only this template."),
     event: str | None = typer.Option(None, "--event", help="Made from this outbox event."),
     job: str | None = typer.Option(None, "--job", help="Attempts of this job."),
@@ -71,7 +72,7 @@ def emails_list(
         return
     echo(table(
         ["ID", "CREATED", "STATUS", "TEMPLATE", "TO", "SMTP", "ATTEMPT", "SUBJECT"],
-        [[r["id"], r["created_at"], r["status"], r["template"], ", ".join(r["to_addresses"]),
+        [[r["id"], r["created_at"], _status(r), r["template"], ", ".join(r["to_addresses"]),
           _smtp(r), r["attempt"], r["subject"]] for r in rows],
     ) if rows else "no email log rows")
 
@@ -108,12 +109,19 @@ def emails_show(
         echo(f"job {log['job_id'] or '-'} (removed by retention)")
     echo("attempts:")
     for row in story["attempts"]:
-        echo(f"  #{row['attempt']} {row['created_at']}  {row['status']:<10} "
+        echo(f"  #{row['attempt']} {row['created_at']}  {_status(row):<10} "
                    f"{_smtp(row)}  {cell(row['smtp_response'])}"
                    + (f"  queue id {row['queue_id']}" if row.get("queue_id") else "")
                    + (f"  error: {cell(row['error'])}" if row.get("error") else ""))
         for address, result in (row.get("recipient_results") or {}).items():
             echo(f"      {address}: {json.dumps(result)}")
+    if story.get("feedback"):
+        typer.echo("feedback:")
+    for item in story.get("feedback") or []:
+        echo(f"  {item['received_at']}  {item['kind']:<12} {item['recipient'] or '-'}  "
+              f"{item['status'] or '-'}  via {item['source']}"
+              + ("  suppressed" if item["suppressed"] else "")
+              + (f"  {cell(item['diagnostic'])}" if item.get("diagnostic") else ""))
 
 
 @emails_app.command("suppressed")
@@ -122,14 +130,15 @@ def emails_suppressed(
     limit: int = typer.Option(100, "--limit", help="At most this many (1-1000)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
-    """Addresses not sent to any more: the server said they do not exist (5.1.x)."""
+    """Addresses not sent to any more, with why and from which source."""
     with transaction() as conn:
         rows = suppression_list(conn, tenant_id=tenant, limit=limit)
     if as_json:
         print_json(rows)
         return
-    echo(table(["TENANT", "ADDRESS", "SINCE", "REASON"],
-                     [[r["tenant_id"], r["address"], r["created_at"], r["reason"]]
+    echo(table(["TENANT", "ADDRESS", "CATEGORY", "SINCE", "SOURCE", "REASON"],
+               [[r["tenant_id"], r["address"], r["category"] or "(all)", r["created_at"],
+                 r["source"] or "smtp", r["reason"]]
                       for r in rows]) if rows else "no suppressed addresses")
 
 
@@ -142,6 +151,11 @@ def emails_unsuppress(
     with transaction() as conn:
         suppression_remove(conn, address, tenant_id=tenant)
     echo(f"{address.strip().lower()} gets mail again")
+
+
+def _status(row: dict[str, Any]) -> str:
+    """`sent`, or `sent → bounced` once feedback said more."""
+    return f"{row['status']} → {row['delivery']}" if row.get("delivery") else row["status"]
 
 
 def _smtp(row: dict[str, Any]) -> str:

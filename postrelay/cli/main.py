@@ -17,6 +17,7 @@ def _register() -> None:
         cron,
         email,
         emails,
+        feedback,
         relay,
         schema,
         webhooks,

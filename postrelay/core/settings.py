@@ -106,6 +106,27 @@ class Settings(BaseSettings):
     # smtp_auth_pause_secs instead of failing every job against bad credentials.
     smtp_throttle_secs: float = Field(default=5.0, ge=0)
     smtp_auth_pause_secs: float = Field(default=60.0, ge=0)
+    # Delivery feedback (README "Delivery feedback"). With a bounce domain, each message's
+    # envelope sender is a signed VERP address on it (the From header is unchanged), and
+    # the feedback secret signs it: required then, at least 16 characters.
+    email_bounce_domain: str | None = None
+    feedback_secret: SecretStr | None = None
+    # Where `postrelay api` is reached from outside: the one-click unsubscribe links of
+    # templates with `unsubscribe = true` point at PUBLIC_URL/u/<token> (https, or http for
+    # a loopback host). Needs the feedback secret too.
+    public_url: str | None = None
+    # `postrelay inbound`: the SMTP receiver for the bounce domain. STARTTLS is offered
+    # when a certificate and key are given.
+    inbound_host: str = "0.0.0.0"
+    inbound_port: int = Field(default=25, ge=1, le=65535)
+    inbound_max_bytes: int = Field(default=5 * 1024 * 1024, ge=1024)
+    inbound_max_connections: int = Field(default=50, ge=1, le=10_000)
+    inbound_tls_cert: Path | None = None
+    inbound_tls_key: Path | None = None
+    # Soft bounces suppress an address once
+    # this many arrived within the window; hard bounces and complaints at once.
+    email_soft_bounce_limit: int = Field(default=3, ge=1, le=1000)
+    email_soft_bounce_window_days: float = Field(default=7.0, gt=0)
 
     # The largest JSON document (payload, headers) a write accepts, and with some room the
     # largest request body the HTTP API reads (core/limits.py).

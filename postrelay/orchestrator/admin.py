@@ -11,9 +11,11 @@ from sqlalchemy import Connection
 
 from postrelay.core.errors import NotFoundError, ValidationError
 from postrelay.orchestrator import queries
-from postrelay.orchestrator.schema import EMAIL_STATUSES
+from postrelay.orchestrator.schema import DELIVERY_OUTCOMES, EMAIL_STATUSES
 
 MAX_LIMIT = 1000
+# A status filter matches the SMTP outcome or the delivery outcome feedback gave later.
+LIST_STATUSES = tuple(dict.fromkeys((*EMAIL_STATUSES, *DELIVERY_OUTCOMES)))
 
 
 def email_list(
@@ -31,8 +33,8 @@ def email_list(
     offset: int = 0,
 ) -> list[dict[str, Any]]:
     """Log rows created in [since, until), newest first, matching every filter given."""
-    if status is not None and status not in EMAIL_STATUSES:
-        raise ValidationError("status", f"must be one of {', '.join(EMAIL_STATUSES)}")
+    if status is not None and status not in LIST_STATUSES:
+        raise ValidationError("status", f"must be one of {', '.join(LIST_STATUSES)}")
     if not 1 <= limit <= MAX_LIMIT:
         raise ValidationError("limit", f"must be between 1 and {MAX_LIMIT}")
     if offset < 0:
@@ -55,7 +57,8 @@ def email_list(
 def email_story(
     conn: Connection, log_id: UUID | str, *, tenant_id: UUID | str | None = None
 ) -> dict[str, Any]:
-    """One message's whole story: {log, attempts, job, audit, event}, from one query.
+    """One message's whole story: {log, attempts, job, audit, event, feedback}, from one
+    query.
 
     `job` is None once retention has deleted the job, `event` once outbox retention has
     deleted the event; the log rows stay."""
@@ -68,7 +71,8 @@ def email_story(
 
 def suppression_list(conn: Connection, *, tenant_id: UUID | str | None = None,
                      limit: int = 100) -> list[dict[str, Any]]:
-    """The suppressed addresses (5.1.x replies), newest first."""
+    """The suppressed addresses, newest first, each with its reason, source (smtp, mail,
+    ...) and category ('' for every category)."""
     if not 1 <= limit <= MAX_LIMIT:
         raise ValidationError("limit", f"must be between 1 and {MAX_LIMIT}")
     return queries.email_suppression_list(conn, tenant_id=_uuid("tenant", tenant_id),

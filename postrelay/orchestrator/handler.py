@@ -36,6 +36,8 @@ from postrelay.core.ids import new_uuid
 from postrelay.core.telemetry import event as log_event
 from postrelay.orchestrator import queries
 from postrelay.orchestrator.addresses import parse_address, parse_addresses
+from postrelay.orchestrator.feedback.unsubscribe import UnsubscribeLinks
+from postrelay.orchestrator.feedback.verp import ReturnPath
 from postrelay.orchestrator.job import EMAIL_KIND, EmailJob
 from postrelay.orchestrator.message import (
     build_message,
@@ -82,11 +84,15 @@ def email_registry(
     default_from: str | None = None,
     message_id_domain: str | None = None,
     timeout_secs: float = DEFAULT_TIMEOUT_SECS,
+    return_path: ReturnPath | None = None,
+    unsubscribe: UnsubscribeLinks | None = None,
 ) -> Registry:
-    """A Registry with the `email_send` handler, to merge into the worker's."""
+    """A Registry with the `email_send` handler, to merge into the worker's. With a
+    `return_path`, each message's envelope sender is its signed VERP address."""
     registry = Registry()
     sender = EmailSender(engine, templates, pool, default_from=default_from,
-                         message_id_domain=message_id_domain)
+                         message_id_domain=message_id_domain, return_path=return_path,
+                         unsubscribe=unsubscribe)
     registry.register(EMAIL_KIND, sender.send, timeout=timeout_secs)
     registry.closers.append(sender.close)
     return registry
@@ -101,6 +107,8 @@ class EmailSender:
         *,
         default_from: str | None,
         message_id_domain: str | None,
+        return_path: ReturnPath | None = None,
+        unsubscribe: UnsubscribeLinks | None = None,
     ) -> None:
         # The `sending` row must be committed before the message leaves: autocommit.
         self.engine = engine.execution_options(isolation_level="AUTOCOMMIT")
@@ -109,6 +117,8 @@ class EmailSender:
         self.pool = pool
         self.default_from = default_from
         self.message_id_domain = message_id_domain
+        self.return_path = return_path
+        self.unsubscribe = unsubscribe
         self._tenants: dict[UUID, tuple[str, float]] = {}  # id -> (name, valid until)
         self._tenant_lookups: dict[UUID, asyncio.Task[str]] = {}  # in flight
 
@@ -138,7 +148,8 @@ class EmailSender:
                                              tenant_keys=tenant_keys)
             log.update(template_version=rendered.version, subject=rendered.subject)
             message = build_message(rendered=rendered, sender=sender, to=to, cc=cc,
-                                    reply_to=reply_to, message_id=log.row["message_id"])
+                                    reply_to=reply_to, message_id=log.row["message_id"],
+                                    headers=self._list_headers(job, spec, rendered, to))
             data = message.as_bytes()
             # Never hand a server a header line it must refuse: its refusal would be
             # recorded as the recipient's (`bounced`), when the input was at fault.
@@ -200,8 +211,11 @@ class EmailSender:
 
     async def _deliver(self, job: Job, log: _LogRow, sender: Address, live: list[str],
                        data: bytes, results: dict[str, dict[str, Any]]) -> None:
+        # MAIL FROM only: bounces come back naming this attempt's log row; From is unchanged.
+        envelope_from = (self.return_path.address(UUID(log.row["id"])) if self.return_path
+                         else sender.addr_spec)
         try:
-            delivery = await self.pool.send(sender.addr_spec, live, data)
+            delivery = await self.pool.send(envelope_from, live, data)
         except SmtpError as exc:
             results.update(_refusals(exc.refused))
             status = "bounced" if isinstance(exc, SmtpPermanent) else "deferred"
@@ -235,6 +249,15 @@ class EmailSender:
                 parse_addresses(list(spec.cc), field="cc"),
                 parse_addresses(list(spec.bcc), field="bcc"),
                 parse_addresses(list(spec.reply_to), field="reply_to"))
+
+    def _list_headers(self, job: Job, spec: EmailJob, rendered: Any,
+                      to: Sequence[Address]) -> dict[str, str] | None:
+        """RFC 8058 one-click unsubscribe for bulk templates: the link names the tenant, the
+        first To recipient and the category (the route's, else the template's name)."""
+        if not rendered.unsubscribe or self.unsubscribe is None or not to:
+            return None
+        return self.unsubscribe.headers(job.tenant_id, to[0].addr_spec,
+                                        spec.category or spec.template)
 
     def _message_id(self, job: Job, sender: Address) -> str:
         return message_id_for(job.id, message_id_domain(self.message_id_domain, sender))

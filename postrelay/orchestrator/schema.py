@@ -5,10 +5,14 @@ written `sending` before the message is handed to the SMTP server and updated wi
 outcome in the same transaction that completes the job. `job_id` is a foreign key with
 ON DELETE SET NULL, so job retention keeps the log. `event_id` has no foreign key (outbox
 retention deletes handled events), but joins the log to `aa_outbox_event` while the event
-is kept. `aa_email_suppression` is the per-tenant list of addresses that do not exist.
+is kept. `aa_email_suppression` is the per-tenant list of addresses not to send to: those
+that do not exist (category ''), and those that unsubscribed from one category.
+`aa_email_feedback` (migration 0012) keeps what arrived after the SMTP handoff: bounces,
+complaints, delivery reports and unsubscribes, matched to the log row or kept unmatched.
 """
 
 from sqlalchemy import (
+    Boolean,
     CheckConstraint,
     Column,
     ForeignKey,
@@ -17,6 +21,7 @@ from sqlalchemy import (
     PrimaryKeyConstraint,
     Table,
     Text,
+    UniqueConstraint,
     text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
@@ -33,6 +38,22 @@ EMAIL_STATUSES = (
     "suppressed",  # every recipient is on the tenant's suppression list: nothing sent
     "unknown",  # a `sending` row found by a later attempt: the outcome was never learnt
 )
+
+# What feedback can say (aa_email_feedback.kind).
+FEEDBACK_KINDS = (
+    "delivered",  # a delivery report (DSN Action: delivered, a provider's Delivery event)
+    "delayed",  # still trying (DSN Action: delayed, a provider's deferral)
+    "soft-bounced",  # gave up after a transient failure (4.x.x, mailbox full)
+    "bounced",  # refused permanently (5.x.x)
+    "complaint",  # the recipient reported it as spam (ARF, a provider's complaint)
+    "unsubscribe",  # one-click, mailto: or a provider's unsubscribe
+    "auto-reply",  # out of office and the like (RFC 3834): recorded, otherwise ignored
+    "unparsed",  # mail to the bounce domain that no parser understood: kept for an operator
+)
+# aa_email_log.delivery: what feedback said after the SMTP server accepted the message.
+# A later report of a higher rank replaces a lower one, never the reverse (a delay report
+# that arrives after the bounce does not undo it).
+DELIVERY_OUTCOMES = ("delayed", "delivered", "soft-bounced", "bounced", "complained")
 
 email_log = Table(
     "aa_email_log",
@@ -65,9 +86,16 @@ email_log = Table(
     Column("attempt", Integer, nullable=False),
     Column("created_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
     Column("finished_at", TIMESTAMPTZ),
+    Column("delivery", Text),  # one of DELIVERY_OUTCOMES, from feedback; NULL: none yet
+    Column("delivery_at", TIMESTAMPTZ),
     CheckConstraint(
         "status IN (" + ", ".join(f"'{s}'" for s in EMAIL_STATUSES) + ")",
         name="email_log_status_chk",
+    ),
+    CheckConstraint(
+        "delivery IS NULL OR delivery IN ("
+        + ", ".join(f"'{s}'" for s in DELIVERY_OUTCOMES) + ")",
+        name="email_log_delivery_chk",
     ),
     Index("ix_email_log_tenant_time", "tenant_id", "created_at"),
     Index("ix_email_log_recipients", "recipients", postgresql_using="gin"),
@@ -75,6 +103,8 @@ email_log = Table(
     Index("ix_email_log_job", "job_id"),
     Index("ix_email_log_event", "event_id"),
     Index("ix_email_log_message_id", "message_id"),
+    Index("ix_email_log_queue_id", "queue_id"),
+    Index("ix_email_log_delivery_time", "delivery", "created_at"),
 )
 
 email_suppression = Table(
@@ -88,5 +118,41 @@ email_suppression = Table(
     Column("smtp_enhanced", Text),
     Column("email_log_id", UUID(as_uuid=True)),  # the attempt that was refused
     Column("created_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
-    PrimaryKeyConstraint("tenant_id", "address", name="aa_email_suppression_pkey"),
+    # '': every category (the address does not exist, or complained); else only this one.
+    Column("category", Text, nullable=False, server_default=text("''")),
+    Column("source", Text),  # smtp (the reply at send time), mail, ses, postmark, ...
+    Column("feedback_id", UUID(as_uuid=True)),  # the feedback that suppressed it
+    PrimaryKeyConstraint("tenant_id", "address", "category", name="aa_email_suppression_pkey"),
+)
+
+email_feedback = Table(
+    "aa_email_feedback",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True, server_default=text("gen_random_uuid()")),
+    # NULL while unmatched: nothing tells which tenant the feedback is about.
+    Column("tenant_id", UUID(as_uuid=True), ForeignKey("mdm.aa_tenant.id", ondelete="CASCADE")),
+    # No foreign key, as aa_email_suppression.email_log_id: log retention is the log's own.
+    Column("email_log_id", UUID(as_uuid=True)),
+    Column("matched_by", Text),  # verp, message_id, queue_id; NULL: unmatched
+    Column("recipient", Text),  # lower-cased; NULL when the report withholds it
+    Column("kind", Text, nullable=False),
+    Column("status", Text),  # the enhanced status code, e.g. 5.1.1
+    Column("diagnostic", Text),
+    Column("source", Text, nullable=False),
+    Column("source_event_id", Text),  # the source's own id: a DSN's Message-ID, an SNS id
+    # The same feedback twice (a provider's retry, a DSN sent again) has the same key.
+    Column("dedupe_key", Text, nullable=False),
+    Column("suppressed", Boolean, nullable=False, server_default=text("false")),
+    Column("detail", JSONB),  # what else the source said (Action, Feedback-Type, headers)
+    Column("occurred_at", TIMESTAMPTZ),  # when the source says it happened
+    Column("received_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+    CheckConstraint(
+        "kind IN (" + ", ".join(f"'{s}'" for s in FEEDBACK_KINDS) + ")",
+        name="email_feedback_kind_chk",
+    ),
+    UniqueConstraint("dedupe_key", name="email_feedback_dedupe_uk"),
+    Index("ix_email_feedback_time", "received_at"),
+    Index("ix_email_feedback_tenant_time", "tenant_id", "received_at"),
+    Index("ix_email_feedback_log", "email_log_id"),
+    Index("ix_email_feedback_recipient", "tenant_id", "recipient", "kind", "received_at"),
 )

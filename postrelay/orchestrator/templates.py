@@ -57,6 +57,7 @@ class Rendered:
     text: str
     html: str | None
     on_unknown: OnUnknown
+    unsubscribe: bool = False  # bulk mail: carries a one-click unsubscribe link
 
 
 class TemplateError(PostrelayError):
@@ -79,6 +80,7 @@ class _Loaded:
     on_unknown: OnUnknown
     version: str
     until: float  # read again after this (monotonic) time
+    unsubscribe: bool = False
 
 
 class Templates:
@@ -129,7 +131,8 @@ class Templates:
             html = self._run(name, self._html_env, files["body.html"], sources["body.html"],
                              values)
         return Rendered(template=name, version=loaded.version, subject=subject.strip(),
-                        text=text, html=html, on_unknown=loaded.on_unknown)
+                        text=text, html=html, on_unknown=loaded.on_unknown,
+                        unsubscribe=loaded.unsubscribe)
 
     def _load(self, name: str, tenant_keys: Sequence[str]) -> _Loaded:
         key = (name, tuple(tenant_keys))
@@ -139,13 +142,14 @@ class Templates:
             return loaded
         files = self._resolve(name, tenant_keys)
         sources = {file: self._read(name, path) for file, path in files.items()}
-        on_unknown = self._policy(name, files.get("template.toml"), sources.get("template.toml"))
+        on_unknown, unsubscribe = self._policy(name, files.get("template.toml"),
+                                               sources.get("template.toml"))
         digest = hashlib.sha256()
         for file, path in files.items():  # FILES order, so the hash is stable
             digest.update(f"{self._rel(path)}\0{len(sources[file])}\0".encode())
             digest.update(sources[file].encode())
         loaded = _Loaded(files, sources, on_unknown, digest.hexdigest()[:12],
-                         now + self.reload_secs)
+                         now + self.reload_secs, unsubscribe)
         if self.reload_secs > 0:
             self._loaded[key] = loaded
         return loaded
@@ -184,22 +188,27 @@ class Templates:
         except (OSError, UnicodeDecodeError) as exc:
             raise TemplateError(name, self._rel(path), f"cannot be read: {exc}") from exc
 
-    def _policy(self, name: str, path: Path | None, source: str | None) -> OnUnknown:
+    def _policy(self, name: str, path: Path | None, source: str | None
+                ) -> tuple[OnUnknown, bool]:
         if path is None or source is None:
-            return "resend"
+            return "resend", False
         rel = self._rel(path)
         try:
             data = tomllib.loads(source)
         except tomllib.TOMLDecodeError as exc:
             raise TemplateError(name, rel, f"not valid TOML: {exc}") from exc
-        unknown = sorted(set(data) - {"on_unknown"})
+        unknown = sorted(set(data) - {"on_unknown", "unsubscribe"})
         if unknown:
             raise TemplateError(name, rel, f"unknown key {', '.join(unknown)} "
-                                           "(the only key is on_unknown)")
+                                           "(the keys are on_unknown and unsubscribe)")
+        unsubscribe = data.get("unsubscribe", False)
+        if not isinstance(unsubscribe, bool):
+            raise TemplateError(name, rel, f"unsubscribe must be true or false, not "
+                                           f"{unsubscribe!r}")
         value = data.get("on_unknown", "resend")
         if value not in ("resend", "hold"):
             raise TemplateError(name, rel, f"on_unknown must be 'resend' or 'hold', not {value!r}")
-        return cast(OnUnknown, value)
+        return cast(OnUnknown, value), unsubscribe
 
     def _run(self, name: str, env: SandboxedEnvironment, path: Path, source: str,
              context: dict[str, Any]) -> str:

@@ -109,6 +109,10 @@ WALK: dict[tuple[str, str], Probe] = {
     ("GET", "/redoc"): public("/redoc"),
     ("GET", "/healthz"): public("/healthz"),
     ("GET", "/readyz"): public("/readyz"),
+    # One-click unsubscribe: no credentials, the signed token is the authority; a token that
+    # is not one of this installation's (or no links set up) reaches nobody's data.
+    ("GET", "/u/{token}"): lambda w: one(w.api.get(f"/u/{w.b.tenant}"), {400, 404}),
+    ("POST", "/u/{token}"): lambda w: one(w.api.post(f"/u/{w.b.tenant}"), {400, 404}),
     ("GET", "/metrics"): lambda w: one(w.api.get("/metrics"), {401}),  # every tenant's counts
     # --- the API: jobs and the DLQ -------------------------------------------------------
     ("POST", "/v1/functions/jobs"): lambda w: [

@@ -90,11 +90,13 @@ class Rig:
         with self.engine.begin() as conn:
             return enqueue(conn, EMAIL_KIND, payload, tenant_id=tenant, max_attempts=3)
 
-    async def start(self, **config: Any) -> Worker:
+    async def start(self, *, return_path: Any = None, unsubscribe: Any = None,
+                    **config: Any) -> Worker:
         # reload_secs=0: tests fix template files and expect the very next run to see it.
         templates = Templates(self.templates, reload_secs=0)
         registry = email_registry(self.async_engine, templates, self.pool,
-                                  message_id_domain="mail.acme.example")
+                                  message_id_domain="mail.acme.example",
+                                  return_path=return_path, unsubscribe=unsubscribe)
         config.setdefault("poll_interval_secs", 0.1)
         config.setdefault("grace_secs", 1.0)
         worker = Worker(self.async_engine, WorkerConfig(**config), registry=registry,

@@ -27,7 +27,8 @@ WITH r AS (
     SELECT r.*, COALESCE(e.row_ids, '{}') AS row_ids, COALESCE(e.statuses, '{}') AS statuses,
            ARRAY(SELECT s.address FROM mdm.aa_email_suppression s
                  WHERE s.tenant_id = r.tenant_id
-                   AND s.address = ANY(r.recipients)) AS suppressed
+                   AND s.address = ANY(r.recipients)
+                   AND s.category IN ('', COALESCE(r.category, ''))) AS suppressed
     FROM r CROSS JOIN LATERAL (
         SELECT array_agg(l.id) AS row_ids, array_agg(l.status) AS statuses
         FROM mdm.aa_email_log l
@@ -104,15 +105,16 @@ SET status = EXCLUDED.status,
 -- name: email_suppression_add_many
 -- An address the server said does not exist (5.1.x) is not tried again for this tenant.
 INSERT INTO mdm.aa_email_suppression (tenant_id, address, reason, smtp_code, smtp_enhanced,
-                                      email_log_id)
-SELECT r.tenant_id, r.address, r.reason, r.smtp_code, r.smtp_enhanced, r.email_log_id
+                                      email_log_id, source)
+SELECT r.tenant_id, r.address, r.reason, r.smtp_code, r.smtp_enhanced, r.email_log_id, 'smtp'
 FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(
     tenant_id uuid, address text, reason text, smtp_code integer, smtp_enhanced text,
     email_log_id uuid)
-ON CONFLICT (tenant_id, address) DO NOTHING;
+ON CONFLICT (tenant_id, address, category) DO NOTHING;
 
 -- name: email_suppression_list
-SELECT tenant_id, address, reason, smtp_code, smtp_enhanced, email_log_id, created_at
+SELECT tenant_id, address, category, reason, source, smtp_code, smtp_enhanced, email_log_id,
+       feedback_id, created_at
 FROM mdm.aa_email_suppression
 WHERE CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid)
 ORDER BY created_at DESC, address
@@ -126,15 +128,16 @@ RETURNING address;
 
 -- name: email_log_list
 -- The log, newest first, narrowed by tenant, status, recipient, event or job (and the
--- rest): ix_email_log_tenant_time, ix_email_log_status_time, the recipients' GIN index,
+-- rest). A status matches the SMTP outcome or what feedback said later (a late bounce): ix_email_log_tenant_time, ix_email_log_status_time, the recipients' GIN index,
 -- ix_email_log_event or ix_email_log_job.
 SELECT l.id, l.tenant_id, l.job_id, l.event_id, l.template, l.template_version, l.category,
        l.from_address, l.recipients, l.to_addresses, l.cc_addresses, l.bcc_addresses,
        l.subject, l.message_id, l.status, l.smtp_code, l.smtp_enhanced, l.smtp_response,
-       l.queue_id, l.error, l.attempt, l.created_at, l.finished_at
+       l.queue_id, l.error, l.attempt, l.created_at, l.finished_at, l.delivery, l.delivery_at
 FROM mdm.aa_email_log l
 WHERE (CAST(:tenant_id AS uuid) IS NULL OR l.tenant_id = CAST(:tenant_id AS uuid))
-  AND (CAST(:status AS text) IS NULL OR l.status = CAST(:status AS text))
+  AND (CAST(:status AS text) IS NULL OR l.status = CAST(:status AS text)
+       OR l.delivery = CAST(:status AS text))
   AND (CAST(:recipient AS text) IS NULL OR l.recipients @> ARRAY[CAST(:recipient AS text)])
   AND (CAST(:event_id AS uuid) IS NULL OR l.event_id = CAST(:event_id AS uuid))
   AND (CAST(:job_id AS uuid) IS NULL OR l.job_id = CAST(:job_id AS uuid))
@@ -151,7 +154,7 @@ LIMIT :limit OFFSET :offset;
 SELECT l.id, l.tenant_id, l.job_id, l.event_id, l.template, l.template_version, l.category,
        l.from_address, l.recipients, l.to_addresses, l.cc_addresses, l.bcc_addresses,
        l.subject, l.message_id, l.status, l.smtp_code, l.smtp_enhanced, l.smtp_response,
-       l.queue_id, l.error, l.attempt, l.created_at, l.finished_at
+       l.queue_id, l.error, l.attempt, l.created_at, l.finished_at, l.delivery, l.delivery_at
 FROM mdm.aa_tenant t
 CROSS JOIN LATERAL (
     SELECT *
@@ -168,11 +171,12 @@ LIMIT :limit OFFSET :offset;
 
 -- name: email_story
 -- One message's whole story in one statement: the log row, every attempt's row for the
--- same message (its Message-ID is the job's), the job with its audit trail, and the outbox
--- event it came from. A tenant sees only its own rows; and whoever asks, every table joined
--- is held to the log row's tenant: the event id is copied from the job's payload, so it is
--- only as good as the code that wrote the payload, and another tenant's event (or job, or
--- audit row) must never be shown beside this tenant's message.
+-- same message (its Message-ID is the job's), the job with its audit trail, the outbox
+-- event it came from, and the feedback that arrived about it. A tenant sees only its own
+-- rows; and whoever asks, every table joined is held to the log row's tenant: the event id
+-- is copied from the job's payload, so it is only as good as the code that wrote the
+-- payload, and another tenant's event (or job, or audit row) must never be shown beside
+-- this tenant's message.
 WITH target AS (
     SELECT * FROM mdm.aa_email_log
     WHERE id = CAST(:log_id AS uuid)
@@ -200,7 +204,15 @@ SELECT to_jsonb(t) AS log,
                    'aggregate_id', e.aggregate_id, 'payload', e.payload, 'headers', e.headers,
                    'created_at', e.created_at, 'handled_at', e.handled_at)
         FROM mdm.aa_outbox_event e
-        WHERE e.id = t.event_id AND e.tenant_id = t.tenant_id) AS event
+        WHERE e.id = t.event_id AND e.tenant_id = t.tenant_id) AS event,
+       (SELECT COALESCE(jsonb_agg(jsonb_build_object(
+                   'id', f.id, 'email_log_id', f.email_log_id, 'recipient', f.recipient,
+                   'kind', f.kind, 'status', f.status, 'diagnostic', f.diagnostic,
+                   'source', f.source, 'suppressed', f.suppressed,
+                   'received_at', f.received_at) ORDER BY f.received_at, f.id), '[]')
+        FROM mdm.aa_email_feedback f
+        JOIN mdm.aa_email_log a ON a.id = f.email_log_id
+        WHERE a.message_id = t.message_id AND a.tenant_id = t.tenant_id) AS feedback
 FROM target t;
 
 -- name: email_log_delete_before

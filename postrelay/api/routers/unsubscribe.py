@@ -1,0 +1,69 @@
+"""`/u/{token}`: one-click unsubscribe (RFC 8058) for the links in bulk mail.
+
+No login and no CSRF token by design: the signed token is the authority, naming tenant,
+recipient and category. POST unsubscribes (idempotent: a second POST changes nothing);
+GET only shows a page with a button, because mail scanners follow links. An invalid or
+tampered token gets 400 and writes nothing. Not in the OpenAPI document: these are for
+mail clients and people, not API clients.
+"""
+
+from __future__ import annotations
+
+import html
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse
+
+from postrelay.orchestrator import UnsubscribeLinks
+from postrelay.orchestrator.feedback import Feedback, SuppressionPolicy, record_feedback
+from postrelay.orchestrator.feedback.unsubscribe import UnsubscribeTokenError
+
+router = APIRouter(include_in_schema=False)
+
+PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8">
+<meta name="robots" content="noindex"><title>{title}</title></head>
+<body><main><h1>{title}</h1><p>{text}</p>{form}</main></body></html>"""
+
+
+@router.get("/u/{token}")
+def unsubscribe_page(request: Request, token: str) -> HTMLResponse:
+    """A confirmation page; unsubscribes nobody by itself."""
+    links = _links(request)
+    if links is None:
+        return _page(404, "Not found", "Unsubscribe links are not set up here.")
+    try:
+        _tenant, recipient, category = links.verify(token)
+    except UnsubscribeTokenError:
+        return _page(400, "Invalid link", "This unsubscribe link is not valid.")
+    form = (f'<form method="post" action="/u/{html.escape(token)}">'
+            '<button type="submit">Unsubscribe</button></form>')
+    return _page(200, "Unsubscribe", f"Stop sending {html.escape(category)} mail to "
+                                     f"{html.escape(recipient)}?", form)
+
+
+@router.post("/u/{token}")
+def unsubscribe(request: Request, token: str) -> HTMLResponse:
+    """Record the unsubscribe: the address gets no more mail of this category."""
+    links = _links(request)
+    if links is None:
+        return _page(404, "Not found", "Unsubscribe links are not set up here.")
+    try:
+        tenant, recipient, category = links.verify(token)
+    except UnsubscribeTokenError:
+        return _page(400, "Invalid link", "This unsubscribe link is not valid.")
+    with request.app.state.engine.begin() as conn:
+        record_feedback(conn, Feedback(
+            kind="unsubscribe", source="one-click", recipient=recipient, tenant_id=tenant,
+            category=category, vouched=True, source_event_id=token),
+            SuppressionPolicy.from_settings(request.app.state.settings))
+    return _page(200, "Unsubscribed", f"{html.escape(recipient)} gets no more "
+                                      f"{html.escape(category)} mail.")
+
+
+def _links(request: Request) -> UnsubscribeLinks | None:
+    return UnsubscribeLinks.from_settings(request.app.state.settings)
+
+
+def _page(status: int, title: str, text: str, form: str = "") -> HTMLResponse:
+    return HTMLResponse(PAGE.format(title=title, text=text, form=form), status_code=status,
+                        headers={"Cache-Control": "no-store"})

@@ -1,0 +1,135 @@
+"""`postrelay feedback ingest|list` and `postrelay inbound`: delivery feedback (bounces,
+complaints, delivery reports) read from files or received by SMTP, and the operator's view."""
+
+from __future__ import annotations
+
+import signal
+import ssl
+import threading
+from typing import Any
+
+import typer
+
+from postrelay.cli.common import database, settings_or_exit, transaction, user_errors
+from postrelay.cli.emails import parse_time
+from postrelay.cli.main import app
+from postrelay.cli.output import cell, print_json, table
+from postrelay.core.errors import ConfigError
+from postrelay.core.settings import Settings
+from postrelay.orchestrator import ReturnPath
+from postrelay.orchestrator.feedback import Recorded, SuppressionPolicy
+from postrelay.orchestrator.feedback.admin import feedback_list
+from postrelay.orchestrator.feedback.inbound import InboundConfig, InboundServer
+from postrelay.orchestrator.feedback.ingest import ingest, messages
+
+feedback_app = typer.Typer(help="Delivery feedback: bounces, complaints, delivery reports.",
+                           no_args_is_help=True)
+app.add_typer(feedback_app, name="feedback")
+
+
+@feedback_app.command("ingest")
+def feedback_ingest(
+    files: list[str] = typer.Argument(..., help="Messages, mbox files, Maildir folders; - "
+                                                "for stdin."),
+    to: list[str] = typer.Option([], "--to", help="The envelope recipient (a pipe "
+                                                  "transport's ${recipient}); repeatable."),
+) -> None:
+    """Record feedback from messages, mbox files or Maildir folders."""
+    settings = settings_or_exit()
+    with user_errors(), database(settings) as db:
+        return_path, policy = _feedback_settings(settings, need_domain=False)
+        engine = db.sync_engine()
+        for name, raw in messages(files):
+            done = ingest(engine, raw, envelope_to=to, return_path=return_path,
+                          policy=policy, max_bytes=settings.inbound_max_bytes)
+            for recorded in done:
+                typer.echo(f"{name}: {_summary(recorded)}")
+
+
+@feedback_app.command("list")
+def feedback_list_command(
+    tenant: str | None = typer.Option(None, "--tenant", help="Only this tenant id."),
+    kind: str | None = typer.Option(None, "--kind", help="delivered/delayed/soft-bounced/"
+                                    "bounced/complaint/unsubscribe/auto-reply/unparsed"),
+    source: str | None = typer.Option(None, "--source", help="mail/ses/postmark/sendgrid/"
+                                      "one-click"),
+    unmatched: bool = typer.Option(False, "--unmatched", help="Only what matched no message."),
+    since: str | None = typer.Option(None, "--since", help="30m, 2h, 7d or an ISO time."),
+    limit: int = typer.Option(100, "--limit", help="At most this many (1-1000)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """Feedback received, newest first."""
+    with transaction() as conn:
+        rows = feedback_list(conn, tenant_id=tenant, kind=kind, source=source,
+                             since=parse_time(since, "since"), unmatched=unmatched,
+                             limit=limit)
+    if as_json:
+        print_json(rows)
+        return
+    typer.echo(table(
+        ["ID", "RECEIVED", "KIND", "RECIPIENT", "STATUS", "SOURCE", "LOG ROW", "SUPPRESSED",
+         "DIAGNOSTIC"],
+        [[r["id"], r["received_at"], r["kind"], r["recipient"] or "-", r["status"] or "-",
+          r["source"], r["email_log_id"] or "unmatched", "yes" if r["suppressed"] else "no",
+          cell(r["diagnostic"] or (r["detail"] or {}).get("reason"))] for r in rows],
+    ) if rows else "no feedback")
+
+
+@app.command("inbound")
+def inbound(
+    host: str | None = typer.Option(None, "--host", help="Default POSTRELAY_INBOUND_HOST."),
+    port: int | None = typer.Option(None, "--port", help="Default POSTRELAY_INBOUND_PORT."),
+) -> None:
+    """SMTP receiver for the bounce domain's feedback mail."""
+    settings = settings_or_exit()
+    with user_errors(), database(settings) as db:
+        return_path, policy = _feedback_settings(settings, need_domain=True)
+        assert return_path is not None
+        config = InboundConfig(host=host or settings.inbound_host,
+                               port=port or settings.inbound_port,
+                               max_bytes=settings.inbound_max_bytes,
+                               max_connections=settings.inbound_max_connections,
+                               tls=_tls(settings))
+        stop = threading.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.set())
+        with InboundServer(db.sync_engine(), return_path, policy, config):
+            typer.echo(f"inbound: mail for {return_path.domain} on {config.host}:"
+                       f"{config.port}" + (" (STARTTLS)" if config.tls else ""))
+            stop.wait()
+
+
+def _feedback_settings(settings: Settings, *, need_domain: bool
+                       ) -> tuple[ReturnPath | None, SuppressionPolicy]:
+    return_path = ReturnPath.from_settings(settings)
+    if need_domain and return_path is None:
+        raise ConfigError("POSTRELAY_EMAIL_BOUNCE_DOMAIN: required by `postrelay inbound` "
+                          "(the domain whose mail it accepts)")
+    return return_path, SuppressionPolicy.from_settings(settings)
+
+
+def _tls(settings: Settings) -> ssl.SSLContext | None:
+    cert, key = settings.inbound_tls_cert, settings.inbound_tls_key
+    if cert is None and key is None:
+        return None
+    if cert is None or key is None:
+        raise ConfigError("POSTRELAY_INBOUND_TLS_CERT and POSTRELAY_INBOUND_TLS_KEY: set both "
+                          "or neither")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(str(cert), str(key))
+    return context
+
+
+def _summary(recorded: Recorded) -> str:
+    if recorded.duplicate:
+        return "already recorded"
+    parts: list[Any] = [f"feedback {recorded.feedback_id}",
+                        f"matched by {recorded.matched_by}" if recorded.matched_by
+                        else "unmatched"]
+    if recorded.suppressed:
+        parts.append("suppressed")
+    if recorded.completed_job:
+        parts.append(f"completed held job {recorded.completed_job}")
+    if recorded.event_type:
+        parts.append(recorded.event_type)
+    return ", ".join(parts)

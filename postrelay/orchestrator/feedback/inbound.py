@@ -1,0 +1,139 @@
+"""`postrelay inbound`: the SMTP server the bounce domain's MX points at.
+
+It accepts mail only for addresses on the bounce domain (never an open relay), refuses a
+VERP address whose token postrelay did not sign, caps the message size and the number of
+connections, optionally offers STARTTLS, and records every message it accepts through the
+feedback parser. A message is acknowledged (250) only once its reports are committed; a
+database failure answers 451 so the sending MTA keeps the message and tries again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from dataclasses import dataclass
+from typing import Any
+
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import SMTP, Envelope, Session
+from sqlalchemy import Engine
+
+from postrelay.core.telemetry import event
+from postrelay.orchestrator.feedback.ingest import ingest
+from postrelay.orchestrator.feedback.model import SuppressionPolicy
+from postrelay.orchestrator.feedback.verp import PREFIX, ReturnPath, TokenError
+
+DEFAULT_MAX_BYTES = 5 * 1024 * 1024
+DEFAULT_MAX_CONNECTIONS = 50
+
+
+@dataclass(frozen=True)
+class InboundConfig:
+    host: str = "0.0.0.0"
+    port: int = 25
+    max_bytes: int = DEFAULT_MAX_BYTES
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    tls: ssl.SSLContext | None = None  # offered with STARTTLS when given
+
+
+class FeedbackHandler:
+    """aiosmtpd hooks: RCPT decides what is accepted, DATA records it."""
+
+    def __init__(self, engine: Engine, return_path: ReturnPath, policy: SuppressionPolicy,
+                 max_bytes: int) -> None:
+        self.engine = engine
+        self.return_path = return_path
+        self.policy = policy
+        self.max_bytes = max_bytes
+        self.recorded = 0
+
+    async def handle_RCPT(  # noqa: N802 - aiosmtpd's hook name
+            self, server: SMTP, session: Session, envelope: Envelope, address: str,
+            rcpt_options: list[str]) -> str:
+        if not self.return_path.is_ours(address):
+            event("postrelay.inbound.relay_refused", logging.WARNING, rcpt=address,
+                  peer=str(session.peer))
+            return f"550 5.7.1 relaying denied: only mail for {self.return_path.domain}"
+        if address.lower().startswith(PREFIX):
+            try:
+                self.return_path.log_id(address)
+            except TokenError as exc:
+                event("postrelay.inbound.token_refused", logging.WARNING, rcpt=address,
+                      rule=exc.rule)
+                return f"550 5.1.1 no such mailbox ({exc.rule})"
+        envelope.rcpt_tos.append(address)
+        return "250 2.1.5 OK"
+
+    async def handle_DATA(  # noqa: N802 - aiosmtpd's hook name
+            self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        raw = envelope.original_content or envelope.content or b""
+        if isinstance(raw, str):
+            raw = raw.encode("utf-8", "surrogateescape")
+        try:
+            done = await asyncio.to_thread(
+                ingest, self.engine, raw, envelope_to=list(envelope.rcpt_tos),
+                return_path=self.return_path, policy=self.policy, max_bytes=self.max_bytes)
+        except Exception as exc:  # the database: the sender keeps the message and retries
+            event("postrelay.inbound.record_failed", logging.ERROR, error=repr(exc))
+            return "451 4.3.0 could not record the message now; try again later"
+        self.recorded += len(done)
+        return "250 2.0.0 OK: recorded"
+
+
+class _Server(SMTP):
+    """One session; refused at once past the connection cap."""
+
+    def __init__(self, *args: Any, gate: _Gate, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._gate = gate
+        self._counted = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self._gate.open >= self._gate.limit:
+            transport.write(b"421 4.7.0 too many connections; try again later\r\n")  # type: ignore[attr-defined]
+            transport.close()
+            return
+        self._gate.open += 1
+        self._counted = True
+        super().connection_made(transport)
+
+    def connection_lost(self, error: Exception | None) -> None:
+        if self._counted:
+            self._gate.open -= 1
+            self._counted = False
+        super().connection_lost(error)
+
+
+@dataclass
+class _Gate:
+    limit: int
+    open: int = 0
+
+
+class InboundServer(Controller):
+    """aiosmtpd's threaded controller running the feedback handler.
+
+        with InboundServer(engine, return_path, policy, InboundConfig(port=2525)) as s:
+            ...  # s.port
+    """
+
+    def __init__(self, engine: Engine, return_path: ReturnPath, policy: SuppressionPolicy,
+                 config: InboundConfig) -> None:
+        self.config = config
+        self.feedback = FeedbackHandler(engine, return_path, policy, config.max_bytes)
+        self._gate = _Gate(config.max_connections)
+        super().__init__(self.feedback, hostname=config.host, port=config.port)
+
+    def factory(self) -> SMTP:
+        return _Server(self.handler, gate=self._gate, data_size_limit=self.config.max_bytes,
+                       tls_context=self.config.tls, require_starttls=False,
+                       hostname=self.feedback.return_path.domain,
+                       ident="postrelay inbound")
+
+    def __enter__(self) -> InboundServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

@@ -1,0 +1,150 @@
+"""Feedback as values, and the pure rules about it: which kinds suppress, what each does to
+the log row, which outbox event it emits, and when two reports are the same report."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from postrelay.core.errors import ValidationError
+from postrelay.orchestrator.schema import FEEDBACK_KINDS
+
+if TYPE_CHECKING:
+    from postrelay.core.settings import Settings
+
+SOURCES = ("mail", "ses", "postmark", "sendgrid", "one-click")
+_STATUS = re.compile(r"^[245]\.\d{1,3}\.\d{1,3}$")
+
+# What each kind makes of the log row's delivery outcome, and the event it emits.
+DELIVERY = {"delivered": "delivered", "delayed": "delayed", "soft-bounced": "soft-bounced",
+            "bounced": "bounced", "complaint": "complained"}
+EVENTS = {"delivered": "email.delivered", "soft-bounced": "email.bounced",
+          "bounced": "email.bounced", "complaint": "email.complained",
+          "unsubscribe": "email.unsubscribed"}
+# Enhanced status codes of a permanent failure that are about the address itself: the
+# mailbox or domain does not exist (5.1.x), the mailbox is disabled (5.2.1), the domain
+# has no mail route (5.4.4). Others (5.2.2 mailbox full, 5.3.4 too big, 5.6.x content) are
+# about this message or are passing; 5.7.x is policy and never suppresses.
+HARD_PREFIXES = ("5.1.", "5.2.1", "5.4.4")
+
+
+@dataclass(frozen=True)
+class Feedback:
+    """One piece of feedback about one recipient, as a parser or a webhook read it.
+
+    The keys that match it to the log row are whichever the source carried: `log_id` from
+    a VERP token the caller has verified, `message_id` (postrelay's own Message-ID), or
+    `queue_id` (the relay's id from its 250 reply). `vouched` says that `tenant_id` and
+    `recipient` come from a token postrelay signed (an unsubscribe link), so the feedback
+    may suppress without a log row.
+    """
+
+    kind: str
+    source: str
+    recipient: str | None = None
+    status: str | None = None  # enhanced status code, e.g. 5.1.1
+    diagnostic: str | None = None
+    source_event_id: str | None = None
+    log_id: UUID | None = None
+    message_id: str | None = None
+    queue_id: str | None = None
+    tenant_id: UUID | None = None
+    category: str | None = None
+    vouched: bool = False
+    occurred_at: datetime | None = None
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in FEEDBACK_KINDS:
+            raise ValidationError("kind", f"must be one of {', '.join(FEEDBACK_KINDS)}")
+        if self.source not in SOURCES:
+            raise ValidationError("source", f"must be one of {', '.join(SOURCES)}")
+        if self.status is not None and not _STATUS.match(self.status):
+            raise ValidationError("status", "an enhanced status code like 5.1.1")
+        if self.vouched and (self.tenant_id is None or not self.recipient):
+            raise ValidationError("vouched", "a vouched report names its tenant and recipient")
+        if self.recipient is not None:
+            object.__setattr__(self, "recipient", normal_address(self.recipient))
+        if self.message_id is not None:
+            object.__setattr__(self, "message_id", normal_message_id(self.message_id))
+
+    def dedupe_key(self) -> str:
+        """The same for the same report delivered twice: the source's own id when it has
+        one (callers without one pass a hash of what they received), with what the report
+        says and about whom."""
+        parts = (self.source, self.source_event_id or "", self.kind, self.recipient or "",
+                 self.status or "", str(self.log_id or ""), self.message_id or "",
+                 self.queue_id or "", str(self.tenant_id or ""), self.category or "")
+        return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class SuppressionPolicy:
+    """Soft bounces suppress an address once `soft_limit` of them arrived within
+    `soft_window_secs` (this one included)."""
+
+    soft_limit: int = 3
+    soft_window_secs: float = 7 * 86400.0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SuppressionPolicy:
+        return cls(soft_limit=settings.email_soft_bounce_limit,
+                   soft_window_secs=settings.email_soft_bounce_window_days * 86400.0)
+
+    def __post_init__(self) -> None:
+        if self.soft_limit < 1:
+            raise ValidationError("email_soft_bounce_limit", "at least 1")
+        if self.soft_window_secs <= 0:
+            raise ValidationError("email_soft_bounce_window_days", "greater than 0")
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What `record_feedback` did."""
+
+    feedback_id: UUID | None  # None: the same feedback was recorded before
+    duplicate: bool
+    email_log_id: UUID | None = None
+    tenant_id: UUID | None = None
+    matched_by: str | None = None  # verp, message_id, queue_id; None: unmatched
+    suppressed: bool = False
+    resolved_unknown: bool = False
+    completed_job: UUID | None = None
+    event_type: str | None = None
+
+
+def suppresses(kind: str, status: str | None) -> bool:
+    """Whether this kind of feedback, once it names a message sent to the recipient, puts
+    the address on the suppression list (soft bounces: only by count, see SuppressionPolicy).
+    A bounce without a status is a provider's "permanent" verdict, which is about the
+    address."""
+    if kind in ("complaint", "unsubscribe"):
+        return True
+    if kind != "bounced":
+        return False
+    if status is None:
+        return True
+    return status.startswith(HARD_PREFIXES)
+
+
+def normal_address(address: str) -> str:
+    return address.strip().strip("<>").strip().lower()
+
+
+def normal_message_id(message_id: str) -> str:
+    """`<id@domain>` whatever the report's spacing or brackets."""
+    core = message_id.strip().strip("<>").strip()
+    return f"<{core}>"
+
+
+def bounce_kind(status: str | None) -> str:
+    """A failed delivery's kind by its status: transient failures (4.x.x) and a full
+    mailbox (5.2.2, which receivers send for a passing state) are soft."""
+    if status is not None and (status.startswith("4.") or status == "5.2.2"):
+        return "soft-bounced"
+    return "bounced"

@@ -1,0 +1,334 @@
+"""Mail to the bounce domain, read into `Feedback`: DSNs (RFC 3464), complaints (RFC 5965
+ARF), the non-standard bounces real MTAs still send (GNU Mailman's flufl.bounce detectors),
+auto-replies (RFC 3834). What none of them understands is `unparsed`, kept for an operator.
+
+    reports = parse_mail(raw_bytes, envelope_to=["bounce-…@bounces.acme.example"],
+                         return_path=path)
+
+Never raises on bad input: a truncated or malformed message is an `unparsed` report that
+says why.
+"""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import hashlib
+import re
+from collections.abc import Iterable, Sequence
+from email.message import Message
+from email.utils import getaddresses, parseaddr
+from typing import Any
+
+from flufl.bounce import all_failures
+
+from postrelay.orchestrator.feedback.model import Feedback, bounce_kind
+from postrelay.orchestrator.feedback.verp import ReturnPath, TokenError
+
+ENHANCED = re.compile(r"\b([245])\.(\d{1,3})\.(\d{1,3})\b")
+MESSAGE_ID = re.compile(r"<[^<>\s@]+@[^<>\s@]+>")
+ARF_COMPLAINTS = frozenset({"abuse", "fraud", "virus", "other"})
+ACTIONS = {"delivered": "delivered", "relayed": "delivered", "expanded": "delivered",
+           "delayed": "delayed"}
+# Where a receiving MTA or a fetcher writes the envelope recipient.
+ENVELOPE_HEADERS = ("delivered-to", "x-original-to", "envelope-to", "x-envelope-to", "to")
+VACATION_HEADERS = ("x-autoreply", "x-autorespond", "x-autoresponder")
+DETAIL_CHARS = 2000
+
+
+def parse_mail(raw: bytes, *, envelope_to: Sequence[str] = (),
+               return_path: ReturnPath | None = None, source: str = "mail",
+               max_bytes: int | None = None) -> list[Feedback]:
+    """Every report `raw` holds (one per recipient of a DSN), at least one."""
+    event_id = hashlib.sha256(raw).hexdigest()
+    if max_bytes is not None and len(raw) > max_bytes:
+        head = raw[:64 * 1024].split(b"\r\n\r\n", 1)[0].split(b"\n\n", 1)[0]
+        return [_unparsed(_message(head), source, event_id, envelope_to, return_path,
+                          f"{len(raw)} bytes, over the {max_bytes}-byte limit; headers kept")]
+    try:
+        msg = _message(raw)
+        event_id = _clean(msg.get("message-id")) or event_id
+        reports = _reports(msg, source, event_id, envelope_to, return_path)
+    except Exception as exc:  # a parser bug or a message email cannot read: kept, not lost
+        return [_unparsed(None, source, event_id, envelope_to, return_path,
+                          f"unreadable: {type(exc).__name__}: {exc}")]
+    return reports
+
+
+def _reports(msg: Message, source: str, event_id: str, envelope_to: Sequence[str],
+             return_path: ReturnPath | None) -> list[Feedback]:
+    keys = _Keys(msg, envelope_to, return_path)
+    report_type = (msg.get_param("report-type") or "").lower() \
+        if msg.get_content_type() == "multipart/report" else ""
+    if report_type == "delivery-status":
+        return _dsn(msg, source, event_id, keys) or [
+            _unparsed(msg, source, event_id, envelope_to, return_path,
+                      "a delivery-status report without a recipient block", keys)]
+    if report_type == "feedback-report":
+        return [_arf(msg, source, event_id, keys)]
+    if msg.get_content_type() == "multipart/report":
+        return [_unparsed(msg, source, event_id, envelope_to, return_path,
+                          f"report-type {report_type or '(none)'} is not one postrelay reads",
+                          keys)]
+    found = _flufl(msg, source, event_id, keys)
+    if found:
+        return found
+    if _auto_reply(msg):
+        return [keys.feedback("auto-reply", source, event_id, recipient=_from(msg),
+                              detail={"subject": _short(msg.get("subject")),
+                                      "auto_submitted": _short(msg.get("auto-submitted"))})]
+    return [_unparsed(msg, source, event_id, envelope_to, return_path,
+                      "neither a DSN, an ARF report, a known bounce format nor an auto-reply",
+                      keys)]
+
+
+def _dsn(msg: Message, source: str, event_id: str, keys: _Keys) -> list[Feedback]:
+    status_part = _part(msg, ("message/delivery-status", "message/global-delivery-status"))
+    if status_part is None:
+        return []
+    blocks = _blocks(status_part)
+    if not blocks:
+        return []
+    per_message, per_recipient = blocks[0], blocks[1:]
+    keys.take_original(_original(msg))
+    keys.queue_id = keys.queue_id or _clean(per_message.get("x-postfix-queue-id"))
+    keys.message_id = keys.message_id or _first_id(per_message.get("x-original-message-id"))
+    reports = []
+    for block in per_recipient:
+        recipient = _typed_address(block.get("final-recipient")
+                                   or block.get("original-recipient"))
+        action = (block.get("action") or "").strip().lower()
+        diagnostic = _short(_unfold(block.get("diagnostic-code")))
+        status = _status(block.get("status"), diagnostic)
+        if action == "failed":
+            kind = bounce_kind(status)
+        elif action in ACTIONS:
+            kind = ACTIONS[action]
+        else:
+            continue
+        reports.append(keys.feedback(kind, source, event_id, recipient=recipient,
+                                     status=status, diagnostic=diagnostic, detail={
+                                         "format": "dsn", "action": action,
+                                         "remote_mta": _short(block.get("remote-mta")),
+                                         "reporting_mta": _short(
+                                             per_message.get("reporting-mta"))}))
+    return reports
+
+
+def _arf(msg: Message, source: str, event_id: str, keys: _Keys) -> Feedback:
+    report = _part(msg, ("message/feedback-report",))
+    fields = _blocks(report)[0] if report is not None and _blocks(report) else Message()
+    feedback_type = (fields.get("feedback-type") or "").strip().lower()
+    original = _original(msg)
+    keys.take_original(original)
+    if keys.log_id is None and fields.get("original-mail-from"):
+        keys.take_verp(_typed_address(fields.get("original-mail-from")) or "")
+    recipient = (_typed_address(fields.get("original-rcpt-to"))
+                 or _typed_address(fields.get("removal-recipient")))
+    # Not the original's To: receivers redact it (Microsoft's JMRP) or it names a list. A
+    # report without a recipient is matched to a message with one, which names it.
+    kind = "complaint" if feedback_type in ARF_COMPLAINTS else "unparsed"
+    return keys.feedback(kind, source, event_id, recipient=recipient, detail={
+        "format": "arf", "feedback_type": feedback_type or None,
+        "user_agent": _short(fields.get("user-agent")),
+        "source_ip": _short(fields.get("source-ip")),
+        "original_headers": _headers(original)})
+
+
+def _flufl(msg: Message, source: str, event_id: str, keys: _Keys) -> list[Feedback]:
+    temporary, permanent = all_failures(msg)
+    if not temporary and not permanent:
+        return []
+    text = _body_text(msg)
+    keys.message_id = keys.message_id or _quoted_message_id(text)
+    status = _status(None, text)
+    reports = []
+    for addresses, temporary_kind in ((permanent, False), (temporary, True)):
+        for raw in sorted(addresses):
+            kind = "soft-bounced" if temporary_kind else bounce_kind(status)
+            reports.append(keys.feedback(
+                kind, source, event_id, recipient=raw.decode("ascii", "replace"),
+                status=status if status and status[0] in "45" else None,
+                diagnostic=_short(_near(text, raw.decode("ascii", "replace"))),
+                detail={"format": "non-standard", "subject": _short(msg.get("subject"))}))
+    return reports
+
+
+class _Keys:
+    """What ties a report to its message: the VERP token of the address it came back to
+    (or of the original's Return-Path), the original's Message-ID, the relay's queue id."""
+
+    def __init__(self, msg: Message | None, envelope_to: Sequence[str],
+                 return_path: ReturnPath | None) -> None:
+        self.return_path = return_path
+        self.log_id = None
+        self.refused: str | None = None
+        self.message_id: str | None = None
+        self.queue_id: str | None = None
+        headers = [v for h in ENVELOPE_HEADERS for v in (msg.get_all(h, []) if msg else [])]
+        for address in [*envelope_to, *(a for _, a in getaddresses(headers))]:
+            self.take_verp(address)
+
+    def take_verp(self, address: str) -> None:
+        if self.return_path is None or self.log_id is not None or not address:
+            return
+        if not self.return_path.is_ours(address) or \
+                not address.lower().startswith("bounce-"):
+            return
+        try:
+            self.log_id = self.return_path.log_id(address)
+        except TokenError as exc:
+            self.refused = exc.rule
+
+    def take_original(self, original: Message | None) -> None:
+        if original is None:
+            return
+        self.message_id = self.message_id or _first_id(original.get("message-id"))
+        if self.log_id is None:
+            self.take_verp(parseaddr(original.get("return-path") or "")[1])
+
+    def feedback(self, kind: str, source: str, event_id: str, *, recipient: str | None,
+                 status: str | None = None, diagnostic: str | None = None,
+                 detail: dict[str, Any] | None = None) -> Feedback:
+        detail = {k: v for k, v in (detail or {}).items() if v is not None}
+        if self.refused:
+            detail["verp_refused"] = self.refused
+        return Feedback(kind=kind, source=source, recipient=recipient or None, status=status,
+                        diagnostic=diagnostic, source_event_id=event_id, log_id=self.log_id,
+                        message_id=self.message_id, queue_id=self.queue_id, detail=detail)
+
+
+def _unparsed(msg: Message | None, source: str, event_id: str, envelope_to: Sequence[str],
+              return_path: ReturnPath | None, reason: str,
+              keys: _Keys | None = None) -> Feedback:
+    try:
+        keys = keys or _Keys(msg, envelope_to, return_path)
+        detail = {"reason": reason, "headers": _headers(msg)}
+    except Exception:  # headers too broken to read: the reason alone
+        keys, detail = _Keys(None, envelope_to, return_path), {"reason": reason}
+    return keys.feedback("unparsed", source, event_id, recipient=None, detail=detail)
+
+
+def _message(raw: bytes) -> Message:
+    # compat32: the lenient parser; the modern policy raises on headers real MTAs write.
+    return email.message_from_bytes(raw, policy=email.policy.compat32)
+
+
+def _part(msg: Message, types: Iterable[str]) -> Message | None:
+    wanted = tuple(types)
+    for part in msg.walk():
+        if part.get_content_type() in wanted:
+            return part
+    return None
+
+
+def _blocks(part: Message) -> list[Message]:
+    """The header blocks of a delivery-status or feedback-report part."""
+    payload = part.get_payload()
+    if isinstance(payload, list):
+        return [p for p in payload if isinstance(p, Message)]
+    text = payload if isinstance(payload, str) else ""
+    return [email.message_from_string(block.strip() + "\n", policy=email.policy.compat32)
+            for block in re.split(r"\r?\n\s*\r?\n", text) if block.strip()]
+
+
+def _original(msg: Message) -> Message | None:
+    for part in msg.walk():
+        kind = part.get_content_type()
+        if kind in ("message/rfc822", "message/global"):
+            payload = part.get_payload()
+            if isinstance(payload, list) and payload:
+                return payload[0]
+        if kind in ("text/rfc822-headers", "text/global-headers"):
+            return email.message_from_string(str(part.get_payload(decode=False)),
+                                             policy=email.policy.compat32)
+    return None
+
+
+def _status(value: str | None, diagnostic: str | None) -> str | None:
+    """The Status field's code; when it is only a class (x.0.0) and the diagnostic names a
+    more specific one (Exim and Microsoft write 5.0.0 beside "550 5.1.1"), that one."""
+    given = ENHANCED.search(value or "")
+    said = ENHANCED.search(diagnostic or "")
+    if given and said and given.group(2, 3) == ("0", "0") and said.group(1) == given.group(1):
+        return said.group(0)
+    if given:
+        return given.group(0)
+    return said.group(0) if said else None
+
+
+def _typed_address(value: str | None) -> str | None:
+    """`rfc822; ann@example.com` → ann@example.com."""
+    if not value:
+        return None
+    address = value.split(";", 1)[-1].strip().strip("<>").strip()
+    return address.lower() or None
+
+
+def _from_header(value: str | None) -> str | None:
+    address = parseaddr(value or "")[1]
+    return address.lower() or None
+
+
+def _from(msg: Message) -> str | None:
+    return _from_header(msg.get("from"))
+
+
+def _auto_reply(msg: Message) -> bool:
+    submitted = (msg.get("auto-submitted") or "").strip().lower()
+    if submitted and submitted != "no":
+        return True
+    if any(msg.get(h) for h in VACATION_HEADERS):
+        return True
+    precedence = (msg.get("precedence") or "").strip().lower()
+    return precedence == "auto_reply" or (msg.get("subject") or "").lower().startswith(
+        ("out of office", "automatic reply", "auto:", "autoreply"))
+
+
+def _body_text(msg: Message) -> str:
+    chunks = []
+    for part in msg.walk():
+        if part.get_content_maintype() == "text":
+            payload = part.get_payload(decode=True)
+            if isinstance(payload, bytes):
+                chunks.append(payload.decode(part.get_content_charset() or "utf-8", "replace"))
+    return "\n".join(chunks)
+
+
+def _quoted_message_id(text: str) -> str | None:
+    match = re.search(r"^\s*Message-ID:\s*(<[^<>\s]+>)", text, re.IGNORECASE | re.MULTILINE)
+    return match.group(1) if match else None
+
+
+def _near(text: str, address: str) -> str | None:
+    at = text.lower().find(address.lower())
+    if at < 0:
+        return None
+    return " ".join(text[at:at + 300].split())
+
+
+def _first_id(value: str | None) -> str | None:
+    match = MESSAGE_ID.search(value or "")
+    return match.group(0) if match else None
+
+
+def _clean(value: str | None) -> str | None:
+    return " ".join(str(value).split()) or None if value else None
+
+
+def _unfold(value: str | None) -> str | None:
+    return " ".join(str(value).split()) if value else None
+
+
+def _short(value: Any) -> str | None:
+    if value is None:
+        return None
+    text = " ".join(str(value).split())
+    return text[:DETAIL_CHARS] or None
+
+
+def _headers(msg: Message | None) -> dict[str, str] | None:
+    if msg is None:
+        return None
+    wanted = ("from", "to", "subject", "date", "message-id", "return-path")
+    return {k: v for k in wanted if (v := _short(msg.get(k)))} or None

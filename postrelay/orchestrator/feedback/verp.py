@@ -1,0 +1,104 @@
+"""The VERP return path: an envelope sender on the bounce domain that names the log row.
+
+    path = ReturnPath("bounces.acme.example", b"a long random secret")
+    path.address(log_id)       # 'bounce-<token>@bounces.acme.example'
+    path.log_id(address)       # log_id again; TokenError for a token postrelay did not sign
+
+The token is the log row's id and an HMAC-SHA256 of it (80 bits), in base32 so it survives
+receivers that change the case of a local part: a bounce to it can only be about a message
+postrelay sent, and nobody without the secret can make one about another message.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import re
+from typing import TYPE_CHECKING
+from uuid import UUID
+
+from postrelay.core.errors import ConfigError, ValidationError
+
+if TYPE_CHECKING:
+    from postrelay.core.settings import Settings
+
+PREFIX = "bounce-"
+MAC_BYTES = 10
+MIN_SECRET = 16
+_DOMAIN = re.compile(r"(?=.{1,253}$)([a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)"
+                     r"(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+")
+
+
+class TokenError(ValidationError):
+    """An address on the bounce domain whose token postrelay did not sign."""
+
+    def __init__(self, rule: str) -> None:
+        super().__init__("verp_token", rule)
+
+
+def feedback_key(secret: bytes, purpose: str) -> bytes:
+    """A key for one use of the feedback secret (VERP, unsubscribe), so a token made for
+    one can never pass for the other."""
+    return hmac.new(secret, f"postrelay feedback {purpose}".encode(), hashlib.sha256).digest()
+
+
+class ReturnPath:
+    def __init__(self, domain: str, secret: bytes) -> None:
+        domain = domain.strip().lower().rstrip(".")
+        if not _DOMAIN.fullmatch(domain):
+            raise ValidationError("email_bounce_domain",
+                                  f"{domain!r} is not an ASCII domain name")
+        if len(secret) < MIN_SECRET:
+            raise ValidationError("feedback_secret", f"at least {MIN_SECRET} characters")
+        self.domain = domain
+        self._key = feedback_key(secret, "verp")
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ReturnPath | None:
+        """None without POSTRELAY_EMAIL_BOUNCE_DOMAIN (envelope sender = From, as before);
+        ConfigError when the domain is set without a usable POSTRELAY_FEEDBACK_SECRET."""
+        if not settings.email_bounce_domain:
+            return None
+        secret = settings.feedback_secret.get_secret_value() if settings.feedback_secret else ""
+        if len(secret) < MIN_SECRET:
+            raise ConfigError("POSTRELAY_FEEDBACK_SECRET: required when "
+                              "POSTRELAY_EMAIL_BOUNCE_DOMAIN is set, at least "
+                              f"{MIN_SECRET} characters")
+        try:
+            return cls(settings.email_bounce_domain, secret.encode())
+        except ValidationError as exc:
+            raise ConfigError(f"POSTRELAY_{exc.field.upper()}: {exc.rule}") from None
+
+    def address(self, log_id: UUID) -> str:
+        raw = log_id.bytes + self._mac(log_id.bytes)
+        token = base64.b32encode(raw).decode().rstrip("=").lower()
+        return f"{PREFIX}{token}@{self.domain}"
+
+    def is_ours(self, address: str) -> bool:
+        """Whether `address` is on the bounce domain (signed or not)."""
+        return address.rpartition("@")[2].strip().lower().rstrip(".") == self.domain
+
+    def log_id(self, address: str) -> UUID:
+        """The log row a VERP address names; TokenError when it is not one of ours."""
+        local, _, domain = address.strip().strip("<>").rpartition("@")
+        if domain.lower().rstrip(".") != self.domain:
+            raise TokenError(f"not an address on {self.domain}")
+        if not local.lower().startswith(PREFIX):
+            raise TokenError(f"the local part does not start with {PREFIX!r}")
+        token = local[len(PREFIX):].upper()
+        try:
+            raw = base64.b32decode(token + "=" * (-len(token) % 8))
+        except (binascii.Error, ValueError):
+            raise TokenError("the token is not base32") from None
+        if len(raw) != 16 + MAC_BYTES or base64.b32encode(raw).decode().rstrip("=") != token:
+            # Also a token whose unused last bits were changed: one spelling per token.
+            raise TokenError("the token has the wrong length or spelling")
+        ident, mac = raw[:16], raw[16:]
+        if not hmac.compare_digest(mac, self._mac(ident)):
+            raise TokenError("the token's signature does not match (tampered or forged)")
+        return UUID(bytes=ident)
+
+    def _mac(self, ident: bytes) -> bytes:
+        return hmac.new(self._key, ident, hashlib.sha256).digest()[:MAC_BYTES]

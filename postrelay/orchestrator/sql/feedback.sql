@@ -1,0 +1,130 @@
+-- Statements of delivery feedback: aa_email_feedback, and its effects on aa_email_log,
+-- aa_email_suppression and a held email_send job.
+
+-- name: email_feedback_match
+-- The log row a piece of feedback is about, by the strongest key it carries: the VERP
+-- token's log row (verified before it gets here), the Message-ID postrelay generated (the
+-- same on every attempt of a job: the attempt that went out is preferred, the latest of
+-- them), or the relay's queue id from its 250 reply (not unique across relays and time:
+-- the latest row with that id sent to the recipient).
+WITH candidates AS (
+    SELECT l.id, 'verp' AS matched_by, 1 AS rank, l.created_at
+    FROM mdm.aa_email_log l
+    WHERE l.id = CAST(:log_id AS uuid)
+    UNION ALL
+    (SELECT l.id, 'message_id', 2, l.created_at
+     FROM mdm.aa_email_log l
+     WHERE CAST(:message_id AS text) IS NOT NULL AND l.message_id = CAST(:message_id AS text)
+     ORDER BY l.status IN ('sent', 'partial', 'unknown', 'sending') DESC, l.created_at DESC
+     LIMIT 1)
+    UNION ALL
+    (SELECT l.id, 'queue_id', 3, l.created_at
+     FROM mdm.aa_email_log l
+     WHERE CAST(:queue_id AS text) IS NOT NULL AND l.queue_id = CAST(:queue_id AS text)
+       AND (CAST(:recipient AS text) IS NULL OR l.recipients @> ARRAY[CAST(:recipient AS text)])
+     ORDER BY l.created_at DESC
+     LIMIT 1)
+)
+SELECT l.id, l.tenant_id, l.job_id, l.status, l.recipients, l.category, l.template,
+       l.message_id, c.matched_by
+FROM candidates c
+JOIN mdm.aa_email_log l ON l.id = c.id
+ORDER BY c.rank
+LIMIT 1;
+
+-- name: email_feedback_insert
+-- The feedback row, unless the same feedback was recorded before (dedupe_key): then
+-- nothing is returned and nothing else happens. `soft_before` counts this recipient's
+-- earlier matched soft bounces within the window (the statement's snapshot does not see
+-- the row it inserts); only those about a message sent to the recipient count, so forged
+-- reports cannot add up.
+INSERT INTO mdm.aa_email_feedback (tenant_id, email_log_id, matched_by, recipient, kind,
+                                   status, diagnostic, source, source_event_id, dedupe_key,
+                                   detail, occurred_at)
+VALUES (CAST(:tenant_id AS uuid), CAST(:email_log_id AS uuid), :matched_by, :recipient,
+        :kind, :status, :diagnostic, :source, :source_event_id, :dedupe_key,
+        CAST(:detail AS jsonb), CAST(:occurred_at AS timestamptz))
+ON CONFLICT (dedupe_key) DO NOTHING
+RETURNING id, received_at,
+    (SELECT count(*) FROM mdm.aa_email_feedback f
+     WHERE f.tenant_id = CAST(:tenant_id AS uuid) AND f.recipient = :recipient
+       AND f.kind = 'soft-bounced'
+       AND EXISTS (SELECT 1 FROM mdm.aa_email_log l
+                   WHERE l.id = f.email_log_id AND f.recipient = ANY(l.recipients))
+       AND f.received_at > now() - make_interval(secs => :soft_window_secs)) AS soft_before;
+
+-- name: email_feedback_apply
+-- The effects of one recorded piece of feedback, in its transaction:
+-- * the log row's delivery outcome, raised only (a delay report after the bounce keeps
+--   the bounce): DELIVERY_OUTCOMES is in rank order;
+-- * an `unknown` row becomes `sent`: the feedback proves the message left (a report about
+--   it came back), so a later attempt will not send it again;
+-- * a job held in the DLQ for that unknown outcome (the template's on_unknown = "hold")
+--   is completed without a second send, with an audit row; only when that row is the
+--   job's last attempt (a later attempt's failure is another story);
+-- * the suppression, when the caller decided on one.
+WITH before AS (
+    SELECT id, status, job_id, attempt, created_at,
+           CAST(:delivery AS text) IS NOT NULL
+           AND COALESCE(array_position(CAST(:ranks AS text[]), delivery), 0)
+               < array_position(CAST(:ranks AS text[]), CAST(:delivery AS text)) AS raise_it
+    FROM mdm.aa_email_log
+    WHERE id = CAST(:email_log_id AS uuid)
+    FOR UPDATE
+), logged AS (
+    UPDATE mdm.aa_email_log l
+    SET delivery = CASE WHEN b.raise_it THEN CAST(:delivery AS text) ELSE l.delivery END,
+        delivery_at = CASE WHEN b.raise_it THEN now() ELSE l.delivery_at END,
+        status = CASE WHEN b.status = 'unknown' THEN 'sent' ELSE l.status END,
+        error = CASE WHEN b.status = 'unknown'
+                     THEN concat_ws('; ', l.error, 'resolved as sent by feedback ' || :feedback_id)
+                     ELSE l.error END
+    FROM before b
+    WHERE l.id = b.id
+    RETURNING b.id, b.status AS old_status, b.job_id, b.attempt, b.created_at
+), held AS (
+    UPDATE mdm.aa_job j
+    SET status = 'done', completed_at = now()
+    FROM logged g
+    WHERE g.old_status = 'unknown' AND j.id = g.job_id AND j.status = 'dlq'
+      AND NOT EXISTS (SELECT 1 FROM mdm.aa_email_log later
+                      WHERE later.job_id = g.job_id AND later.id <> g.id
+                        AND (later.attempt, later.created_at) >= (g.attempt, g.created_at))
+    RETURNING j.id, j.tenant_id, j.job_kind, j.attempts, j.last_error
+), audited AS (
+    INSERT INTO mdm.aa_job_audit (job_id, tenant_id, job_kind, action, actor, detail)
+    SELECT h.id, h.tenant_id, h.job_kind, 'job_complete', 'feedback',
+           jsonb_build_object('reason', 'feedback proved the held message was sent',
+                              'feedback_id', :feedback_id, 'attempts', h.attempts,
+                              'last_error', h.last_error)
+    FROM held h
+), suppressed AS (
+    INSERT INTO mdm.aa_email_suppression (tenant_id, address, category, reason, source,
+                                          smtp_enhanced, email_log_id, feedback_id)
+    SELECT CAST(:tenant_id AS uuid), :recipient, :category, :reason, :source, :status,
+           CAST(:email_log_id AS uuid), CAST(:feedback_id AS uuid)
+    WHERE CAST(:suppress AS boolean)
+    ON CONFLICT (tenant_id, address, category) DO NOTHING
+    RETURNING address
+), marked AS (
+    UPDATE mdm.aa_email_feedback SET suppressed = true
+    WHERE id = CAST(:feedback_id AS uuid) AND EXISTS (SELECT 1 FROM suppressed)
+)
+SELECT (SELECT old_status FROM logged) AS old_status,
+       (SELECT id FROM held) AS completed_job,
+       EXISTS (SELECT 1 FROM suppressed) AS suppressed;
+
+-- name: email_feedback_list
+-- Feedback, newest first, narrowed by tenant, kind, source, time, or to the unmatched
+-- (no log row took the report's word: nothing named, or a recipient it never had).
+SELECT f.id, f.tenant_id, f.email_log_id, f.matched_by, f.recipient, f.kind, f.status,
+       f.diagnostic, f.source, f.source_event_id, f.suppressed, f.detail, f.occurred_at,
+       f.received_at
+FROM mdm.aa_email_feedback f
+WHERE (CAST(:tenant_id AS uuid) IS NULL OR f.tenant_id = CAST(:tenant_id AS uuid))
+  AND (CAST(:kind AS text) IS NULL OR f.kind = CAST(:kind AS text))
+  AND (CAST(:source AS text) IS NULL OR f.source = CAST(:source AS text))
+  AND (CAST(:since AS timestamptz) IS NULL OR f.received_at >= CAST(:since AS timestamptz))
+  AND (NOT CAST(:unmatched AS boolean) OR f.email_log_id IS NULL)
+ORDER BY f.received_at DESC, f.id DESC
+LIMIT :limit;

@@ -1,0 +1,82 @@
+"""Feedback fixtures: email log rows built directly, and readers of what feedback left."""
+
+from __future__ import annotations
+
+import string
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Connection, Engine, text
+
+# The email rig (templates, an SMTP sink, workers with the real handler).
+from tests.email_flow.conftest import rig, sink, templates_dir  # noqa: F401
+
+
+def insert_log(conn: Connection, *, tenant_id: uuid.UUID, recipients: tuple[str, ...] =
+               ("ann@example.com",), status: str = "sent", job_id: uuid.UUID | None = None,
+               queue_id: str | None = None, category: str | None = None,
+               message_id: str | None = None, attempt: int = 1) -> dict[str, Any]:
+    log_id = uuid.uuid4()
+    message_id = message_id or f"<{job_id or uuid.uuid4()}@mail.acme.example>"
+    conn.execute(text(
+        "INSERT INTO mdm.aa_email_log (id, tenant_id, job_id, template, category, "
+        "from_address, recipients, to_addresses, subject, message_id, status, queue_id, "
+        "attempt) VALUES (:id, :tenant, :job, 'welcome', :category, 'noreply@acme.example', "
+        ":recipients, :recipients, 'Hi', :mid, :status, :queue_id, :attempt)"),
+        {"id": log_id, "tenant": tenant_id, "job": job_id, "category": category,
+         "recipients": list(recipients), "mid": message_id, "status": status,
+         "queue_id": queue_id, "attempt": attempt})
+    return {"id": log_id, "message_id": message_id, "job_id": job_id}
+
+
+class Look:
+    """Reads back the feedback tables, the log, the suppression list and the outbox."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def rows(self, sql: str, **params: Any) -> list[dict[str, Any]]:
+        with self.engine.connect() as conn:
+            return [dict(r) for r in conn.execute(text(sql), params).mappings()]
+
+    def feedback(self) -> list[dict[str, Any]]:
+        return self.rows("SELECT * FROM mdm.aa_email_feedback ORDER BY received_at, id")
+
+    def log(self, log_id: uuid.UUID) -> dict[str, Any]:
+        return self.rows("SELECT * FROM mdm.aa_email_log WHERE id = :id", id=log_id)[0]
+
+    def suppressed(self, tenant: uuid.UUID) -> dict[tuple[str, str], dict[str, Any]]:
+        return {(r["address"], r["category"]): r for r in self.rows(
+            "SELECT * FROM mdm.aa_email_suppression WHERE tenant_id = :t", t=tenant)}
+
+    def events(self) -> list[dict[str, Any]]:
+        return self.rows("SELECT event_type, aggregate_type, aggregate_id, payload, tenant_id "
+                         "FROM mdm.aa_outbox_event ORDER BY created_at, id")
+
+
+@pytest.fixture
+def look(engine: Engine, clean_db: None) -> Look:
+    return Look(engine)
+
+
+MAIL = Path(__file__).parent / "mail"
+SECRET = b"0123456789abcdef-secret"
+BOUNCE_DOMAIN = "bounces.acme.example"
+
+
+def bounce_mail(name: str, **values: str) -> bytes:
+    """A fixture from mail/ with its placeholders filled, CRLF line ends as on the wire."""
+    values.setdefault("domain", BOUNCE_DOMAIN)
+    values.setdefault("queue_id", "4F3A2B")
+    values.setdefault("recipient", "ann@example.com")
+    filled = string.Template((MAIL / name).read_text()).substitute(values)
+    return filled.replace("\r\n", "\n").replace("\n", "\r\n").encode()
+
+
+@pytest.fixture
+def return_path():
+    from postrelay.orchestrator import ReturnPath
+
+    return ReturnPath(BOUNCE_DOMAIN, SECRET)

@@ -1,0 +1,36 @@
+"""A job held in the DLQ for an unknown outcome, completed by feedback: the real handler
+holds it, feedback proves the message left, and nothing is sent again."""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+
+from postrelay.orchestrator.feedback import Feedback, record_feedback
+from postrelay.orchestrator.message import message_id_for
+
+ADDRESS = "billing@example.com"
+
+
+async def test_feedback_for_a_held_message_completes_its_job_without_sending_it_again(
+        rig, tenant, sink, engine):
+    job_id = rig.enqueue(tenant, to=[ADDRESS], template="invoice")
+    message_id = message_id_for(job_id, "mail.acme.example")
+    with engine.begin() as conn:  # a worker died after handing the message over
+        conn.execute(text(
+            "INSERT INTO mdm.aa_email_log (tenant_id, job_id, template, from_address, "
+            "recipients, to_addresses, message_id, status, attempt) VALUES (:t, :j, "
+            "'invoice', 'noreply@acme.example', ARRAY[:a], ARRAY[:a], :m, 'sending', 1)"),
+            {"t": tenant, "j": job_id, "a": ADDRESS, "m": message_id})
+    await rig.start()
+    await rig.settle(job_id)
+    assert rig.job(job_id)["status"] == "dlq"
+    assert [r["status"] for r in rig.log(job_id)] == ["unknown"]
+
+    with engine.begin() as conn:
+        done = record_feedback(conn, Feedback(
+            kind="delivered", source="mail", recipient=ADDRESS, message_id=message_id,
+            source_event_id="<dsn-delivered@mx.example.net>"))
+    assert done.completed_job == job_id
+    assert rig.job(job_id)["status"] == "done"
+    assert [r["status"] for r in rig.log(job_id)] == ["sent"]
+    assert sink.handler.count_for(ADDRESS) == 0

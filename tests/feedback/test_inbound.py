@@ -1,0 +1,139 @@
+"""`postrelay inbound` as a real aiosmtpd listener on loopback, fed by a real SMTP client
+the way MTAs deliver bounces (null sender, to the VERP address), over a real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import uuid
+
+import aiosmtplib
+import pytest
+
+from postrelay.orchestrator.feedback import SuppressionPolicy
+from postrelay.orchestrator.feedback.inbound import InboundConfig, InboundServer
+from tests.feedback.conftest import bounce_mail, insert_log
+
+ANN = "ann@example.com"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def inbound(engine, return_path, clean_db):
+    config = InboundConfig(host="127.0.0.1", port=free_port(), max_bytes=1024 * 1024,
+                           max_connections=2)
+    with InboundServer(engine, return_path, SuppressionPolicy(), config) as server:
+        yield server
+
+
+async def deliver(server, rcpt: str, raw: bytes) -> tuple[int, str]:
+    smtp = aiosmtplib.SMTP(hostname="127.0.0.1", port=server.config.port, timeout=10)
+    await smtp.connect()
+    try:
+        await smtp.mail("")
+        try:
+            await smtp.rcpt(rcpt)
+        except aiosmtplib.SMTPRecipientRefused as exc:
+            return exc.code, exc.message
+        try:
+            reply = await smtp.data(raw)
+        except aiosmtplib.SMTPDataError as exc:
+            return exc.code, exc.message
+        except aiosmtplib.SMTPResponseException as exc:
+            return exc.code, exc.message
+        return reply.code, reply.message
+    finally:
+        smtp.close()
+
+
+@pytest.mark.parametrize("name", ["postfix_bounce.eml", "m365_ndr.eml", "gmail_bounce.eml",
+                                  "exim_bounce.eml"])
+async def test_a_bounce_through_the_listener_bounces_the_row_and_suppresses(
+        inbound, engine, tenant, look, return_path, name):
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant)
+    verp = return_path.address(sent["id"])
+    raw = bounce_mail(name, verp=verp, message_id=sent["message_id"])
+    assert (await deliver(inbound, verp, raw))[0] == 250
+    assert look.log(sent["id"])["delivery"] == "bounced"
+    assert (ANN, "") in look.suppressed(tenant)
+    assert [e["event_type"] for e in look.events()] == ["email.bounced"]
+    # The MTA delivers it again (it lost our 250): nothing changes.
+    assert (await deliver(inbound, verp, raw))[0] == 250
+    assert len(look.feedback()) == 1 and len(look.events()) == 1
+
+
+async def test_a_yahoo_complaint_to_the_fbl_address_suppresses(inbound, engine, tenant, look,
+                                                               return_path):
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant)
+    raw = bounce_mail("yahoo_arf.eml", verp=return_path.address(sent["id"]),
+                      message_id=sent["message_id"])
+    assert (await deliver(inbound, "fbl@bounces.acme.example", raw))[0] == 250
+    assert look.log(sent["id"])["delivery"] == "complained"
+    assert [e["event_type"] for e in look.events()] == ["email.complained"]
+
+
+async def test_a_delivery_report_resolves_a_held_unknown_row(inbound, engine, tenant, look,
+                                                             return_path):
+    from tests.factories import insert_job
+
+    with engine.begin() as conn:
+        job = insert_job(conn, tenant_id=tenant, kind="email_send", status="dlq")
+        held = insert_log(conn, tenant_id=tenant, job_id=job, status="unknown")
+    verp = return_path.address(held["id"])
+    raw = bounce_mail("postfix_delivered.eml", verp=verp, message_id=held["message_id"])
+    assert (await deliver(inbound, verp, raw))[0] == 250
+    assert look.log(held["id"])["status"] == "sent"
+    assert look.rows("SELECT status::text AS s FROM mdm.aa_job WHERE id = :j", j=job) == [
+        {"s": "done"}]
+
+
+async def test_it_is_never_an_open_relay_and_refuses_tampered_tokens(inbound, look,
+                                                                     return_path):
+    code, message = await deliver(inbound, "victim@elsewhere.example", b"Subject: x\r\n\r\nx")
+    assert code == 550 and "relaying denied" in message
+    good = return_path.address(uuid.uuid4())
+    local, _, domain = good.partition("@")
+    tampered = f"{local[:20]}{'b' if local[20] == 'a' else 'a'}{local[21:]}@{domain}"
+    code, message = await deliver(inbound, tampered, b"Subject: x\r\n\r\nx")
+    assert code == 550 and "signature" in message
+    assert look.feedback() == []
+
+
+async def test_a_message_over_the_size_cap_is_refused(inbound, look, return_path):
+    verp = return_path.address(uuid.uuid4())
+    code, message = await deliver(inbound, verp,
+                                  b"Subject: big\r\n\r\n" + b"x" * 76
+                                  + (b"x" * 76 + b"\r\n") * 30_000)
+    assert code == 552, message
+    assert look.feedback() == []
+
+
+async def test_mail_nobody_can_read_is_kept_unparsed(inbound, look, return_path):
+    verp = return_path.address(uuid.uuid4())
+    raw = b"Content-Type: multipart/report; report-type=delivery-status; boundary=x\r\n\r\n--x"
+    assert (await deliver(inbound, verp, raw))[0] == 250
+    (row,) = look.feedback()
+    assert row["kind"] == "unparsed" and row["email_log_id"] is None
+
+
+async def test_connections_past_the_cap_are_turned_away(inbound):
+    held = []
+    for _ in range(2):
+        smtp = aiosmtplib.SMTP(hostname="127.0.0.1", port=inbound.config.port, timeout=5)
+        await smtp.connect()
+        held.append(smtp)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", inbound.config.port)
+        greeting = await asyncio.wait_for(reader.readline(), 5)
+        assert greeting.startswith(b"421")
+        writer.close()
+    finally:
+        for smtp in held:
+            smtp.close()

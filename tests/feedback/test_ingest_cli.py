@@ -1,0 +1,139 @@
+"""`postrelay feedback ingest` and `postrelay feedback list` as real processes: single
+messages, mbox files, Maildir folders and stdin."""
+
+from __future__ import annotations
+
+import json
+import mailbox
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.feedback.conftest import BOUNCE_DOMAIN, SECRET, bounce_mail, insert_log
+
+POSTRELAY = Path(sys.executable).parent / "postrelay"
+
+
+def run(env, *args, stdin: bytes | None = None, ok: bool = True):
+    done = subprocess.run([str(POSTRELAY), *args], env=env, input=stdin, capture_output=True,
+                          timeout=60)
+    if ok:
+        assert done.returncode == 0, done.stderr.decode()
+    return done
+
+
+def test_ingest_reads_messages_mboxes_maildirs_and_stdin(worker_env, engine, tenant, look,
+                                                         return_path, tmp_path):
+    env = {**worker_env, "POSTRELAY_EMAIL_BOUNCE_DOMAIN": BOUNCE_DOMAIN,
+           "POSTRELAY_FEEDBACK_SECRET": SECRET.decode()}
+    with engine.begin() as conn:
+        logs = [insert_log(conn, tenant_id=tenant, recipients=(f"u{i}@example.com",))
+                for i in range(5)]
+
+    def mail(name, i):
+        return bounce_mail(name, verp=return_path.address(logs[i]["id"]),
+                           message_id=logs[i]["message_id"], recipient=f"u{i}@example.com")
+
+    single = tmp_path / "one.eml"
+    single.write_bytes(mail("postfix_bounce.eml", 0))
+    box = mailbox.mbox(str(tmp_path / "bounces.mbox"))
+    box.add(mail("gmail_bounce.eml", 1))
+    box.add(mail("exim_bounce.eml", 2))
+    box.flush()
+    box.close()
+    folder = mailbox.Maildir(str(tmp_path / "Maildir"), create=True)
+    folder.add(mail("m365_ndr.eml", 3))
+    out = run(env, "feedback", "ingest", str(single), str(tmp_path / "bounces.mbox"),
+              str(tmp_path / "Maildir")).stdout.decode()
+    assert out.count("matched by verp") == 4 and out.count("suppressed") == 4
+    out = run(env, "feedback", "ingest", "-", stdin=mail("postfix_delivered.eml", 4))
+    assert b"email.delivered" in out.stdout
+    again = run(env, "feedback", "ingest", str(single)).stdout.decode()
+    assert "already recorded" in again
+
+    assert {a for a, _ in look.suppressed(tenant)} == {f"u{i}@example.com" for i in range(4)}
+    listed = json.loads(run(env, "feedback", "list", "--json", "--kind", "bounced").stdout)
+    assert len(listed) == 4 and {r["source"] for r in listed} == {"mail"}
+    table = run(env, "feedback", "list", "--tenant", str(tenant)).stdout.decode()
+    assert "delivered" in table and "u0@example.com" in table
+
+
+def test_ingest_refuses_a_missing_file_and_lists_the_unmatched(worker_env, look, tmp_path):
+    done = run(worker_env, "feedback", "ingest", str(tmp_path / "nope.eml"), ok=False)
+    assert done.returncode == 1 and b"FILE" in done.stderr and b"does not exist" in done.stderr
+    stray = tmp_path / "stray.eml"
+    stray.write_bytes(b"From: someone@example.org\r\nSubject: hello\r\n\r\nhi there\r\n")
+    run(worker_env, "feedback", "ingest", str(stray))
+    (row,) = json.loads(run(worker_env, "feedback", "list", "--unmatched", "--json").stdout)
+    assert row["kind"] == "unparsed" and row["email_log_id"] is None
+    bad = run(worker_env, "feedback", "list", "--kind", "exploded", ok=False)
+    assert bad.returncode == 1 and b"kind" in bad.stderr
+
+
+def test_the_email_log_shows_late_bounces_and_why_an_address_is_suppressed(
+        worker_env, engine, tenant, look, return_path, tmp_path):
+    env = {**worker_env, "POSTRELAY_EMAIL_BOUNCE_DOMAIN": BOUNCE_DOMAIN,
+           "POSTRELAY_FEEDBACK_SECRET": SECRET.decode()}
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant)
+        other = insert_log(conn, tenant_id=tenant, recipients=("bob@example.com",))
+    bounce = tmp_path / "bounce.eml"
+    bounce.write_bytes(bounce_mail("postfix_bounce.eml", verp=return_path.address(sent["id"]),
+                                   message_id=sent["message_id"]))
+    run(env, "feedback", "ingest", str(bounce))
+
+    bounced = json.loads(run(env, "emails", "--status", "bounced", "--json").stdout)
+    assert [r["id"] for r in bounced] == [str(sent["id"])]
+    assert bounced[0]["status"] == "sent" and bounced[0]["delivery"] == "bounced"
+    assert str(other["id"]) not in run(env, "emails", "--status", "bounced").stdout.decode()
+    listing = run(env, "emails").stdout.decode()
+    assert "sent → bounced" in listing
+    story = run(env, "emails", "show", str(sent["id"])).stdout.decode()
+    assert "feedback:" in story and "bounced" in story and "5.1.1" in story
+    assert "suppressed" in story
+    (row,) = json.loads(run(env, "emails", "suppressed", "--json").stdout)
+    assert (row["address"], row["source"], row["category"]) == ("ann@example.com", "mail", "")
+    table = run(env, "emails", "suppressed").stdout.decode()
+    assert "mail" in table and "(all)" in table and "5.1.1" in table
+
+
+async def test_postrelay_inbound_as_a_process_records_a_bounce_and_stops_on_sigterm(
+        worker_env, engine, tenant, look, return_path):
+    import asyncio
+    import signal
+    import socket
+
+    import aiosmtplib
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**worker_env, "POSTRELAY_EMAIL_BOUNCE_DOMAIN": BOUNCE_DOMAIN,
+           "POSTRELAY_FEEDBACK_SECRET": SECRET.decode()}
+    missing = run(worker_env, "inbound", "--port", str(port), ok=False)
+    assert missing.returncode == 1 and b"POSTRELAY_EMAIL_BOUNCE_DOMAIN" in missing.stderr
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant)
+    verp = return_path.address(sent["id"])
+    server = subprocess.Popen([str(POSTRELAY), "inbound", "--host", "127.0.0.1", "--port",
+                               str(port)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE)
+    try:
+        for _ in range(200):
+            try:
+                smtp = aiosmtplib.SMTP(hostname="127.0.0.1", port=port, timeout=5)
+                await smtp.connect()
+                break
+            except (OSError, aiosmtplib.SMTPException):
+                await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("postrelay inbound did not start")
+        await smtp.sendmail("", [verp], bounce_mail("postfix_bounce.eml", verp=verp,
+                                                    message_id=sent["message_id"]))
+        await smtp.quit()
+    finally:
+        server.send_signal(signal.SIGTERM)
+        out, err = server.communicate(timeout=30)
+    assert server.returncode == 0, err.decode()
+    assert b"bounces.acme.example" in out
+    assert look.log(sent["id"])["delivery"] == "bounced"

@@ -1,0 +1,91 @@
+"""The feedback parser on reports in the formats real MTAs and mailbox providers send."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from postrelay.orchestrator.feedback.parse import parse_mail
+from tests.feedback.conftest import bounce_mail
+
+MID = "<0b7c6a52-8f7e-4d1a-9a0b-2b1f3c4d5e6f@mail.acme.example>"
+ANN = "ann@example.com"
+
+
+@pytest.mark.parametrize(("name", "kind", "status", "fmt"), [
+    ("postfix_bounce.eml", "bounced", "5.1.1", "dsn"),
+    ("postfix_delayed.eml", "delayed", "4.4.1", "dsn"),
+    ("postfix_delivered.eml", "delivered", "2.0.0", "dsn"),
+    ("m365_ndr.eml", "bounced", "5.1.10", "dsn"),
+    ("gmail_bounce.eml", "bounced", "5.1.1", "dsn"),
+    ("exim_bounce.eml", "bounced", "5.1.1", "non-standard"),
+    ("yahoo_bounce.eml", "bounced", None, "non-standard"),
+    ("yahoo_arf.eml", "complaint", None, "arf"),
+])
+def test_reports_name_kind_status_recipient_and_message(return_path, name, kind, status, fmt):
+    log_id = uuid.uuid4()
+    (report,) = parse_mail(bounce_mail(name, verp=return_path.address(log_id), message_id=MID),
+                           return_path=return_path)
+    assert (report.kind, report.status, report.recipient) == (kind, status, ANN)
+    assert report.log_id == log_id and report.message_id == MID
+    assert report.detail["format"] == fmt
+    assert report.source_event_id  # the report's own Message-ID: its duplicate is known
+
+
+def test_a_postfix_report_carries_the_relays_queue_id(return_path):
+    (report,) = parse_mail(bounce_mail("postfix_bounce.eml", verp="x@nowhere.example",
+                                       message_id=MID, queue_id="9QQ1"), return_path=None)
+    assert (report.queue_id, report.log_id, report.message_id) == ("9QQ1", None, MID)
+    assert "User unknown" in report.diagnostic
+
+
+def test_a_redacted_complaint_leaves_the_recipient_to_the_match(return_path):
+    (report,) = parse_mail(bounce_mail("jmrp_redacted.eml", verp="-", message_id=MID),
+                           return_path=return_path)
+    assert (report.kind, report.recipient, report.message_id) == ("complaint", None, MID)
+    assert report.detail["feedback_type"] == "abuse"
+
+
+def test_an_out_of_office_reply_is_an_auto_reply(return_path):
+    log_id = uuid.uuid4()
+    (report,) = parse_mail(bounce_mail("out_of_office.eml", verp=return_path.address(log_id),
+                                       message_id=MID), return_path=return_path)
+    assert (report.kind, report.recipient, report.log_id) == ("auto-reply", ANN, log_id)
+
+
+def test_a_tampered_token_names_no_message_and_says_so(return_path):
+    address = return_path.address(uuid.uuid4())
+    tampered = address.replace("bounce-", "bounce-a", 1).replace("@", "", 0)
+    (report,) = parse_mail(bounce_mail("postfix_bounce.eml", verp=tampered, message_id=MID),
+                           return_path=return_path)
+    assert report.log_id is None and "verp_refused" in report.detail
+
+
+@pytest.mark.parametrize("raw", [
+    b"",
+    b"\x00\xff\xfe garbage that is no message at all",
+    b"Subject: hello\r\n\r\njust a note",
+    b"Content-Type: multipart/report; report-type=delivery-status; boundary=x\r\n\r\n--x\r\n"
+    b"Content-Type: message/delivery-status\r\n\r\nReporting-MTA: dns; mx\r\n",  # truncated
+    b"Content-Type: multipart/report; report-type=disposition-notification; boundary=y\r\n\r\n",
+])
+def test_malformed_or_truncated_mail_is_unparsed_never_an_error(return_path, raw):
+    (report,) = parse_mail(raw, return_path=return_path)
+    assert report.kind == "unparsed" and report.detail["reason"]
+
+
+def test_a_truncated_dsn_keeps_what_it_could_read(return_path):
+    whole = bounce_mail("postfix_bounce.eml", verp=return_path.address(uuid.uuid4()),
+                        message_id=MID)
+    reports = parse_mail(whole[: whole.index(b"Action: failed")], return_path=return_path)
+    assert [r.kind for r in reports] in (["unparsed"], ["bounced"])  # never an exception
+
+
+def test_an_oversized_message_is_unparsed_with_its_headers(return_path):
+    raw = bounce_mail("postfix_bounce.eml", verp=return_path.address(uuid.uuid4()),
+                      message_id=MID) + b"x" * (10 * 1024 * 1024)
+    (report,) = parse_mail(raw, return_path=return_path, max_bytes=5 * 1024 * 1024)
+    assert report.kind == "unparsed" and "over the" in report.detail["reason"]
+    assert report.detail["headers"]["subject"] == "Undelivered Mail Returned to Sender"
+    assert report.log_id is not None  # its Delivered-To still names the message

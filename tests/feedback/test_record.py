@@ -1,0 +1,239 @@
+"""record_feedback on a real PostgreSQL: matching, the feedback row, the log row's delivery
+outcome, the suppression rules, the outbox events, held jobs and idempotency."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import text
+
+from postrelay.core.errors import ValidationError
+from postrelay.orchestrator.feedback import (
+    Feedback,
+    SuppressionPolicy,
+    bounce_kind,
+    record_feedback,
+    suppresses,
+)
+from tests.factories import insert_job
+from tests.feedback.conftest import insert_log
+
+ANN = "ann@example.com"
+
+
+def record(engine, feedback, policy=SuppressionPolicy()):
+    with engine.begin() as conn:
+        return record_feedback(conn, feedback, policy)
+
+
+def test_a_hard_bounce_by_verp_token_bounces_the_row_suppresses_and_emits(engine, tenant, look):
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant)
+    done = record(engine, Feedback(kind="bounced", source="mail", recipient="Ann@Example.com",
+                                   status="5.1.1", diagnostic="smtp; 550 5.1.1 no such user",
+                                   source_event_id="<dsn-1@mx.example.net>",
+                                   log_id=sent["id"]))
+    assert (done.matched_by, done.suppressed, done.event_type) == ("verp", True, "email.bounced")
+    (row,) = look.feedback()
+    assert (row["tenant_id"], row["email_log_id"], row["recipient"], row["kind"],
+            row["status"], row["suppressed"]) == (tenant, sent["id"], ANN, "bounced", "5.1.1",
+                                                  True)
+    log = look.log(sent["id"])
+    assert (log["status"], log["delivery"]) == ("sent", "bounced")
+    assert log["delivery_at"] is not None
+    suppression = look.suppressed(tenant)[(ANN, "")]
+    assert suppression["source"] == "mail" and suppression["feedback_id"] == row["id"]
+    assert "5.1.1" in suppression["reason"] and "no such user" in suppression["reason"]
+    (event,) = look.events()
+    assert (event["event_type"], event["aggregate_type"], event["aggregate_id"],
+            event["tenant_id"]) == ("email.bounced", "email", str(sent["id"]), tenant)
+    assert event["payload"]["recipient"] == ANN and event["payload"]["permanent"] is True
+    assert event["payload"]["feedback_id"] == str(row["id"])
+
+
+def test_the_same_feedback_twice_changes_nothing_the_second_time(engine, tenant, look):
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant)
+    feedback = Feedback(kind="complaint", source="mail", recipient=ANN,
+                        source_event_id="<arf-1@fbl.example>", message_id=sent["message_id"])
+    first = record(engine, feedback)
+    again = record(engine, feedback)
+    assert not first.duplicate and again.duplicate and again.feedback_id is None
+    assert len(look.feedback()) == 1 and len(look.events()) == 1
+    assert look.log(sent["id"])["delivery"] == "complained"
+
+
+def test_a_forged_bounce_for_a_message_never_sent_is_kept_unmatched_and_suppresses_nothing(
+        engine, tenant, look):
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant, recipients=(ANN,))
+    forged = record(engine, Feedback(kind="bounced", source="mail", recipient=ANN,
+                                     status="5.1.1", source_event_id="x1",
+                                     message_id="<nothing-we-sent@acme.example>"))
+    # A real Message-ID, but a recipient that message never had.
+    other = record(engine, Feedback(kind="bounced", source="mail", recipient="bob@example.com",
+                                    status="5.1.1", source_event_id="x2",
+                                    message_id=sent["message_id"]))
+    assert forged.matched_by is None and not forged.suppressed and forged.event_type is None
+    assert other.matched_by is None and not other.suppressed
+    assert other.event_type is None
+    rows = look.feedback()
+    assert [r["tenant_id"] for r in rows] == [None, tenant]
+    assert [r["email_log_id"] for r in rows] == [None, None]
+    assert rows[1]["detail"]["claimed_log_id"] == str(sent["id"])
+    assert look.suppressed(tenant) == {} and look.events() == []
+    assert look.log(sent["id"])["delivery"] is None
+
+
+def test_a_policy_block_bounces_the_row_but_never_suppresses(engine, tenant, look):
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant)
+    done = record(engine, Feedback(kind="bounced", source="mail", recipient=ANN, status="5.7.1",
+                                   source_event_id="p1", log_id=sent["id"]))
+    assert not done.suppressed and done.event_type == "email.bounced"
+    assert look.log(sent["id"])["delivery"] == "bounced"
+    assert look.suppressed(tenant) == {}
+
+
+def test_soft_bounces_suppress_only_at_the_count_within_the_window(engine, tenant, look):
+    policy = SuppressionPolicy(soft_limit=3, soft_window_secs=3600)
+    with engine.begin() as conn:
+        logs = [insert_log(conn, tenant_id=tenant) for _ in range(3)]
+    results = [record(engine, Feedback(kind="soft-bounced", source="mail", recipient=ANN,
+                                       status="4.2.2", source_event_id=f"s{i}",
+                                       log_id=log["id"]), policy)
+               for i, log in enumerate(logs)]
+    assert [r.suppressed for r in results] == [False, False, True]
+    assert look.suppressed(tenant)[(ANN, "")]["reason"].startswith("soft-bounced 4.2.2")
+    # Outside the window, the earlier ones no longer count.
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM mdm.aa_email_suppression"))
+        conn.execute(text("UPDATE mdm.aa_email_feedback SET received_at = now() - interval '2h'"))
+        later = insert_log(conn, tenant_id=tenant)
+    assert not record(engine, Feedback(kind="soft-bounced", source="mail", recipient=ANN,
+                                       status="4.2.2", source_event_id="s9",
+                                       log_id=later["id"]), policy).suppressed
+
+
+def test_forged_soft_bounces_do_not_add_up(engine, tenant, look):
+    policy = SuppressionPolicy(soft_limit=2)
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant, recipients=("bob@example.com",))
+    for i in range(3):  # a real Message-ID, another recipient
+        record(engine, Feedback(kind="soft-bounced", source="mail", recipient=ANN,
+                                status="4.2.2", source_event_id=f"f{i}",
+                                message_id=sent["message_id"]), policy)
+    assert look.suppressed(tenant) == {}
+
+
+def test_a_complaint_that_withholds_the_recipient_names_the_only_one(engine, tenant, look):
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant)
+    done = record(engine, Feedback(kind="complaint", source="mail", source_event_id="c1",
+                                   message_id=sent["message_id"].strip("<>")))
+    assert done.suppressed and done.event_type == "email.complained"
+    assert look.feedback()[0]["recipient"] == ANN
+
+
+def test_the_relays_queue_id_matches_the_latest_row_sent_to_the_recipient(engine, tenant, look):
+    with engine.begin() as conn:
+        insert_log(conn, tenant_id=tenant, queue_id="4F3A2B", recipients=("bob@example.com",))
+        sent = insert_log(conn, tenant_id=tenant, queue_id="4F3A2B")
+    done = record(engine, Feedback(kind="delivered", source="mail", recipient=ANN,
+                                   source_event_id="d1", queue_id="4F3A2B"))
+    assert (done.matched_by, done.email_log_id, done.event_type) == (
+        "queue_id", sent["id"], "email.delivered")
+    assert look.log(sent["id"])["delivery"] == "delivered"
+
+
+def test_a_later_delay_report_does_not_undo_a_bounce(engine, tenant, look):
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant)
+    for i, kind in enumerate(("delayed", "bounced", "delayed", "delivered")):
+        record(engine, Feedback(kind=kind, source="mail", recipient=ANN, status=None,
+                                source_event_id=f"r{i}", log_id=sent["id"]))
+    assert look.log(sent["id"])["delivery"] == "bounced"
+    assert [e["event_type"] for e in look.events()] == ["email.bounced", "email.delivered"]
+
+
+def test_an_unknown_row_is_resolved_and_its_held_job_completed_without_a_send(
+        engine, tenant, look):
+    with engine.begin() as conn:
+        job = insert_job(conn, tenant_id=tenant, kind="email_send", status="dlq",
+                         attempts=2, last_error="the outcome of the previous attempt is unknown")
+        held = insert_log(conn, tenant_id=tenant, job_id=job, status="unknown")
+    done = record(engine, Feedback(kind="delivered", source="mail", recipient=ANN,
+                                   source_event_id="d1", message_id=held["message_id"]))
+    assert done.resolved_unknown and done.completed_job == job
+    assert look.log(held["id"])["status"] == "sent"
+    (status,) = look.rows("SELECT status::text AS s, completed_at FROM mdm.aa_job WHERE id = :j",
+                          j=job)
+    assert status["s"] == "done" and status["completed_at"] is not None
+    (audit,) = look.rows("SELECT action, actor, detail FROM mdm.aa_job_audit WHERE job_id = :j",
+                         j=job)
+    assert (audit["action"], audit["actor"]) == ("job_complete", "feedback")
+    assert audit["detail"]["feedback_id"] == str(done.feedback_id)
+    assert len(look.rows("SELECT id FROM mdm.aa_email_log WHERE job_id = :j", j=job)) == 1
+
+
+def test_an_unknown_row_with_a_later_attempt_leaves_the_job_alone(engine, tenant, look):
+    with engine.begin() as conn:
+        job = insert_job(conn, tenant_id=tenant, kind="email_send", status="dlq")
+        held = insert_log(conn, tenant_id=tenant, job_id=job, status="unknown",
+                          message_id="<m1@acme.example>")
+        insert_log(conn, tenant_id=tenant, job_id=job, status="bounced",
+                   message_id="<m1@acme.example>", attempt=2)
+    done = record(engine, Feedback(kind="delivered", source="mail", recipient=ANN,
+                                   source_event_id="d1", log_id=held["id"]))
+    assert done.resolved_unknown and done.completed_job is None
+    assert look.rows("SELECT status::text AS s FROM mdm.aa_job WHERE id = :j", j=job) == [
+        {"s": "dlq"}]
+
+
+def test_a_vouched_unsubscribe_suppresses_one_category_without_a_log_row(engine, tenant, look):
+    done = record(engine, Feedback(kind="unsubscribe", source="one-click", recipient=ANN,
+                                   tenant_id=tenant, category="newsletter", vouched=True,
+                                   source_event_id="u1"))
+    assert done.suppressed and done.event_type == "email.unsubscribed"
+    assert set(look.suppressed(tenant)) == {(ANN, "newsletter")}
+    # Not vouched and matching nothing: recorded, no effect.
+    stray = record(engine, Feedback(kind="unsubscribe", source="mail", recipient=ANN,
+                                    tenant_id=tenant, category="billing",
+                                    source_event_id="u2"))
+    assert not stray.suppressed and set(look.suppressed(tenant)) == {(ANN, "newsletter")}
+
+
+def test_bad_feedback_is_refused_naming_the_field():
+    with pytest.raises(ValidationError, match="kind"):
+        Feedback(kind="exploded", source="mail")
+    with pytest.raises(ValidationError, match="source"):
+        Feedback(kind="bounced", source="carrier-pigeon")
+    with pytest.raises(ValidationError, match="status"):
+        Feedback(kind="bounced", source="mail", status="550")
+    with pytest.raises(ValidationError, match="vouched"):
+        Feedback(kind="unsubscribe", source="one-click", vouched=True)
+
+
+@pytest.mark.parametrize(("kind", "status", "expected"), [
+    ("bounced", "5.1.1", True), ("bounced", "5.1.10", True), ("bounced", "5.2.1", True),
+    ("bounced", "5.4.4", True), ("bounced", None, True), ("bounced", "5.7.1", False),
+    ("bounced", "5.7.26", False), ("bounced", "5.3.4", False), ("complaint", None, True),
+    ("unsubscribe", None, True), ("soft-bounced", "4.2.2", False), ("delivered", None, False),
+    ("auto-reply", None, False), ("delayed", "4.4.1", False),
+])
+def test_which_feedback_suppresses(kind, status, expected):
+    assert suppresses(kind, status) is expected
+
+
+def test_bounce_kinds_by_status():
+    assert [bounce_kind(s) for s in ("5.1.1", "4.4.7", "5.2.2", None, "5.7.1")] == [
+        "bounced", "soft-bounced", "soft-bounced", "bounced", "bounced"]
+
+
+def test_a_dedupe_key_depends_on_the_report_not_on_its_spelling():
+    one = Feedback(kind="bounced", source="mail", recipient=" Ann@Example.com ",
+                   message_id="abc@x", source_event_id="e")
+    two = Feedback(kind="bounced", source="mail", recipient="ann@example.com",
+                   message_id="<abc@x>", source_event_id="e")
+    three = Feedback(kind="bounced", source="mail", recipient="ann@example.com",
+                     message_id="<abc@x>", source_event_id="f")
+    assert one.dedupe_key() == two.dedupe_key() != three.dedupe_key()

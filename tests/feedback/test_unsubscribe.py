@@ -1,0 +1,100 @@
+"""One-click unsubscribe (RFC 8058): signed links in bulk mail, the real HTTP endpoint, and
+the category's mail stopping while another category's keeps flowing."""
+
+from __future__ import annotations
+
+import uuid
+
+import httpx
+import pytest
+
+from postrelay.core.errors import ValidationError
+from postrelay.orchestrator import UnsubscribeLinks
+from postrelay.orchestrator.feedback.unsubscribe import UnsubscribeTokenError
+from tests.api.server import serve_database
+from tests.email_flow.conftest import write_template
+from tests.feedback.conftest import SECRET
+
+ANN = "ann@example.com"
+
+
+def test_a_token_names_tenant_recipient_and_category_and_cannot_be_changed():
+    links = UnsubscribeLinks("https://mail.acme.example/", SECRET)
+    tenant = uuid.uuid4()
+    token = links.token(tenant, "Ann@Example.com", "newsletter")
+    assert links.verify(token) == (tenant, ANN, "newsletter")
+    body, _, mac = token.partition(".")
+    forged = links.token(tenant, "bob@example.com", "newsletter").partition(".")[0]
+    for bad in (f"{forged}.{mac}", f"{body}.{mac[:-2]}AA", "nonsense", f"{body}.",
+                UnsubscribeLinks("https://x.example", b"another-secret-0123456789").token(
+                    tenant, ANN, "newsletter")):
+        with pytest.raises(UnsubscribeTokenError):
+            links.verify(bad)
+    assert links.headers(tenant, ANN, "newsletter") == {
+        "List-Unsubscribe": f"<https://mail.acme.example/u/{token}>",
+        "List-Unsubscribe-Post": "List-Unsubscribe=One-Click"}
+
+
+def test_the_public_url_is_https_or_loopback():
+    UnsubscribeLinks("http://127.0.0.1:8000", SECRET)
+    UnsubscribeLinks("http://localhost:8000", SECRET)
+    with pytest.raises(ValidationError, match="public_url"):
+        UnsubscribeLinks("http://mail.acme.example", SECRET)
+
+
+@pytest.fixture
+def served(database_url):
+    with serve_database(database_url, "svc-key-for-unsubscribe-tests",
+                        public_url="http://127.0.0.1", feedback_secret=SECRET.decode()) as url:
+        yield url
+
+
+def test_get_shows_a_button_post_unsubscribes_once_and_bad_tokens_write_nothing(
+        served, tenant, look):
+    links = UnsubscribeLinks("http://127.0.0.1", SECRET)
+    token = links.token(tenant, ANN, "newsletter")
+    with httpx.Client(base_url=served, timeout=30) as client:
+        page = client.get(f"/u/{token}")
+        assert page.status_code == 200 and "<form method=\"post\"" in page.text
+        assert look.feedback() == [] and look.suppressed(tenant) == {}
+        for _ in range(2):
+            done = client.post(f"/u/{token}", content="List-Unsubscribe=One-Click",
+                               headers={"Content-Type": "application/x-www-form-urlencoded"})
+            assert done.status_code == 200 and "Unsubscribed" in done.text
+        tampered = token[:-2] + ("AA" if not token.endswith("AA") else "BB")
+        assert client.post(f"/u/{tampered}").status_code == 400
+        assert client.get(f"/u/{tampered}").status_code == 400
+    assert set(look.suppressed(tenant)) == {(ANN, "newsletter")}
+    (row,) = look.feedback()
+    assert (row["kind"], row["source"], row["suppressed"]) == ("unsubscribe", "one-click", True)
+    assert [e["event_type"] for e in look.events()] == ["email.unsubscribed"]
+
+
+async def test_bulk_mail_carries_the_link_and_an_unsubscribe_stops_only_its_category(
+        rig, tenant, sink, engine, templates_dir):
+    write_template(templates_dir, "digest", "Your digest", "News.\n",
+                   toml="unsubscribe = true\n")
+    links = UnsubscribeLinks("https://mail.acme.example", SECRET)
+    first = rig.enqueue(tenant, to=[ANN], template="digest", category="newsletter")
+    await rig.start(unsubscribe=links)
+    await rig.settle(first)
+    (received,) = sink.handler.received
+    token = links.token(tenant, ANN, "newsletter")
+    # A long value is folded onto its own line: unfolded, it is the link.
+    assert received.message["List-Unsubscribe"].strip() == f"<https://mail.acme.example/u/{token}>"
+    assert received.message["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
+    plain = rig.enqueue(tenant, to=[ANN], template="welcome")
+    await rig.settle(plain)
+    assert sink.handler.received[-1].message["List-Unsubscribe"] is None  # transactional
+
+    from postrelay.orchestrator.feedback import Feedback, record_feedback
+
+    with engine.begin() as conn:
+        record_feedback(conn, Feedback(kind="unsubscribe", source="one-click", recipient=ANN,
+                                       tenant_id=tenant, category="newsletter", vouched=True,
+                                       source_event_id=token))
+    stopped = rig.enqueue(tenant, to=[ANN], template="digest", category="newsletter")
+    flowing = rig.enqueue(tenant, to=[ANN], template="digest", category="billing")
+    await rig.settle(stopped, flowing)
+    assert [r["status"] for r in rig.log(stopped)] == ["suppressed"]
+    assert [r["status"] for r in rig.log(flowing)] == ["sent"]

@@ -1,0 +1,93 @@
+"""The VERP return path: tokens that name a log row and cannot be forged, the settings that
+turn it on, and the real send path putting it in MAIL FROM (From unchanged)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from postrelay.core.errors import ConfigError
+from postrelay.core.settings import load_settings
+from postrelay.orchestrator import ReturnPath
+from postrelay.orchestrator.feedback.verp import TokenError
+
+SECRET = b"0123456789abcdef-secret"
+
+
+def test_an_address_names_its_log_row_whatever_the_case_of_its_local_part():
+    path = ReturnPath("Bounces.Acme.Example.", SECRET)
+    log_id = uuid.uuid4()
+    address = path.address(log_id)
+    local, _, domain = address.partition("@")
+    assert domain == "bounces.acme.example" and local.startswith("bounce-")
+    assert len(local) <= 64 and address.isascii()
+    assert path.log_id(address) == log_id
+    assert path.log_id(f"<{local.upper()}@BOUNCES.ACME.EXAMPLE>") == log_id
+
+
+def test_a_tampered_or_foreign_token_is_refused():
+    path = ReturnPath("bounces.acme.example", SECRET)
+    address = path.address(uuid.uuid4())
+    local, _, domain = address.partition("@")
+    flipped = local[:20] + ("a" if local[20] != "a" else "b") + local[21:]
+    other_secret = ReturnPath("bounces.acme.example", b"another-secret-0123456789")
+    for bad, rule in ((f"{flipped}@{domain}", "signature"),
+                      (other_secret.address(uuid.uuid4()), "signature"),
+                      (f"bounce-{local[7:20]}@{domain}", "length"),
+                      (f"bounce-!!!@{domain}", "base32"),
+                      (f"postmaster@{domain}", "local part"),
+                      (f"{local}@elsewhere.example", "not an address on")):
+        with pytest.raises(TokenError, match=rule):
+            path.log_id(bad)
+
+
+def test_the_bounce_domain_needs_a_feedback_secret(monkeypatch):
+    monkeypatch.setenv("POSTRELAY_EMAIL_BOUNCE_DOMAIN", "bounces.acme.example")
+    with pytest.raises(ConfigError, match="POSTRELAY_FEEDBACK_SECRET"):
+        ReturnPath.from_settings(load_settings())
+    monkeypatch.setenv("POSTRELAY_FEEDBACK_SECRET", "short")
+    with pytest.raises(ConfigError, match="at least 16"):
+        ReturnPath.from_settings(load_settings())
+    monkeypatch.setenv("POSTRELAY_FEEDBACK_SECRET", SECRET.decode())
+    assert ReturnPath.from_settings(load_settings()).domain == "bounces.acme.example"
+    monkeypatch.setenv("POSTRELAY_EMAIL_BOUNCE_DOMAIN", "not a domain")
+    with pytest.raises(ConfigError, match="POSTRELAY_EMAIL_BOUNCE_DOMAIN"):
+        ReturnPath.from_settings(load_settings())
+    monkeypatch.delenv("POSTRELAY_EMAIL_BOUNCE_DOMAIN")
+    assert ReturnPath.from_settings(load_settings()) is None
+
+
+async def test_the_envelope_sender_is_the_verp_address_and_from_is_unchanged(
+        rig, tenant, sink):
+    path = ReturnPath("bounces.acme.example", SECRET)
+    job_id = rig.enqueue(tenant, to=["ann@example.com"])
+    await rig.start(return_path=path)
+    await rig.settle(job_id)
+    (row,) = rig.log(job_id)
+    (received,) = sink.handler.received
+    assert row["status"] == "sent"
+    assert received.sender == path.address(row["id"])
+    assert path.log_id(received.sender) == row["id"]
+    assert received.message["From"] == "Acme <noreply@acme.example>"
+    assert row["from_address"] == "Acme <noreply@acme.example>"
+
+
+async def test_without_a_bounce_domain_the_envelope_sender_is_the_from_address(
+        rig, tenant, sink):
+    job_id = rig.enqueue(tenant, to=["ann@example.com"])
+    await rig.start()
+    await rig.settle(job_id)
+    (received,) = sink.handler.received
+    assert received.sender == "noreply@acme.example"
+
+
+def test_a_token_has_one_spelling():
+    path = ReturnPath("bounces.acme.example", SECRET)
+    address = path.address(uuid.uuid4())
+    local, _, domain = address.partition("@")
+    alphabet = "abcdefghijklmnopqrstuvwxyz234567"
+    # The last character carries unused bits: every other spelling of it is refused.
+    for ch in alphabet.replace(local[-1], ""):
+        with pytest.raises(TokenError):
+            path.log_id(f"{local[:-1]}{ch}@{domain}")

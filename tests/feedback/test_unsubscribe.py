@@ -44,7 +44,7 @@ def test_the_public_url_is_https_or_loopback():
 
 @pytest.fixture
 def served(database_url):
-    with serve_database(database_url, "svc-key-for-unsubscribe-tests",
+    with serve_database(database_url, "svc-key-for-the-unsubscribe-tests-0123",
                         public_url="http://127.0.0.1", feedback_secret=SECRET.decode()) as url:
         yield url
 

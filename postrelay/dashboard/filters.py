@@ -59,8 +59,10 @@ def number(value: int | None) -> str:
 
 
 def short(value: UUID | str | None) -> str:
-    """The first 8 characters of an id; the full id is in the link and its title."""
-    return "—" if value is None else str(value)[:8]
+    """The last 8 characters of an id; the full id is in the link and its title. Ids are
+    time-ordered (core/ids.py), so the first characters are shared by every row made within
+    the same minute, while the last ones are random."""
+    return "—" if value is None else str(value)[-8:]
 
 
 def plural(count: int, word: str) -> str:

@@ -147,7 +147,7 @@ def test_a_jobs_page_and_an_events_jobs_stay_in_the_tenant(acme, engine, tenant,
         insert_email(conn, other_tenant, job_id=my_job, subject="Globex secret subject")
     page = acme.get(f"/dashboard/jobs/{my_job}")
     assert page.status_code == 200
-    for secret in ("invoice.secret", str(their_event)[:8], "Globex secret subject"):
+    for secret in ("invoice.secret", str(their_event)[-8:], "Globex secret subject"):
         assert secret not in page.text, secret
     with engine.connect() as conn:
         event = outbox_event_get(conn, my_event, tenant_id=tenant)

@@ -103,7 +103,7 @@ def test_query_and_tenant_names():
     tenant = uuid.uuid4()
     assert tenant_name({tenant: "acme"}, tenant) == "acme"
     assert tenant_name({tenant: "acme"}, str(tenant)) == "acme"  # ids from JSON
-    assert tenant_name({}, tenant) == str(tenant)[:8]
+    assert tenant_name({}, tenant) == str(tenant)[-8:]
 
 
 @pytest.mark.parametrize(("target", "expected"), [

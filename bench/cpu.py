@@ -26,13 +26,13 @@ class CpuMeter:
         self._server_before: dict[int, float] = {}
 
     def start(self) -> None:
-        self._before = {name: _cpu(p) for name, p in self._processes.items()}
-        self._server_before = {p.pid: _cpu(p) for p in _server_processes()}
+        self._before = {name: process_cpu(p) for name, p in self._processes.items()}
+        self._server_before = {p.pid: process_cpu(p) for p in _server_processes()}
 
     def stop(self) -> dict[str, float]:
-        spent = {name: _cpu(p) - self._before[name] for name, p in self._processes.items()}
+        spent = {name: process_cpu(p) - self._before[name] for name, p in self._processes.items()}
         # A backend that started during the run counts from zero; one that exited is gone.
-        spent[SERVER] = sum(max(0.0, _cpu(p) - self._server_before.get(p.pid, 0.0))
+        spent[SERVER] = sum(max(0.0, process_cpu(p) - self._server_before.get(p.pid, 0.0))
                             for p in _server_processes())
         return spent
 
@@ -41,7 +41,8 @@ def _server_processes() -> list[psutil.Process]:
     return [p for p in psutil.process_iter(["name"]) if p.info["name"] == SERVER]
 
 
-def _cpu(process: psutil.Process) -> float:
+def process_cpu(process: psutil.Process) -> float:
+    """User + system CPU seconds of a process; 0 once it is gone."""
     try:
         times = process.cpu_times()
     except psutil.NoSuchProcess:

@@ -24,9 +24,9 @@ from typing import Any
 import psutil
 import psycopg
 
-from bench.harness import BenchDatabase, WorkerProcess, bench_database, wait_until
+from bench.cpu import process_cpu
+from bench.harness import BenchDatabase, WorkerProcess, bench_database, fill, wait_until
 from bench.history_load import load_done_jobs
-from postrelay.queue import JobSpec, enqueue_many
 
 
 def enqueue_pending(bench: BenchDatabase, n: int, *, batch: int = 10_000) -> datetime:
@@ -34,14 +34,7 @@ def enqueue_pending(bench: BenchDatabase, n: int, *, batch: int = 10_000) -> dat
     returns the database time just before the first was written."""
     with bench.connect(autocommit=True) as conn:
         since = conn.execute("SELECT clock_timestamp()").fetchone()[0]  # type: ignore[index]
-    quiet = bench.engine.execution_options(postrelay_notify=False)
-    for start in range(0, n, batch):
-        specs = [JobSpec("reindex", {"n": i}, bench.tenant_id)
-                 for i in range(start, min(n, start + batch))]
-        with quiet.begin() as conn:
-            enqueue_many(conn, specs)
-    with bench.connect(autocommit=True) as conn:
-        conn.execute("VACUUM ANALYZE mdm.aa_job")
+    fill(bench, n, batch=batch)
     return since
 
 
@@ -97,8 +90,8 @@ class BackendMeter:
     def __init__(self, watch: psycopg.Connection[Any], client_pid: int) -> None:
         self._watch = watch
         self._client = psutil.Process(client_pid)
-        self._client_before = _cpu(self._client)
-        self._before = {p.pid: _cpu(p) for p in self._backends()}
+        self._client_before = process_cpu(self._client)
+        self._before = {p.pid: process_cpu(p) for p in self._backends()}
 
     def _backends(self) -> list[psutil.Process]:
         pids = [row[0] for row in self._watch.execute(
@@ -111,17 +104,10 @@ class BackendMeter:
         return found
 
     def spent(self) -> tuple[float, float]:
-        server = sum(max(0.0, _cpu(p) - self._before.get(p.pid, 0.0))
+        server = sum(max(0.0, process_cpu(p) - self._before.get(p.pid, 0.0))
                      for p in self._backends())
-        return server, _cpu(self._client) - self._client_before
+        return server, process_cpu(self._client) - self._client_before
 
-
-def _cpu(process: psutil.Process) -> float:
-    try:
-        times = process.cpu_times()
-    except psutil.NoSuchProcess:
-        return 0.0
-    return times.user + times.system
 
 
 def index_stats(bench: BenchDatabase) -> dict[str, tuple[int, int, int]]:

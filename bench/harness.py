@@ -97,6 +97,12 @@ def prefill(bench: BenchDatabase, n: int, *, batch: int = 10_000) -> None:
     ANALYZE, so that every drain (ours and the baselines) starts from a table in the same
     shape, with statistics and a fresh visibility map."""
     reset_queue(bench)
+    fill(bench, n, batch=batch)
+
+
+def fill(bench: BenchDatabase, n: int, *, batch: int = 10_000) -> None:
+    """`n` pending no-op `reindex` jobs beside whatever the table holds, then VACUUM
+    ANALYZE."""
     quiet = bench.engine.execution_options(postrelay_notify=False)
     for start in range(0, n, batch):
         specs = [JobSpec("reindex", {"n": i}, bench.tenant_id)

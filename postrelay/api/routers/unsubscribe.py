@@ -10,6 +10,7 @@ mail clients and people, not API clients.
 from __future__ import annotations
 
 import html
+from uuid import UUID
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
@@ -28,13 +29,10 @@ PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8">
 @router.get("/u/{token}")
 def unsubscribe_page(request: Request, token: str) -> HTMLResponse:
     """A confirmation page; unsubscribes nobody by itself."""
-    links = _links(request)
-    if links is None:
-        return _page(404, "Not found", "Unsubscribe links are not set up here.")
-    try:
-        _tenant, recipient, category = links.verify(token)
-    except UnsubscribeTokenError:
-        return _page(400, "Invalid link", "This unsubscribe link is not valid.")
+    verified = _verified(request, token)
+    if isinstance(verified, HTMLResponse):
+        return verified
+    _tenant, recipient, category = verified
     form = (f'<form method="post" action="/u/{html.escape(token)}">'
             '<button type="submit">Unsubscribe</button></form>')
     return _page(200, "Unsubscribe", f"Stop sending {html.escape(category)} mail to "
@@ -44,13 +42,10 @@ def unsubscribe_page(request: Request, token: str) -> HTMLResponse:
 @router.post("/u/{token}")
 def unsubscribe(request: Request, token: str) -> HTMLResponse:
     """Record the unsubscribe: the address gets no more mail of this category."""
-    links = _links(request)
-    if links is None:
-        return _page(404, "Not found", "Unsubscribe links are not set up here.")
-    try:
-        tenant, recipient, category = links.verify(token)
-    except UnsubscribeTokenError:
-        return _page(400, "Invalid link", "This unsubscribe link is not valid.")
+    verified = _verified(request, token)
+    if isinstance(verified, HTMLResponse):
+        return verified
+    tenant, recipient, category = verified
     with request.app.state.engine.begin() as conn:
         record_feedback(conn, Feedback(
             kind="unsubscribe", source="one-click", recipient=recipient, tenant_id=tenant,
@@ -60,8 +55,16 @@ def unsubscribe(request: Request, token: str) -> HTMLResponse:
                                       f"{html.escape(category)} mail.")
 
 
-def _links(request: Request) -> UnsubscribeLinks | None:
-    return UnsubscribeLinks.from_settings(request.app.state.settings)
+def _verified(request: Request, token: str) -> tuple[UUID, str, str] | HTMLResponse:
+    """(tenant, recipient, category) the token names, or the page that refuses it: 404 where
+    no links are set up, 400 for a token this installation did not sign."""
+    links = UnsubscribeLinks.from_settings(request.app.state.settings)
+    if links is None:
+        return _page(404, "Not found", "Unsubscribe links are not set up here.")
+    try:
+        return links.verify(token)
+    except UnsubscribeTokenError:
+        return _page(400, "Invalid link", "This unsubscribe link is not valid.")
 
 
 def _page(status: int, title: str, text: str, form: str = "") -> HTMLResponse:

@@ -14,12 +14,7 @@ from postrelay.cli.common import transaction
 from postrelay.cli.main import app
 from postrelay.cli.output import cell, print_json, table
 from postrelay.core.errors import ValidationError
-from postrelay.orchestrator.admin import (
-    email_list,
-    email_story,
-    suppression_list,
-    suppression_remove,
-)
+from postrelay.orchestrator import email_list, email_story, suppression_list, suppression_remove
 
 emails_app = typer.Typer(help="The email log: every message attempt and its outcome.",
                          invoke_without_command=True)

@@ -3,9 +3,20 @@ templates rendered when the job runs, SMTP through a pool of reused connections,
 `aa_email_log` as the record of every outcome. Uses the relay's and the queue's public
 names only."""
 
+# Exported on purpose for the packages above: the operator's functions (CLI, dashboard),
+# addresses and messages for `postrelay email`, and the scriptable SMTP server of the demo.
+from postrelay.orchestrator.addresses import parse_address
+from postrelay.orchestrator.admin import (
+    email_list,
+    email_story,
+    suppression_list,
+    suppression_remove,
+)
 from postrelay.orchestrator.handler import email_registry
 from postrelay.orchestrator.job import EMAIL_KIND, EmailJob, enqueue_email
+from postrelay.orchestrator.message import build_message, message_id_domain, message_id_for
 from postrelay.orchestrator.routes import email_route
+from postrelay.orchestrator.sink import ScriptedHandler, SmtpSink, reply
 from postrelay.orchestrator.templates import Rendered, TemplateError, Templates
 from postrelay.orchestrator.transport import SmtpConfig, SmtpPool
 
@@ -13,11 +24,22 @@ __all__ = [
     "EMAIL_KIND",
     "EmailJob",
     "Rendered",
+    "ScriptedHandler",
     "SmtpConfig",
     "SmtpPool",
+    "SmtpSink",
     "TemplateError",
     "Templates",
+    "build_message",
+    "email_list",
     "email_registry",
     "email_route",
+    "email_story",
     "enqueue_email",
+    "message_id_domain",
+    "message_id_for",
+    "parse_address",
+    "reply",
+    "suppression_list",
+    "suppression_remove",
 ]

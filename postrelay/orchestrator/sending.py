@@ -23,9 +23,9 @@ import psycopg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from postrelay.core.heldconn import HeldConnection
 from postrelay.orchestrator import queries
 from postrelay.orchestrator.queries import SendStart
-from postrelay.core.heldconn import HeldConnection
 
 MAX_BATCH = 500  # rows per statement: bounded work per write
 

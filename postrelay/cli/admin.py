@@ -17,8 +17,8 @@ from sqlalchemy import Connection
 # The queue's operator functions, as the package exports them (`admin.job_list`, ...).
 import postrelay.queue as admin
 from postrelay.cli.common import actor, transaction
-from postrelay.cli.main import app
 from postrelay.cli.output import cell, print_json, table
+from postrelay.cli.root import app
 from postrelay.queue import ensure_tenant
 
 jobs_app = typer.Typer(help="Read jobs.", no_args_is_help=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import typer
 
 from postrelay.cli.common import database, settings_or_exit, transaction
-from postrelay.cli.main import app
 from postrelay.cli.output import print_json, table
+from postrelay.cli.root import app
 from postrelay.core.errors import ConfigError
 
 keys_app = typer.Typer(help="API keys bound to one tenant (the service-role key is a setting).",

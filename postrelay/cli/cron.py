@@ -7,8 +7,8 @@ import json
 import typer
 
 from postrelay.cli.common import actor, transaction
-from postrelay.cli.main import app
 from postrelay.cli.output import print_json, table
+from postrelay.cli.root import app
 from postrelay.core.errors import ValidationError
 from postrelay.queue import SYSTEM_TENANT_ID, cron_create, cron_delete, cron_list
 

@@ -11,7 +11,7 @@ from typing import Any
 import typer
 
 from postrelay.cli.common import settings_or_exit, user_errors
-from postrelay.cli.main import app
+from postrelay.cli.root import app
 from postrelay.core.errors import ValidationError
 from postrelay.orchestrator import (
     Rendered,

@@ -11,8 +11,8 @@ from typing import Any
 import typer
 
 from postrelay.cli.common import transaction
-from postrelay.cli.main import app
 from postrelay.cli.output import cell, print_json, table
+from postrelay.cli.root import app
 from postrelay.core.errors import ValidationError
 from postrelay.orchestrator import email_list, email_story, suppression_list, suppression_remove
 

@@ -1,24 +1,17 @@
-"""The root `postrelay` command; groups register themselves from their modules."""
+"""The `postrelay` command: the root (cli/root.py) with every command group registered."""
 
-import typer
+# Imported for their side effect of adding commands to the root.
+from postrelay.cli import (  # noqa: F401
+    admin,
+    api,
+    cron,
+    email,
+    emails,
+    relay,
+    schema,
+    webhooks,
+    worker,
+)
+from postrelay.cli.root import app
 
-app = typer.Typer(help="postrelay: outbox relay, email orchestrator and job queue on PostgreSQL.",
-                  no_args_is_help=True, add_completion=False)
-
-
-def _register() -> None:
-    # Imported for their side effect of adding commands to `app`.
-    from postrelay.cli import (  # noqa: F401
-        admin,
-        api,
-        cron,
-        email,
-        emails,
-        relay,
-        schema,
-        webhooks,
-        worker,
-    )
-
-
-_register()
+__all__ = ["app"]

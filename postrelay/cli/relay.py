@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import typer
 
 from postrelay.cli.common import database, settings_or_exit, transaction
-from postrelay.cli.main import app
 from postrelay.cli.output import print_json, table
+from postrelay.cli.root import app
 
 outbox_app = typer.Typer(help="The transactional outbox.", no_args_is_help=True)
 app.add_typer(outbox_app, name="outbox")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import typer
 
 from postrelay.cli.common import settings_or_exit, transaction
-from postrelay.cli.main import app
 from postrelay.cli.output import print_json, table
+from postrelay.cli.root import app
 from postrelay.relay import (
     webhook_add,
     webhook_attempts,

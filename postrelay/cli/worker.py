@@ -8,7 +8,7 @@ from uuid import UUID
 import typer
 
 from postrelay.cli.common import database, settings_or_exit
-from postrelay.cli.main import app
+from postrelay.cli.root import app
 
 
 @app.command("worker")

@@ -12,7 +12,7 @@ from postrelay.core.migrate import MIGRATION_LOCK_KEY, VERSION_TABLE
 
 # Importing the schemas fills `metadata` so autogenerate and the model check see every table.
 import postrelay.queue.schema  # noqa: F401,E402
-import postrelay.api.schema  # noqa: F401,E402
+import postrelay.access.schema  # noqa: F401,E402
 import postrelay.relay.schema  # noqa: F401,E402
 import postrelay.relay.webhooks.schema  # noqa: F401,E402
 import postrelay.orchestrator.schema  # noqa: F401,E402

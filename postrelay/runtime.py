@@ -19,38 +19,45 @@ from uuid import UUID
 from postrelay.core.db import Database
 from postrelay.core.settings import Settings
 from postrelay.orchestrator import (
+    EMAIL_LOG_TARGET,
     ReturnPath,
     SmtpConfig,
     SmtpPool,
     Templates,
     UnsubscribeLinks,
+    email_log_delete_batch,
     email_registry,
 )
-from postrelay.orchestrator.retention import EMAIL_LOG_TARGET, email_log_delete_batch
-from postrelay.queue.backoff import backoff_from
-from postrelay.queue.maintenance import (
+from postrelay.queue import (
     AUDIT_TARGET,
     RETENTION_KIND,
     Cleaner,
     CronScheduler,
     Maintenance,
+    Registry,
     Rescuer,
+    Worker,
+    WorkerConfig,
+    WorkerMetrics,
     audit_cleaner,
+    backoff_from,
     cleanup_handler,
+    default_registry,
     maintenance_interval,
 )
-from postrelay.queue.metrics import WorkerMetrics
-from postrelay.queue.registry import Registry, default_registry
-from postrelay.queue.worker import Worker, WorkerConfig
-from postrelay.relay import Relay, RelayConfig, RouteRegistry, default_routes
-from postrelay.relay.retention import OUTBOX_TARGET, delete_handled_batch
-from postrelay.relay.webhooks import (
+from postrelay.relay import (
+    OUTBOX_TARGET,
     EndpointDirectory,
+    Relay,
+    RelayConfig,
     RelayWithWebhooks,
+    RouteRegistry,
     add_webhook_route,
+    default_routes,
+    delete_handled_batch,
+    webhook_attempt_delete_batch,
     webhook_registry,
 )
-from postrelay.relay.webhooks.retention import webhook_attempt_delete_batch
 
 
 def import_apps(modules: Iterable[str]) -> None:

@@ -10,7 +10,7 @@ __all__ = ["create_app"]
 
 
 def __getattr__(name: str) -> Any:
-    # Lazy: migrations/env.py imports postrelay.api.schema, and `postrelay migrate` should not
+    # Lazy: migrations/env.py imports postrelay.access.schema, and `postrelay migrate` should not
     # pay for importing FastAPI.
     if name == "create_app":
         from postrelay.api.app import create_app

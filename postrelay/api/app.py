@@ -1,4 +1,5 @@
-"""The application factory: `create_app(settings, db)`. No module-level settings or engines:
+"""The API's application factory: `create_app(settings, db)` (the dashboard is mounted beside
+it by `postrelay.web.create_web_app`). No module-level settings or engines:
 every app gets its own engine, key and metrics registry, so tests can build several."""
 
 from __future__ import annotations
@@ -9,16 +10,14 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 import postrelay
+from postrelay.access import auth_throttle, service_role_key
 from postrelay.api.bodylimit import BODY_ROOM, BodyLimit
 from postrelay.api.errors import install_error_handlers
-from postrelay.api.keys import service_role_key
 from postrelay.api.metrics import metrics_registry
 from postrelay.api.routers import cron, dlq, health, jobs, metrics, outbox, unsubscribe
 from postrelay.core.db import Database
 from postrelay.core.migrate import head_revision
 from postrelay.core.settings import Settings
-from postrelay.dashboard import create_dashboard
-from postrelay.dashboard.app import auth_throttle
 
 DESCRIPTION = """postrelay's admin API: jobs, the dead-letter queue and cron entries.
 
@@ -51,9 +50,8 @@ def create_app(settings: Settings, db: Database) -> FastAPI:
     # dlq before jobs: `/jobs/dlq` must match the DLQ route, not `/jobs/{id}`.
     for module in (health, metrics, dlq, jobs, cron, outbox, unsubscribe):
         app.include_router(module.router)
-    app.mount("/dashboard", create_dashboard(settings, db,  # the web UI, same process
-                                             throttle=app.state.auth_throttle))
-    # Outermost: a body over the limit is refused before any endpoint or form parser reads it.
+    # Outermost, also for the dashboard mounted beside (postrelay/web.py): a body over the
+    # limit is refused before any endpoint or form parser reads it.
     app.add_middleware(BodyLimit, limit=settings.max_payload_bytes + BODY_ROOM)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app

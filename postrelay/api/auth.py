@@ -18,9 +18,8 @@ from fastapi import Depends, Request, Security
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Engine
 
+from postrelay.access import AuthThrottle, api_key_find, keys_equal
 from postrelay.api.errors import ApiError
-from postrelay.api.keys import api_key_find, keys_equal
-from postrelay.api.throttle import AuthThrottle
 from postrelay.core.telemetry import event
 
 SERVICE_ROLE_ACTOR = "api:service-role"

@@ -11,7 +11,7 @@ from sqlalchemy import Engine
 from postrelay.api.auth import Principal, engine_of
 from postrelay.api.errors import ApiError
 from postrelay.api.models import ErrorEnvelope
-from postrelay.queue.schema import SYSTEM_TENANT_ID
+from postrelay.queue import SYSTEM_TENANT_ID
 
 Db = Annotated[Engine, Depends(engine_of)]
 JobId = Annotated[UUID, Path(alias="id", description="The job's id.")]

@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from postrelay.access import API_FIELD_NAMES
 from postrelay.core.errors import (
     ConflictError,
     ForbiddenError,
@@ -29,14 +30,6 @@ from postrelay.core.errors import (
 from postrelay.core.limits import DEPTH_RULE
 from postrelay.core.telemetry import event
 
-# postrelay's Python names of inputs, as the API's bodies and paths spell them.
-API_FIELD_NAMES = {
-    "tenant_id": "tenantId",
-    "max_attempts": "maxAttempts",
-    "idempotency_key": "idempotencyKey",
-    "delay": "delaySecs",
-    "job_id": "id",
-}
 CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
          405: "method_not_allowed", 409: "conflict", 413: "payload_too_large",
          429: "too_many_requests",

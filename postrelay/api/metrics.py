@@ -17,9 +17,8 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from postrelay.core.telemetry import event
-from postrelay.queue.admin import queue_status
-from postrelay.queue.schema import STATUSES
-from postrelay.relay.admin import outbox_status
+from postrelay.queue import STATUSES, queue_status
+from postrelay.relay import outbox_status
 
 
 class QueueCollector(Collector):

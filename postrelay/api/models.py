@@ -12,9 +12,8 @@ from uuid import UUID
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from postrelay.queue.admin import JobView
-from postrelay.queue.cron import CronEntry
-from postrelay.queue.enqueue import INT_MAX, MAX_DELAY_SECS, SMALLINT_MAX, SMALLINT_MIN
+from postrelay.access import MaxAttempts, Priority
+from postrelay.queue import MAX_DELAY_SECS, CronEntry, JobView
 
 T = TypeVar("T")
 
@@ -37,9 +36,6 @@ def _no_nul(value: Any) -> Any:
 
 Text = Annotated[str, Field(min_length=1, max_length=1000), AfterValidator(_no_nul)]
 Payload = Annotated[dict[str, Any], AfterValidator(_no_nul)]
-# strict: JSON `true` is not the number 1, nor "5" the number 5.
-Priority = Annotated[int, Field(strict=True, ge=SMALLINT_MIN, le=SMALLINT_MAX)]
-MaxAttempts = Annotated[int, Field(strict=True, ge=1, le=INT_MAX)]
 DelaySecs = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0, le=MAX_DELAY_SECS)]
 
 

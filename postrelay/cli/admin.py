@@ -14,10 +14,12 @@ from uuid import UUID
 import typer
 from sqlalchemy import Connection
 
+# The queue's operator functions, as the package exports them (`admin.job_list`, ...).
+import postrelay.queue as admin
 from postrelay.cli.common import actor, transaction
-from postrelay.cli.main import app
 from postrelay.cli.output import cell, echo, print_json, table
-from postrelay.queue import admin, ensure_tenant
+from postrelay.cli.root import app
+from postrelay.queue import ensure_tenant
 
 jobs_app = typer.Typer(help="Read jobs.", no_args_is_help=True)
 dlq_app = typer.Typer(help="The dead-letter queue: list, retry, requeue, discard.",

@@ -5,8 +5,8 @@ from __future__ import annotations
 import typer
 
 from postrelay.cli.common import database, settings_or_exit, transaction
-from postrelay.cli.main import app
 from postrelay.cli.output import echo, print_json, table
+from postrelay.cli.root import app
 from postrelay.core.errors import ConfigError
 
 keys_app = typer.Typer(help="API keys bound to one tenant (the service-role key is a setting).",
@@ -22,7 +22,8 @@ def api_command(
     """Serve the HTTP admin API (needs POSTRELAY_SERVICE_ROLE_KEY)."""
     import uvicorn  # imported late: only this command needs it
 
-    from postrelay.api.app import create_app, service_role_key
+    from postrelay.access import service_role_key
+    from postrelay.web import create_web_app
 
     settings = settings_or_exit()
     try:
@@ -32,7 +33,7 @@ def api_command(
         echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     with database(settings) as db:
-        api = create_app(settings, db)
+        api = create_web_app(settings, db)
         # Client addresses (the sign-in throttle counts per address) come from the peer,
         # or from X-Forwarded-For when the peer is a proxy named in the setting.
         proxies = settings.api_forwarded_allow_ips
@@ -46,7 +47,7 @@ def keys_add(
     tenant: str = typer.Option(..., "--tenant", help="The tenant id the key is bound to."),
 ) -> None:
     """Create a key bound to one tenant and print it. It is shown only this once."""
-    from postrelay.api.keys import api_key_create
+    from postrelay.access import api_key_create
 
     with transaction() as conn:
         view, key = api_key_create(conn, name, tenant_id=tenant)
@@ -58,7 +59,7 @@ def keys_add(
 @keys_app.command("list")
 def keys_list(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Every key (never the key itself), revoked ones included."""
-    from postrelay.api.keys import api_key_list
+    from postrelay.access import api_key_list
 
     with transaction() as conn:
         keys = api_key_list(conn)
@@ -72,7 +73,7 @@ def keys_list(as_json: bool = typer.Option(False, "--json", help="Print JSON."))
 @keys_app.command("revoke")
 def keys_revoke(name: str = typer.Argument(..., help="The key's name.")) -> None:
     """Revoke a key: it stops working at once."""
-    from postrelay.api.keys import api_key_revoke
+    from postrelay.access import api_key_revoke
 
     with transaction() as conn:
         api_key_revoke(conn, name)

@@ -7,11 +7,10 @@ import json
 import typer
 
 from postrelay.cli.common import actor, transaction
-from postrelay.cli.main import app
 from postrelay.cli.output import echo, print_json, table
+from postrelay.cli.root import app
 from postrelay.core import jsontext
-from postrelay.queue.cron import cron_create, cron_delete, cron_list
-from postrelay.queue.schema import SYSTEM_TENANT_ID
+from postrelay.queue import SYSTEM_TENANT_ID, cron_create, cron_delete, cron_list
 
 cron_app = typer.Typer(help="Cron entries: each firing enqueues one job (times in UTC).",
                        no_args_is_help=True)

@@ -10,12 +10,17 @@ from typing import Any
 import typer
 
 from postrelay.cli.common import settings_or_exit, user_errors
-from postrelay.cli.main import app
+from postrelay.cli.root import app
 from postrelay.core import jsontext
 from postrelay.core.errors import ValidationError
-from postrelay.orchestrator.addresses import parse_address
-from postrelay.orchestrator.message import build_message, message_id_domain, message_id_for
-from postrelay.orchestrator.templates import Rendered, Templates
+from postrelay.orchestrator import (
+    Rendered,
+    Templates,
+    build_message,
+    message_id_domain,
+    message_id_for,
+    parse_address,
+)
 
 email_app = typer.Typer(help="Email templates: preview what a message will look like.",
                         no_args_is_help=True)

@@ -11,15 +11,10 @@ from typing import Any
 import typer
 
 from postrelay.cli.common import transaction
-from postrelay.cli.main import app
 from postrelay.cli.output import cell, echo, print_json, table
+from postrelay.cli.root import app
 from postrelay.core.errors import ValidationError
-from postrelay.orchestrator.admin import (
-    email_list,
-    email_story,
-    suppression_list,
-    suppression_remove,
-)
+from postrelay.orchestrator import email_list, email_story, suppression_list, suppression_remove
 
 emails_app = typer.Typer(help="The email log: every message attempt and its outcome.",
                          invoke_without_command=True)

@@ -12,15 +12,20 @@ import typer
 
 from postrelay.cli.common import database, settings_or_exit, transaction, user_errors
 from postrelay.cli.emails import parse_time
-from postrelay.cli.main import app
 from postrelay.cli.output import cell, print_json, table
+from postrelay.cli.root import app
 from postrelay.core.errors import ConfigError
 from postrelay.core.settings import Settings
-from postrelay.orchestrator import ReturnPath
-from postrelay.orchestrator.feedback import Recorded, SuppressionPolicy
-from postrelay.orchestrator.feedback.admin import feedback_list
-from postrelay.orchestrator.feedback.inbound import InboundConfig, InboundServer
-from postrelay.orchestrator.feedback.ingest import ingest, messages
+from postrelay.orchestrator import (
+    InboundConfig,
+    InboundServer,
+    Recorded,
+    ReturnPath,
+    SuppressionPolicy,
+    feedback_list,
+    ingest,
+    messages,
+)
 
 feedback_app = typer.Typer(help="Delivery feedback: bounces, complaints, delivery reports.",
                            no_args_is_help=True)

@@ -1,28 +1,18 @@
-"""The root `postrelay` command; groups register themselves from their modules."""
+"""The `postrelay` command: the root (cli/root.py) with every command group registered."""
 
-import typer
+# Imported for their side effect of adding commands to the root.
+from postrelay.cli import (  # noqa: F401
+    admin,
+    api,
+    cron,
+    email,
+    emails,
+    feedback,
+    relay,
+    schema,
+    webhooks,
+    worker,
+)
+from postrelay.cli.root import app
 
-from postrelay.cli.boundary import GuardedGroup
-
-# GuardedGroup: whatever a command raises ends as one line on stderr and an exit code.
-app = typer.Typer(help="postrelay: outbox relay, email orchestrator and job queue on PostgreSQL.",
-                  no_args_is_help=True, add_completion=False, cls=GuardedGroup)
-
-
-def _register() -> None:
-    # Imported for their side effect of adding commands to `app`.
-    from postrelay.cli import (  # noqa: F401
-        admin,
-        api,
-        cron,
-        email,
-        emails,
-        feedback,
-        relay,
-        schema,
-        webhooks,
-        worker,
-    )
-
-
-_register()
+__all__ = ["app"]

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import typer
 
 from postrelay.cli.common import database, settings_or_exit, transaction
-from postrelay.cli.main import app
 from postrelay.cli.output import echo, print_json, table
+from postrelay.cli.root import app
 
 outbox_app = typer.Typer(help="The transactional outbox.", no_args_is_help=True)
 app.add_typer(outbox_app, name="outbox")
@@ -36,7 +36,7 @@ def outbox_status(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Backlog, relay lag (age of the oldest unhandled event) and dead events."""
-    from postrelay.relay.admin import outbox_status as read_status
+    from postrelay.relay import outbox_status as read_status
 
     with transaction() as conn:
         status = read_status(conn, tenant_id=tenant)
@@ -62,7 +62,7 @@ def outbox_replay_command(
     tenant: str | None = typer.Option(None, "--tenant", help="Only this tenant's events."),
 ) -> None:
     """Re-relay one event or a time range; jobs that exist are not created twice."""
-    from postrelay.relay.admin import outbox_replay
+    from postrelay.relay import outbox_replay
 
     with transaction() as conn:
         count = outbox_replay(conn, event_id=event_id, since=_utc(since), until=_utc(until),

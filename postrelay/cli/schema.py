@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from postrelay.cli.common import database, settings_or_exit
-from postrelay.cli.main import app
+from postrelay.cli.root import app
 from postrelay.core.db import pooler_connect_args, sqlalchemy_url
 
 kinds_app = typer.Typer(help="Job kinds (the mdm.job_kind enum).", no_args_is_help=True)

@@ -5,16 +5,16 @@ from __future__ import annotations
 import typer
 
 from postrelay.cli.common import settings_or_exit, transaction
-from postrelay.cli.main import app
 from postrelay.cli.output import echo, print_json, table
-from postrelay.relay.webhooks import (
+from postrelay.cli.root import app
+from postrelay.relay import (
     webhook_add,
+    webhook_attempts,
     webhook_disable,
     webhook_enable,
     webhook_list,
     webhook_remove,
 )
-from postrelay.relay.webhooks.endpoints import webhook_attempts
 
 webhooks_app = typer.Typer(help="Webhook endpoints: outbox events POSTed, Standard Webhooks "
                                 "signed.", no_args_is_help=True)

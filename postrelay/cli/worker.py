@@ -8,7 +8,7 @@ from uuid import UUID
 import typer
 
 from postrelay.cli.common import database, settings_or_exit
-from postrelay.cli.main import app
+from postrelay.cli.root import app
 
 
 @app.command("worker")
@@ -34,7 +34,7 @@ def worker_command(
     ),
 ) -> None:
     """Run the jobs of every registered kind until SIGTERM or SIGINT."""
-    from postrelay.queue.metrics import serve_metrics
+    from postrelay.queue import serve_metrics
     from postrelay.runtime import build_worker, import_apps, run_until_signalled
 
     overrides = {} if metrics_port is None else {"worker_metrics_port": metrics_port}

@@ -137,11 +137,11 @@ class Settings(BaseSettings):
 
     # The HTTP API's service-role key (`apikey` header or `Authorization: Bearer`). Without
     # one, `postrelay api` refuses to start rather than serve the queue unauthenticated; a
-    # key shorter than 32 characters is refused too (postrelay/api/keys.py).
+    # key shorter than 32 characters is refused too (postrelay/access/keys.py).
     service_role_key: SecretStr | None = None
     # Failed authentication (a wrong key to the API or the dashboard's sign-in), per API
     # process: at most this many per client address and in all, in a sliding window; then
-    # 429 with Retry-After (postrelay/api/throttle.py).
+    # 429 with Retry-After (postrelay/access/throttle.py).
     auth_failures_per_client: int = Field(default=10, ge=1, le=1_000_000)
     auth_failures_total: int = Field(default=100, ge=1, le=10_000_000)
     auth_failure_window_secs: float = Field(default=60.0, gt=0, le=86_400)

@@ -1,7 +1,7 @@
 """The web dashboard: the queue, the DLQ, cron, the outbox and the email log at a glance.
 
 Server-rendered (Jinja2) from the API's process and mounted at `/dashboard` by
-`postrelay.api.create_app`; its CSS and JavaScript are files of this package (no CDN, no
+`postrelay.web.create_web_app`; its CSS and JavaScript are files of this package (no CDN, no
 build step). See docs/dashboard.md.
 
     app.mount("/dashboard", create_dashboard(settings, db))

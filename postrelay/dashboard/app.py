@@ -1,6 +1,6 @@
-"""The dashboard's application: mounted by the API's `create_app` at `/dashboard`, served by
-the same process. Server-rendered pages (Jinja2), one CSS and one JavaScript file shipped
-in the package, no CDN and no build step."""
+"""The dashboard's application: mounted at `/dashboard` beside the API by `postrelay.web`,
+served by the same process. Server-rendered pages (Jinja2), one CSS and one JavaScript file
+shipped in the package, no CDN and no build step."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from postrelay.api.keys import service_role_key
-from postrelay.api.throttle import AuthThrottle
+from postrelay.access import AuthThrottle, auth_throttle, service_role_key
 from postrelay.core.db import Database
 from postrelay.core.errors import (
     ConflictError,
@@ -36,7 +35,7 @@ from postrelay.dashboard.web import (
     render,
     templates_environment,
 )
-from postrelay.orchestrator.templates import Templates
+from postrelay.orchestrator import Templates
 
 FRAGMENT_HEADER = "x-dashboard-fragment"
 
@@ -70,12 +69,6 @@ def create_dashboard(settings: Settings, db: Database, *,
     app.mount("/static", StaticFiles(packages=[("postrelay.dashboard", "static")]),
               name="static")
     return app
-
-
-def auth_throttle(settings: Settings) -> AuthThrottle:
-    return AuthThrottle(per_client=settings.auth_failures_per_client,
-                        total=settings.auth_failures_total,
-                        window_secs=settings.auth_failure_window_secs)
 
 
 def _install_error_pages(app: FastAPI) -> None:

@@ -16,7 +16,7 @@ from uuid import UUID
 from markupsafe import Markup
 
 from postrelay.dashboard.queries import EMAIL_STATUSES
-from postrelay.queue.schema import STATUSES
+from postrelay.queue import STATUSES
 
 
 def when(value: datetime | None) -> str:

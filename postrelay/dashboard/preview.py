@@ -14,7 +14,7 @@ from typing import Any
 
 from postrelay.core.errors import PostrelayError
 from postrelay.dashboard.web import pretty_json
-from postrelay.orchestrator.templates import Templates
+from postrelay.orchestrator import Templates
 
 # The preview frame's own policy: inline styles (emails need them), images only inline,
 # nothing else; `sandbox` without allow-scripts keeps any script in the HTML from running.

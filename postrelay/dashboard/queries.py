@@ -15,7 +15,7 @@ from uuid import UUID
 from sqlalchemy import Connection
 
 from postrelay.core.sqlfiles import load_queries
-from postrelay.queue.schema import STATUSES
+from postrelay.queue import STATUSES
 
 D = load_queries("postrelay.dashboard", "sql/dashboard.sql")
 

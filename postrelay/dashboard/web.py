@@ -23,7 +23,7 @@ from sqlalchemy import Connection, Engine
 from postrelay.core.errors import ValidationError
 from postrelay.dashboard import filters, queries
 from postrelay.dashboard.session import SESSION_COOKIE, Session, Signer
-from postrelay.queue.admin import tenant_list
+from postrelay.queue import tenant_list
 
 SERVICE_ACTOR = "dashboard:service-role"
 NUL_RULE = "must not contain NUL characters (the database cannot store them)"

@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 from uuid import UUID
 
-from postrelay.queue import JobSpec, Registry
-from postrelay.queue.model import Job
+from postrelay.queue import Job, JobSpec, Registry
 
 
 def demo_registry() -> Registry:

@@ -3,25 +3,64 @@ templates rendered when the job runs, SMTP through a pool of reused connections,
 `aa_email_log` as the record of every outcome. Uses the relay's and the queue's public
 names only."""
 
-from postrelay.orchestrator.feedback.unsubscribe import UnsubscribeLinks
+# Exported on purpose for the packages above: the operator's functions (CLI, dashboard),
+# addresses and messages for `postrelay email`, and the scriptable SMTP server of the demo.
+from postrelay.orchestrator.addresses import parse_address
+from postrelay.orchestrator.admin import (
+    email_list,
+    email_story,
+    suppression_list,
+    suppression_remove,
+)
+from postrelay.orchestrator.feedback import Feedback, Recorded, SuppressionPolicy, record_feedback
+from postrelay.orchestrator.feedback.admin import feedback_list
+from postrelay.orchestrator.feedback.inbound import InboundConfig, InboundServer
+from postrelay.orchestrator.feedback.ingest import ingest, messages
+from postrelay.orchestrator.feedback.unsubscribe import UnsubscribeLinks, UnsubscribeTokenError
 from postrelay.orchestrator.feedback.verp import ReturnPath
 from postrelay.orchestrator.handler import email_registry
 from postrelay.orchestrator.job import EMAIL_KIND, EmailJob, enqueue_email
+from postrelay.orchestrator.message import build_message, message_id_domain, message_id_for
+from postrelay.orchestrator.retention import EMAIL_LOG_TARGET, email_log_delete_batch
 from postrelay.orchestrator.routes import email_route
+from postrelay.orchestrator.sink import ScriptedHandler, SmtpSink, reply
 from postrelay.orchestrator.templates import Rendered, TemplateError, Templates
 from postrelay.orchestrator.transport import SmtpConfig, SmtpPool
 
 __all__ = [
     "EMAIL_KIND",
+    "EMAIL_LOG_TARGET",
+    "build_message",
+    "email_list",
+    "email_log_delete_batch",
+    "email_registry",
+    "email_route",
+    "email_story",
+    "enqueue_email",
+    "feedback_list",
+    "ingest",
+    "message_id_domain",
+    "message_id_for",
+    "messages",
+    "parse_address",
+    "record_feedback",
+    "reply",
+    "suppression_list",
+    "suppression_remove",
     "EmailJob",
+    "Feedback",
+    "InboundConfig",
+    "InboundServer",
+    "Recorded",
     "Rendered",
     "ReturnPath",
+    "ScriptedHandler",
     "SmtpConfig",
     "SmtpPool",
+    "SmtpSink",
+    "SuppressionPolicy",
     "TemplateError",
     "Templates",
     "UnsubscribeLinks",
-    "email_registry",
-    "email_route",
-    "enqueue_email",
+    "UnsubscribeTokenError",
 ]

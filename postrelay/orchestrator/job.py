@@ -20,9 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
+# The package, not `from postrelay.queue import enqueue`: that name is also the module
+# postrelay.queue.enqueue, which the layer contracts would read as a reach-in.
+import postrelay.queue as pq
 from postrelay.core.errors import ValidationError
 from postrelay.orchestrator.addresses import check_header_value, parse_addresses
-from postrelay.queue import enqueue
 
 EMAIL_KIND = "email_send"
 
@@ -110,9 +112,9 @@ def enqueue_email(
     if message.category is not None:
         check_header_value(message.category, field="category")
     try:
-        return enqueue(conn, EMAIL_KIND, message.to_payload(), tenant_id=tenant_id,
-                       priority=priority, delay=delay, max_attempts=max_attempts,
-                       idempotency_key=idempotency_key, created_by=created_by)
+        return pq.enqueue(conn, EMAIL_KIND, message.to_payload(), tenant_id=tenant_id,
+                          priority=priority, delay=delay, max_attempts=max_attempts,
+                          idempotency_key=idempotency_key, created_by=created_by)
     except ValidationError as exc:
         # The payload is this message: name its field (`context.name`), not `payload`.
         if exc.field == "payload" or exc.field.startswith("payload."):

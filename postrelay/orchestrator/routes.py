@@ -22,8 +22,7 @@ from uuid import UUID
 
 from postrelay.core.errors import ValidationError
 from postrelay.orchestrator.job import EMAIL_KIND, EmailJob
-from postrelay.relay import Event, JobRequest, RouteRegistry, default_routes
-from postrelay.relay.routing import Route
+from postrelay.relay import Event, JobRequest, Route, RouteRegistry, default_routes
 
 Recipients = str | Sequence[str] | Callable[[Event], str | Sequence[str] | None] | None
 

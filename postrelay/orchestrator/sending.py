@@ -7,7 +7,7 @@ the next one, so a busy worker commits dozens of `sending` rows per round trip w
 idle one still writes each at once. A row the database refuses fails only its own
 attempt: a refused batch is written again row by row.
 
-The writes go through one connection held for the worker's life (queue/heldconn.py), with
+The writes go through one connection held for the worker's life (core/heldconn.py), with
 generic plans: the worker's pooled connections force custom plans for the sake of
 job_finalize_many, and planning this statement afresh cost more server time than running
 it for a batch of five. (Behind a transaction pooler nothing is prepared, so there is no
@@ -23,9 +23,9 @@ import psycopg
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from postrelay.core.heldconn import HeldConnection
 from postrelay.orchestrator import queries
 from postrelay.orchestrator.queries import SendStart
-from postrelay.queue.heldconn import HeldConnection
 
 MAX_BATCH = 500  # rows per statement: bounded work per write
 

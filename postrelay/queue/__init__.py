@@ -2,30 +2,118 @@
 retry with backoff, dead-letter, rescue stale claims, clean up. Knows nothing of email or
 outbox events."""
 
-from postrelay.queue.backoff import Backoff, ExponentialBackoff, FixedBackoff
+# Exported on purpose for the packages above (see docs/architecture.md): the operator's
+# functions the CLI, the API and the dashboard share; what the relay needs to enqueue jobs it
+# has validated already; the worker and its background services for the runtime.
+from postrelay.queue.admin import (
+    LIST_LIMIT_MAX,
+    REQUEUE_LIMIT_MAX,
+    JobView,
+    dlq_discard,
+    dlq_list,
+    dlq_requeue,
+    dlq_retry,
+    job_get,
+    job_list,
+    queue_status,
+    tenant_list,
+)
+from postrelay.queue.backoff import Backoff, ExponentialBackoff, FixedBackoff, backoff_from
+from postrelay.queue.cron import CronEntry, cron_create, cron_delete, cron_list
 from postrelay.queue.effects import EffectWriter, record_with_outcome
-from postrelay.queue.enqueue import JobSpec, enqueue, enqueue_many, job_kinds
+from postrelay.queue.enqueue import (
+    INT_MAX,
+    MAX_DELAY_SECS,
+    SMALLINT_MAX,
+    SMALLINT_MIN,
+    JobSpec,
+    ValidatedJob,
+    default_max_attempts,
+    enqueue,
+    enqueue_many,
+    enqueue_validated,
+    job_kinds,
+    validated_job,
+)
+from postrelay.queue.maintenance import (
+    AUDIT_TARGET,
+    RETENTION_KIND,
+    Cleaner,
+    CronScheduler,
+    Maintenance,
+    Rescuer,
+    audit_cleaner,
+    cleanup_handler,
+    maintenance_interval,
+)
+from postrelay.queue.metrics import WorkerMetrics, serve_metrics
 from postrelay.queue.model import Job
 from postrelay.queue.outcome import PermanentError, RetryAfter, Snooze, StopJob
-from postrelay.queue.registry import Registry, handler
+from postrelay.queue.registry import Registry, default_registry, handler
+from postrelay.queue.reserved import RESERVED_CRON_PREFIX, TENANT_FORBIDDEN_KINDS, check_kind
+from postrelay.queue.schema import STATUSES, SYSTEM_TENANT_ID
 from postrelay.queue.tenants import ensure_tenant
+from postrelay.queue.worker import Worker, WorkerConfig
 
 __all__ = [
+    "AUDIT_TARGET",
     "Backoff",
+    "Cleaner",
+    "CronEntry",
+    "CronScheduler",
     "EffectWriter",
     "ExponentialBackoff",
     "FixedBackoff",
+    "INT_MAX",
     "Job",
     "JobSpec",
+    "JobView",
+    "LIST_LIMIT_MAX",
+    "MAX_DELAY_SECS",
+    "Maintenance",
     "PermanentError",
+    "REQUEUE_LIMIT_MAX",
+    "RESERVED_CRON_PREFIX",
+    "RETENTION_KIND",
     "Registry",
+    "Rescuer",
     "RetryAfter",
+    "SMALLINT_MAX",
+    "SMALLINT_MIN",
+    "STATUSES",
+    "SYSTEM_TENANT_ID",
     "Snooze",
     "StopJob",
+    "TENANT_FORBIDDEN_KINDS",
+    "ValidatedJob",
+    "Worker",
+    "WorkerConfig",
+    "WorkerMetrics",
+    "audit_cleaner",
+    "backoff_from",
+    "check_kind",
+    "cleanup_handler",
+    "cron_create",
+    "cron_delete",
+    "cron_list",
+    "default_max_attempts",
+    "default_registry",
+    "dlq_discard",
+    "dlq_list",
+    "dlq_requeue",
+    "dlq_retry",
     "enqueue",
     "enqueue_many",
+    "enqueue_validated",
     "ensure_tenant",
     "handler",
+    "job_get",
     "job_kinds",
+    "job_list",
+    "maintenance_interval",
+    "queue_status",
     "record_with_outcome",
+    "serve_metrics",
+    "tenant_list",
+    "validated_job",
 ]

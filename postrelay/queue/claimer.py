@@ -15,7 +15,7 @@ from __future__ import annotations
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from postrelay.queue.heldconn import HeldConnection
+from postrelay.core.heldconn import HeldConnection
 
 # The claim connection's own session settings:
 # - plan_cache_mode = force_generic_plan: the claim runs on every wake-up, and planning it

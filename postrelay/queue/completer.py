@@ -20,10 +20,10 @@ from uuid import UUID
 import psycopg
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from postrelay.core.heldconn import HeldConnection
 from postrelay.core.telemetry import event
 from postrelay.queue import queries
 from postrelay.queue.effects import write_effects
-from postrelay.queue.heldconn import HeldConnection
 from postrelay.queue.model import Job
 from postrelay.queue.outcome import Transition
 

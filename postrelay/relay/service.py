@@ -29,11 +29,13 @@ from postrelay.core.errors import ValidationError
 from postrelay.core.limits import max_payload_bytes
 from postrelay.core.listener import Listener
 from postrelay.core.telemetry import event as log_event
-from postrelay.queue import Backoff, ExponentialBackoff, job_kinds
-from postrelay.queue.enqueue import (
+from postrelay.queue import (
+    Backoff,
+    ExponentialBackoff,
     ValidatedJob,
     default_max_attempts,
     enqueue_validated,
+    job_kinds,
     validated_job,
 )
 from postrelay.relay.emit import Q

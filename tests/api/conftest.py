@@ -14,7 +14,7 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
-from postrelay.api.keys import api_key_create
+from postrelay.access.keys import api_key_create
 from postrelay.queue import ensure_tenant
 from tests.api.server import UNTHROTTLED, serve_database
 

@@ -10,9 +10,9 @@ from contextlib import contextmanager
 import uvicorn
 from fastapi import FastAPI
 
-from postrelay.api import create_app
 from postrelay.core.db import Database, sqlalchemy_url
 from postrelay.core.settings import Settings
+from postrelay.web import create_web_app
 
 # The suite's shared servers: its tests send many wrong keys from 127.0.0.1 within a minute,
 # which the failed-authentication bound would turn into 429s. The bound itself is tested on
@@ -49,7 +49,7 @@ def serve_database(database_url: str, service_key: str, **settings: object) -> I
     settings = Settings(database_url=database_url, service_role_key=service_key, **settings)
     db = Database(url=sqlalchemy_url(database_url))
     try:
-        with serve(create_app(settings, db)) as url:
+        with serve(create_web_app(settings, db)) as url:
             yield url
     finally:
         db.close()

@@ -10,8 +10,8 @@ import httpx
 import pytest
 from sqlalchemy import text
 
+from postrelay.access.keys import api_key_revoke
 from postrelay.api import create_app
-from postrelay.api.keys import api_key_revoke
 from postrelay.core.db import Database, sqlalchemy_url
 from postrelay.core.errors import ConfigError
 from postrelay.core.settings import Settings

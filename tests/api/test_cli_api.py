@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from postrelay.api.keys import api_key_create, api_key_find, api_key_list, api_key_revoke
+from postrelay.access.keys import api_key_create, api_key_find, api_key_list, api_key_revoke
 from postrelay.core.errors import ConflictError, NotFoundError, ValidationError
 
 POSTRELAY = str(Path(sys.executable).parent / "postrelay")

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from postrelay.api.throttle import AuthThrottle, client_key
+from postrelay.access.throttle import AuthThrottle, client_key
 from tests.api.conftest import SERVICE_KEY, data, error
 from tests.api.server import serve_database
 

@@ -1,4 +1,4 @@
-"""The dashboard served for real (uvicorn on loopback, mounted by the API's create_app) on
+"""The dashboard served for real (uvicorn on loopback, mounted beside the API by create_web_app) on
 the test run's database, signed-in HTTP clients, and a headless Chromium driven by
 Playwright for the end-to-end tests.
 
@@ -21,7 +21,7 @@ import httpx
 import pytest
 from sqlalchemy import Engine, text
 
-from postrelay.api.keys import api_key_create
+from postrelay.access.keys import api_key_create
 from postrelay.queue import ensure_tenant
 from tests.api.server import UNTHROTTLED, serve_database
 from tests.factories import insert_job

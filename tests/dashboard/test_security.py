@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import httpx
 from sqlalchemy import text
 
-from postrelay.api.keys import api_key_revoke
+from postrelay.access.keys import api_key_revoke
 from postrelay.queue.cron import cron_create
 from tests.dashboard.conftest import (
     PAGES,

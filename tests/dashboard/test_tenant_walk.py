@@ -24,10 +24,10 @@ from fastapi.routing import APIRoute
 from sqlalchemy import Engine, text
 from starlette.routing import Mount, Route
 
-from postrelay.api import create_app
 from postrelay.core.db import Database, sqlalchemy_url
 from postrelay.core.settings import Settings
 from postrelay.queue.cron import cron_create
+from postrelay.web import create_web_app
 from tests.dashboard.conftest import (
     SERVICE_KEY,
     csrf_of,
@@ -265,7 +265,7 @@ def app_routes() -> set[tuple[str, str]]:
                         service_role_key=SERVICE_KEY)
     db = Database(url=sqlalchemy_url(settings.database_url))
     try:
-        return set(_walk_routes(create_app(settings, db).routes, ""))
+        return set(_walk_routes(create_web_app(settings, db).routes, ""))
     finally:
         db.close()
 

@@ -35,7 +35,7 @@ SCHEMA_MODULES = (
     "postrelay.queue.schema",
     "postrelay.relay.schema",
     "postrelay.relay.webhooks.schema",
-    "postrelay.api.schema",
+    "postrelay.access.schema",
     "postrelay.orchestrator.schema",
 )
 SYSTEM_TENANT = uuid.UUID(int=0)

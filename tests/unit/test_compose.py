@@ -43,7 +43,7 @@ def test_long_running_services_have_health_checks_and_start_in_order():
 
 
 def test_the_api_service_has_a_key_the_api_accepts():
-    from postrelay.api.keys import service_role_key
+    from postrelay.access.keys import service_role_key
     from postrelay.core.settings import Settings
 
     key = COMPOSE["services"]["api"]["environment"]["POSTRELAY_SERVICE_ROLE_KEY"]

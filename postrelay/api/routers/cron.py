@@ -13,8 +13,7 @@ from postrelay.api.common import Db, errors, tenant_for_write
 from postrelay.api.models import CronBody, CronDeleted, CronOut, Envelope
 from postrelay.core.errors import NotFoundError
 from postrelay.core.telemetry import event
-from postrelay.queue.cron import cron_create, cron_delete, cron_list
-from postrelay.queue.reserved import check_kind
+from postrelay.queue import check_kind, cron_create, cron_delete, cron_list
 
 router = APIRouter(prefix="/v1/functions/cron", tags=["cron"])
 

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Query
 from postrelay.api.auth import Caller
 from postrelay.api.common import Db, JobId, errors
 from postrelay.api.models import Discarded, Envelope, JobOut, Requeued
-from postrelay.queue.admin import (
+from postrelay.queue import (
     LIST_LIMIT_MAX,
     REQUEUE_LIMIT_MAX,
     dlq_discard,

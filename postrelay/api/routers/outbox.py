@@ -25,7 +25,7 @@ from postrelay.api.models import (
 )
 from postrelay.core.errors import NotFoundError
 from postrelay.core.telemetry import event
-from postrelay.relay.admin import outbox_event_get, outbox_replay, outbox_status
+from postrelay.relay import outbox_event_get, outbox_replay, outbox_status
 
 router = APIRouter(prefix="/v1/functions/outbox", tags=["outbox"])
 

@@ -15,9 +15,13 @@ from uuid import UUID
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
-from postrelay.orchestrator import UnsubscribeLinks
-from postrelay.orchestrator.feedback import Feedback, SuppressionPolicy, record_feedback
-from postrelay.orchestrator.feedback.unsubscribe import UnsubscribeTokenError
+from postrelay.orchestrator import (
+    Feedback,
+    SuppressionPolicy,
+    UnsubscribeLinks,
+    UnsubscribeTokenError,
+    record_feedback,
+)
 
 router = APIRouter(include_in_schema=False)
 

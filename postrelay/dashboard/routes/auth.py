@@ -8,8 +8,7 @@ import logging
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from postrelay.api.keys import key_hash, keys_equal
-from postrelay.api.throttle import AuthThrottle
+from postrelay.access import AuthThrottle, key_hash, keys_equal
 from postrelay.core.telemetry import event
 from postrelay.dashboard import queries
 from postrelay.dashboard.session import (

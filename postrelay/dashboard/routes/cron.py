@@ -15,8 +15,7 @@ from pydantic import TypeAdapter
 from pydantic import ValidationError as PydanticValidationError
 from sqlalchemy import Engine
 
-from postrelay.api.errors import API_FIELD_NAMES
-from postrelay.api.models import MaxAttempts, Priority
+from postrelay.access import API_FIELD_NAMES, MaxAttempts, Priority
 from postrelay.core import jsontext
 from postrelay.core.errors import ConflictError, ForbiddenError, NotFoundError, ValidationError
 from postrelay.core.telemetry import event
@@ -32,10 +31,16 @@ from postrelay.dashboard.web import (
     render,
     tenant_names,
 )
-from postrelay.queue import job_kinds
-from postrelay.queue.cron import cron_create, cron_delete, cron_list
-from postrelay.queue.reserved import RESERVED_CRON_PREFIX, TENANT_FORBIDDEN_KINDS, check_kind
-from postrelay.queue.schema import SYSTEM_TENANT_ID
+from postrelay.queue import (
+    RESERVED_CRON_PREFIX,
+    SYSTEM_TENANT_ID,
+    TENANT_FORBIDDEN_KINDS,
+    check_kind,
+    cron_create,
+    cron_delete,
+    cron_list,
+    job_kinds,
+)
 
 router = APIRouter()
 

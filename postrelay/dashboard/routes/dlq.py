@@ -27,8 +27,7 @@ from postrelay.dashboard.web import (
     scope,
     tenant_names,
 )
-from postrelay.queue import job_kinds
-from postrelay.queue.admin import REQUEUE_LIMIT_MAX, dlq_discard, dlq_retry
+from postrelay.queue import REQUEUE_LIMIT_MAX, dlq_discard, dlq_retry, job_kinds
 
 router = APIRouter()
 

@@ -26,7 +26,7 @@ from postrelay.dashboard.web import (
     scope,
     tenant_names,
 )
-from postrelay.orchestrator.admin import email_list, email_story
+from postrelay.orchestrator import email_list, email_story
 
 router = APIRouter()
 

@@ -26,9 +26,7 @@ from postrelay.dashboard.web import (
     scope,
     tenant_names,
 )
-from postrelay.queue import job_kinds
-from postrelay.queue.admin import job_get
-from postrelay.queue.schema import STATUSES
+from postrelay.queue import STATUSES, job_get, job_kinds
 
 router = APIRouter()
 

@@ -19,7 +19,7 @@ from postrelay.dashboard.web import (
     render,
     tenant_names,
 )
-from postrelay.relay.admin import outbox_replay, outbox_status
+from postrelay.relay import outbox_replay, outbox_status
 
 router = APIRouter()
 

@@ -21,6 +21,7 @@ from uuid import UUID
 
 from sqlalchemy import Connection
 
+import postrelay.relay as relay
 from postrelay.core import jsontext
 from postrelay.core.telemetry import event as log_event
 from postrelay.orchestrator.feedback import queries
@@ -33,7 +34,6 @@ from postrelay.orchestrator.feedback.model import (
     suppresses,
 )
 from postrelay.orchestrator.schema import DELIVERY_OUTCOMES
-from postrelay.relay import emit
 
 DEFAULT_POLICY = SuppressionPolicy()
 
@@ -94,7 +94,7 @@ def record_feedback(conn: Connection, feedback: Feedback,
 
     event_type = EVENTS.get(feedback.kind) if about_row or feedback.vouched else None
     if event_type is not None:
-        emit(conn, event_type, _payload(feedback, feedback_id, match, recipient,
+        relay.emit(conn, event_type, _payload(feedback, feedback_id, match, recipient,
                                         applied["suppressed"], category),
              tenant_id=tenant_id, aggregate_type="email",
              aggregate_id=str(match["id"]) if match else str(recipient),

@@ -22,9 +22,9 @@ from __future__ import annotations
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from postrelay.core.db import behind_pooler
+from postrelay.core.heldconn import HeldConnection
 from postrelay.core.service import Looper
 from postrelay.queue import queries
-from postrelay.queue.heldconn import HeldConnection
 from postrelay.queue.maintenance.rescuer import Rescuer
 
 LEASE_NAME = "maintenance"

@@ -8,9 +8,12 @@
 """
 
 from postrelay.relay.webhooks.directory import DirectoryNotReady, EndpointDirectory
+
+# Exported on purpose for the relay package's users: the attempts log and its retention.
 from postrelay.relay.webhooks.endpoints import (
     WebhookEndpoint,
     webhook_add,
+    webhook_attempts,
     webhook_disable,
     webhook_enable,
     webhook_list,
@@ -21,6 +24,7 @@ from postrelay.relay.webhooks.handler import (
     webhook_handler,
     webhook_registry,
 )
+from postrelay.relay.webhooks.retention import webhook_attempt_delete_batch
 from postrelay.relay.webhooks.route import (
     WEBHOOK_ROUTE,
     RelayWithWebhooks,
@@ -29,14 +33,16 @@ from postrelay.relay.webhooks.route import (
 )
 
 __all__ = [
-    "WEBHOOK_ROUTE",
     "DirectoryNotReady",
     "EndpointDirectory",
     "RelayWithWebhooks",
+    "WEBHOOK_ROUTE",
     "WebhookDeliveryError",
     "WebhookEndpoint",
     "add_webhook_route",
     "webhook_add",
+    "webhook_attempt_delete_batch",
+    "webhook_attempts",
     "webhook_disable",
     "webhook_enable",
     "webhook_handler",

@@ -36,6 +36,8 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from postrelay.core.settings import Settings
+
 TRUST_SECS = 3600.0  # a success keeps an address exempt from the overall bound this long
 MAX_TRUSTED = 10_000  # addresses remembered as trusted (the oldest are forgotten first)
 
@@ -138,3 +140,11 @@ class AuthThrottle:
             del self._failures[client]
         while self._trusted and next(iter(self._trusted.values())) <= now - TRUST_SECS:
             self._trusted.popitem(last=False)
+
+
+def auth_throttle(settings: Settings) -> AuthThrottle:
+    """The throttle the settings describe: one per `postrelay api` process, shared by the API
+    and the dashboard's sign-in."""
+    return AuthThrottle(per_client=settings.auth_failures_per_client,
+                        total=settings.auth_failures_total,
+                        window_secs=settings.auth_failure_window_secs)

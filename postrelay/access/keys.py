@@ -23,7 +23,7 @@ from postrelay.core.errors import ConfigError, ConflictError, NotFoundError, Val
 from postrelay.core.settings import Settings
 from postrelay.core.sqlfiles import load_queries
 
-K = load_queries("postrelay.api", "sql/api_key.sql")
+K = load_queries("postrelay.access", "sql/api_key.sql")
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 # The service-role key opens every tenant: at least this long (`secrets.token_urlsafe(32)`

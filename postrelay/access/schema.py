@@ -1,4 +1,4 @@
-"""The HTTP API's own table: tenant-scoped API keys. Migration 0003_api_keys creates it."""
+"""The API keys table: tenant-scoped API keys. Migration 0003_api_keys creates it."""
 
 from sqlalchemy import Column, ForeignKey, Table, Text, UniqueConstraint, text
 from sqlalchemy.dialects.postgresql import UUID

@@ -1,4 +1,4 @@
--- Tenant-scoped API keys. Only the sha256 (hex) of a key is stored; see postrelay/api/keys.py.
+-- Tenant-scoped API keys. Only the sha256 (hex) of a key is stored; see postrelay/access/keys.py.
 
 -- name: api_key_insert
 -- Selecting from aa_tenant turns an unknown tenant into "no row"; a taken name is "no row"

@@ -10,7 +10,7 @@ from uuid import UUID
 from sqlalchemy import Connection
 
 from postrelay.core.errors import NotFoundError, ValidationError
-from postrelay.relay.emit import Q
+from postrelay.relay.queries import OUTBOX_SQL
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,8 +27,9 @@ def outbox_status(
     conn: Connection, *, tenant_id: UUID | str | None = None, dead_limit: int = 20
 ) -> OutboxStatus:
     params = {"tenant_id": _uuid("tenant_id", tenant_id) if tenant_id else None}
-    backlog, lag, dead, handled, retrying = conn.execute(Q["outbox_status"], params).one()
-    dead_rows = conn.execute(Q["outbox_dead_list"], {**params, "limit": dead_limit}).mappings()
+    backlog, lag, dead, handled, retrying = conn.execute(OUTBOX_SQL["outbox_status"], params).one()
+    dead_rows = conn.execute(OUTBOX_SQL["outbox_dead_list"],
+                             {**params, "limit": dead_limit}).mappings()
     return OutboxStatus(backlog, lag, dead, handled, retrying, [dict(r) for r in dead_rows])
 
 
@@ -69,12 +70,12 @@ def outbox_event_get(
 ) -> OutboxEventView | None:
     """The event with this id and its jobs, or None (also when it is another tenant's)."""
     event = _uuid("event_id", event_id)
-    row = conn.execute(Q["outbox_event_get"], {
+    row = conn.execute(OUTBOX_SQL["outbox_event_get"], {
         "event_id": event, "tenant_id": _uuid("tenant_id", tenant_id) if tenant_id else None,
     }).mappings().first()
     if row is None:
         return None
-    jobs = conn.execute(Q["outbox_jobs_of_event"], {
+    jobs = conn.execute(OUTBOX_SQL["outbox_jobs_of_event"], {
         "event_id": event, "tenant_id": row["tenant_id"]}).mappings()
     return OutboxEventView(**row, jobs=[dict(j) for j in jobs])
 
@@ -91,7 +92,7 @@ def outbox_replay(
     how many. Jobs that still exist are not created again (their idempotency keys)."""
     if event_id is None and since is None and until is None:
         raise ValidationError("event_id", "give an event id or a time range (since/until)")
-    rows = conn.execute(Q["outbox_replay"], {
+    rows = conn.execute(OUTBOX_SQL["outbox_replay"], {
         "event_id": _uuid("event_id", event_id) if event_id else None,
         "since": since, "until": until,
         "tenant_id": _uuid("tenant_id", tenant_id) if tenant_id else None,

@@ -23,9 +23,8 @@ from postrelay.core.errors import ValidationError
 from postrelay.core.ids import new_uuid, new_uuids
 from postrelay.core.limits import MAX_NAME_CHARS, checked_text, max_payload_bytes
 from postrelay.core.notify import NotifyOnce
-from postrelay.core.sqlfiles import load_queries
+from postrelay.relay.queries import OUTBOX_SQL
 
-Q = load_queries("postrelay.relay", "sql/outbox.sql")
 _wakeup = NotifyOnce("postrelay_outbox")
 # The columns of outbox_copy_in.
 OUTBOX_COPY_TYPES = ("uuid", "uuid", "text", "text", "text", "jsonb", "jsonb", "text")
@@ -54,7 +53,7 @@ def emit(
 def _emit_steps(conn: AnyConnection, row: dict[str, Any], send_notify: bool) -> Steps[UUID]:
     with_notify = send_notify and _wakeup.needed(conn)
     row["notify"] = with_notify
-    written = yield Q["outbox_insert"], row
+    written = yield OUTBOX_SQL["outbox_insert"], row
     if not written:
         raise ValidationError("tenant_id", f"no tenant with id {row['tenant_id']}")
     if with_notify:
@@ -101,7 +100,7 @@ def _emit_many_steps(
     if not rows:
         return []
     with_notify = send_notify and _wakeup.needed(conn)
-    ((missing, _notified),) = yield Q["outbox_batch_check"], {
+    ((missing, _notified),) = yield OUTBOX_SQL["outbox_batch_check"], {
         "tenant_ids": list({r["tenant_id"] for r in rows}), "notify": with_notify,
     }
     if with_notify:
@@ -109,7 +108,7 @@ def _emit_many_steps(
     if missing:
         raise ValidationError("tenant_id", f"no tenant with id {missing[0]}")
     ids = new_uuids(len(rows))
-    yield Copy(Q["outbox_copy_in"].text, OUTBOX_COPY_TYPES, (
+    yield Copy(OUTBOX_SQL["outbox_copy_in"].text, OUTBOX_COPY_TYPES, (
         (event_id, r["tenant_id"], r["aggregate_type"], r["aggregate_id"], r["event_type"],
          r["payload"], r["headers"], created_by)
         for event_id, r in zip(ids, rows, strict=True)))

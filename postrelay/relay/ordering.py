@@ -14,7 +14,7 @@ from typing import Any, Protocol, TypeVar
 import psycopg
 
 from postrelay.core.dbcall import driver_fetch
-from postrelay.relay.emit import Q
+from postrelay.relay.queries import OUTBOX_SQL
 from postrelay.relay.routing import Event
 
 DEFER_SECS = 0.05
@@ -43,7 +43,7 @@ async def hold_back(
     ordered = [p for p in plans if p.ordered]
     if not ordered:
         return list(plans), []
-    rows = await driver_fetch(conn, Q["outbox_blocked_aggregates"], {
+    rows = await driver_fetch(conn, OUTBOX_SQL["outbox_blocked_aggregates"], {
         "event_ids": [p.event.id for p in ordered],
         "tenant_ids": [p.event.tenant_id for p in ordered],
         "aggregate_types": [p.event.aggregate_type for p in ordered],
@@ -67,5 +67,5 @@ async def hold_back(
 
 async def defer(conn: psycopg.AsyncConnection[Any], plans: Sequence[OrderedPlan]) -> None:
     if plans:
-        await driver_fetch(conn, Q["outbox_defer_many"],
+        await driver_fetch(conn, OUTBOX_SQL["outbox_defer_many"],
                            {"ids": [p.event.id for p in plans], "delay": DEFER_SECS})

@@ -7,13 +7,13 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from postrelay.relay.emit import Q
+from postrelay.relay.queries import OUTBOX_SQL
 
 OUTBOX_TARGET = "outbox"
 
 
 async def delete_handled_batch(engine: AsyncEngine, before: datetime, batch: int) -> int:
     async with engine.begin() as conn:
-        result = await conn.execute(Q["outbox_delete_handled_before"],
+        result = await conn.execute(OUTBOX_SQL["outbox_delete_handled_before"],
                                     {"before": before, "batch": batch})
     return result.rowcount

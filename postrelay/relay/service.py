@@ -38,8 +38,8 @@ from postrelay.queue import (
     job_kinds,
     validated_job,
 )
-from postrelay.relay.emit import Q
 from postrelay.relay.ordering import defer, hold_back
+from postrelay.relay.queries import OUTBOX_SQL
 from postrelay.relay.routing import Event, RouteRegistry
 
 OUTBOX_CHANNEL = "postrelay_outbox"
@@ -111,7 +111,7 @@ class Relay:
             # SQLAlchemy's execution and result layers would cost more CPU than the
             # routing itself, on the relay's hottest path.
             conn = (await transaction.get_raw_connection()).driver_connection
-            rows = await driver_fetch(conn, Q["outbox_claim_batch"],
+            rows = await driver_fetch(conn, OUTBOX_SQL["outbox_claim_batch"],
                                       {"batch": self.config.batch_size})
             if not rows:
                 return BatchResult(0, 0, 0, 0)
@@ -190,7 +190,7 @@ class Relay:
             conn, [job for _, _, job, _ in rows], created_by="postrelay.relay",
             resolve_taken_keys=resolve_taken_keys) if rows else []
         if plans:
-            await driver_fetch(conn, Q["outbox_mark_handled_many"], {
+            await driver_fetch(conn, OUTBOX_SQL["outbox_mark_handled_many"], {
                 "event_ids": [e for e, _, _, _ in rows],
                 "routes": [n for _, n, _, _ in rows],
                 "job_ids": job_ids,
@@ -206,7 +206,7 @@ class Relay:
         if not failures:
             return 0
         failed = [e for e in events if e.id in failures]
-        rows = await driver_fetch(conn, Q["outbox_mark_failed_many"], {
+        rows = await driver_fetch(conn, OUTBOX_SQL["outbox_mark_failed_many"], {
             "ids": [e.id for e in failed],
             "errors": [failures[e.id] for e in failed],
             "delays": [self.backoff.delay(e.attempts + 1) for e in failed],

@@ -12,7 +12,7 @@ import postrelay
 from postrelay.api.errors import install_error_handlers
 from postrelay.api.keys import service_role_key
 from postrelay.api.metrics import metrics_registry
-from postrelay.api.routers import cron, dlq, health, jobs, metrics, outbox
+from postrelay.api.routers import cancel, cron, dlq, health, jobs, metrics, outbox
 from postrelay.core.db import Database
 from postrelay.core.migrate import head_revision
 from postrelay.core.settings import Settings
@@ -48,7 +48,7 @@ def create_app(settings: Settings, db: Database) -> FastAPI:
     app.state.metrics_registry = metrics_registry(engine)
     install_error_handlers(app)
     # dlq before jobs: `/jobs/dlq` must match the DLQ route, not `/jobs/{id}`.
-    for module in (health, metrics, dlq, jobs, cron, outbox):
+    for module in (health, metrics, dlq, cancel, jobs, cron, outbox):
         app.include_router(module.router)
     app.mount("/dashboard", create_dashboard(settings, db,  # the web UI, same process
                                              throttle=app.state.auth_throttle))

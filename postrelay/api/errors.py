@@ -33,6 +33,9 @@ API_FIELD_NAMES = {
     "idempotency_key": "idempotencyKey",
     "delay": "delaySecs",
     "job_id": "id",
+    "created_from": "createdFrom",
+    "created_to": "createdTo",
+    "event_id": "eventId",
 }
 CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
          405: "method_not_allowed", 409: "conflict", 429: "too_many_requests",

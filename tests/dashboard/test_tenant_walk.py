@@ -201,6 +201,9 @@ WALK: dict[tuple[str, str], Probe] = {
         (w.form("/dashboard/dlq/confirm", action="discard", scope="matching",
                 tenant=str(w.b.tenant)), OWN),
     ],
+    ("POST", "/dashboard/jobs/{job_id}/cancel"): lambda w: [
+        (w.form(f"/dashboard/jobs/{j}/cancel"), {404})
+        for j in (w.b.pending_job, w.b.done_job, w.b.dead_job)],
     ("POST", "/dashboard/dlq/apply"): lambda w: [
         (w.form("/dashboard/dlq/apply", action="discard", ids=str(w.b.dead_job)), {303}),
         (w.form("/dashboard/dlq/apply", action="retry", scope="matching",

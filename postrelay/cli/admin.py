@@ -194,8 +194,9 @@ def jobs_cancel(
                                         help="email_send jobs of this template."),
     limit: int = typer.Option(1000, "--limit", help="At most this many (1-1000)."),
 ) -> None:
-    """Cancel one pending, scheduled or running job (it becomes failed; a running one's
-    handler is stopped within a second), or up to 1000 matching the filters."""
+    """Cancel one pending or running job, or up to 1000 matching the filters.
+
+    A cancelled job becomes failed; a running one's handler is stopped within a second."""
     with transaction() as conn:
         if job_id is not None:
             done = cancel_job(conn, job_id, actor=actor(), tenant_id=tenant)

@@ -21,4 +21,7 @@ API_FIELD_NAMES = {
     "idempotency_key": "idempotencyKey",
     "delay": "delaySecs",
     "job_id": "id",
+    "created_from": "createdFrom",
+    "created_to": "createdTo",
+    "event_id": "eventId",
 }

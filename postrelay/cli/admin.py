@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime
 from uuid import UUID
 
 import typer
@@ -19,9 +20,10 @@ import postrelay.queue as admin
 from postrelay.cli.common import actor, transaction
 from postrelay.cli.output import cell, echo, print_json, table
 from postrelay.cli.root import app
+from postrelay.orchestrator import cancel_job, cancel_jobs
 from postrelay.queue import ensure_tenant
 
-jobs_app = typer.Typer(help="Read jobs.", no_args_is_help=True)
+jobs_app = typer.Typer(help="Read and cancel jobs.", no_args_is_help=True)
 dlq_app = typer.Typer(help="The dead-letter queue: list, retry, requeue, discard.",
                       no_args_is_help=True)
 tenants_app = typer.Typer(help="Tenants: every job belongs to one.", no_args_is_help=True)
@@ -180,3 +182,35 @@ def _error_summary(error: str | None) -> str | None:
     return lines[-1].strip() if lines else error
 
 
+
+
+@jobs_app.command("cancel")
+def jobs_cancel(
+    job_id: str | None = typer.Argument(None, help="The job's id; omit to cancel by filter."),
+    kind: str | None = typer.Option(None, "--kind", help="Only this job kind."),
+    tenant: str | None = typer.Option(None, "--tenant", help="Only this tenant's jobs."),
+    created_from: datetime | None = typer.Option(None, "--created-from",
+                                                 help="Created at or after (UTC if no zone)."),
+    created_to: datetime | None = typer.Option(None, "--created-to",
+                                               help="Created before (UTC if no zone)."),
+    event_id: str | None = typer.Option(None, "--event", help="Made from this outbox event."),
+    template: str | None = typer.Option(None, "--template",
+                                        help="email_send jobs of this template."),
+    limit: int = typer.Option(1000, "--limit", help="At most this many (1-1000)."),
+) -> None:
+    """Cancel one pending or running job, or up to 1000 matching the filters.
+
+    A cancelled job becomes failed; a running one's handler is stopped within a second."""
+    with transaction() as conn:
+        if job_id is not None:
+            done = cancel_job(conn, job_id, actor=actor(), tenant_id=tenant)
+            typer.echo(f"cancelled {done.id} (was {done.was})")
+            return
+        cancelled = cancel_jobs(conn, actor=actor(), tenant_id=tenant, kind=kind,
+                                created_from=_utc(created_from), created_to=_utc(created_to),
+                                event_id=event_id, template=template, limit=limit)
+    typer.echo(f"cancelled {len(cancelled)}")
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    return value if value is None or value.tzinfo else value.replace(tzinfo=UTC)

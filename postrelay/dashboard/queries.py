@@ -21,7 +21,7 @@ D = load_queries("postrelay.dashboard", "sql/dashboard.sql")
 
 # orchestrator.schema.EMAIL_STATUSES in the order the dashboard shows them.
 EMAIL_STATUSES = ("sent", "partial", "deferred", "bounced", "failed", "suppressed",
-                  "sending", "unknown")
+                  "sending", "unknown", "cancelled")
 FINISHED = ("done", "failed", "dlq")
 PAGE_SIZE = 50
 

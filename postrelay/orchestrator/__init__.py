@@ -12,6 +12,7 @@ from postrelay.orchestrator.admin import (
     suppression_list,
     suppression_remove,
 )
+from postrelay.orchestrator.cancel import cancel_job, cancel_jobs
 from postrelay.orchestrator.feedback import Feedback, Recorded, SuppressionPolicy, record_feedback
 from postrelay.orchestrator.feedback.admin import feedback_list
 from postrelay.orchestrator.feedback.inbound import InboundConfig, InboundServer
@@ -31,6 +32,8 @@ __all__ = [
     "EMAIL_KIND",
     "EMAIL_LOG_TARGET",
     "build_message",
+    "cancel_job",
+    "cancel_jobs",
     "email_list",
     "email_log_delete_batch",
     "email_registry",

@@ -37,6 +37,7 @@ EMAIL_STATUSES = (
     "failed",  # could not be attempted (bad address, header injection, template error)
     "suppressed",  # every recipient is on the tenant's suppression list: nothing sent
     "unknown",  # a `sending` row found by a later attempt: the outcome was never learnt
+    "cancelled",  # the job was cancelled before it ran: nothing sent (migration 0013)
 )
 
 # What feedback can say (aa_email_feedback.kind).

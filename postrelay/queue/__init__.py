@@ -6,15 +6,19 @@ outbox events."""
 # functions the CLI, the API and the dashboard share; what the relay needs to enqueue jobs it
 # has validated already; the worker and its background services for the runtime.
 from postrelay.queue.admin import (
+    CANCEL_LIMIT_MAX,
     LIST_LIMIT_MAX,
     REQUEUE_LIMIT_MAX,
+    Cancelled,
     JobView,
     dlq_discard,
     dlq_list,
     dlq_requeue,
     dlq_retry,
+    job_cancel,
     job_get,
     job_list,
+    jobs_cancel,
     queue_status,
     tenant_list,
 )
@@ -57,6 +61,8 @@ from postrelay.queue.worker import Worker, WorkerConfig
 
 __all__ = [
     "AUDIT_TARGET",
+    "CANCEL_LIMIT_MAX",
+    "Cancelled",
     "Backoff",
     "Cleaner",
     "CronEntry",
@@ -107,9 +113,11 @@ __all__ = [
     "enqueue_validated",
     "ensure_tenant",
     "handler",
+    "job_cancel",
     "job_get",
     "job_kinds",
     "job_list",
+    "jobs_cancel",
     "maintenance_interval",
     "queue_status",
     "record_with_outcome",

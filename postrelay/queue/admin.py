@@ -22,7 +22,7 @@ from uuid import UUID
 from sqlalchemy import Connection, Row
 
 from postrelay.core.dbcall import execution_option
-from postrelay.core.errors import NotFoundError, ValidationError
+from postrelay.core.errors import ConflictError, NotFoundError, ValidationError
 from postrelay.core.sqlfiles import load_queries
 from postrelay.core.telemetry import event
 from postrelay.queue.queries import Q as JOB_Q
@@ -32,6 +32,7 @@ A = load_queries("postrelay.queue", "sql/admin.sql")
 
 LIST_LIMIT_MAX = 500
 REQUEUE_LIMIT_MAX = 1000
+CANCEL_LIMIT_MAX = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +189,83 @@ def dlq_discard(
     if row is None:
         raise NotFoundError(f"job {job} is not in the DLQ")
     event("postrelay.queue.dlq_discard", job_id=str(job), actor=actor)
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    """A job that a cancel has just failed; `was` is `pending` or `running`."""
+
+    id: UUID
+    kind: str
+    was: str
+
+
+def job_cancel(
+    conn: Connection, job_id: UUID | str, *, actor: str, tenant_id: UUID | str | None = None
+) -> Cancelled:
+    """Cancel one pending, scheduled or running job: it becomes `failed` now, with
+    last_error naming `actor` and the time, and a `job_cancelled` audit row; a running job's
+    worker cancels its handler within a second. Raises NotFoundError for an unknown job (or
+    another tenant's), ConflictError for one that already finished."""
+    job = _uuid("job_id", job_id)
+    tenant = _uuid_or_none("tenant_id", tenant_id)
+    rows = _cancel(conn, actor=actor, id=job, tenant_id=tenant, limit=1)
+    if rows:
+        return rows[0]
+    state = conn.execute(A["job_cancel_state"], {"id": job, "tenant_id": tenant}).first()
+    if state is None:
+        raise NotFoundError(f"job {job} not found")
+    # `running` here means a worker is writing its outcome this instant (SKIP LOCKED).
+    raise ConflictError(f"job {job} is {state.status}: only a pending or running job "
+                        "can be cancelled")
+
+
+def jobs_cancel(
+    conn: Connection,
+    *,
+    actor: str,
+    tenant_id: UUID | str | None = None,
+    kind: str | None = None,
+    created_from: datetime | None = None,
+    created_to: datetime | None = None,
+    event_id: UUID | str | None = None,
+    template: str | None = None,
+    limit: int = CANCEL_LIMIT_MAX,
+) -> list[Cancelled]:
+    """Cancel up to `limit` (1..1000) pending or running jobs matching every filter given,
+    oldest first, as job_cancel does one. At least one filter is required. `event_id`:
+    jobs made from that outbox event; `template`: email_send jobs of that template. Call
+    again while it returns `limit` jobs to cancel more."""
+    tenant = _uuid_or_none("tenant_id", tenant_id)
+    event = _uuid_or_none("event_id", event_id)
+    if kind is not None:
+        _check_kind(conn, kind)
+    if tenant is not None and not conn.execute(A["tenant_exists"], {"id": tenant}).scalar():
+        raise ValidationError("tenant_id", f"unknown tenant {tenant}")
+    for name, value in (("created_from", created_from), ("created_to", created_to)):
+        if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
+            raise ValidationError(name, "must be a timestamp with a time zone")
+    if created_from is not None and created_to is not None and created_from >= created_to:
+        raise ValidationError("created_to", "must be later than created_from")
+    if template is not None and (not isinstance(template, str) or not template.strip()):
+        raise ValidationError("template", "must be a non-empty string")
+    if all(v is None for v in (tenant, kind, created_from, created_to, event, template)):
+        raise ValidationError(
+            "filter", "give at least one of kind, tenant_id, created_from, created_to, "
+                      "event_id, template")
+    return _cancel(conn, actor=actor, tenant_id=tenant, kinds=[kind] if kind else None,
+                   created_from=created_from, created_to=created_to, event_id=event,
+                   template=template, limit=_limit(limit, CANCEL_LIMIT_MAX))
+
+
+def _cancel(conn: Connection, *, actor: str, limit: int, **filters: Any) -> list[Cancelled]:
+    params = {"id": None, "tenant_id": None, "kinds": None, "created_from": None,
+              "created_to": None, "event_id": None, "template": None, **filters,
+              "actor": _actor(actor), "limit": limit}
+    rows = [Cancelled(r.id, r.kind, r.was) for r in conn.execute(A["job_cancel"], params)]
+    event("postrelay.queue.job_cancel", cancelled=len(rows),
+          running=sum(r.was == "running" for r in rows), actor=actor)
+    return rows
 
 
 def tenant_list(conn: Connection) -> list[TenantView]:

@@ -173,6 +173,16 @@ async def worker_heartbeat(conn: AsyncConnection, *, id: str) -> bool:
     return result.rowcount == 1
 
 
+async def job_cancel_take(conn: AsyncConnection, *, ids: list[UUID]) -> list[tuple[UUID, str]]:
+    result = await conn.execute(Q["job_cancel_take"], {"ids": ids})
+    return [(row.job_id, row.actor) for row in result]
+
+
+async def job_cancel_prune(conn: AsyncConnection) -> int:
+    result = await conn.execute(Q["job_cancel_prune"])
+    return result.rowcount
+
+
 async def worker_delete(conn: AsyncConnection, *, id: str) -> None:
     await conn.execute(Q["worker_delete"], {"id": id})
 

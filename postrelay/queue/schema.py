@@ -126,6 +126,19 @@ worker = Table(
     Column("heartbeat_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
 )
 
+# A cancelled running job's note to the worker that runs it (migration 0013): the job is
+# already `failed`; the worker finds the row within a second, cancels the handler's task
+# and deletes the row. Kept out of aa_job, whose columns are the seed's.
+job_cancel = Table(
+    "aa_job_cancel",
+    metadata,
+    Column("job_id", UUID(as_uuid=True), primary_key=True),
+    Column("claimed_by", Text, nullable=False),
+    Column("actor", Text, nullable=False),
+    Column("requested_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+    Index("ix_job_cancel_worker", "claimed_by"),
+)
+
 # Named leases: which process runs maintenance right now.
 lease = Table(
     "aa_lease",

@@ -61,6 +61,10 @@ CLAIM_AHEAD_MAX_PER_SLOT = 9
 CLAIM_AHEAD_MAX_JOBS = 100
 HOLD_LIMIT_FACTOR = 100
 RUN_TIME_WEIGHT = 0.1  # of the newest run in the moving average of run times
+# How often a worker holding jobs asks whether any was cancelled (mdm.aa_job_cancel): a
+# poll, not LISTEN, so that it works behind a transaction pooler too. One indexed DELETE
+# of no rows, and only while the worker holds jobs.
+CANCEL_CHECK_SECS = 0.5
 
 
 def make_worker_id() -> str:
@@ -176,6 +180,7 @@ class Worker:
         self._tasks = [
             asyncio.create_task(self._claim_loop(), name="postrelay-claim"),
             asyncio.create_task(self._heartbeat_loop(), name="postrelay-heartbeat"),
+            asyncio.create_task(self._cancel_loop(), name="postrelay-cancel"),
         ]
         event("postrelay.worker.started", worker=self.id, kinds=",".join(self.kinds),
               concurrency=self.config.concurrency)
@@ -376,6 +381,33 @@ class Worker:
                 await self._release_orphans()
             except Exception as exc:
                 event("postrelay.worker.heartbeat_failed", logging.WARNING, error=repr(exc))
+
+    async def _cancel_loop(self) -> None:
+        while True:
+            await asyncio.sleep(CANCEL_CHECK_SECS)
+            held = self.running_ids
+            if not held:
+                continue
+            try:
+                async with self._auto.connect() as conn:
+                    taken = await queries.job_cancel_take(conn, ids=list(held))
+            except Exception as exc:  # the next check asks again; the job is failed already
+                event("postrelay.worker.cancel_check_failed", logging.WARNING, error=repr(exc))
+                continue
+            for job_id, actor in taken:
+                self._cancel_held(job_id, actor)
+
+    def _cancel_held(self, job_id: UUID, actor: str) -> None:
+        """Stop a job an operator cancelled: it is `failed` in the database already, so no
+        outcome is written for it (its run's is dropped, see _run)."""
+        entry = self._running.pop(job_id, None)
+        if entry is not None:
+            entry[1].cancel()
+        else:
+            self._ahead = deque(held for held in self._ahead if held[0].id != job_id)
+        event("postrelay.worker.job_cancelled", job_id=str(job_id), actor=actor,
+              worker=self.id)
+        self._wake.set()  # its slot is free
 
     async def _release_orphans(self) -> None:
         known = list(self.running_ids | self.completer.pending_ids())

@@ -286,3 +286,26 @@ def test_the_overview_fragment_is_the_panels_alone(admin, engine, tenant):
     assert 'data-count="kind-reindex-running">1<' in fragment.text
     assert f'data-count="tenant-{tenant}-running">1<' in fragment.text
     assert f'jobs?status=pending&amp;tenant={tenant}"' in fragment.text
+
+
+def test_job_page_cancel_button_fails_the_job_and_a_second_cancel_is_409(admin, engine,
+                                                                           tenant):
+    with engine.begin() as conn:
+        job = insert_job(conn, tenant_id=tenant)
+    page = admin.get(f"/dashboard/jobs/{job}")
+    assert f'action="/dashboard/jobs/{job}/cancel"' in page.text
+    token = csrf_of(admin, f"/dashboard/jobs/{job}")
+    done = admin.post(f"/dashboard/jobs/{job}/cancel", data={"csrf": token})
+    assert done.status_code == 303
+    with engine.connect() as conn:
+        assert job_row(conn, job)["state"] == "failed"
+    page = admin.get(f"/dashboard/jobs/{job}")
+    assert "cancelled by dashboard:" in page.text and "Cancel job" not in page.text
+    assert admin.post(f"/dashboard/jobs/{job}/cancel",
+                      data={"csrf": token}).status_code == 409
+    # Without the form's CSRF token nothing is cancelled.
+    with engine.begin() as conn:
+        other = insert_job(conn, tenant_id=tenant)
+    assert admin.post(f"/dashboard/jobs/{other}/cancel", data={}).status_code in (400, 403)
+    with engine.connect() as conn:
+        assert job_row(conn, other)["state"] == "pending"

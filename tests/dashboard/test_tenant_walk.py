@@ -137,6 +137,14 @@ WALK: dict[tuple[str, str], Probe] = {
         w.api.post("/v1/functions/jobs/dlq/requeue"), {200}),
     ("POST", "/v1/functions/jobs/{id}/retry"): lambda w: one(
         w.api.post(f"/v1/functions/jobs/{w.b.dead_job}/retry"), {404}),
+    ("POST", "/v1/functions/jobs/{id}/cancel"): lambda w: [
+        (w.api.post(f"/v1/functions/jobs/{j}/cancel"), {404})
+        for j in (w.b.pending_job, w.b.done_job, w.b.dead_job)],
+    ("POST", "/v1/functions/jobs/cancel"): lambda w: [
+        # Scoped to A's own jobs: B's pending job stays pending (checked after the walk).
+        (w.api.post("/v1/functions/jobs/cancel", json={"kind": "reindex"}), {200}),
+        (w.api.post("/v1/functions/jobs/cancel", json={"tenantId": str(w.b.tenant)}), {400}),
+    ],
     ("DELETE", "/v1/functions/jobs/{id}"): lambda w: one(
         w.api.delete(f"/v1/functions/jobs/{w.b.dead_job}"), {404}),
     # --- the API: cron -------------------------------------------------------------------
@@ -197,6 +205,9 @@ WALK: dict[tuple[str, str], Probe] = {
         (w.form("/dashboard/dlq/confirm", action="discard", scope="matching",
                 tenant=str(w.b.tenant)), OWN),
     ],
+    ("POST", "/dashboard/jobs/{job_id}/cancel"): lambda w: [
+        (w.form(f"/dashboard/jobs/{j}/cancel"), {404})
+        for j in (w.b.pending_job, w.b.done_job, w.b.dead_job)],
     ("POST", "/dashboard/dlq/apply"): lambda w: [
         (w.form("/dashboard/dlq/apply", action="discard", ids=str(w.b.dead_job)), {303}),
         (w.form("/dashboard/dlq/apply", action="retry", scope="matching",

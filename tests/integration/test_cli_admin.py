@@ -154,3 +154,26 @@ def test_dlq_discard(worker_env, engine, tenant):
     assert audit["action"] == "job_discard" and audit["detail"]["payload"] == {"keep": "me"}
     again = run(worker_env, "dlq", "discard", str(job_id), ok=False)
     assert again.returncode == 1 and "is not in the DLQ" in again.stderr
+
+
+def test_jobs_cancel_one_then_a_finished_one_is_an_error(worker_env, engine, tenant):
+    with engine.begin() as conn:
+        job = insert_job(conn, tenant_id=tenant)
+    assert run(worker_env, "jobs", "cancel", str(job)).stdout.strip() == (
+        f"cancelled {job} (was pending)")
+    with engine.connect() as conn:
+        assert job_row(conn, job)["state"] == "failed"
+        assert audit_rows(conn, job)[0]["action"] == "job_cancelled"
+    again = run(worker_env, "jobs", "cancel", str(job), ok=False)
+    assert again.returncode == 1 and "is failed" in again.stderr
+
+
+def test_jobs_cancel_by_filter_prints_the_count(worker_env, engine, tenant):
+    with engine.begin() as conn:
+        for _ in range(3):
+            insert_job(conn, tenant_id=tenant)
+        insert_job(conn, tenant_id=tenant, kind="virus_scan")
+    out = run(worker_env, "jobs", "cancel", "--kind", "reindex", "--tenant", str(tenant))
+    assert out.stdout.strip() == "cancelled 3"
+    bad = run(worker_env, "jobs", "cancel", "--kind", "nope", ok=False)
+    assert bad.returncode != 0 and "kind" in bad.stderr

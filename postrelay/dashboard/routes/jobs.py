@@ -17,6 +17,7 @@ from postrelay.dashboard import queries
 from postrelay.dashboard.web import (
     CurrentUser,
     Db,
+    Form,
     optional_time,
     optional_uuid,
     page_number,
@@ -26,6 +27,7 @@ from postrelay.dashboard.web import (
     scope,
     tenant_names,
 )
+from postrelay.orchestrator import cancel_job
 from postrelay.queue import STATUSES, job_get, job_kinds
 
 router = APIRouter()
@@ -85,6 +87,18 @@ def job_page(request: Request, job_id: str, user: CurrentUser, engine: Db) -> HT
         "job": job, "payload": pretty_json(job.payload), "audit": audit, "origin": origin,
         "emails": emails, "tenants": tenants, "pretty_json": pretty_json,
     }, user=user)
+
+
+@router.post("/jobs/{job_id}/cancel")
+def job_cancel_action(request: Request, job_id: str, user: CurrentUser, engine: Db,
+                      form: Form) -> Response:
+    """Cancel one pending, scheduled or running job, as `postrelay jobs cancel` does (same
+    audit row, the dashboard's user as actor); another tenant's job is a 404 page, a
+    finished one a 409 page."""
+    ident = _job_id(job_id)
+    with engine.begin() as conn:
+        cancel_job(conn, ident, actor=user.actor, tenant_id=user.tenant_id)
+    return redirect(request, f"/jobs/{ident}")
 
 
 def _search(conn: Any, text: str, tenant_id: UUID | None) -> list[Any]:

@@ -233,3 +233,35 @@ WITH doomed AS (
     LIMIT :batch
 )
 DELETE FROM mdm.aa_email_log e USING doomed WHERE e.id = doomed.id;
+
+-- name: email_log_cancelled
+-- An email_send job cancelled before it ran leaves a log row of status `cancelled`, so
+-- that "what happened to the mail to X" has an answer: never sent, and who cancelled it
+-- (the job's last_error). Its addresses are the payload's as written; no message was made,
+-- so there is no Message-ID (empty). Jobs cancelled while running are left to the row
+-- their attempt wrote.
+INSERT INTO mdm.aa_email_log (
+    tenant_id, job_id, event_id, template, category, from_address, recipients,
+    to_addresses, cc_addresses, bcc_addresses, message_id, status, error, attempt,
+    finished_at)
+SELECT j.tenant_id, j.id,
+       CASE WHEN j.payload->>'event_id' ~* '^[0-9a-f-]{36}$'
+            THEN CAST(j.payload->>'event_id' AS uuid) END,
+       coalesce(j.payload->>'template', ''), j.payload->>'category',
+       coalesce(j.payload->>'from', ''),
+       ARRAY(SELECT lower(a) FROM unnest(a.to_ || a.cc || a.bcc) AS a),
+       a.to_, a.cc, a.bcc, '', 'cancelled', j.last_error, j.attempts, now()
+FROM mdm.aa_job j
+CROSS JOIN LATERAL (
+    SELECT ARRAY(SELECT jsonb_array_elements_text(CASE jsonb_typeof(j.payload->'to')
+                 WHEN 'array' THEN j.payload->'to' WHEN 'string' THEN jsonb_build_array(j.payload->'to')
+                 ELSE '[]' END)) AS to_,
+           ARRAY(SELECT jsonb_array_elements_text(CASE jsonb_typeof(j.payload->'cc')
+                 WHEN 'array' THEN j.payload->'cc' WHEN 'string' THEN jsonb_build_array(j.payload->'cc')
+                 ELSE '[]' END)) AS cc,
+           ARRAY(SELECT jsonb_array_elements_text(CASE jsonb_typeof(j.payload->'bcc')
+                 WHEN 'array' THEN j.payload->'bcc' WHEN 'string' THEN jsonb_build_array(j.payload->'bcc')
+                 ELSE '[]' END)) AS bcc
+) a
+WHERE j.id = ANY(CAST(:ids AS uuid[]))
+  AND j.job_kind = 'email_send';

@@ -43,6 +43,8 @@ class Rescuer:
                 break
         async with self.engine.begin() as conn:
             pruned = await queries.worker_delete_dead(conn, now=now, lease_secs=self.lease_secs)
+            # Cancel requests left for a worker that is gone: its job is failed already.
+            await queries.job_cancel_prune(conn)
         if pending or dlq:
             event("postrelay.rescuer.rescued", logging.WARNING, pending=pending, dlq=dlq)
         return RescueResult(pending, dlq, pruned)

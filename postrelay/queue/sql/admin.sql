@@ -132,3 +132,66 @@ SELECT job_id FROM audited;
 
 -- name: tenant_list
 SELECT id, name, created_at FROM mdm.aa_tenant ORDER BY name;
+
+-- name: job_cancel
+-- Cancels one job (:id) or every job matching the filters, at most :limit: pending ones
+-- (scheduled ones too) and running ones become `failed` at once, with last_error naming
+-- who cancelled them and when, and a `job_cancelled` audit row. A running job also gets a
+-- row in aa_job_cancel for its worker, which cancels the handler's task within a second;
+-- the worker's late outcome finds the job no longer running and is dropped
+-- (job_finalize_many's guard), so it is never retried. Filters: :kinds, :tenant_id,
+-- created in [:created_from, :created_to), :event_id (the outbox event the job was made
+-- from, by aa_outbox_delivery), :template (an email_send payload's template). SKIP LOCKED:
+-- a job a worker is finalizing right now is passed by (a single cancel then reports it by
+-- its state, job_cancel_state). MATERIALIZED keeps LIMIT a bound on the rows locked.
+WITH target AS MATERIALIZED (
+    SELECT j.id, j.status AS was
+    FROM mdm.aa_job j
+    WHERE j.status IN ('pending', 'running')
+      AND (CAST(:id AS uuid) IS NULL OR j.id = CAST(:id AS uuid))
+      AND (CAST(:tenant_id AS uuid) IS NULL OR j.tenant_id = CAST(:tenant_id AS uuid))
+      AND (CAST(:kinds AS text[]) IS NULL OR j.job_kind::text = ANY(CAST(:kinds AS text[])))
+      AND (CAST(:created_from AS timestamptz) IS NULL
+           OR j.created_at >= CAST(:created_from AS timestamptz))
+      AND (CAST(:created_to AS timestamptz) IS NULL
+           OR j.created_at < CAST(:created_to AS timestamptz))
+      AND (CAST(:template AS text) IS NULL
+           OR (j.job_kind = 'email_send' AND j.payload->>'template' = CAST(:template AS text)))
+      AND (CAST(:event_id AS uuid) IS NULL OR EXISTS (
+           SELECT 1 FROM mdm.aa_outbox_delivery d
+           WHERE d.event_id = CAST(:event_id AS uuid) AND d.job_id = j.id))
+    ORDER BY j.created_at, j.id
+    LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+), cancelled AS (
+    UPDATE mdm.aa_job j
+    SET status = 'failed', completed_at = now(),
+        last_error = 'cancelled by ' || CAST(:actor AS text) || ' at '
+                     || to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+                     || CASE WHEN j.status = 'running' THEN ' while running' ELSE '' END
+    FROM target t
+    WHERE j.id = t.id
+    RETURNING j.id, j.tenant_id, j.job_kind, j.attempts, j.last_error, j.claimed_by, t.was
+), requested AS (
+    INSERT INTO mdm.aa_job_cancel (job_id, claimed_by, actor)
+    SELECT c.id, c.claimed_by, :actor FROM cancelled c
+    WHERE c.was = 'running' AND c.claimed_by IS NOT NULL
+    ON CONFLICT (job_id) DO NOTHING
+), audited AS (
+    INSERT INTO mdm.aa_job_audit (job_id, tenant_id, job_kind, action, actor, detail)
+    SELECT c.id, c.tenant_id, c.job_kind, 'job_cancelled', :actor,
+           jsonb_build_object('was', c.was, 'attempts', c.attempts,
+                              'claimed_by', c.claimed_by, 'last_error', c.last_error)
+    FROM cancelled c
+)
+SELECT id, job_kind::text AS kind, was::text AS was FROM cancelled;
+
+-- name: job_cancel_state
+-- Why a single cancel found nothing: the job's status, or no row (unknown, or another
+-- tenant's).
+SELECT status::text AS status FROM mdm.aa_job
+WHERE id = :id
+  AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid));
+
+-- name: tenant_exists
+SELECT EXISTS (SELECT 1 FROM mdm.aa_tenant WHERE id = :id);

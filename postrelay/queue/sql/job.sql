@@ -323,3 +323,16 @@ WHERE status = 'running'
   AND claimed_at < now() - make_interval(secs => :min_age_secs)
   AND id <> ALL(CAST(:known AS uuid[]))
 RETURNING id;
+
+-- name: job_cancel_take
+-- The cancel requests for jobs this worker holds, taken (deleted) as they are read: the
+-- jobs are already `failed` (admin.sql, job_cancel); the worker cancels their tasks.
+-- An index probe per held job, asked about twice a second while the worker holds any.
+DELETE FROM mdm.aa_job_cancel
+WHERE job_id = ANY(CAST(:ids AS uuid[]))
+RETURNING job_id, actor;
+
+-- name: job_cancel_prune
+-- Requests whose worker is gone (it died before taking them): nothing is left to cancel.
+DELETE FROM mdm.aa_job_cancel c
+WHERE NOT EXISTS (SELECT 1 FROM mdm.aa_worker w WHERE w.id = c.claimed_by);

@@ -7,7 +7,8 @@ Payload:
     hang_on_attempts  attempt numbers that never finish on their own (default none)
 
 On start it creates `<dir>/started.<job id>.<attempt>.<pid>`; on finish it appends the
-job id to `<dir>/finished.<pid>`.
+job id to `<dir>/finished.<pid>`; when its task is cancelled it creates
+`<dir>/cancelled.<job id>.<pid>`.
 """
 
 from __future__ import annotations
@@ -23,8 +24,12 @@ from postrelay.queue import Job, handler
 async def step(job: Job) -> None:
     folder = Path(job.payload["dir"])
     (folder / f"started.{job.id}.{job.attempts}.{os.getpid()}").touch()
-    if job.attempts in job.payload.get("hang_on_attempts", ()):
-        await asyncio.Event().wait()  # until the process is killed or stopped
-    await asyncio.sleep(float(job.payload.get("sleep", 0)))
+    try:
+        if job.attempts in job.payload.get("hang_on_attempts", ()):
+            await asyncio.Event().wait()  # until the process is killed or stopped
+        await asyncio.sleep(float(job.payload.get("sleep", 0)))
+    except asyncio.CancelledError:
+        (folder / f"cancelled.{job.id}.{os.getpid()}").touch()
+        raise
     with open(folder / f"finished.{os.getpid()}", "a") as out:
         out.write(f"{job.id}\n")

@@ -1,0 +1,68 @@
+"""Cancelling jobs over HTTP: one by id, many by filter, and the email log told."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+from sqlalchemy import text
+
+from tests.api.conftest import data, error
+from tests.factories import audit_rows, insert_job, job_row
+
+
+def insert(engine, tenant_id, **fields) -> uuid.UUID:
+    with engine.begin() as conn:
+        return insert_job(conn, tenant_id=tenant_id, **fields)
+
+
+def test_cancel_one_fails_it_then_a_second_cancel_is_409(api, engine, tenant):
+    job = insert(engine, tenant)
+    assert data(api.post(f"/v1/functions/jobs/{job}/cancel")) == {"id": str(job),
+                                                                  "was": "pending"}
+    with engine.connect() as conn:
+        assert job_row(conn, job)["state"] == "failed"
+        (audit,) = audit_rows(conn, job)
+    assert (audit["action"], audit["actor"]) == ("job_cancelled", "api:service-role")
+    assert "is failed" in error(api.post(f"/v1/functions/jobs/{job}/cancel"), 409)["message"]
+    error(api.post(f"/v1/functions/jobs/{uuid.uuid4()}/cancel"), 404)
+
+
+def test_a_tenant_key_cancels_only_its_own_jobs(acme_client, engine, tenant, other_tenant):
+    mine = insert(engine, tenant)
+    theirs = insert(engine, other_tenant)
+    error(acme_client.post(f"/v1/functions/jobs/{theirs}/cancel"), 404)
+    assert data(acme_client.post("/v1/functions/jobs/cancel",
+                                 json={"kind": "reindex"})) == {"cancelled": 1}
+    with engine.connect() as conn:
+        assert job_row(conn, mine)["state"] == "failed"
+        assert job_row(conn, theirs)["state"] == "pending"
+    answer = error(acme_client.post("/v1/functions/jobs/cancel",
+                                    json={"tenantId": str(other_tenant)}), 400)
+    assert answer["field"] == "tenantId"
+
+
+def test_bulk_cancel_of_pending_emails_logs_them_cancelled(api, engine, tenant):
+    payload = {"template": "welcome", "to": ["Ann@Example.com"], "from": "shop@example.com"}
+    job = insert(engine, tenant, kind="email_send", payload=payload)
+    insert(engine, tenant, kind="email_send", payload={**payload, "template": "invoice"})
+    answer = api.post("/v1/functions/jobs/cancel", json={"template": "welcome"})
+    assert answer.json() == {"data": {"cancelled": 1}, "meta": None}
+    with engine.connect() as conn:
+        rows = conn.execute(text(
+            "SELECT job_id, status, template, recipients, error FROM mdm.aa_email_log")).all()
+    assert len(rows) == 1
+    assert rows[0][:4] == (job, "cancelled", "welcome", ["ann@example.com"])
+    assert rows[0].error.startswith("cancelled by api:service-role at ")
+
+
+def test_bulk_cancel_bad_input_names_the_field_and_writes_nothing(api, engine, tenant):
+    job = insert(engine, tenant, status="pending", completed_at=None)
+    for body, field in (({"kind": "nope"}, "kind"), ({}, "filter"),
+                        ({"tenantId": str(uuid.uuid4())}, "tenantId"),
+                        ({"kind": "reindex", "limit": 1001}, "limit"),
+                        ({"kind": "reindex", "createdFrom": datetime.now(UTC).isoformat(),
+                          "createdTo": "2000-01-01T00:00:00Z"}, "createdTo")):
+        assert field in error(api.post("/v1/functions/jobs/cancel", json=body), 400)["field"]
+    with engine.connect() as conn:
+        assert job_row(conn, job)["state"] == "pending"

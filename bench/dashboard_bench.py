@@ -188,7 +188,8 @@ def _overview(engine: Engine, tenant: Any) -> None:
 def _statement_params() -> dict[str, dict[str, Any]]:
     now = datetime.now(UTC)
     return {
-        "job_count_groups": {},
+        "job_count_live": {},
+        "job_done_estimate": {},
         "job_pending_oldest": {},
         "job_done_per_minute": {"since": now - timedelta(hours=1)},
         "job_failed_per_minute": {"since": now - timedelta(hours=1)},

@@ -15,7 +15,7 @@ from uuid import UUID
 
 from markupsafe import Markup
 
-from postrelay.dashboard.queries import EMAIL_STATUSES
+from postrelay.dashboard.queries import COUNTED, EMAIL_STATUSES
 from postrelay.queue import STATUSES
 
 
@@ -161,6 +161,7 @@ def finalize(value: Any) -> Any:
 
 FILTERS = {"text": text, "when": when, "duration": duration, "ago": ago, "number": number,
            "short": short, "plural": plural}
-GLOBALS = {"JOB_STATUSES": STATUSES, "EMAIL_STATUSES": EMAIL_STATUSES,
+GLOBALS = {"JOB_STATUSES": STATUSES, "COUNTED_STATUSES": COUNTED,
+           "EMAIL_STATUSES": EMAIL_STATUSES,
            "tenant_name": tenant_name, "query": query,
            "options": options, "tenant_options": tenant_options}

@@ -19,14 +19,17 @@ from uuid import UUID
 from postrelay.core.db import Database
 from postrelay.core.settings import Settings
 from postrelay.orchestrator import (
+    EMAIL_FEEDBACK_TARGET,
     EMAIL_LOG_TARGET,
     ReturnPath,
     SmtpConfig,
     SmtpPool,
     Templates,
     UnsubscribeLinks,
+    email_feedback_delete_batch,
     email_log_delete_batch,
     email_registry,
+    feedback_retention_days,
 )
 from postrelay.queue import (
     AUDIT_TARGET,
@@ -126,9 +129,11 @@ def build_worker(
     attempts = Cleaner(webhook_attempt_delete_batch, settings.webhook_attempt_retention_days)
     # Every window from the settings: the handler takes none from a job's payload.
     email_log = Cleaner(email_log_delete_batch, settings.email_log_retention_days)
+    feedback = Cleaner(email_feedback_delete_batch, feedback_retention_days(settings))
     builtin.register(RETENTION_KIND, cleanup_handler(
         engine, settings.job_retention_days,
         {OUTBOX_TARGET: outbox, "webhook_attempts": attempts, EMAIL_LOG_TARGET: email_log,
+         EMAIL_FEEDBACK_TARGET: feedback,
          AUDIT_TARGET: audit_cleaner(settings.audit_retention_days)}))
     handlers = builtin.merged(registry if registry is not None else default_registry)
     config = WorkerConfig(

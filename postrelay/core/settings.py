@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import platformdirs
 import pydantic
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
@@ -127,6 +127,10 @@ class Settings(BaseSettings):
     # this many arrived within the window; hard bounces and complaints at once.
     email_soft_bounce_limit: int = Field(default=3, ge=1, le=1000)
     email_soft_bounce_window_days: float = Field(default=7.0, gt=0)
+    # Delivery feedback rows (bounces, complaints) are kept this long; unset: as long as the
+    # email log they name (POSTRELAY_EMAIL_LOG_RETENTION_DAYS), never less than the window
+    # above, over which soft bounces are counted (orchestrator/retention.py).
+    email_feedback_retention_days: float | None = Field(default=None, gt=0)
 
     # The largest JSON document (payload, headers) a write accepts, and with some room the
     # largest request body the HTTP API reads (core/limits.py).
@@ -155,6 +159,17 @@ class Settings(BaseSettings):
         """Whether workers and relays LISTEN for wake-ups: not behind a transaction pooler,
         which hands each transaction to any server connection."""
         return self.notify and self.pooler == "none"
+
+    @field_validator("email_feedback_retention_days")
+    @classmethod
+    def _feedback_outlives_the_soft_bounce_window(cls, value: float | None,
+                                                  info: ValidationInfo) -> float | None:
+        window = info.data.get("email_soft_bounce_window_days")
+        if value is not None and window is not None and value < window:
+            raise ValueError(f"must be at least POSTRELAY_EMAIL_SOFT_BOUNCE_WINDOW_DAYS"
+                             f" ({window:g}): soft bounces are counted from the feedback"
+                             f" rows of that window")
+        return value
 
     @field_validator("database_url")
     @classmethod

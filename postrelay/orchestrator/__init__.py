@@ -22,18 +22,26 @@ from postrelay.orchestrator.feedback.verp import ReturnPath
 from postrelay.orchestrator.handler import email_registry
 from postrelay.orchestrator.job import EMAIL_KIND, EmailJob, enqueue_email
 from postrelay.orchestrator.message import build_message, message_id_domain, message_id_for
-from postrelay.orchestrator.retention import EMAIL_LOG_TARGET, email_log_delete_batch
+from postrelay.orchestrator.retention import (
+    EMAIL_FEEDBACK_TARGET,
+    EMAIL_LOG_TARGET,
+    email_feedback_delete_batch,
+    email_log_delete_batch,
+    feedback_retention_days,
+)
 from postrelay.orchestrator.routes import email_route
 from postrelay.orchestrator.sink import ScriptedHandler, SmtpSink, reply
 from postrelay.orchestrator.templates import Rendered, TemplateError, Templates
 from postrelay.orchestrator.transport import SmtpConfig, SmtpPool
 
 __all__ = [
+    "EMAIL_FEEDBACK_TARGET",
     "EMAIL_KIND",
     "EMAIL_LOG_TARGET",
     "build_message",
     "cancel_job",
     "cancel_jobs",
+    "email_feedback_delete_batch",
     "email_list",
     "email_log_delete_batch",
     "email_registry",
@@ -41,6 +49,7 @@ __all__ = [
     "email_story",
     "enqueue_email",
     "feedback_list",
+    "feedback_retention_days",
     "ingest",
     "message_id_domain",
     "message_id_for",

@@ -3,6 +3,11 @@ bounded batches by the `cleanup_jobs` job of the built-in cron entry
 `postrelay.email-log-retention`. Unset (the default), the log is kept: how long to remember
 what was sent to whom is the operator's decision (bounces and complaints, legal holds).
 
+Delivery feedback (aa_email_feedback) goes the same way under its own entry,
+`postrelay.email-feedback-retention`: by default with the log rows it names, so that
+feedback does not outlive them; never sooner than the soft-bounce window, whose count reads
+it. The suppression list has no window: it is what stops mail to bad addresses.
+
 Deleted rows leave dead tuples that autovacuum turns into free space which the next
 messages fill, so with a window the table stops growing at about the window's worth of
 rows; the batches are short transactions that never hold many locks or a long snapshot.
@@ -14,14 +19,32 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from postrelay.core.settings import Settings
+from postrelay.orchestrator.feedback.queries import Q as FEEDBACK_Q
 from postrelay.orchestrator.queries import Q
 
 EMAIL_LOG_TARGET = "email_log"
+EMAIL_FEEDBACK_TARGET = "email_feedback"
 
 
 async def email_log_delete_batch(engine: AsyncEngine, before: datetime, batch: int) -> int:
     """Delete at most `batch` log rows created before `before`; returns how many."""
     async with engine.begin() as conn:
         result = await conn.execute(Q["email_log_delete_before"],
+                                    {"before": before, "batch": batch})
+    return result.rowcount
+
+
+def feedback_retention_days(settings: Settings) -> float | None:
+    """The feedback's window: its own setting, else the log's (None: kept), never shorter
+    than the soft-bounce window (the setting's validator refuses a shorter one)."""
+    days = settings.email_feedback_retention_days or settings.email_log_retention_days
+    return None if days is None else max(days, settings.email_soft_bounce_window_days)
+
+
+async def email_feedback_delete_batch(engine: AsyncEngine, before: datetime, batch: int) -> int:
+    """Delete at most `batch` feedback rows received before `before`; returns how many."""
+    async with engine.begin() as conn:
+        result = await conn.execute(FEEDBACK_Q["email_feedback_delete_before"],
                                     {"before": before, "batch": batch})
     return result.rowcount

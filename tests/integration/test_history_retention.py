@@ -1,6 +1,7 @@
-"""Retention of what grows besides done jobs: the email log and the job and cron audits,
-deleted in bounded batches by `cleanup_jobs` targets whose windows come from the settings
-(kept when unset); and the time-ordered ids the growing tables get by default."""
+"""Retention of what grows besides done jobs: the email log, its delivery feedback, webhook
+attempts and the job and cron audits, deleted in bounded batches by `cleanup_jobs` targets
+whose windows come from the settings (kept when unset); and the time-ordered ids the
+growing tables get by default."""
 
 from __future__ import annotations
 
@@ -13,12 +14,20 @@ from sqlalchemy import text
 from postrelay.core.clock import utcnow
 from postrelay.core.errors import ConfigError
 from postrelay.core.settings import load_settings
-from postrelay.orchestrator.retention import EMAIL_LOG_TARGET, email_log_delete_batch
+from postrelay.orchestrator.retention import (
+    EMAIL_FEEDBACK_TARGET,
+    EMAIL_LOG_TARGET,
+    email_feedback_delete_batch,
+    email_log_delete_batch,
+    feedback_retention_days,
+)
 from postrelay.queue import ensure_tenant
 from postrelay.queue.maintenance import AUDIT_TARGET, Cleaner, audit_cleaner, cleanup_handler
 from postrelay.queue.maintenance.retention import DELETE_BATCH
 from postrelay.queue.model import Job
 from postrelay.queue.schema import SYSTEM_TENANT_ID
+from postrelay.relay.webhooks import webhook_attempt_delete_batch
+from postrelay.relay.webhooks.endpoints import W
 
 LOG_ROWS = """
 INSERT INTO mdm.aa_email_log (tenant_id, template, from_address, recipients, to_addresses,
@@ -109,14 +118,17 @@ def test_the_windows_are_settings_and_the_log_and_audits_are_kept_by_default(mon
         load_settings()
 
 
-def test_the_log_and_audit_targets_have_built_in_hourly_cron_entries(engine, clean_db):
+def test_the_log_feedback_and_audit_targets_have_built_in_hourly_cron_entries(engine,
+                                                                                clean_db):
     with engine.connect() as conn:
         rows = conn.execute(text(
             "SELECT name, schedule, job_kind::text, payload FROM mdm.aa_cron_entry"
-            " WHERE name IN ('postrelay.email-log-retention', 'postrelay.audit-retention')"
-            " ORDER BY name")).all()
+            " WHERE name IN ('postrelay.email-log-retention', 'postrelay.audit-retention',"
+            " 'postrelay.email-feedback-retention') ORDER BY name")).all()
     assert [tuple(r) for r in rows] == [
         ("postrelay.audit-retention", "0 50 * * * *", "cleanup_jobs", {"target": "audit"}),
+        ("postrelay.email-feedback-retention", "0 20 * * * *", "cleanup_jobs",
+         {"target": "email_feedback"}),
         ("postrelay.email-log-retention", "0 15 * * * *", "cleanup_jobs",
          {"target": "email_log"}),
     ]
@@ -146,3 +158,103 @@ def test_the_updated_tables_are_vacuumed_at_one_percent_dead(engine):
     expected = ["autovacuum_vacuum_scale_factor=0.01", "autovacuum_vacuum_threshold=10000",
                 "autovacuum_analyze_scale_factor=0.02"]
     assert options == {"aa_job": expected, "aa_outbox_event": expected}
+
+
+FEEDBACK_ROWS = """
+INSERT INTO mdm.aa_email_feedback (tenant_id, email_log_id, matched_by, recipient, kind,
+                                   source, dedupe_key, received_at)
+SELECT CAST(:tenant AS uuid),
+       CASE WHEN CAST(:tenant AS uuid) IS NULL THEN NULL ELSE gen_random_uuid() END,
+       CASE WHEN CAST(:tenant AS uuid) IS NULL THEN NULL ELSE 'verp' END,
+       'a@example.com', 'bounced', 'mail', :key || g, :at
+FROM generate_series(1, :n) g
+"""
+
+
+async def test_feedback_older_than_its_window_goes_in_batches_unmatched_included(
+        engine, async_engine, tenant):
+    now = utcnow()
+    with engine.begin() as conn:
+        for key, who, days, n in (("old", tenant, 40, DELETE_BATCH + 20),
+                                  ("stray", None, 35, 4),  # unmatched: no tenant, no log row
+                                  ("new", tenant, 10, 6), ("fresh", None, 0, 2)):
+            conn.execute(text(FEEDBACK_ROWS), {
+                "tenant": who, "key": key, "at": now - timedelta(days=days), "n": n})
+        conn.execute(text(
+            "INSERT INTO mdm.aa_email_suppression (tenant_id, address, reason, feedback_id)"
+            " SELECT :t, 'a@example.com', 'bounced', id FROM mdm.aa_email_feedback"
+            " WHERE dedupe_key = 'old1'"), {"t": tenant})
+    handler = cleanup_handler(async_engine, 14, {
+        EMAIL_FEEDBACK_TARGET: Cleaner(email_feedback_delete_batch, 30)})
+    await handler(_cleanup_job(EMAIL_FEEDBACK_TARGET))
+    with engine.connect() as conn:
+        left = conn.execute(text(
+            "SELECT regexp_replace(dedupe_key, '[0-9]+$', ''), count(*)"
+            " FROM mdm.aa_email_feedback GROUP BY 1")).all()
+        suppressed = conn.execute(text(
+            "SELECT count(*) FROM mdm.aa_email_suppression")).scalar_one()
+    assert dict(left) == {"new": 6, "fresh": 2}
+    assert suppressed == 1  # the suppression outlives the report behind it
+
+
+def test_feedback_follows_the_log_window_and_never_undercuts_the_soft_bounce_window(
+        monkeypatch):
+    assert feedback_retention_days(load_settings()) is None  # kept, as the log is
+    monkeypatch.setenv("POSTRELAY_EMAIL_LOG_RETENTION_DAYS", "400")
+    assert feedback_retention_days(load_settings()) == 400
+    monkeypatch.setenv("POSTRELAY_EMAIL_LOG_RETENTION_DAYS", "2")  # shorter than 7 days
+    assert feedback_retention_days(load_settings()) == 7
+    monkeypatch.setenv("POSTRELAY_EMAIL_FEEDBACK_RETENTION_DAYS", "90")
+    assert feedback_retention_days(load_settings()) == 90
+    monkeypatch.setenv("POSTRELAY_EMAIL_FEEDBACK_RETENTION_DAYS", "3")
+    with pytest.raises(ConfigError, match=r"POSTRELAY_EMAIL_FEEDBACK_RETENTION_DAYS: .*"
+                                          r"POSTRELAY_EMAIL_SOFT_BOUNCE_WINDOW_DAYS \(7\)"):
+        load_settings()
+    monkeypatch.setenv("POSTRELAY_EMAIL_SOFT_BOUNCE_WINDOW_DAYS", "2")
+    assert feedback_retention_days(load_settings()) == 3
+
+
+async def test_webhook_attempts_older_than_the_window_go_endpoint_by_endpoint(
+        engine, async_engine, tenant):
+    now = utcnow()
+    with engine.begin() as conn:
+        endpoints = [conn.execute(text(
+            "INSERT INTO mdm.aa_webhook_endpoint (tenant_id, url, secret)"
+            " VALUES (:t, :url, 'whsec_x') RETURNING id"),
+            {"t": tenant, "url": f"https://hooks.example.com/{n}"}).scalar_one()
+            for n in range(3)]
+        for endpoint, days, n in ((endpoints[0], 45, DELETE_BATCH + 3), (endpoints[1], 31, 5),
+                                  (endpoints[1], 29, 4), (endpoints[2], 0, 2)):
+            conn.execute(text(
+                "INSERT INTO mdm.aa_webhook_attempt (endpoint_id, event_id, attempt,"
+                " duration_ms, created_at) SELECT :e, gen_random_uuid(), 1, 5, :at"
+                " FROM generate_series(1, :n)"),
+                {"e": endpoint, "at": now - timedelta(days=days), "n": n})
+    handler = cleanup_handler(async_engine, 14, {
+        "webhook_attempts": Cleaner(webhook_attempt_delete_batch, 30)})
+    await handler(_cleanup_job("webhook_attempts"))
+    with engine.connect() as conn:
+        left = conn.execute(text(
+            "SELECT endpoint_id, count(*) FROM mdm.aa_webhook_attempt GROUP BY 1")).all()
+    assert dict(left) == {endpoints[1]: 4, endpoints[2]: 2}
+    # The run's last, short batch finds nothing old without reading the recent attempts
+    # (walking all of ix_webhook_attempt_endpoint_time for old ones did).
+    with engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO mdm.aa_webhook_attempt (endpoint_id, event_id, attempt, duration_ms,"
+            " created_at) SELECT :e, gen_random_uuid(), 1, 5, now() - g * interval '1 ms'"
+            " FROM generate_series(1, 60000) g"),
+            {"e": endpoints[2]})
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM ANALYZE mdm.aa_webhook_attempt"))
+    with engine.begin() as conn:
+        index_pages = conn.execute(text(
+            "SELECT pg_relation_size('mdm.ix_webhook_attempt_endpoint_time') / 8192"
+        )).scalar_one()
+        plan = conn.execute(text("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
+                                 + W["webhook_attempt_delete_before"].text),
+                            {"before": now - timedelta(days=30), "batch": DELETE_BATCH}
+                            ).scalar_one()
+        conn.rollback()
+    touched = plan[0]["Plan"]["Shared Hit Blocks"] + plan[0]["Plan"]["Shared Read Blocks"]
+    assert index_pages > 300 and touched < 100, (touched, index_pages)

@@ -128,3 +128,14 @@ WHERE (CAST(:tenant_id AS uuid) IS NULL OR f.tenant_id = CAST(:tenant_id AS uuid
   AND (NOT CAST(:unmatched AS boolean) OR f.email_log_id IS NULL)
 ORDER BY f.received_at DESC, f.id DESC
 LIMIT :limit;
+
+-- name: email_feedback_delete_before
+-- Retention of the feedback (POSTRELAY_EMAIL_FEEDBACK_RETENTION_DAYS, else the email log's
+-- window): one bounded batch of rows received before :before, the oldest first, unmatched
+-- ones included, through ix_email_feedback_time. Suppressions name their feedback by id
+-- without a foreign key, so a suppression stays when the report behind it goes.
+DELETE FROM mdm.aa_email_feedback
+WHERE id IN (SELECT id FROM mdm.aa_email_feedback
+             WHERE received_at < CAST(:before AS timestamptz)
+             ORDER BY received_at
+             LIMIT :batch);

@@ -89,9 +89,20 @@ ORDER BY a.created_at DESC, a.id DESC
 LIMIT :limit;
 
 -- name: webhook_attempt_delete_before
--- Retention of the delivery log, one bounded batch at a time.
-DELETE FROM mdm.aa_webhook_attempt
-WHERE id IN (SELECT id FROM mdm.aa_webhook_attempt
-             WHERE created_at < :before
-             ORDER BY id
-             LIMIT :batch);
+-- Retention of the delivery log (POSTRELAY_WEBHOOK_ATTEMPT_RETENTION_DAYS), one bounded
+-- batch of attempts made before :before, found by ix_webhook_attempt_endpoint_time one
+-- endpoint after another (an endpoint with nothing that old costs one index probe). The
+-- table has no index on created_at alone: walking the primary key for old rows instead read
+-- the whole table on the last, short batch of every run.
+WITH doomed AS (
+    SELECT a.id
+    FROM mdm.aa_webhook_endpoint e
+    CROSS JOIN LATERAL (
+        SELECT id FROM mdm.aa_webhook_attempt
+        WHERE endpoint_id = e.id AND created_at < CAST(:before AS timestamptz)
+        ORDER BY created_at
+        LIMIT :batch
+    ) a
+    LIMIT :batch
+)
+DELETE FROM mdm.aa_webhook_attempt w USING doomed WHERE w.id = doomed.id;

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from sqlalchemy import create_engine
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from bench.dashboard_bench import _sign_in
@@ -50,6 +51,8 @@ from bench.harness import (
 from bench.history_load import load_done_jobs, load_email_log
 from bench.latency_bench import LATENCY_FILE_ENV, LISTENING, WARMUP, _percentile, _send
 from bench.relay_bench import UNHANDLED, open_pool, routes
+from postrelay.core.db import sqlalchemy_url
+from postrelay.dashboard import queries
 from postrelay.queue import JobSpec, enqueue_many, queue_status
 from postrelay.relay import EventSpec, Relay, RelayConfig, emit_many
 from tests.api.server import serve_database
@@ -328,11 +331,15 @@ def steady(bench: BenchDatabase, args: argparse.Namespace) -> None:
             time.sleep(max(0.0, next_at - time.monotonic()))
 
     seconds = args.steady_minutes * 60
+    # The overview's reads as the dashboard's engine runs them (custom plans, no JIT), while
+    # the drain leaves dead index entries behind that autovacuum has not removed yet.
+    dashboard = create_engine(sqlalchemy_url(bench.url), connect_args={
+        "options": "-c plan_cache_mode=force_custom_plan -c jit=off"})
     with WorkerProcess(bench, "bench.noop_app", 10) as worker, \
             bench.connect(autocommit=True) as watch:
         producer = threading.Thread(target=produce, name="producer")
         producer.start()
-        backlog = []
+        backlog, overview_ms = [], []
         try:
             ends = time.monotonic() + seconds
             while time.monotonic() < ends:
@@ -340,16 +347,22 @@ def steady(bench: BenchDatabase, args: argparse.Namespace) -> None:
                 backlog.append(watch.execute(
                     "SELECT count(*) FROM mdm.aa_job WHERE status IN ('pending', 'running')"
                 ).fetchone()[0])  # type: ignore[index]
+                began = time.perf_counter()
+                with dashboard.begin() as conn:
+                    queries.overview(conn, None)
+                overview_ms.append((time.perf_counter() - began) * 1000)
                 time.sleep(5)
         finally:
             stop.set()
             producer.join()
+            dashboard.dispose()
     time.sleep(1.5)  # the statistics are flushed at most once a second
     after = _table_stats(bench)
     print(f"steady drain: {args.steady_minutes:g} min, {produced[0]:,} jobs enqueued at"
           f" {args.steady_rate:,.0f}/s by one producer, drained by one worker (concurrency 10);"
           f" backlog sampled every 5 s: median {statistics.median(backlog):,.0f},"
-          f" max {max(backlog):,}")
+          f" max {max(backlog):,}; the overview's reads meanwhile: median"
+          f" {statistics.median(overview_ms):.1f} ms, max {max(overview_ms):.1f} ms")
     header = ("table", "live", "dead", "dead %", "autovacuums", "autoanalyzes",
               "table size", "index size", "grew by")
     lines = [header]

@@ -49,15 +49,18 @@ WITH RECURSIVE pairs AS (
     -- entries from the first. Here it ends the walk at the first pair past the tenant's.
     WHERE CAST(:tenant_id AS uuid) IS NULL OR next.tenant_id = CAST(:tenant_id AS uuid)
 )
-SELECT p.tenant_id, p.job_kind::text AS kind, c.status::text AS status, c.n
+-- One count per status, each an equality on all three columns: with `status IN (...)` the
+-- planner, misled by statistics older than a burst of new jobs, chose a bitmap scan of the
+-- whole pair, done entries included, and filtered the status on the heap.
+SELECT p.tenant_id, p.job_kind::text AS kind, s.status::text AS status, c.n
 FROM pairs p
+CROSS JOIN unnest(CAST('{pending,running,failed,dlq}' AS mdm.job_status[])) AS s(status)
 CROSS JOIN LATERAL (
-    SELECT j.status, count(*) AS n
+    SELECT count(*) AS n
     FROM mdm.aa_job j
-    WHERE j.tenant_id = p.tenant_id AND j.job_kind = p.job_kind
-      AND j.status IN ('pending', 'running', 'failed', 'dlq')
-    GROUP BY j.status
-) c;
+    WHERE j.tenant_id = p.tenant_id AND j.job_kind = p.job_kind AND j.status = s.status
+) c
+WHERE c.n > 0;
 
 -- name: job_done_estimate
 -- Done jobs in all, as the statistics last counted them: ix_job_done_completed holds one

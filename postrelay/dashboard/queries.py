@@ -78,9 +78,9 @@ def job_counts(conn: Connection, tenant_id: UUID | None) -> JobCounts:
 
 
 def job_done_estimate(conn: Connection) -> int | None:
-    """Done jobs in all, from the table statistics (None before they were first taken)."""
+    """Done jobs in all, from the table statistics (None before they counted any)."""
     n = int(conn.execute(D["job_done_estimate"]).scalar_one())
-    return n if n >= 0 else None
+    return n if n > 0 else None
 
 
 def overview(conn: Connection, tenant_id: UUID | None, *, minutes: int = 60) -> Overview:
@@ -100,6 +100,9 @@ def overview(conn: Connection, tenant_id: UUID | None, *, minutes: int = 60) -> 
         **scope, "since": this_minute - timedelta(hours=24), "statuses": list(EMAIL_STATUSES),
     }).all()
     done_estimate = job_done_estimate(conn) if tenant_id is None else None
+    if done_estimate is not None:
+        # The statistics lag: never claim fewer in all than the last hour's exact count.
+        done_estimate = max(done_estimate, sum(d for _, d, _ in series))
     return Overview(counts, pending.due, pending.oldest_age_secs, series, outbox.backlog,
                     outbox.lag_secs, outbox.dead, dict(emails), done_estimate)
 

@@ -83,12 +83,11 @@ def queue_status(conn: Connection, *, tenant_id: UUID | str | None = None) -> Qu
     by_kind: dict[str, dict[str, int]] = {}
     by_tenant: dict[UUID, dict[str, int]] = {}
     for row in conn.execute(A["job_status_counts"], params):
-        if row.kind_rolled_up and row.tenant_rolled_up:
-            by_status[row.status] = row.n
-        elif not row.kind_rolled_up:
-            by_kind.setdefault(row.kind, {})[row.status] = row.n
-        else:
-            by_tenant.setdefault(row.tenant_id, {})[row.status] = row.n
+        by_status[row.status] += row.n
+        kind = by_kind.setdefault(row.kind, {})
+        kind[row.status] = kind.get(row.status, 0) + row.n
+        tenant = by_tenant.setdefault(row.tenant_id, {})
+        tenant[row.status] = tenant.get(row.status, 0) + row.n
     due = conn.execute(A["job_pending_due"], params).one()
     return QueueStatus(by_status, by_kind, by_tenant, due.due, due.oldest_age_secs)
 

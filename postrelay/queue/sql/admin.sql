@@ -7,17 +7,15 @@
 -- there is no window in which a job changed without its audit row, or the reverse.
 
 -- name: job_status_counts
--- One scan for all three breakdowns. GROUPING() tells the sets apart: 0 means the column
--- is part of the row's grouping, 1 that it was rolled up.
-SELECT GROUPING(job_kind) AS kind_rolled_up,
-       GROUPING(tenant_id) AS tenant_rolled_up,
-       job_kind::text AS kind,
-       tenant_id,
-       status::text AS status,
-       count(*) AS n
+-- Every job by (tenant, kind, status), exact; queue_status sums the three breakdowns in
+-- Python. Grouping by all three columns of ix_job_tenant_kind in its own order lets
+-- PostgreSQL count from an index-only scan with a streaming aggregate: GROUPING SETS hashed
+-- every row three times instead, 3.5 times slower beside a million done jobs (370 ms
+-- against 105). It still reads every job: `postrelay status` and /metrics are exact.
+SELECT tenant_id, job_kind::text AS kind, status::text AS status, count(*) AS n
 FROM mdm.aa_job
 WHERE CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid)
-GROUP BY GROUPING SETS ((status), (job_kind, status), (tenant_id, status));
+GROUP BY tenant_id, job_kind, status;
 
 -- name: job_pending_due
 -- Pending jobs that are already due: the backlog workers have not caught up with yet.

@@ -71,9 +71,15 @@ def email_suppression_delete(conn: Connection, *, tenant_id: str, address: str) 
 
 
 def email_log_list(conn: Connection, **filters: Any) -> list[dict[str, Any]]:
-    narrowed = any(filters[f] is not None
-                   for f in ("tenant_id", "status", "recipient", "event_id", "job_id"))
-    statement = Q["email_log_list" if narrowed else "email_log_list_recent"]
+    narrowed = any(filters[f] is not None for f in ("recipient", "event_id", "job_id"))
+    if narrowed:
+        statement = Q["email_log_list"]
+    elif filters["status"] is not None:
+        statement = Q["email_log_list_status"]
+    elif filters["tenant_id"] is not None:
+        statement = Q["email_log_list"]
+    else:
+        statement = Q["email_log_list_recent"]
     return [dict(r) for r in conn.execute(statement, filters).mappings()]
 
 

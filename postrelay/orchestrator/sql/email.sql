@@ -147,6 +147,46 @@ WHERE (CAST(:tenant_id AS uuid) IS NULL OR l.tenant_id = CAST(:tenant_id AS uuid
 ORDER BY l.created_at DESC, l.id DESC
 LIMIT :limit OFFSET :offset;
 
+-- name: email_log_list_status
+-- The log in one status, newest first, when no recipient, event or job narrows it further.
+-- A status matches the SMTP outcome or what feedback said later, and `status = x OR
+-- delivery = x` made PostgreSQL fetch every such row from the heap and sort them (about a
+-- second for the 1 % bounced of 10 million rows). Two backward ranges instead, one of
+-- ix_email_log_status_time and one of ix_email_log_delivery_time, each stopping after a
+-- page, merged; a row in both (sent, then bounced late) comes from the first only.
+SELECT l.*
+FROM (
+    (SELECT l.id, l.tenant_id, l.job_id, l.event_id, l.template, l.template_version,
+           l.category, l.from_address, l.recipients, l.to_addresses, l.cc_addresses,
+           l.bcc_addresses, l.subject, l.message_id, l.status, l.smtp_code, l.smtp_enhanced,
+           l.smtp_response, l.queue_id, l.error, l.attempt, l.created_at, l.finished_at,
+           l.delivery, l.delivery_at
+    FROM mdm.aa_email_log l
+    WHERE l.status = CAST(:status AS text)
+      AND (CAST(:tenant_id AS uuid) IS NULL OR l.tenant_id = CAST(:tenant_id AS uuid))
+      AND (CAST(:template AS text) IS NULL OR l.template = CAST(:template AS text))
+      AND (CAST(:since AS timestamptz) IS NULL OR l.created_at >= CAST(:since AS timestamptz))
+      AND (CAST(:until AS timestamptz) IS NULL OR l.created_at < CAST(:until AS timestamptz))
+    ORDER BY l.created_at DESC, l.id DESC
+    LIMIT :limit + :offset)
+    UNION ALL
+    (SELECT l.id, l.tenant_id, l.job_id, l.event_id, l.template, l.template_version,
+           l.category, l.from_address, l.recipients, l.to_addresses, l.cc_addresses,
+           l.bcc_addresses, l.subject, l.message_id, l.status, l.smtp_code, l.smtp_enhanced,
+           l.smtp_response, l.queue_id, l.error, l.attempt, l.created_at, l.finished_at,
+           l.delivery, l.delivery_at
+    FROM mdm.aa_email_log l
+    WHERE l.delivery = CAST(:status AS text) AND l.status <> CAST(:status AS text)
+      AND (CAST(:tenant_id AS uuid) IS NULL OR l.tenant_id = CAST(:tenant_id AS uuid))
+      AND (CAST(:template AS text) IS NULL OR l.template = CAST(:template AS text))
+      AND (CAST(:since AS timestamptz) IS NULL OR l.created_at >= CAST(:since AS timestamptz))
+      AND (CAST(:until AS timestamptz) IS NULL OR l.created_at < CAST(:until AS timestamptz))
+    ORDER BY l.created_at DESC, l.id DESC
+    LIMIT :limit + :offset)
+) l
+ORDER BY l.created_at DESC, l.id DESC
+LIMIT :limit OFFSET :offset;
+
 -- name: email_log_list_recent
 -- The same without any of those filters: no index orders the whole log by time, so the
 -- newest rows are merged from each tenant's range of ix_email_log_tenant_time (one short

@@ -20,6 +20,7 @@ from uuid import UUID
 import psycopg
 from sqlalchemy import Engine, create_engine, make_url, text
 
+from bench.cpu import CpuMeter
 from postrelay.core.db import libpq_url, open_database
 from postrelay.core.migrate import upgrade
 from postrelay.core.settings import load_settings
@@ -49,6 +50,11 @@ class BenchDatabase:
 
     def connect(self, **kwargs: Any) -> psycopg.Connection[Any]:
         return psycopg.connect(self.libpq, **kwargs)
+
+    def cpu_meter(self, processes: dict[str, int]) -> CpuMeter:
+        """A CpuMeter of these processes and of this database's server alone."""
+        with self.connect() as conn:
+            return CpuMeter(processes, server_backend=conn.info.backend_pid)
 
 
 @contextmanager

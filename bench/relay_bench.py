@@ -26,7 +26,6 @@ import time
 
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from bench.cpu import CpuMeter
 from bench.harness import BenchDatabase, Row, bench_database, met, print_table, rate, ratio
 from postrelay.relay import (
     EventSpec,
@@ -132,7 +131,7 @@ async def relay_throughput(bench: BenchDatabase, n: int, batch: int, concurrency
     await open_pool(engine, concurrency)
     relay = Relay(engine, routes(),
                   RelayConfig(batch_size=batch, listen=False, concurrency=concurrency))
-    meter = CpuMeter({"relay": os.getpid()})
+    meter = bench.cpu_meter({"relay": os.getpid()})
     with bench.connect(autocommit=True) as watch:
         meter.start()
         started = time.perf_counter()
@@ -159,7 +158,7 @@ async def open_pool(engine: AsyncEngine, connections: int) -> None:
 def baseline_throughput(bench: BenchDatabase, n: int, batch: int,
                         cpu: dict[str, float] | None = None) -> float:
     fill(bench, n)
-    meter = CpuMeter({"client": os.getpid()})
+    meter = bench.cpu_meter({"client": os.getpid()})
     with bench.connect() as conn:  # connected before the clock starts, as the relay is
         meter.start()
         started = time.perf_counter()

@@ -1,12 +1,15 @@
 """The email tables as SQLAlchemy metadata (created by migration 0007).
 
 `aa_email_log` is the long-term record of every message attempt: one row per attempt,
-written `sending` before the message is handed to the SMTP server and updated with the
-outcome in the same transaction that completes the job. `job_id` is a foreign key with
-ON DELETE SET NULL, so job retention keeps the log. `event_id` has no foreign key (outbox
-retention deletes handled events), but joins the log to `aa_outbox_event` while the event
-is kept. `aa_email_suppression` is the per-tenant list of addresses not to send to: those
-that do not exist (category ''), and those that unsubscribed from one category.
+inserted with its outcome in the same transaction that completes the job. Before the
+message is handed to the SMTP server, the attempt commits a narrow mark in
+`aa_email_sending` (migration 0017), deleted in that same transaction: a mark that outlives
+its attempt says the worker died while the message may have gone out, and becomes an
+`unknown` log row. The log has no foreign keys (each would lock a tenant's or a job's row
+per message written): `job_id` and `event_id` join it to jobs and events while those are
+kept, and the log outlives both. `aa_email_suppression` is the per-tenant list of addresses
+not to send to: those that do not exist (category ''), and those that unsubscribed from one
+category.
 `aa_email_feedback` (migration 0012) keeps what arrived after the SMTP handoff: bounces,
 complaints, delivery reports and unsubscribes, matched to the log row or kept unmatched.
 """
@@ -29,7 +32,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from postrelay.core.db import TIMESTAMPTZ, metadata
 
 EMAIL_STATUSES = (
-    "sending",  # committed before DATA; left behind only by a crash
+    "sending",  # before 0017: committed before DATA (now a mark in aa_email_sending)
     "sent",  # the server accepted the message for every recipient
     "partial",  # accepted for some recipients, refused for others (see recipient_results)
     "deferred",  # a transient failure (4xx, connection lost, timeout): the job retries
@@ -61,9 +64,8 @@ email_log = Table(
     metadata,
     Column("id", UUID(as_uuid=True), primary_key=True,
            server_default=text("mdm.uuid_v7()")),  # time-ordered: core/ids.py
-    Column("tenant_id", UUID(as_uuid=True), ForeignKey("mdm.aa_tenant.id", ondelete="CASCADE"),
-           nullable=False),
-    Column("job_id", UUID(as_uuid=True), ForeignKey("mdm.aa_job.id", ondelete="SET NULL")),
+    Column("tenant_id", UUID(as_uuid=True), nullable=False),
+    Column("job_id", UUID(as_uuid=True)),
     Column("event_id", UUID(as_uuid=True)),
     Column("template", Text, nullable=False),
     Column("template_version", Text),  # a hash of the template's files as rendered
@@ -103,9 +105,24 @@ email_log = Table(
     Index("ix_email_log_status_time", "status", "created_at"),
     Index("ix_email_log_job", "job_id"),
     Index("ix_email_log_event", "event_id"),
-    Index("ix_email_log_message_id", "message_id"),
+    # A Message-ID is `<job id@domain>` (message.py): ix_email_log_job finds it.
     Index("ix_email_log_queue_id", "queue_id"),
-    Index("ix_email_log_delivery_time", "delivery", "created_at"),
+    Index("ix_email_log_delivery_time", "delivery", "created_at",
+          postgresql_where=text("delivery IS NOT NULL")),
+)
+
+# The attempts whose message may be on its way: a mark committed before DATA and deleted
+# with the attempt's log row. `row` is the log row as it would read `sending`.
+email_sending = Table(
+    "aa_email_sending",
+    metadata,
+    Column("job_id", UUID(as_uuid=True), nullable=False),
+    Column("id", UUID(as_uuid=True), nullable=False),  # the attempt's log row id
+    Column("tenant_id", UUID(as_uuid=True), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("created_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+    Column("row", JSONB, nullable=False),
+    PrimaryKeyConstraint("job_id", "id", name="aa_email_sending_pkey"),
 )
 
 email_suppression = Table(

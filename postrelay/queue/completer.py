@@ -18,6 +18,7 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from postrelay.core.heldconn import HeldConnection
@@ -27,9 +28,19 @@ from postrelay.queue.effects import write_effects
 from postrelay.queue.model import Job
 from postrelay.queue.outcome import Transition
 
+# The outcomes and their effects commit without waiting for the WAL flush. Should the server
+# crash before it, the transaction is lost whole: the job is rescued and runs again, as
+# after any crash mid-job (delivery is at least once), and what the effects recorded is
+# learnt again by that run. An email's sending mark, committed durably before DATA, is what
+# tells the next attempt that its message may have left. The next durable commit of any
+# connection flushes these with it.
+_NO_FLUSH = text("SELECT set_config('synchronous_commit', 'off', true)")
 RETRY_BASE_SECS = 0.05
 MAX_BATCH = 1000  # outcomes per statement: bounded work per write
 RETRY_MAX_SECS = 2.0
+# Under load, a write waits this long for more outcomes: the statements' work per write is
+# mostly fixed, so fuller batches cost less per job. When idle, an outcome is written at once.
+LINGER_SECS = 0.002
 
 
 class Completer:
@@ -76,10 +87,14 @@ class Completer:
 
     async def _loop(self) -> None:
         delay = RETRY_BASE_SECS
+        busy = False  # the last write carried more than one outcome
         while True:
             await self._ready.wait()
+            if busy:  # let the outcomes about to arrive join this write
+                await asyncio.sleep(LINGER_SECS)
             self._ready.clear()
             batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+            busy = len(batch) > 1
             self._writing = batch
             try:
                 await self._write(batch)
@@ -107,6 +122,7 @@ class Completer:
         effects = [effect for _, t in batch for effect in t.effects]
         if effects:
             async with self.tx_engine.begin() as conn:
+                await conn.execute(_NO_FLUSH)
                 await write_effects(conn, effects)
                 written = await self._finalize(conn, batch)
         else:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import NoResultFound
 
 from postrelay.orchestrator import email_route
 from postrelay.queue.admin import dlq_retry
@@ -114,15 +115,17 @@ def test_a_route_needs_a_template_and_recipients():
         route.requests(event)
 
 
-async def test_retention_keeps_the_log_with_its_job_id_cleared(rig, tenant):
+async def test_job_retention_keeps_the_log_and_the_job_id_it_names(rig, tenant):
     job_id = rig.enqueue(tenant)
     await rig.start()
     await rig.settle(job_id)
     deleted = await delete_done_before(rig.async_engine, datetime.now(UTC) + timedelta(days=1))
     assert deleted >= 1
-    [row] = rig.log()
-    assert row["job_id"] is None and row["status"] == "sent"
-    assert row["message_id"] == f"<{job_id}@mail.acme.example>"  # still says which job
+    with pytest.raises(NoResultFound):
+        rig.job(job_id)
+    [row] = rig.log()  # the log outlives the job, and still says which job it was
+    assert row["job_id"] == job_id and row["status"] == "sent"
+    assert row["message_id"] == f"<{job_id}@mail.acme.example>"
 
 
 async def test_a_fixed_template_and_a_dlq_retry_send_the_fixed_mail(rig, tenant, sink,

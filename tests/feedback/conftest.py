@@ -19,7 +19,8 @@ def insert_log(conn: Connection, *, tenant_id: uuid.UUID, recipients: tuple[str,
                queue_id: str | None = None, category: str | None = None,
                message_id: str | None = None, attempt: int = 1) -> dict[str, Any]:
     log_id = uuid.uuid4()
-    message_id = message_id or f"<{job_id or uuid.uuid4()}@mail.acme.example>"
+    job_id = job_id or uuid.uuid4()  # every attempt is some job's; the log keeps its id
+    message_id = message_id or f"<{job_id}@mail.acme.example>"
     conn.execute(text(
         "INSERT INTO mdm.aa_email_log (id, tenant_id, job_id, template, category, "
         "from_address, recipients, to_addresses, subject, message_id, status, queue_id, "

@@ -3,6 +3,8 @@ holds it, feedback proves the message left, and nothing is sent again."""
 
 from __future__ import annotations
 
+import json
+
 from sqlalchemy import text
 
 from postrelay.orchestrator.feedback import Feedback, record_feedback
@@ -17,10 +19,12 @@ async def test_feedback_for_a_held_message_completes_its_job_without_sending_it_
     message_id = message_id_for(job_id, "mail.acme.example")
     with engine.begin() as conn:  # a worker died after handing the message over
         conn.execute(text(
-            "INSERT INTO mdm.aa_email_log (tenant_id, job_id, template, from_address, "
-            "recipients, to_addresses, message_id, status, attempt) VALUES (:t, :j, "
-            "'invoice', 'noreply@acme.example', ARRAY[:a], ARRAY[:a], :m, 'sending', 1)"),
-            {"t": tenant, "j": job_id, "a": ADDRESS, "m": message_id})
+            "INSERT INTO mdm.aa_email_sending (job_id, id, tenant_id, attempt, row) "
+            "VALUES (:j, gen_random_uuid(), :t, 1, CAST(:row AS jsonb))"),
+            {"t": tenant, "j": job_id, "row": json.dumps({
+                "tenant_id": str(tenant), "job_id": str(job_id), "template": "invoice",
+                "from_address": "noreply@acme.example", "recipients": [ADDRESS],
+                "to_addresses": [ADDRESS], "message_id": message_id, "attempt": 1})})
     await rig.start()
     await rig.settle(job_id)
     assert rig.job(job_id)["status"] == "dlq"

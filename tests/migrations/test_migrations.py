@@ -419,3 +419,40 @@ def test_0010_scopes_cron_names_per_tenant_and_removes_entries_that_break_the_ru
     upgrade(empty_url)
     with empty_engine.connect() as conn:
         assert schema_diff(conn) == []
+
+
+def test_0017_moves_sending_rows_to_marks_and_back(empty_url: str, empty_engine: Engine) -> None:
+    """A `sending` row of a live job becomes a sending mark the next attempt will find; one
+    whose job is gone becomes `unknown` at once; every other row stays as it was."""
+    upgrade(empty_url, "0013")
+    log = text("INSERT INTO mdm.aa_email_log (tenant_id, job_id, template, from_address, "
+               "recipients, to_addresses, message_id, status, attempt) VALUES (:t, :j, "
+               "'welcome', 'noreply@acme.example', ARRAY[:a], ARRAY[:a], :m, :s, 1) "
+               "RETURNING id")
+    with empty_engine.begin() as conn:
+        tenant = conn.execute(text("INSERT INTO mdm.aa_tenant (name) VALUES ('acme') "
+                                   "RETURNING id")).scalar_one()
+        jobs = [conn.execute(text("INSERT INTO mdm.aa_job (tenant_id, job_kind, payload) "
+                                  "VALUES (:t, 'email_send', '{}') RETURNING id"),
+                             {"t": tenant}).scalar_one() for _ in range(3)]
+        in_flight, sent, orphan = (
+            conn.execute(log, {"t": tenant, "j": job, "a": f"{n}@example.com",
+                               "m": f"<{job}@acme.example>", "s": status}).scalar_one()
+            for n, (job, status) in enumerate(
+                zip(jobs, ("sending", "sent", "sending"), strict=True)))
+        conn.execute(text("UPDATE mdm.aa_email_log SET job_id = NULL WHERE id = :id"),
+                     {"id": orphan})
+    upgrade(empty_url, "0017")
+    with empty_engine.connect() as conn:
+        statuses = dict(conn.execute(text("SELECT id, status FROM mdm.aa_email_log")).all())
+        marks = conn.execute(text("SELECT id, job_id, row->>'message_id' "
+                                  "FROM mdm.aa_email_sending")).all()
+    assert statuses == {sent: "sent", orphan: "unknown"}
+    assert marks == [(in_flight, jobs[0], f"<{jobs[0]}@acme.example>")]
+    downgrade(empty_url, "0013")
+    with empty_engine.connect() as conn:
+        statuses = dict(conn.execute(text("SELECT id, status FROM mdm.aa_email_log")).all())
+    assert statuses == {in_flight: "sending", sent: "sent", orphan: "unknown"}
+    upgrade(empty_url)
+    with empty_engine.connect() as conn:
+        assert schema_diff(conn) == []

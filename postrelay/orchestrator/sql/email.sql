@@ -2,64 +2,63 @@
 
 -- name: email_send_begin_many
 -- The one round trip before messages go out, for the attempts of several jobs at once (the
--- worker gathers the attempts that reach this point together). For each job it turns a
--- `sending` row left by an earlier attempt into `unknown` (its worker died between handing
--- the message over and recording the reply), reads the statuses of the job's other rows
+-- worker gathers the attempts that reach this point together). For each job it logs as
+-- `unknown` any sending mark an earlier attempt left (its worker died between handing the
+-- message over and recording the reply), reads the statuses of the job's logged attempts
 -- and which recipients the tenant has suppressed, and — only when the message is to go
--- out — inserts this attempt's `sending` row. It goes out when no earlier attempt was
+-- out — commits this attempt's sending mark. It goes out when no earlier attempt was
 -- accepted, when an unknown outcome is to be resent (`resend_unknown`), and when a
 -- recipient is left. Committed (autocommit) before DATA: if this worker dies before the
--- reply is recorded, the row is what tells the next attempt that a copy may have been
--- delivered. The rows come as one JSON document: binding is the costly part here.
--- A job is held by one worker at a time, so a `sending` row of its own is an earlier
--- attempt's.
-WITH r AS (
-    SELECT * FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(
-        id uuid, tenant_id uuid, job_id uuid, event_id uuid, template text,
-        template_version text, category text, from_address text, recipients text[],
-        to_addresses text[], cc_addresses text[], bcc_addresses text[], subject text,
-        message_id text, attempt integer, resend_unknown boolean)
-), found AS MATERIALIZED (
-    -- Each job's earlier rows through the job index, their ids and statuses in step. A
-    -- search by status = 'sending' would walk the index entries of every row that was
-    -- ever `sending` and is `sent` now, until VACUUM removes them: work that grew with
-    -- the log on every call.
-    SELECT r.*, COALESCE(e.row_ids, '{}') AS row_ids, COALESCE(e.statuses, '{}') AS statuses,
+-- reply is recorded, the mark is what tells the next attempt that a copy may have been
+-- delivered. A mark is one narrow row under one index; the attempt's log row, with its
+-- indexes, is written once, with the outcome (email_log_upsert_many). The rows come as
+-- one JSON document: binding is the costly part here. A job is held by one worker at a
+-- time, so a mark of its own is an earlier attempt's.
+WITH doc AS (
+    SELECT e.value AS row, e.value->>'job_id' AS job_key
+    FROM jsonb_array_elements(CAST(:rows AS jsonb)) AS e
+), r AS (
+    SELECT d.row - 'resend_unknown' AS row, CAST(d.job_key AS uuid) AS job_id,
+           CAST(d.row->>'id' AS uuid) AS id, CAST(d.row->>'tenant_id' AS uuid) AS tenant_id,
+           CAST(d.row->>'attempt' AS integer) AS attempt, d.row->>'category' AS category,
+           ARRAY(SELECT jsonb_array_elements_text(d.row->'recipients')) AS recipients,
+           CAST(d.row->>'resend_unknown' AS boolean) AS resend_unknown
+    FROM doc d
+), lost AS (
+    -- By the primary key, job by job: marks come and go with every message, so between
+    -- two vacuums most of the table is dead rows that a scan would read.
+    DELETE FROM mdm.aa_email_sending s
+    WHERE s.job_id = ANY(ARRAY(SELECT r.job_id FROM r))
+    RETURNING s.*
+), unknown AS (
+    -- ON CONFLICT: the lost attempt's outcome may have been written after all (its worker
+    -- was slow, not dead); that row says more than `unknown`.
+    INSERT INTO mdm.aa_email_log
+    SELECT (jsonb_populate_record(NULL::mdm.aa_email_log, lost.row || jsonb_build_object(
+        'id', lost.id, 'job_id', lost.job_id, 'tenant_id', lost.tenant_id,
+        'attempt', lost.attempt, 'created_at', lost.created_at,
+        'status', 'unknown', 'finished_at', now(),
+        'error', 'the worker sending this attempt was lost before it recorded the reply'))).*
+    FROM lost
+    ON CONFLICT (id) DO NOTHING
+), looked AS (
+    SELECT r.*,
+           (SELECT count(*) FROM lost WHERE lost.job_id = r.job_id) AS unknown_now,
+           ARRAY(SELECT l.status FROM mdm.aa_email_log l WHERE l.job_id = r.job_id) AS earlier,
            ARRAY(SELECT s.address FROM mdm.aa_email_suppression s
                  WHERE s.tenant_id = r.tenant_id
                    AND s.address = ANY(r.recipients)
                    AND s.category IN ('', COALESCE(r.category, ''))) AS suppressed
-    FROM r CROSS JOIN LATERAL (
-        SELECT array_agg(l.id) AS row_ids, array_agg(l.status) AS statuses
-        FROM mdm.aa_email_log l
-        WHERE l.job_id = r.job_id
-    ) e
-), stale AS (
-    UPDATE mdm.aa_email_log l
-    SET status = 'unknown', finished_at = now(),
-        error = 'the worker sending this attempt was lost before it recorded the reply'
-    WHERE l.id = ANY(ARRAY(
-        SELECT u.id FROM found f, unnest(f.row_ids, f.statuses) AS u(id, status)
-        WHERE u.status = 'sending'))
-), looked AS (
-    SELECT f.*,
-           cardinality(array_positions(f.statuses, 'sending')) AS unknown_now,
-           array_remove(f.statuses, 'sending') AS earlier
-    FROM found f
+    FROM r
 ), decided AS (
     SELECT looked.*,
            NOT (earlier && ARRAY['sent', 'partial'])
            AND (unknown_now = 0 OR resend_unknown)
            AND cardinality(suppressed) < cardinality(recipients) AS send
     FROM looked
-), sending AS (
-    INSERT INTO mdm.aa_email_log (id, tenant_id, job_id, event_id, template,
-                                  template_version, category, from_address, recipients,
-                                  to_addresses, cc_addresses, bcc_addresses, subject,
-                                  message_id, status, attempt)
-    SELECT d.id, d.tenant_id, d.job_id, d.event_id, d.template, d.template_version,
-           d.category, d.from_address, d.recipients, d.to_addresses, d.cc_addresses,
-           d.bcc_addresses, d.subject, d.message_id, 'sending', d.attempt
+), marked AS (
+    INSERT INTO mdm.aa_email_sending (job_id, id, tenant_id, attempt, row)
+    SELECT d.job_id, d.id, d.tenant_id, d.attempt, d.row
     FROM decided d WHERE d.send
 )
 SELECT d.job_id, d.unknown_now, d.earlier, d.suppressed, d.send AS sending
@@ -74,9 +73,23 @@ SELECT ARRAY(SELECT status FROM mdm.aa_email_log WHERE job_id = :job_id) AS earl
 SELECT name FROM mdm.aa_tenant WHERE id = :tenant_id;
 
 -- name: email_log_upsert_many
--- The outcomes of a batch of attempts, written with the jobs' completion (queue effects).
--- An attempt that reached the server updates its `sending` row; one that failed before it
--- (bad address, template error, suppressed) is inserted whole.
+-- The outcomes of a batch of attempts, written with the jobs' completion (queue effects):
+-- each attempt's one log row, and the sending mark of those that reached the server goes.
+-- A row is there already only when a later attempt logged this one `unknown` (its worker
+-- was slow, not dead): the outcome replaces it.
+WITH r AS (
+    SELECT * FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(
+        id uuid, tenant_id uuid, job_id uuid, event_id uuid, template text,
+        template_version text, category text, from_address text, recipients text[],
+        to_addresses text[], cc_addresses text[], bcc_addresses text[], subject text,
+        message_id text, status text, smtp_code integer, smtp_enhanced text,
+        smtp_response text, queue_id text, recipient_results jsonb, error text,
+        attempt integer)
+), marks AS (
+    DELETE FROM mdm.aa_email_sending s
+    WHERE s.job_id = ANY(ARRAY(SELECT r.job_id FROM r))
+      AND s.id = ANY(ARRAY(SELECT r.id FROM r))
+)
 INSERT INTO mdm.aa_email_log AS l (
     id, tenant_id, job_id, event_id, template, template_version, category, from_address,
     recipients, to_addresses, cc_addresses, bcc_addresses, subject, message_id, status,
@@ -86,12 +99,7 @@ SELECT r.id, r.tenant_id, r.job_id, r.event_id, r.template, r.template_version, 
        r.from_address, r.recipients, r.to_addresses, r.cc_addresses, r.bcc_addresses,
        r.subject, r.message_id, r.status, r.smtp_code, r.smtp_enhanced, r.smtp_response,
        r.queue_id, r.recipient_results, r.error, r.attempt, now()
-FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(
-    id uuid, tenant_id uuid, job_id uuid, event_id uuid, template text,
-    template_version text, category text, from_address text, recipients text[],
-    to_addresses text[], cc_addresses text[], bcc_addresses text[], subject text,
-    message_id text, status text, smtp_code integer, smtp_enhanced text, smtp_response text,
-    queue_id text, recipient_results jsonb, error text, attempt integer)
+FROM r
 ON CONFLICT (id) DO UPDATE
 SET status = EXCLUDED.status,
     smtp_code = EXCLUDED.smtp_code,
@@ -211,7 +219,7 @@ LIMIT :limit OFFSET :offset;
 
 -- name: email_story
 -- One message's whole story in one statement: the log row, every attempt's row for the
--- same message (its Message-ID is the job's), the job with its audit trail, the outbox
+-- same message (the job's attempts: its Message-ID is the job's), the job with its audit trail, the outbox
 -- event it came from, and the feedback that arrived about it. A tenant sees only its own
 -- rows; and whoever asks, every table joined is held to the log row's tenant: the event id
 -- is copied from the job's payload, so it is only as good as the code that wrote the
@@ -225,7 +233,8 @@ WITH target AS (
 SELECT to_jsonb(t) AS log,
        (SELECT COALESCE(jsonb_agg(to_jsonb(a) ORDER BY a.attempt, a.created_at), '[]')
         FROM mdm.aa_email_log a
-        WHERE a.message_id = t.message_id AND a.tenant_id = t.tenant_id) AS attempts,
+        WHERE (a.job_id = t.job_id AND a.message_id = t.message_id OR a.id = t.id)
+          AND a.tenant_id = t.tenant_id) AS attempts,
        (SELECT jsonb_build_object(
                    'id', j.id, 'kind', j.job_kind, 'status', j.status,
                    'attempts', j.attempts, 'max_attempts', j.max_attempts,
@@ -252,7 +261,8 @@ SELECT to_jsonb(t) AS log,
                    'received_at', f.received_at) ORDER BY f.received_at, f.id), '[]')
         FROM mdm.aa_email_feedback f
         JOIN mdm.aa_email_log a ON a.id = f.email_log_id
-        WHERE a.message_id = t.message_id AND a.tenant_id = t.tenant_id) AS feedback
+        WHERE (a.job_id = t.job_id AND a.message_id = t.message_id OR a.id = t.id)
+          AND a.tenant_id = t.tenant_id) AS feedback
 FROM target t;
 
 -- name: email_log_delete_before

@@ -12,9 +12,12 @@ WITH candidates AS (
     FROM mdm.aa_email_log l
     WHERE l.id = CAST(:log_id AS uuid)
     UNION ALL
+    -- A Message-ID postrelay made is `<job id@domain>`: the job index finds its rows.
     (SELECT l.id, 'message_id', 2, l.created_at
      FROM mdm.aa_email_log l
-     WHERE CAST(:message_id AS text) IS NOT NULL AND l.message_id = CAST(:message_id AS text)
+     WHERE l.job_id = CAST(substring(CAST(:message_id AS text)
+                                     FROM '^<([0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12})@') AS uuid)
+       AND l.message_id = CAST(:message_id AS text)
      ORDER BY l.status IN ('sent', 'partial', 'unknown', 'sending') DESC, l.created_at DESC
      LIMIT 1)
     UNION ALL

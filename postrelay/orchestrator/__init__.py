@@ -17,8 +17,24 @@ from postrelay.orchestrator.feedback import Feedback, Recorded, SuppressionPolic
 from postrelay.orchestrator.feedback.admin import feedback_list
 from postrelay.orchestrator.feedback.inbound import InboundConfig, InboundServer
 from postrelay.orchestrator.feedback.ingest import ingest, messages
+from postrelay.orchestrator.feedback.postmark import postmark_reports
+from postrelay.orchestrator.feedback.providers import ProviderWebhooks
+from postrelay.orchestrator.feedback.sendgrid import (
+    SIGNATURE_HEADER as SENDGRID_SIGNATURE_HEADER,
+)
+from postrelay.orchestrator.feedback.sendgrid import (
+    TIMESTAMP_HEADER as SENDGRID_TIMESTAMP_HEADER,
+)
+from postrelay.orchestrator.feedback.sendgrid import sendgrid_reports
+from postrelay.orchestrator.feedback.ses import ses_reports
 from postrelay.orchestrator.feedback.unsubscribe import UnsubscribeLinks, UnsubscribeTokenError
 from postrelay.orchestrator.feedback.verp import ReturnPath
+from postrelay.orchestrator.feedback.webhook import (
+    WebhookAuthError,
+    WebhookUnavailableError,
+    record_batch,
+    summary,
+)
 from postrelay.orchestrator.handler import email_registry
 from postrelay.orchestrator.job import EMAIL_KIND, EmailJob, enqueue_email
 from postrelay.orchestrator.message import build_message, message_id_domain, message_id_for
@@ -46,14 +62,22 @@ __all__ = [
     "message_id_for",
     "messages",
     "parse_address",
+    "postmark_reports",
+    "record_batch",
     "record_feedback",
     "reply",
+    "sendgrid_reports",
+    "ses_reports",
     "suppression_list",
     "suppression_remove",
+    "summary",
+    "SENDGRID_SIGNATURE_HEADER",
+    "SENDGRID_TIMESTAMP_HEADER",
     "EmailJob",
     "Feedback",
     "InboundConfig",
     "InboundServer",
+    "ProviderWebhooks",
     "Recorded",
     "Rendered",
     "ReturnPath",
@@ -66,4 +90,6 @@ __all__ = [
     "Templates",
     "UnsubscribeLinks",
     "UnsubscribeTokenError",
+    "WebhookAuthError",
+    "WebhookUnavailableError",
 ]

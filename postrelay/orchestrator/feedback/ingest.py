@@ -17,7 +17,7 @@ from sqlalchemy import Engine
 from postrelay.core.errors import ValidationError
 from postrelay.orchestrator.feedback.model import Recorded, SuppressionPolicy
 from postrelay.orchestrator.feedback.parse import parse_mail
-from postrelay.orchestrator.feedback.record import record_feedback
+from postrelay.orchestrator.feedback.record import record_many
 from postrelay.orchestrator.feedback.verp import ReturnPath
 
 
@@ -64,4 +64,4 @@ def ingest(engine: Engine, raw: bytes, *, envelope_to: Sequence[str] = (),
     reports = parse_mail(raw, envelope_to=envelope_to, return_path=return_path,
                          max_bytes=max_bytes)
     with engine.begin() as conn:
-        return [record_feedback(conn, report, policy) for report in reports]
+        return record_many(conn, reports, policy)

@@ -17,7 +17,7 @@ from sqlalchemy import Engine
 
 from postrelay.core.errors import PostrelayError, ValidationError
 from postrelay.orchestrator.feedback.model import Feedback, Recorded, SuppressionPolicy
-from postrelay.orchestrator.feedback.record import record_feedback
+from postrelay.orchestrator.feedback.record import record_many
 
 ENHANCED = re.compile(r"\b([245]\.\d{1,3}\.\d{1,3})\b")
 _FRACTION = re.compile(r"(\.\d{6})\d+")
@@ -39,7 +39,7 @@ def record_batch(engine: Engine, reports: Sequence[Feedback],
     """Record every report of one webhook delivery in one transaction: all or nothing, and
     one commit for a batch of a hundred events rather than a hundred."""
     with engine.begin() as conn:
-        return [record_feedback(conn, report, policy) for report in reports]
+        return record_many(conn, reports, policy)
 
 
 def summary(done: Sequence[Recorded], ignored: int = 0) -> dict[str, int]:

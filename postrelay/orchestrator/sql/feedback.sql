@@ -1,36 +1,46 @@
 -- Statements of delivery feedback: aa_email_feedback, and its effects on aa_email_log,
 -- aa_email_suppression and a held email_send job.
 
--- name: email_feedback_match
--- The log row a piece of feedback is about, by the strongest key it carries: the VERP
+-- name: email_feedback_match_many
+-- The log row each piece of feedback of a batch is about (one row per report, in the
+-- order given; NULLs where nothing matched), by the strongest key it carries: the VERP
 -- token's log row (verified before it gets here), the Message-ID postrelay generated (the
 -- same on every attempt of a job: the attempt that went out is preferred, the latest of
 -- them), or the relay's queue id from its 250 reply (not unique across relays and time:
--- the latest row with that id sent to the recipient).
-WITH candidates AS (
-    SELECT l.id, 'verp' AS matched_by, 1 AS rank, l.created_at
-    FROM mdm.aa_email_log l
-    WHERE l.id = CAST(:log_id AS uuid)
-    UNION ALL
-    (SELECT l.id, 'message_id', 2, l.created_at
-     FROM mdm.aa_email_log l
-     WHERE CAST(:message_id AS text) IS NOT NULL AND l.message_id = CAST(:message_id AS text)
-     ORDER BY l.status IN ('sent', 'partial', 'unknown', 'sending') DESC, l.created_at DESC
-     LIMIT 1)
-    UNION ALL
-    (SELECT l.id, 'queue_id', 3, l.created_at
-     FROM mdm.aa_email_log l
-     WHERE CAST(:queue_id AS text) IS NOT NULL AND l.queue_id = CAST(:queue_id AS text)
-       AND (CAST(:recipient AS text) IS NULL OR l.recipients @> ARRAY[CAST(:recipient AS text)])
-     ORDER BY l.created_at DESC
-     LIMIT 1)
-)
-SELECT l.id, l.tenant_id, l.job_id, l.status, l.recipients, l.category, l.template,
-       l.message_id, c.matched_by
-FROM candidates c
-JOIN mdm.aa_email_log l ON l.id = c.id
-ORDER BY c.rank
-LIMIT 1;
+-- the latest row with that id sent to the recipient). One statement for a batch: a
+-- provider's hundred events cost one round trip here, not a hundred.
+SELECT w.n, m.id, m.tenant_id, m.job_id, m.status, m.recipients, m.category, m.template,
+       m.message_id, m.matched_by
+FROM unnest(CAST(:log_ids AS uuid[]), CAST(:message_ids AS text[]),
+            CAST(:queue_ids AS text[]), CAST(:recipients AS text[]))
+     WITH ORDINALITY AS w(log_id, message_id, queue_id, recipient, n)
+LEFT JOIN LATERAL (
+    SELECT l.id, l.tenant_id, l.job_id, l.status, l.recipients, l.category, l.template,
+           l.message_id, c.matched_by
+    FROM (
+        SELECT l.id, 'verp' AS matched_by, 1 AS rank
+        FROM mdm.aa_email_log l
+        WHERE l.id = w.log_id
+        UNION ALL
+        (SELECT l.id, 'message_id', 2
+         FROM mdm.aa_email_log l
+         WHERE w.message_id IS NOT NULL AND l.message_id = w.message_id
+         ORDER BY l.status IN ('sent', 'partial', 'unknown', 'sending') DESC,
+                  l.created_at DESC
+         LIMIT 1)
+        UNION ALL
+        (SELECT l.id, 'queue_id', 3
+         FROM mdm.aa_email_log l
+         WHERE w.queue_id IS NOT NULL AND l.queue_id = w.queue_id
+           AND (w.recipient IS NULL OR l.recipients @> ARRAY[w.recipient])
+         ORDER BY l.created_at DESC
+         LIMIT 1)
+    ) c
+    JOIN mdm.aa_email_log l ON l.id = c.id
+    ORDER BY c.rank
+    LIMIT 1
+) m ON true
+ORDER BY w.n;
 
 -- name: email_feedback_insert
 -- The feedback row, unless the same feedback was recorded before (dedupe_key): then

@@ -29,6 +29,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from sqlalchemy import text
 
+from bench.cpu import CpuMeter
 from bench.email_bench import end_to_end_rate, sink_process
 from bench.harness import (
     WORKER_MAIN,
@@ -85,7 +86,8 @@ async def _smtp(port: int, mails: list[tuple[str, bytes]], connections: int) -> 
     await asyncio.gather(*(one() for _ in range(connections)))
 
 
-def dsn_rate(bench: BenchDatabase, n: int, connections: int) -> float:
+def dsn_rate(bench: BenchDatabase, n: int, connections: int,
+             cpu: dict[str, float]) -> float:
     """DSNs/s through `postrelay inbound` in a process of its own: from the first
     connection until every DSN was answered 250 (which it answers once committed)."""
     secret = "bench-feedback-secret-0123456789"
@@ -107,9 +109,13 @@ def dsn_rate(bench: BenchDatabase, n: int, connections: int) -> float:
     with inbound:
         wait_until(lambda: _listening(port), timeout=60, worker=inbound,
                    what="postrelay inbound to listen")
+        assert inbound.proc is not None
+        meter = CpuMeter({"inbound": inbound.proc.pid})
+        meter.start()
         started = time.perf_counter()
         asyncio.run(_smtp(port, mails, connections))
         elapsed = time.perf_counter() - started
+        cpu.update(meter.stop())
     with bench.engine.connect() as conn:
         recorded = conn.execute(text("SELECT count(*) FROM mdm.aa_email_feedback "
                                      "WHERE source = 'mail'")).scalar_one()
@@ -122,7 +128,8 @@ def _listening(port: int) -> bool:
         return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
-def sendgrid_rate(bench: BenchDatabase, n: int, connections: int) -> float:
+def sendgrid_rate(bench: BenchDatabase, n: int, connections: int,
+                  cpu: dict[str, float]) -> float:
     """Events/s through `postrelay api`'s SendGrid webhook, in batches of BATCH, signed."""
     key = ec.generate_private_key(ec.SECP256R1())
     public = base64.b64encode(key.public_key().public_bytes(
@@ -163,9 +170,13 @@ def sendgrid_rate(bench: BenchDatabase, n: int, connections: int) -> float:
                         assert answer.status_code == 200, answer.text
                 await asyncio.gather(*(one() for _ in range(connections)))
 
+        assert api.proc is not None
+        meter = CpuMeter({"api": api.proc.pid})
+        meter.start()
         started = time.perf_counter()
         asyncio.run(post_all())
         elapsed = time.perf_counter() - started
+        cpu.update(meter.stop())
     with bench.engine.connect() as conn:
         recorded = conn.execute(text("SELECT count(*) FROM mdm.aa_email_feedback "
                                      "WHERE source = 'sendgrid'")).scalar_one()
@@ -199,10 +210,13 @@ def main() -> None:
               f"50); {dsns:,} DSNs over {args.connections} SMTP connections to one inbound "
               f"process; {events:,} SendGrid events in batches of {BATCH}, {args.posters} "
               "requests in flight, to one API process", flush=True)
+        send_cpu: dict[str, float] = {}
+        dsn_cpu: dict[str, float] = {}
+        sendgrid_cpu: dict[str, float] = {}
         with sink_process() as sink:
-            send = end_to_end_rate(bench, sink, emails, 50)
-        dsn = dsn_rate(bench, dsns, args.connections)
-        sendgrid = sendgrid_rate(bench, events, args.posters)
+            send = end_to_end_rate(bench, sink, emails, 50, cpu=send_cpu)
+        dsn = dsn_rate(bench, dsns, args.connections, dsn_cpu)
+        sendgrid = sendgrid_rate(bench, events, args.posters, sendgrid_cpu)
         with bench.engine.connect() as conn:
             suppressed = conn.execute(text(
                 "SELECT count(*) FROM mdm.aa_email_suppression")).scalar_one()
@@ -216,6 +230,19 @@ def main() -> None:
     ])
     print("(baseline: emails/s end to end, as bench.email_bench measures it; every report "
           "bounced, suppressed and emitted an outbox event)")
+    print()
+    # CPU per item says where the time went whatever else the machine was doing; the
+    # "postgres" figure is every postgres process on the machine, so a lower bound at best
+    # and inflated when other work shares the server.
+    print(_cpu_line("email sent", send_cpu, emails))
+    print(_cpu_line("DSN", dsn_cpu, dsns))
+    print(_cpu_line("SendGrid event", sendgrid_cpu, events))
+
+
+def _cpu_line(what: str, cpu: dict[str, float], n: int) -> str:
+    parts = ", ".join(f"{name} {secs / n * 1e6:,.0f} µs"
+                      for name, secs in sorted(cpu.items(), key=lambda kv: -kv[1]))
+    return f"CPU per {what}: {parts}"
 
 
 if __name__ == "__main__":

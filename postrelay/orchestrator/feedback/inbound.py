@@ -20,8 +20,9 @@ from aiosmtpd.smtp import SMTP, Envelope, Session
 from sqlalchemy import Engine
 
 from postrelay.core.telemetry import event
-from postrelay.orchestrator.feedback.ingest import ingest
+from postrelay.orchestrator.feedback.groupcommit import GroupCommit
 from postrelay.orchestrator.feedback.model import SuppressionPolicy
+from postrelay.orchestrator.feedback.parse import parse_mail
 from postrelay.orchestrator.feedback.verp import PREFIX, ReturnPath, TokenError
 
 DEFAULT_MAX_BYTES = 5 * 1024 * 1024
@@ -47,6 +48,7 @@ class FeedbackHandler:
         self.policy = policy
         self.max_bytes = max_bytes
         self.recorded = 0
+        self.commits = GroupCommit(engine, policy)
 
     async def handle_RCPT(  # noqa: N802 - aiosmtpd's hook name
             self, server: SMTP, session: Session, envelope: Envelope, address: str,
@@ -70,10 +72,13 @@ class FeedbackHandler:
         raw = envelope.original_content or envelope.content or b""
         if isinstance(raw, str):
             raw = raw.encode("utf-8", "surrogateescape")
+        # Parsed in a thread (the event loop keeps serving the other sessions), recorded
+        # with whatever else arrived meanwhile, answered once committed.
+        reports = await asyncio.to_thread(
+            parse_mail, raw, envelope_to=list(envelope.rcpt_tos),
+            return_path=self.return_path, max_bytes=self.max_bytes)
         try:
-            done = await asyncio.to_thread(
-                ingest, self.engine, raw, envelope_to=list(envelope.rcpt_tos),
-                return_path=self.return_path, policy=self.policy, max_bytes=self.max_bytes)
+            done = await self.commits.record(reports)
         except Exception as exc:  # the database: the sender keeps the message and retries
             event("postrelay.inbound.record_failed", logging.ERROR, error=repr(exc))
             return "451 4.3.0 could not record the message now; try again later"

@@ -14,7 +14,7 @@ from postrelay.orchestrator.admin import (
 )
 from postrelay.orchestrator.cancel import cancel_job, cancel_jobs
 from postrelay.orchestrator.feedback import Feedback, Recorded, SuppressionPolicy, record_feedback
-from postrelay.orchestrator.feedback.admin import feedback_list
+from postrelay.orchestrator.feedback.admin import feedback_list, suppression_audit
 from postrelay.orchestrator.feedback.inbound import InboundConfig, InboundServer
 from postrelay.orchestrator.feedback.ingest import ingest, messages
 from postrelay.orchestrator.feedback.postmark import postmark_reports
@@ -68,6 +68,7 @@ __all__ = [
     "reply",
     "sendgrid_reports",
     "ses_reports",
+    "suppression_audit",
     "suppression_list",
     "suppression_remove",
     "summary",

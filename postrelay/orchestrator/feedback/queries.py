@@ -34,3 +34,15 @@ def email_feedback_apply(conn: Connection, **params: Any) -> dict[str, Any]:
 def email_feedback_list(conn: Connection, **filters: Any) -> list[dict[str, Any]]:
     return [dict(r) for r in conn.execute(Q["email_feedback_list"], filters).mappings()]
 
+
+def email_suppression_lift(conn: Connection, *, tenant_id: str, address: str,
+                           actor: str) -> int:
+    """How many rows were lifted (0: the address was not suppressed; nothing audited)."""
+    return int(conn.execute(Q["email_suppression_lift"], {
+        "tenant_id": tenant_id, "address": address, "actor": actor}).scalar_one())
+
+
+def email_suppression_audit_list(conn: Connection, **params: Any) -> list[dict[str, Any]]:
+    return [dict(r) for r in conn.execute(Q["email_suppression_audit_list"],
+                                          params).mappings()]
+

@@ -138,3 +138,30 @@ WHERE (CAST(:tenant_id AS uuid) IS NULL OR f.tenant_id = CAST(:tenant_id AS uuid
   AND (NOT CAST(:unmatched AS boolean) OR f.email_log_id IS NULL)
 ORDER BY f.received_at DESC, f.id DESC
 LIMIT :limit;
+
+-- name: email_suppression_lift
+-- An operator lets an address receive a tenant's mail again: every category's row goes,
+-- and one audit row keeps what was lifted and by whom. Nothing is audited when nothing
+-- was suppressed.
+WITH lifted AS (
+    DELETE FROM mdm.aa_email_suppression
+    WHERE tenant_id = CAST(:tenant_id AS uuid) AND address = :address
+    RETURNING category, reason, source, smtp_enhanced, feedback_id, created_at
+), audited AS (
+    INSERT INTO mdm.aa_email_suppression_audit (tenant_id, address, action, actor, detail)
+    SELECT CAST(:tenant_id AS uuid), :address, 'unsuppress', :actor,
+           jsonb_build_object('lifted', jsonb_agg(to_jsonb(l) ORDER BY l.category))
+    FROM lifted l
+    HAVING count(*) > 0
+    RETURNING id
+)
+SELECT (SELECT count(*) FROM lifted) AS lifted;
+
+-- name: email_suppression_audit_list
+SELECT id, tenant_id, address, action, actor, detail, created_at
+FROM mdm.aa_email_suppression_audit
+WHERE (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
+  AND (CAST(:address AS text) IS NULL OR address = CAST(:address AS text))
+ORDER BY created_at DESC, id DESC
+LIMIT :limit;
+

@@ -27,6 +27,7 @@ from postrelay.orchestrator.feedback.sendgrid import (
 )
 from postrelay.orchestrator.feedback.sendgrid import sendgrid_reports
 from postrelay.orchestrator.feedback.ses import ses_reports
+from postrelay.orchestrator.feedback.stats import feedback_counts, feedback_rates
 from postrelay.orchestrator.feedback.unsubscribe import UnsubscribeLinks, UnsubscribeTokenError
 from postrelay.orchestrator.feedback.verp import ReturnPath
 from postrelay.orchestrator.feedback.webhook import (
@@ -56,7 +57,9 @@ __all__ = [
     "email_route",
     "email_story",
     "enqueue_email",
+    "feedback_counts",
     "feedback_list",
+    "feedback_rates",
     "ingest",
     "message_id_domain",
     "message_id_for",

@@ -165,3 +165,38 @@ WHERE (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
 ORDER BY created_at DESC, id DESC
 LIMIT :limit;
 
+
+-- name: email_feedback_counts
+-- Feedback received since :since by kind and source (ix_email_feedback_time), and how much
+-- of it matched no message.
+SELECT f.kind, f.source, count(*) AS received,
+       count(*) FILTER (WHERE f.email_log_id IS NULL) AS unmatched
+FROM mdm.aa_email_feedback f
+WHERE f.received_at >= CAST(:since AS timestamptz)
+GROUP BY f.kind, f.source
+ORDER BY f.kind, f.source;
+
+-- name: email_feedback_rates
+-- Per tenant, of the messages that got an answer (sent, partial, or refused: bounced) in
+-- the last 24 hours and 7 days before :now: how many bounced — refused at send time, or
+-- bounced later as feedback said — and how many drew a complaint. The rates mailbox
+-- providers watch. Rows of 7 days by ix_email_log_status_time.
+SELECT l.tenant_id, t.name AS tenant_name,
+       count(*) FILTER (WHERE l.created_at >= CAST(:now AS timestamptz) - interval '24 hours')
+           AS messages_24h,
+       count(*) FILTER (WHERE l.created_at >= CAST(:now AS timestamptz) - interval '24 hours'
+                          AND (l.status = 'bounced' OR l.delivery = 'bounced'))
+           AS bounced_24h,
+       count(*) FILTER (WHERE l.created_at >= CAST(:now AS timestamptz) - interval '24 hours'
+                          AND l.delivery = 'complained') AS complained_24h,
+       count(*) AS messages_7d,
+       count(*) FILTER (WHERE l.status = 'bounced' OR l.delivery = 'bounced') AS bounced_7d,
+       count(*) FILTER (WHERE l.delivery = 'complained') AS complained_7d
+FROM mdm.aa_email_log l
+JOIN mdm.aa_tenant t ON t.id = l.tenant_id
+WHERE l.status IN ('sent', 'partial', 'bounced')
+  AND l.created_at >= CAST(:now AS timestamptz) - interval '7 days'
+  AND l.created_at <= CAST(:now AS timestamptz)
+  AND (CAST(:tenant_id AS uuid) IS NULL OR l.tenant_id = CAST(:tenant_id AS uuid))
+GROUP BY l.tenant_id, t.name
+ORDER BY t.name, l.tenant_id;

@@ -41,7 +41,7 @@ from postrelay.orchestrator.job import EMAIL_KIND, EmailJob, enqueue_email
 from postrelay.orchestrator.message import build_message, message_id_domain, message_id_for
 from postrelay.orchestrator.retention import EMAIL_LOG_TARGET, email_log_delete_batch
 from postrelay.orchestrator.routes import email_route
-from postrelay.orchestrator.sink import ScriptedHandler, SmtpSink, reply
+from postrelay.orchestrator.sink import Received, ScriptedHandler, SmtpSink, reply
 from postrelay.orchestrator.templates import Rendered, TemplateError, Templates
 from postrelay.orchestrator.transport import SmtpConfig, SmtpPool
 
@@ -82,6 +82,7 @@ __all__ = [
     "InboundConfig",
     "InboundServer",
     "ProviderWebhooks",
+    "Received",
     "Recorded",
     "Rendered",
     "ReturnPath",

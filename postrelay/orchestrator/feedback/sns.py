@@ -64,7 +64,7 @@ class SnsVerifier:
             raise ConfigError(f"POSTRELAY_FEEDBACK_SES_CERT_HOSTS: not a pattern: {exc}") \
                 from None
         self.topics = frozenset(topics)
-        self._pinned = _public_key(_read(pinned_cert)) if pinned_cert else None
+        self._pinned = _pinned(pinned_cert) if pinned_cert else None
         self._verify_tls: ssl.SSLContext | bool = True
         if ca_file is not None:
             try:
@@ -144,10 +144,10 @@ class SnsVerifier:
                                    "(POSTRELAY_FEEDBACK_SES_CERT_HOSTS)")
 
 
-def _read(path: Path) -> bytes:
+def _pinned(path: Path) -> rsa.RSAPublicKey:
     try:
-        return path.read_bytes()
-    except OSError as exc:
+        return _public_key(path.read_bytes())
+    except (OSError, ConfigError) as exc:
         raise ConfigError(f"POSTRELAY_FEEDBACK_SES_CERT_FILE: {exc}") from None
 
 

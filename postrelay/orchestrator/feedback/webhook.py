@@ -59,7 +59,8 @@ def field(obj: Mapping[str, Any], name: str, kind: type | tuple[type, ...], wher
         if required:
             raise ValidationError(f"{where}{name}", "required")
         return None
-    if not isinstance(value, kind) or isinstance(value, bool) and bool not in _tuple(kind):
+    # JSON's true is no number: bool is an int subclass in Python.
+    if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _tuple(kind)):
         names = " or ".join(k.__name__ for k in _tuple(kind))
         raise ValidationError(f"{where}{name}", f"must be {_article(names)}")
     return value

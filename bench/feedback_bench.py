@@ -1,16 +1,22 @@
-"""Feedback ingestion: Postfix DSNs per second through `postrelay inbound` (the real
-aiosmtpd listener, parser and record_feedback on PostgreSQL), one process.
+"""Feedback ingestion beside the send rate, in one run: Postfix DSNs per second through
+`postrelay inbound` (the real aiosmtpd listener, parser and record_feedback on PostgreSQL,
+one process of its own), SendGrid events per second through `postrelay api`'s signed Event Webhook
+(batches of 100, one API process), and the send rate `bench.email_bench` measures (outbox
+event -> relay -> worker -> SMTP -> log row, one worker) on the same machine and database.
 
-    python -m bench.feedback_bench [--dsns 2000] [--connections 10]
+    python -m bench.feedback_bench [--dsns 2000] [--events 5000] [--emails 2000] [--quick]
 
-Each DSN bounces one log row (hard, 5.1.1): the whole effect is written (feedback row,
-log row, suppression, outbox event). Compare with `python -m bench.email_bench`'s send rate.
+Each DSN and each event bounces one log row of its own (hard, 5.1.1): the whole effect is
+written (feedback row, log row, suppression, outbox event). Target: ingestion at least as
+fast as sending, so feedback never backs up behind the sender.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import json
 import socket
 import string
 import time
@@ -18,15 +24,31 @@ import uuid
 from pathlib import Path
 
 import aiosmtplib
+import httpx
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from sqlalchemy import text
 
-from bench.harness import bench_database
+from bench.cpu import CpuMeter
+from bench.email_bench import end_to_end_rate, sink_process
+from bench.harness import (
+    WORKER_MAIN,
+    BenchDatabase,
+    Row,
+    WorkerProcess,
+    bench_database,
+    met,
+    print_table,
+    rate,
+    ratio,
+    wait_until,
+)
 from postrelay.orchestrator import ReturnPath
-from postrelay.orchestrator.feedback import SuppressionPolicy
-from postrelay.orchestrator.feedback.inbound import InboundConfig, InboundServer
 
 FIXTURE = Path(__file__).parent.parent / "tests" / "feedback" / "mail" / "postfix_bounce.eml"
 DOMAIN = "bounces.bench.example"
+BATCH = 100
+SERVICE_KEY = "bench-service-role-key-0123456789abcdef"
 
 
 def _port() -> int:
@@ -35,7 +57,20 @@ def _port() -> int:
         return probe.getsockname()[1]
 
 
-async def _send(port: int, mails: list[tuple[str, bytes]], connections: int) -> None:
+def _sent_rows(bench: BenchDatabase, n: int, prefix: str) -> list[tuple[uuid.UUID, str, str]]:
+    """n `sent` log rows, one recipient each: (log id, recipient, Message-ID)."""
+    rows = [(uuid.uuid4(), f"{prefix}{i}@example.com",
+             f"<{uuid.uuid4()}@mail.bench.example>") for i in range(n)]
+    with bench.engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO mdm.aa_email_log (id, tenant_id, template, from_address, "
+            "recipients, to_addresses, message_id, status, attempt) VALUES (:id, :t, "
+            "'welcome', 'noreply@bench.example', ARRAY[:r], ARRAY[:r], :m, 'sent', 1)"),
+            [{"id": i, "t": bench.tenant_id, "r": r, "m": m} for i, r, m in rows])
+    return rows
+
+
+async def _smtp(port: int, mails: list[tuple[str, bytes]], connections: int) -> None:
     queue: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue()
     for item in mails:
         queue.put_nowait(item)
@@ -51,45 +86,163 @@ async def _send(port: int, mails: list[tuple[str, bytes]], connections: int) -> 
     await asyncio.gather(*(one() for _ in range(connections)))
 
 
+def dsn_rate(bench: BenchDatabase, n: int, connections: int,
+             cpu: dict[str, float]) -> float:
+    """DSNs/s through `postrelay inbound` in a process of its own: from the first
+    connection until every DSN was answered 250 (which it answers once committed)."""
+    secret = "bench-feedback-secret-0123456789"
+    path = ReturnPath(DOMAIN, secret.encode())
+    template = string.Template(FIXTURE.read_text())
+    mails = []
+    for i, (log_id, recipient, message_id) in enumerate(_sent_rows(bench, n, "dsn")):
+        verp = path.address(log_id)
+        raw = template.substitute(verp=verp, message_id=message_id, recipient=recipient,
+                                  queue_id=f"Q{i}", domain=DOMAIN).replace("\n", "\r\n")
+        raw = raw.replace("<20261201214001.3F2A1B2C3D@mx.example.net>",
+                          f"<dsn-{i}@mx.example.net>")
+        mails.append((verp, raw.encode()))
+    port = _port()
+    env = {"POSTRELAY_EMAIL_BOUNCE_DOMAIN": DOMAIN, "POSTRELAY_FEEDBACK_SECRET": secret,
+           "POSTRELAY_INBOUND_MAX_CONNECTIONS": str(connections + 5)}
+    inbound = WorkerProcess(bench, env=env, argv=["-c", WORKER_MAIN, "inbound", "--host",
+                                                  "127.0.0.1", "--port", str(port)])
+    with inbound:
+        wait_until(lambda: _listening(port), timeout=60, worker=inbound,
+                   what="postrelay inbound to listen")
+        assert inbound.proc is not None
+        meter = CpuMeter({"inbound": inbound.proc.pid})
+        meter.start()
+        started = time.perf_counter()
+        asyncio.run(_smtp(port, mails, connections))
+        elapsed = time.perf_counter() - started
+        cpu.update(meter.stop())
+    with bench.engine.connect() as conn:
+        recorded = conn.execute(text("SELECT count(*) FROM mdm.aa_email_feedback "
+                                     "WHERE source = 'mail'")).scalar_one()
+    assert recorded == n, recorded
+    return n / elapsed
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def sendgrid_rate(bench: BenchDatabase, n: int, connections: int,
+                  cpu: dict[str, float]) -> float:
+    """Events/s through `postrelay api`'s SendGrid webhook, in batches of BATCH, signed."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    public = base64.b64encode(key.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)).decode()
+    events = [{"email": recipient, "event": "bounce", "type": "bounce", "status": "5.1.1",
+               "reason": "550 5.1.1 The email account does not exist", "smtp-id": message_id,
+               "sg_event_id": f"ev-{i}", "sg_message_id": f"m{i}.filter0001", "timestamp":
+               1700000000 + i}
+              for i, (_, recipient, message_id) in enumerate(_sent_rows(bench, n, "sg"))]
+    bodies = []
+    for start in range(0, n, BATCH):
+        body = json.dumps(events[start:start + BATCH]).encode()
+        stamp = str(int(time.time()))
+        signature = key.sign(stamp.encode() + body, ec.ECDSA(hashes.SHA256()))
+        bodies.append((body, {"X-Twilio-Email-Event-Webhook-Signature":
+                              base64.b64encode(signature).decode(),
+                              "X-Twilio-Email-Event-Webhook-Timestamp": stamp,
+                              "Content-Type": "application/json"}))
+    port = _port()
+    env = {"POSTRELAY_FEEDBACK_SENDGRID_PUBLIC_KEY": public,
+           "POSTRELAY_SERVICE_ROLE_KEY": SERVICE_KEY}
+    api = WorkerProcess(bench, env=env, argv=["-c", WORKER_MAIN, "api", "--host",
+                                              "127.0.0.1", "--port", str(port)])
+    base = f"http://127.0.0.1:{port}"
+    with api:
+        wait_until(lambda: _up(base), timeout=60, worker=api, what="the API to answer")
+
+        async def post_all() -> None:
+            queue: asyncio.Queue[tuple[bytes, dict[str, str]]] = asyncio.Queue()
+            for item in bodies:
+                queue.put_nowait(item)
+            async with httpx.AsyncClient(base_url=base, timeout=120) as client:
+                async def one() -> None:
+                    while not queue.empty():
+                        body, headers = queue.get_nowait()
+                        answer = await client.post("/v1/email/feedback/sendgrid",
+                                                   content=body, headers=headers)
+                        assert answer.status_code == 200, answer.text
+                await asyncio.gather(*(one() for _ in range(connections)))
+
+        assert api.proc is not None
+        meter = CpuMeter({"api": api.proc.pid})
+        meter.start()
+        started = time.perf_counter()
+        asyncio.run(post_all())
+        elapsed = time.perf_counter() - started
+        cpu.update(meter.stop())
+    with bench.engine.connect() as conn:
+        recorded = conn.execute(text("SELECT count(*) FROM mdm.aa_email_feedback "
+                                     "WHERE source = 'sendgrid'")).scalar_one()
+    assert recorded == n, recorded
+    return n / elapsed
+
+
+def _up(base: str) -> bool:
+    try:
+        return httpx.get(f"{base}/healthz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.feedback_bench")
-    parser.add_argument("--dsns", type=int, default=2000)
-    parser.add_argument("--connections", type=int, default=10)
+    parser.add_argument("--dsns", type=int, default=None)
+    parser.add_argument("--events", type=int, default=None)
+    parser.add_argument("--emails", type=int, default=None)
+    parser.add_argument("--connections", type=int, default=10,
+                        help="SMTP connections to the receiver")
+    parser.add_argument("--posters", type=int, default=4,
+                        help="webhook requests in flight at once")
+    parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
-    path = ReturnPath(DOMAIN, b"bench-feedback-secret-0123456789")
-    template = string.Template(FIXTURE.read_text())
+    dsns = args.dsns or (500 if args.quick else 2000)
+    events = args.events or (1000 if args.quick else 5000)
+    emails = args.emails or (500 if args.quick else 2000)
     with bench_database() as bench:
-        mails = []
-        with bench.engine.begin() as conn:
-            for i in range(args.dsns):
-                log_id, recipient = uuid.uuid4(), f"user{i}@example.com"
-                message_id = f"<{uuid.uuid4()}@mail.bench.example>"
-                conn.execute(text(
-                    "INSERT INTO mdm.aa_email_log (id, tenant_id, template, from_address, "
-                    "recipients, to_addresses, message_id, status, attempt) VALUES (:id, :t, "
-                    "'welcome', 'noreply@bench.example', ARRAY[:r], ARRAY[:r], :m, 'sent', 1)"),
-                    {"id": log_id, "t": bench.tenant_id, "r": recipient, "m": message_id})
-                verp = path.address(log_id)
-                raw = template.substitute(verp=verp, message_id=message_id,
-                                          recipient=recipient, queue_id=f"Q{i}",
-                                          domain=DOMAIN).replace("\n", "\r\n")
-                raw = raw.replace("<20261201214001.3F2A1B2C3D@mx.example.net>",
-                                  f"<dsn-{i}@mx.example.net>")
-                mails.append((verp, raw.encode()))
-        config = InboundConfig(host="127.0.0.1", port=_port(),
-                               max_connections=args.connections + 5)
-        with InboundServer(bench.engine, path, SuppressionPolicy(), config) as server:
-            started = time.perf_counter()
-            asyncio.run(_send(config.port, mails, args.connections))
-            elapsed = time.perf_counter() - started
-            recorded = server.feedback.recorded
+        print(f"server: {bench.server}; {emails:,} emails sent by one worker (concurrency "
+              f"50); {dsns:,} DSNs over {args.connections} SMTP connections to one inbound "
+              f"process; {events:,} SendGrid events in batches of {BATCH}, {args.posters} "
+              "requests in flight, to one API process", flush=True)
+        send_cpu: dict[str, float] = {}
+        dsn_cpu: dict[str, float] = {}
+        sendgrid_cpu: dict[str, float] = {}
+        with sink_process() as sink:
+            send = end_to_end_rate(bench, sink, emails, 50, cpu=send_cpu)
+        dsn = dsn_rate(bench, dsns, args.connections, dsn_cpu)
+        sendgrid = sendgrid_rate(bench, events, args.posters, sendgrid_cpu)
         with bench.engine.connect() as conn:
             suppressed = conn.execute(text(
                 "SELECT count(*) FROM mdm.aa_email_suppression")).scalar_one()
-        print(f"server: {bench.server}; {args.dsns:,} DSNs over {args.connections} SMTP "
-              f"connections, one inbound process")
-        print(f"{recorded:,} reports recorded, {suppressed:,} addresses suppressed in "
-              f"{elapsed:.2f} s: {args.dsns / elapsed:,.0f} DSNs/s")
+    assert suppressed == dsns + events, suppressed
+    print()
+    print_table([
+        Row("DSNs/s through postrelay inbound", rate(dsn), rate(send), ratio(dsn, send),
+            ">= 1x send rate", met(dsn >= send)),
+        Row("SendGrid events/s through the API", rate(sendgrid), rate(send),
+            ratio(sendgrid, send), ">= 1x send rate", met(sendgrid >= send)),
+    ])
+    print("(baseline: emails/s end to end, as bench.email_bench measures it; every report "
+          "bounced, suppressed and emitted an outbox event)")
+    print()
+    # CPU per item says where the time went whatever else the machine was doing; the
+    # "postgres" figure is every postgres process on the machine, so a lower bound at best
+    # and inflated when other work shares the server.
+    print(_cpu_line("email sent", send_cpu, emails))
+    print(_cpu_line("DSN", dsn_cpu, dsns))
+    print(_cpu_line("SendGrid event", sendgrid_cpu, events))
+
+
+def _cpu_line(what: str, cpu: dict[str, float], n: int) -> str:
+    parts = ", ".join(f"{name} {secs / n * 1e6:,.0f} µs"
+                      for name, secs in sorted(cpu.items(), key=lambda kv: -kv[1]))
+    return f"CPU per {what}: {parts}"
 
 
 if __name__ == "__main__":

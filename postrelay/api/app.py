@@ -11,13 +11,24 @@ from fastapi.openapi.utils import get_openapi
 
 import postrelay
 from postrelay.access import auth_throttle, service_role_key
-from postrelay.api.bodylimit import BODY_ROOM, BodyLimit
+from postrelay.api.bodylimit import BODY_ROOM, FEEDBACK_BODY_BYTES, BodyLimit
 from postrelay.api.errors import install_error_handlers
 from postrelay.api.metrics import metrics_registry
-from postrelay.api.routers import cancel, cron, dlq, health, jobs, metrics, outbox, unsubscribe
+from postrelay.api.routers import (
+    cancel,
+    cron,
+    dlq,
+    feedback,
+    health,
+    jobs,
+    metrics,
+    outbox,
+    unsubscribe,
+)
 from postrelay.core.db import Database
 from postrelay.core.migrate import head_revision
 from postrelay.core.settings import Settings
+from postrelay.orchestrator import ProviderWebhooks
 
 DESCRIPTION = """postrelay's admin API: jobs, the dead-letter queue and cron entries.
 
@@ -46,13 +57,16 @@ def create_app(settings: Settings, db: Database) -> FastAPI:
     app.state.auth_throttle = auth_throttle(settings)
     app.state.head_revision = head_revision()
     app.state.metrics_registry = metrics_registry(engine)
+    app.state.provider_webhooks = ProviderWebhooks.from_settings(settings)
     install_error_handlers(app)
     # dlq before jobs: `/jobs/dlq` must match the DLQ route, not `/jobs/{id}`.
-    for module in (health, metrics, dlq, cancel, jobs, cron, outbox, unsubscribe):
+    for module in (health, metrics, dlq, cancel, jobs, cron, outbox, unsubscribe, feedback):
         app.include_router(module.router)
     # Outermost, also for the dashboard mounted beside (postrelay/web.py): a body over the
     # limit is refused before any endpoint or form parser reads it.
-    app.add_middleware(BodyLimit, limit=settings.max_payload_bytes + BODY_ROOM)
+    # SendGrid posts batches of up to 768 KB, whatever the payload limit.
+    app.add_middleware(BodyLimit, limit=settings.max_payload_bytes + BODY_ROOM,
+                       wider={feedback.PREFIX + "/": FEEDBACK_BODY_BYTES})
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 

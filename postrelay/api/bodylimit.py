@@ -13,22 +13,29 @@ from typing import Any
 from postrelay.api.errors import error_response
 
 BODY_ROOM = 64 * 1024
+# The provider webhooks' bodies are the providers' size, not a payload's (SendGrid batches
+# events up to 768 KB).
+FEEDBACK_BODY_BYTES = 1024 * 1024
 
 
 class BodyLimit:
     """ASGI middleware: 413 with the error envelope for a body over `limit` bytes."""
 
-    def __init__(self, app: Any, limit: int) -> None:
+    def __init__(self, app: Any, limit: int, wider: dict[str, int] | None = None) -> None:
         self.app = app
         self.limit = limit
+        # Path prefixes whose bodies may be larger (never smaller) than `limit`.
+        self.wider = {prefix: max(size, limit) for prefix, size in (wider or {}).items()}
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = next((size for prefix, size in self.wider.items()
+                      if scope.get("path", "").startswith(prefix)), self.limit)
         declared = _content_length(scope)
-        if declared is not None and declared > self.limit:
-            await self._refuse(scope, receive, send)
+        if declared is not None and declared > limit:
+            await self._refuse(scope, receive, send, limit)
             return
         seen = 0
         refused = False
@@ -40,11 +47,11 @@ class BodyLimit:
             message: dict[str, Any] = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.limit:
+                if seen > limit:
                     # Answer now; the endpoint reading the body sees the client gone, and
                     # whatever it answers to that is dropped.
                     refused = True
-                    await self._refuse(scope, receive, send)
+                    await self._refuse(scope, receive, send, limit)
                     return {"type": "http.disconnect"}
             return message
 
@@ -54,11 +61,13 @@ class BodyLimit:
 
         await self.app(scope, counted_receive, guarded_send)
 
-    async def _refuse(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def _refuse(self, scope: dict[str, Any], receive: Any, send: Any,
+                      limit: int) -> None:
+        why = "(POSTRELAY_MAX_PAYLOAD_BYTES plus 64 KiB for the other fields)" \
+            if limit == self.limit else "(a provider webhook's limit)"
         response = error_response(
             413, "payload_too_large",
-            f"request body: over the limit of {self.limit} bytes "
-            "(POSTRELAY_MAX_PAYLOAD_BYTES plus 64 KiB for the other fields)",
+            f"request body: over the limit of {limit} bytes {why}",
             headers={"Connection": "close"})
         await response(scope, receive, send)
 

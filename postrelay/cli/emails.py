@@ -10,11 +10,17 @@ from typing import Any
 
 import typer
 
-from postrelay.cli.common import transaction
+from postrelay.cli.common import actor, transaction
 from postrelay.cli.output import cell, echo, print_json, table
 from postrelay.cli.root import app
 from postrelay.core.errors import ValidationError
-from postrelay.orchestrator import email_list, email_story, suppression_list, suppression_remove
+from postrelay.orchestrator import (
+    email_list,
+    email_story,
+    suppression_audit,
+    suppression_list,
+    suppression_remove,
+)
 
 emails_app = typer.Typer(help="The email log: every message attempt and its outcome.",
                          invoke_without_command=True)
@@ -124,8 +130,13 @@ def emails_suppressed(
     tenant: str | None = typer.Option(None, "--tenant", help="Only this tenant id."),
     limit: int = typer.Option(100, "--limit", help="At most this many (1-1000)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    lifted: bool = typer.Option(False, "--lifted",
+                                help="Show the lifted suppressions (the audit) instead."),
 ) -> None:
     """Addresses not sent to any more, with why and from which source."""
+    if lifted:
+        _lifted(tenant, limit, as_json)
+        return
     with transaction() as conn:
         rows = suppression_list(conn, tenant_id=tenant, limit=limit)
     if as_json:
@@ -137,6 +148,19 @@ def emails_suppressed(
                       for r in rows]) if rows else "no suppressed addresses")
 
 
+def _lifted(tenant: str | None, limit: int, as_json: bool) -> None:
+    with transaction() as conn:
+        rows = suppression_audit(conn, tenant_id=tenant, limit=limit)
+    if as_json:
+        print_json(rows)
+        return
+    echo(table(["TENANT", "ADDRESS", "LIFTED", "BY", "WAS"],
+               [[r["tenant_id"], r["address"], r["created_at"], r["actor"],
+                 "; ".join(f"{w.get('category') or '(all)'}: {w.get('reason')}"
+                           for w in r["detail"].get("lifted", []))]
+                for r in rows]) if rows else "no lifted suppressions")
+
+
 @emails_app.command("unsuppress")
 def emails_unsuppress(
     address: str = typer.Argument(..., help="The address to send to again."),
@@ -144,7 +168,7 @@ def emails_unsuppress(
 ) -> None:
     """Lift a suppression: the address gets this tenant's mail again."""
     with transaction() as conn:
-        suppression_remove(conn, address, tenant_id=tenant)
+        suppression_remove(conn, address, tenant_id=tenant, actor=actor())
     echo(f"{address.strip().lower()} gets mail again")
 
 

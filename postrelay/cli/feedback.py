@@ -22,6 +22,7 @@ from postrelay.orchestrator import (
     Recorded,
     ReturnPath,
     SuppressionPolicy,
+    UnsubscribeLinks,
     feedback_list,
     ingest,
     messages,
@@ -43,10 +44,12 @@ def feedback_ingest(
     settings = settings_or_exit()
     with user_errors(), database(settings) as db:
         return_path, policy = _feedback_settings(settings, need_domain=False)
+        links = UnsubscribeLinks.from_settings(settings)
         engine = db.sync_engine()
         for name, raw in messages(files):
             done = ingest(engine, raw, envelope_to=to, return_path=return_path,
-                          policy=policy, max_bytes=settings.inbound_max_bytes)
+                          policy=policy, max_bytes=settings.inbound_max_bytes,
+                          unsubscribe=links)
             for recorded in done:
                 typer.echo(f"{name}: {_summary(recorded)}")
 
@@ -94,7 +97,8 @@ def inbound(
                                port=port or settings.inbound_port,
                                max_bytes=settings.inbound_max_bytes,
                                max_connections=settings.inbound_max_connections,
-                               tls=_tls(settings))
+                               tls=_tls(settings),
+                               unsubscribe=UnsubscribeLinks.from_settings(settings))
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())

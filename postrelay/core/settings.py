@@ -131,6 +131,22 @@ class Settings(BaseSettings):
     # email log they name (POSTRELAY_EMAIL_LOG_RETENTION_DAYS), never less than the window
     # above, over which soft bounces are counted (orchestrator/retention.py).
     email_feedback_retention_days: float | None = Field(default=None, gt=0)
+    # Provider webhooks of `postrelay api` (docs/operations.md "Provider webhooks"); each
+    # answers 404 until its setting is given. SES through SNS: the topics whose
+    # notifications are taken (comma-separated ARNs: a valid SNS signature only proves SNS
+    # sent it, from anybody's topic), where the signing certificate may be fetched from
+    # (a host pattern, over HTTPS) or a certificate pinned from a file, and a CA bundle
+    # for that HTTPS fetch.
+    feedback_ses_topic_arns: str | None = None
+    feedback_ses_cert_hosts: str = r"sns\.[a-z0-9-]+\.amazonaws\.com(\.cn)?"
+    feedback_ses_cert_file: Path | None = None
+    feedback_ses_ca_file: Path | None = None
+    # Postmark: the user name and password of the webhook URL's basic authentication.
+    feedback_postmark_username: str | None = None
+    feedback_postmark_password: SecretStr | None = None
+    # SendGrid: the Event Webhook's verification key (base64 DER, as SendGrid shows it,
+    # or PEM).
+    feedback_sendgrid_public_key: str | None = None
 
     # The largest JSON document (payload, headers) a write accepts, and with some room the
     # largest request body the HTTP API reads (core/limits.py).

@@ -58,6 +58,11 @@ def number(value: int | None) -> str:
     return "—" if value is None else f"{value:,}"
 
 
+def percent(value: float | None) -> str:
+    """0.25% (two decimals: a complaint rate of 0.1% is the line providers draw)."""
+    return "—" if value is None else f"{value * 100:.2f}%"
+
+
 def short(value: UUID | str | None) -> str:
     """The last 8 characters of an id; the full id is in the link and its title. Ids are
     time-ordered (core/ids.py), so the first characters are shared by every row made within
@@ -160,7 +165,7 @@ def finalize(value: Any) -> Any:
 
 
 FILTERS = {"text": text, "when": when, "duration": duration, "ago": ago, "number": number,
-           "short": short, "plural": plural}
+           "short": short, "plural": plural, "percent": percent}
 GLOBALS = {"JOB_STATUSES": STATUSES, "COUNTED_STATUSES": COUNTED,
            "EMAIL_STATUSES": EMAIL_STATUSES,
            "tenant_name": tenant_name, "query": query,

@@ -4,8 +4,10 @@ Migrates the database (the embedded PostgreSQL unless POSTRELAY_DATABASE_URL is 
 starts an embedded SMTP sink that keeps what it receives in a Maildir. Then it enqueues
 background jobs (some fail and retry, one ends in the DLQ) and emits outbox events for
 three tenants (see `emails`), runs a relay and a worker with a progress bar until
-everything has settled, and prints the jobs, the email log by outcome and where the
-received messages can be read.
+everything has settled, lets a few accepted messages bounce later and one draw a complaint
+(see `feedback`: through a real inbound listener, to the messages' VERP addresses), and
+prints the jobs, the email log by outcome, the feedback and where the received messages
+can be read.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+from pydantic import SecretStr
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from sqlalchemy import Engine
 
@@ -27,10 +30,11 @@ from postrelay.core.db import Database
 from postrelay.core.migrate import upgrade
 from postrelay.core.settings import Settings
 from postrelay.core.sqlfiles import load_queries
+from postrelay.demo import feedback
 from postrelay.demo.emails import SENDER, TEMPLATES, TENANTS, demo_routes, sample_events
 from postrelay.demo.jobs import demo_registry, sample_jobs
 from postrelay.demo.sink import demo_sink_handler
-from postrelay.orchestrator import SmtpSink
+from postrelay.orchestrator import SmtpSink, SuppressionPolicy
 from postrelay.queue import enqueue_many, ensure_tenant
 from postrelay.relay import emit_many
 from postrelay.runtime import build_relay, build_worker
@@ -44,6 +48,7 @@ class DemoReport:
     jobs: dict[str, Counter[str]] = field(default_factory=dict)  # kind -> status -> n
     emails: list[dict[str, Any]] = field(default_factory=list)
     dead: list[dict[str, Any]] = field(default_factory=list)
+    feedback: list[dict[str, Any]] = field(default_factory=list)
     received: int = 0
     maildir: Path | None = None
 
@@ -74,14 +79,20 @@ def run_demo(settings: Settings, db: Database, echo=print) -> DemoReport:  # noq
         echo(f"enqueued {len(jobs)} jobs and emitted {len(events)} outbox events for "
              f"{', '.join(TENANTS)}; running a relay and a worker until they settle…")
         # Short retry delay so the demo finishes in seconds; production uses the settings.
+        # A bounce domain: every message's envelope sender is a VERP address naming it.
         demo_settings = settings.model_copy(update={
             "job_retry_delay_secs": 0.2, "smtp_host": sink.host, "smtp_port": sink.port,
             "smtp_security": "none", "smtp_username": None, "email_from": SENDER,
-            "email_templates_dir": TEMPLATES,
+            "email_templates_dir": TEMPLATES, "email_bounce_domain": feedback.BOUNCE_DOMAIN,
+            "feedback_secret": SecretStr(feedback.SECRET),
         })
         logging.getLogger("postrelay").setLevel(logging.ERROR)  # the report says it all
         ids = list(tenants.values())
         asyncio.run(_run_until_settled(demo_settings, db, engine, ids, since))
+        late = feedback.send_late_feedback(engine, sink.handler.received,
+                                           SuppressionPolicy.from_settings(demo_settings))
+        echo(f"{late} reports came back later (DSNs to the VERP addresses, a complaint), "
+             "through an inbound listener")
         report = _report(engine, ids, since, received=len(sink.handler.received), maildir=maildir)
     engine.dispose()
     _print(report, echo, time.perf_counter() - started)
@@ -142,6 +153,8 @@ def _report(engine: Engine, tenants: list[UUID], since: datetime, *, received: i
             report.jobs.setdefault(row.kind, Counter())[row.status] = row.n
         report.emails = [dict(r) for r in conn.execute(Q["demo_email_rows"], params).mappings()]
         report.dead = [dict(r) for r in conn.execute(Q["demo_dead_jobs"], params).mappings()]
+        report.feedback = [dict(r) for r in conn.execute(Q["demo_feedback_rows"],
+                                                          params).mappings()]
     return report
 
 
@@ -167,6 +180,14 @@ def _print(report: DemoReport, echo, elapsed: float) -> None:  # noqa: ANN001
             why = reply or (row["error"] or "").splitlines()[-1]
         to = "" if row["status"] == "partial" else ", ".join(row["to_addresses"]) + ": "
         echo(f"  {row['status']:<10} {row['tenant']:<8} {row['template']:<14} {to}{why}")
+    echo(f"\nfeedback after the SMTP handoff ({len(report.feedback)}):")
+    for row in report.feedback:
+        then = f"{row['status']} → {row['delivery']}" if row["delivery"] else row["status"]
+        words = [f"{row['kind']} ({row['source']})", row["code"], row["diagnostic"]]
+        said = " ".join(w for w in words if w)
+        effect = "; address suppressed" if row["suppressed"] else ""
+        echo(f"  {then:<18} {row['tenant']:<8} {row['template']:<14} {row['recipient']}: "
+             f"{said}{effect}")
     echo(f"\ndead-letter queue ({len(report.dead)}):")
     for job in report.dead:
         last_line = (job["last_error"] or "").strip().splitlines()[-1:]
@@ -174,8 +195,8 @@ def _print(report: DemoReport, echo, elapsed: float) -> None:  # noqa: ANN001
         echo(f"    last error: {last_line[0] if last_line else '-'}")
     echo(f"\nthe SMTP sink received {report.received} messages; read them in the Maildir "
          f"{report.maildir} (one file per message under new/, or `mutt -f {report.maildir}`)")
-    echo("next: `postrelay emails`, `postrelay emails show ID`, `postrelay dlq list`, "
-         "`postrelay outbox status`")
+    echo("next: `postrelay emails`, `postrelay emails show ID`, `postrelay feedback list`, "
+         "`postrelay emails suppressed`, `postrelay dlq list`, `postrelay outbox status`")
 
 
 def _where(settings: Settings, db: Database) -> str:

@@ -14,11 +14,28 @@ from postrelay.orchestrator.admin import (
 )
 from postrelay.orchestrator.cancel import cancel_job, cancel_jobs
 from postrelay.orchestrator.feedback import Feedback, Recorded, SuppressionPolicy, record_feedback
-from postrelay.orchestrator.feedback.admin import feedback_list
+from postrelay.orchestrator.feedback.admin import feedback_list, suppression_audit
 from postrelay.orchestrator.feedback.inbound import InboundConfig, InboundServer
 from postrelay.orchestrator.feedback.ingest import ingest, messages
+from postrelay.orchestrator.feedback.postmark import postmark_reports
+from postrelay.orchestrator.feedback.providers import ProviderWebhooks
+from postrelay.orchestrator.feedback.sendgrid import (
+    SIGNATURE_HEADER as SENDGRID_SIGNATURE_HEADER,
+)
+from postrelay.orchestrator.feedback.sendgrid import (
+    TIMESTAMP_HEADER as SENDGRID_TIMESTAMP_HEADER,
+)
+from postrelay.orchestrator.feedback.sendgrid import sendgrid_reports
+from postrelay.orchestrator.feedback.ses import ses_reports
+from postrelay.orchestrator.feedback.stats import feedback_counts, feedback_rates
 from postrelay.orchestrator.feedback.unsubscribe import UnsubscribeLinks, UnsubscribeTokenError
 from postrelay.orchestrator.feedback.verp import ReturnPath
+from postrelay.orchestrator.feedback.webhook import (
+    WebhookAuthError,
+    WebhookUnavailableError,
+    record_batch,
+    summary,
+)
 from postrelay.orchestrator.handler import email_registry
 from postrelay.orchestrator.job import EMAIL_KIND, EmailJob, enqueue_email
 from postrelay.orchestrator.message import build_message, message_id_domain, message_id_for
@@ -30,7 +47,7 @@ from postrelay.orchestrator.retention import (
     feedback_retention_days,
 )
 from postrelay.orchestrator.routes import email_route
-from postrelay.orchestrator.sink import ScriptedHandler, SmtpSink, reply
+from postrelay.orchestrator.sink import Received, ScriptedHandler, SmtpSink, reply
 from postrelay.orchestrator.templates import Rendered, TemplateError, Templates
 from postrelay.orchestrator.transport import SmtpConfig, SmtpPool
 
@@ -48,21 +65,33 @@ __all__ = [
     "email_route",
     "email_story",
     "enqueue_email",
+    "feedback_counts",
     "feedback_list",
+    "feedback_rates",
     "feedback_retention_days",
     "ingest",
     "message_id_domain",
     "message_id_for",
     "messages",
     "parse_address",
+    "postmark_reports",
+    "record_batch",
     "record_feedback",
     "reply",
+    "sendgrid_reports",
+    "ses_reports",
+    "suppression_audit",
     "suppression_list",
     "suppression_remove",
+    "summary",
+    "SENDGRID_SIGNATURE_HEADER",
+    "SENDGRID_TIMESTAMP_HEADER",
     "EmailJob",
     "Feedback",
     "InboundConfig",
     "InboundServer",
+    "ProviderWebhooks",
+    "Received",
     "Recorded",
     "Rendered",
     "ReturnPath",
@@ -75,4 +104,6 @@ __all__ = [
     "Templates",
     "UnsubscribeLinks",
     "UnsubscribeTokenError",
+    "WebhookAuthError",
+    "WebhookUnavailableError",
 ]

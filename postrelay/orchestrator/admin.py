@@ -11,6 +11,7 @@ from sqlalchemy import Connection
 
 from postrelay.core.errors import NotFoundError, ValidationError
 from postrelay.orchestrator import queries
+from postrelay.orchestrator.feedback import queries as feedback_queries
 from postrelay.orchestrator.schema import DELIVERY_OUTCOMES, EMAIL_STATUSES
 
 MAX_LIMIT = 1000
@@ -79,14 +80,16 @@ def suppression_list(conn: Connection, *, tenant_id: UUID | str | None = None,
                                           limit=limit)
 
 
-def suppression_remove(conn: Connection, address: str, *, tenant_id: UUID | str) -> None:
-    """Let `address` receive this tenant's mail again. Raises NotFoundError when it is not
-    suppressed."""
+def suppression_remove(conn: Connection, address: str, *, tenant_id: UUID | str,
+                       actor: str) -> None:
+    """Let `address` receive this tenant's mail again (every category), with an audit row
+    naming `actor` and what was lifted. Raises NotFoundError when it is not suppressed."""
     tenant = _uuid("tenant", tenant_id)
     if tenant is None:
         raise ValidationError("tenant", "name the tenant whose suppression to lift")
     wanted = address.strip().lower()
-    if not queries.email_suppression_delete(conn, tenant_id=tenant, address=wanted):
+    if not feedback_queries.email_suppression_lift(conn, tenant_id=tenant, address=wanted,
+                                                   actor=actor):
         raise NotFoundError(f"{wanted} is not suppressed for tenant {tenant}")
 
 

@@ -15,10 +15,12 @@ complaints, delivery reports and unsubscribes, matched to the log row or kept un
 """
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     CheckConstraint,
     Column,
     ForeignKey,
+    Identity,
     Index,
     Integer,
     PrimaryKeyConstraint,
@@ -174,3 +176,21 @@ email_feedback = Table(
     Index("ix_email_feedback_log", "email_log_id"),
     Index("ix_email_feedback_recipient", "tenant_id", "recipient", "kind", "received_at"),
 )
+
+# Every lifted suppression (migration 0014): what was lifted, by whom. Grows with operator
+# actions, not traffic.
+email_suppression_audit = Table(
+    "aa_email_suppression_audit",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("tenant_id", UUID(as_uuid=True), ForeignKey("mdm.aa_tenant.id", ondelete="CASCADE"),
+           nullable=False),
+    Column("address", Text, nullable=False),
+    Column("action", Text, nullable=False),  # unsuppress
+    Column("actor", Text, nullable=False),  # cli:<user>@<host>, ...
+    Column("detail", JSONB, nullable=False),  # the rows lifted: category, reason, source
+    Column("created_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+    CheckConstraint("action IN ('unsuppress')", name="email_suppression_audit_action_chk"),
+    Index("ix_email_suppression_audit_address", "tenant_id", "address", "created_at"),
+)
+

@@ -114,6 +114,17 @@ WALK: dict[tuple[str, str], Probe] = {
     ("GET", "/u/{token}"): lambda w: one(w.api.get(f"/u/{w.b.tenant}"), {400, 404}),
     ("POST", "/u/{token}"): lambda w: one(w.api.post(f"/u/{w.b.tenant}"), {400, 404}),
     ("GET", "/metrics"): lambda w: one(w.api.get("/metrics"), {401}),  # every tenant's counts
+    # Provider webhooks: no API key, the provider's signature or password is the authority,
+    # and the answer is counts only. Not configured here: 404 whatever the request says
+    # about B's message (tests/feedback/test_webhook_*.py cover them configured).
+    ("POST", "/v1/email/feedback/ses"): lambda w: one(w.api.post(
+        "/v1/email/feedback/ses", json={"Type": "Notification", "TopicArn": MARK}), {404}),
+    ("POST", "/v1/email/feedback/postmark"): lambda w: one(w.api.post(
+        "/v1/email/feedback/postmark", json={"RecordType": "Bounce", "Email": B_RECIPIENT}),
+        {404}),
+    ("POST", "/v1/email/feedback/sendgrid"): lambda w: one(w.api.post(
+        "/v1/email/feedback/sendgrid", json=[{"event": "bounce", "email": B_RECIPIENT}]),
+        {404}),
     # --- the API: jobs and the DLQ -------------------------------------------------------
     ("POST", "/v1/functions/jobs"): lambda w: [
         # Naming B's tenant is refused as a bad field, and so is a repeat of B's key.

@@ -81,3 +81,11 @@ def return_path():
     from postrelay.orchestrator import ReturnPath
 
     return ReturnPath(BOUNCE_DOMAIN, SECRET)
+
+
+@pytest.fixture
+def other_tenant(engine: Engine, tenant: uuid.UUID) -> uuid.UUID:
+    from postrelay.queue import ensure_tenant
+
+    with engine.begin() as conn:
+        return ensure_tenant(conn, "globex")  # type: ignore[return-value]

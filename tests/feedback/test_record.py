@@ -237,3 +237,30 @@ def test_a_dedupe_key_depends_on_the_report_not_on_its_spelling():
     three = Feedback(kind="bounced", source="mail", recipient="ann@example.com",
                      message_id="<abc@x>", source_event_id="f")
     assert one.dedupe_key() == two.dedupe_key() != three.dedupe_key()
+
+
+def test_a_batch_keeps_every_rule_of_one_by_one(engine, tenant, look):
+    """record_many: a duplicate inside the batch, soft bounces counted across it, a forged
+    report in the middle, and one outbox event for each report about a message."""
+    from postrelay.orchestrator.feedback import record_many
+
+    with engine.begin() as conn:
+        sent = [insert_log(conn, tenant_id=tenant) for _ in range(3)]
+    soft = [Feedback(kind="soft-bounced", source="sendgrid", recipient=ANN, status="4.2.2",
+                     source_event_id=f"soft-{i}", message_id=s["message_id"])
+            for i, s in enumerate(sent)]
+    delivered = Feedback(kind="delivered", source="sendgrid", recipient=ANN,
+                         source_event_id="d-1", message_id=sent[0]["message_id"])
+    forged = Feedback(kind="bounced", source="sendgrid", recipient="bob@example.com",
+                      status="5.1.1", source_event_id="f-1", message_id=sent[0]["message_id"])
+    batch = [delivered, soft[0], forged, delivered, soft[1], soft[2]]
+    with engine.begin() as conn:
+        done = record_many(conn, batch, SuppressionPolicy(soft_limit=3))
+    assert [d.duplicate for d in done] == [False, False, False, True, False, False]
+    assert [d.suppressed for d in done] == [False, False, False, False, False, True]
+    assert done[2].matched_by is None  # a recipient the message never had
+    assert set(look.suppressed(tenant)) == {(ANN, "")}
+    assert sorted((e["event_type"], e["aggregate_id"]) for e in look.events()) == sorted([
+        ("email.delivered", str(sent[0]["id"])), ("email.bounced", str(sent[0]["id"])),
+        ("email.bounced", str(sent[1]["id"])), ("email.bounced", str(sent[2]["id"]))])
+    assert {e["tenant_id"] for e in look.events()} == {tenant}

@@ -30,7 +30,20 @@ def test_demo_runs_the_whole_flow_to_settled_and_reports(worker_env, clean_db, t
     maildir = tmp_path / "demo-mail"
     assert f"the SMTP sink received 18 messages; read them in the Maildir {maildir}" in out
     assert len(list((maildir / "new").iterdir())) == 18
+    # Later, through the inbound listener: a DSN to a VERP address bounces a `sent` row and
+    # suppresses the address; a complaint does too; a delay only marks the row.
+    feedback = out.split("feedback after the SMTP handoff (3):")[1].split("dead-letter")[0]
+    lines = [" ".join(line.split()) for line in feedback.strip().splitlines()]
+    assert lines == [
+        "sent → bounced acme welcome user4@acme.example: bounced (mail) 5.1.1 smtp; 550 "
+        "5.1.1 <user4@acme.example>: mailbox deleted; address suppressed",
+        "sent → complained globex welcome user3@globex.example: complaint (mail); address "
+        "suppressed",
+        "sent → delayed initech welcome user4@initech.example: delayed (mail) 4.2.2 smtp; "
+        "452 4.2.2 <user4@initech.example>: mailbox full"]
 
-    # Run again: the addresses that bounced with 5.1.1 are now suppressed, not tried.
+    # Run again: the addresses that bounced with 5.1.1, at once or later, and the one that
+    # complained are now suppressed, not tried.
     again = run_demo(env)
-    assert "email log by outcome: failed=1, partial=3, sent=15, suppressed=3" in again
+    assert "email log by outcome: failed=1, partial=3, sent=13, suppressed=5" in again
+    assert "feedback after the SMTP handoff (1):" in again

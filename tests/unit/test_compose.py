@@ -10,7 +10,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 README = (ROOT / "README.md").read_text()
-POSTRELAY_SERVICES = {"migrate", "relay", "worker", "api"}
+POSTRELAY_SERVICES = {"migrate", "relay", "worker", "api", "inbound"}
 
 
 def test_every_part_of_the_system_is_a_service():
@@ -25,7 +25,7 @@ def test_every_part_of_the_system_is_a_service():
 
 def test_long_running_services_have_health_checks_and_start_in_order():
     services = COMPOSE["services"]
-    for name in ("postgres", "mailpit", "relay", "worker", "api"):
+    for name in ("postgres", "mailpit", "relay", "worker", "api", "inbound"):
         assert services[name]["healthcheck"]["test"], name
     for name, service in services.items():
         for dependency, rule in service.get("depends_on", {}).items():
@@ -33,7 +33,7 @@ def test_long_running_services_have_health_checks_and_start_in_order():
             assert rule["condition"] in {"service_healthy", "service_completed_successfully",
                                          "service_started"}
     assert services["migrate"]["depends_on"]["postgres"]["condition"] == "service_healthy"
-    for name in ("relay", "worker", "api"):
+    for name in ("relay", "worker", "api", "inbound"):
         migrate = services[name]["depends_on"]["migrate"]
         assert migrate["condition"] == "service_completed_successfully"
     # The worker's health check reads the metrics port it is told to serve.
@@ -65,3 +65,20 @@ def test_the_demo_app_the_services_name_registers_the_email_routes():
     assert {r.name for et in ("user.signed_up", "invoice.issued", "digest.due")
             for r in routes.matching(et)} == {"email:welcome", "email:invoice",
                                                "email:weekly_digest"}
+
+
+def test_the_inbound_service_receives_for_the_bounce_domain_the_workers_sign_for():
+    from postrelay.core.settings import Settings
+    from postrelay.orchestrator import ReturnPath
+
+    services = COMPOSE["services"]
+    inbound, worker = services["inbound"]["environment"], services["worker"]["environment"]
+    for name in ("POSTRELAY_EMAIL_BOUNCE_DOMAIN", "POSTRELAY_FEEDBACK_SECRET"):
+        assert inbound[name] == worker[name], name
+    assert ReturnPath.from_settings(Settings(
+        email_bounce_domain=inbound["POSTRELAY_EMAIL_BOUNCE_DOMAIN"],
+        feedback_secret=inbound["POSTRELAY_FEEDBACK_SECRET"])) is not None
+    port = inbound["POSTRELAY_INBOUND_PORT"]
+    assert f"{port}:{port}" in services["inbound"]["ports"]
+    assert port in " ".join(services["inbound"]["healthcheck"]["test"])
+

@@ -1,6 +1,7 @@
 """The email log: filtered by tenant, recipient, status, template and time; one message's
-whole story (event → job → attempts → log rows with the SMTP replies, from
-orchestrator.admin.email_story) and a preview of what was sent."""
+whole story (event → job → attempts → log rows with the SMTP replies → the delivery
+feedback that came back later, from orchestrator.admin.email_story) and a preview of what
+was sent."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ router = APIRouter()
 
 # email_story builds its rows with to_jsonb: times arrive as ISO strings.
 _TIMES = ("created_at", "finished_at", "handled_at", "completed_at", "claimed_at",
-          "available_at", "dead_at")
+          "available_at", "dead_at", "received_at")
 
 
 @router.get("/emails")
@@ -62,7 +63,8 @@ def email_page(request: Request, log_id: str, user: CurrentUser, engine: Db) -> 
     log = story["log"]
     return render(request, "email.html", {
         "log": log, "event": story["event"], "job": story["job"], "audit": story["audit"],
-        "attempts": story["attempts"], "tenants": tenants, "pretty_json": pretty_json,
+        "attempts": story["attempts"], "feedback": story.get("feedback") or [],
+        "tenants": tenants, "pretty_json": pretty_json,
         "preview": shown,
     }, user=user)
 

@@ -11,17 +11,25 @@ from sqlalchemy import Engine
 
 from postrelay.dashboard import chart, queries
 from postrelay.dashboard.web import CurrentUser, Db, User, render, tenant_names
+from postrelay.orchestrator import feedback_rates
 
 router = APIRouter()
 
 REFRESH_SECS = 5
 TOP_TENANTS = 12
+# Where providers start to act: a bounce rate past 5% or a complaint rate past 0.1%.
+BOUNCE_WARN, COMPLAINT_WARN = 0.05, 0.001
 
 
 @router.get("/")
 def overview_page(request: Request, user: CurrentUser, engine: Db) -> HTMLResponse:
-    return render(request, "overview.html", {**_panels(user, engine),
-                                             "refresh_secs": REFRESH_SECS}, user=user)
+    # The rates read a week of the email log: on the page, not in the panels that refresh
+    # every few seconds (they move slowly anyway).
+    with engine.begin() as conn:
+        rates = feedback_rates(conn, tenant_id=user.tenant_id)
+    return render(request, "overview.html", {
+        **_panels(user, engine), "refresh_secs": REFRESH_SECS, "rates": rates,
+        "bounce_warn": BOUNCE_WARN, "complaint_warn": COMPLAINT_WARN}, user=user)
 
 
 @router.get("/panels")

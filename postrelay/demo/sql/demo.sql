@@ -33,3 +33,14 @@ FROM mdm.aa_job
 WHERE tenant_id = ANY(CAST(:tenants AS uuid[])) AND created_at >= :since
   AND status = 'dlq'
 ORDER BY created_at;
+
+-- name: demo_feedback_rows
+-- What came back after the SMTP handoff, with the log row it changed and whether it
+-- suppressed the address.
+SELECT t.name AS tenant, l.template, l.status, l.delivery, f.recipient, f.kind, f.status AS code,
+       f.diagnostic, f.source, f.suppressed
+FROM mdm.aa_email_feedback f
+JOIN mdm.aa_email_log l ON l.id = f.email_log_id
+JOIN mdm.aa_tenant t ON t.id = l.tenant_id
+WHERE l.tenant_id = ANY(CAST(:tenants AS uuid[])) AND f.received_at >= :since
+ORDER BY t.name, f.recipient, f.received_at, f.id;

@@ -9,7 +9,7 @@ from postrelay.orchestrator.feedback.model import (
     bounce_kind,
     suppresses,
 )
-from postrelay.orchestrator.feedback.record import record_feedback
+from postrelay.orchestrator.feedback.record import record_feedback, record_many
 
 __all__ = [
     "Feedback",
@@ -17,5 +17,6 @@ __all__ = [
     "SuppressionPolicy",
     "bounce_kind",
     "record_feedback",
+    "record_many",
     "suppresses",
 ]

@@ -1,4 +1,5 @@
-"""Operator views of feedback (the CLI `postrelay feedback list`)."""
+"""Operator views of feedback (the CLI `postrelay feedback list`) and of lifted
+suppressions (`postrelay emails suppressed --lifted`)."""
 
 from __future__ import annotations
 
@@ -30,3 +31,14 @@ def feedback_list(conn: Connection, *, tenant_id: UUID | str | None = None,
     return queries.email_feedback_list(conn, tenant_id=_uuid("tenant", tenant_id), kind=kind,
                                        source=source, since=since, unmatched=unmatched,
                                        limit=limit)
+
+
+def suppression_audit(conn: Connection, *, tenant_id: UUID | str | None = None,
+                      address: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+    """Lifted suppressions, newest first: who lifted what, when."""
+    if not 1 <= limit <= MAX_LIMIT:
+        raise ValidationError("limit", f"must be between 1 and {MAX_LIMIT}")
+    return queries.email_suppression_audit_list(
+        conn, tenant_id=_uuid("tenant", tenant_id),
+        address=address.strip().lower() if address else None, limit=limit)
+

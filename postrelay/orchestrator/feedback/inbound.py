@@ -20,8 +20,10 @@ from aiosmtpd.smtp import SMTP, Envelope, Session
 from sqlalchemy import Engine
 
 from postrelay.core.telemetry import event
-from postrelay.orchestrator.feedback.ingest import ingest
+from postrelay.orchestrator.feedback.groupcommit import GroupCommit
+from postrelay.orchestrator.feedback.ingest import read_mail
 from postrelay.orchestrator.feedback.model import SuppressionPolicy
+from postrelay.orchestrator.feedback.unsubscribe import UnsubscribeLinks
 from postrelay.orchestrator.feedback.verp import PREFIX, ReturnPath, TokenError
 
 DEFAULT_MAX_BYTES = 5 * 1024 * 1024
@@ -35,18 +37,22 @@ class InboundConfig:
     max_bytes: int = DEFAULT_MAX_BYTES
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     tls: ssl.SSLContext | None = None  # offered with STARTTLS when given
+    # Reads `mailto:` unsubscribes (to unsubscribe@<bounce domain>) when given.
+    unsubscribe: UnsubscribeLinks | None = None
 
 
 class FeedbackHandler:
     """aiosmtpd hooks: RCPT decides what is accepted, DATA records it."""
 
     def __init__(self, engine: Engine, return_path: ReturnPath, policy: SuppressionPolicy,
-                 max_bytes: int) -> None:
+                 max_bytes: int, unsubscribe: UnsubscribeLinks | None = None) -> None:
         self.engine = engine
         self.return_path = return_path
+        self.unsubscribe = unsubscribe
         self.policy = policy
         self.max_bytes = max_bytes
         self.recorded = 0
+        self.commits = GroupCommit(engine, policy)
 
     async def handle_RCPT(  # noqa: N802 - aiosmtpd's hook name
             self, server: SMTP, session: Session, envelope: Envelope, address: str,
@@ -70,10 +76,14 @@ class FeedbackHandler:
         raw = envelope.original_content or envelope.content or b""
         if isinstance(raw, str):
             raw = raw.encode("utf-8", "surrogateescape")
+        # Parsed in a thread (the event loop keeps serving the other sessions), recorded
+        # with whatever else arrived meanwhile, answered once committed.
+        reports = await asyncio.to_thread(
+            read_mail, raw, envelope_to=list(envelope.rcpt_tos),
+            return_path=self.return_path, max_bytes=self.max_bytes,
+            unsubscribe=self.unsubscribe)
         try:
-            done = await asyncio.to_thread(
-                ingest, self.engine, raw, envelope_to=list(envelope.rcpt_tos),
-                return_path=self.return_path, policy=self.policy, max_bytes=self.max_bytes)
+            done = await self.commits.record(reports)
         except Exception as exc:  # the database: the sender keeps the message and retries
             event("postrelay.inbound.record_failed", logging.ERROR, error=repr(exc))
             return "451 4.3.0 could not record the message now; try again later"
@@ -121,7 +131,8 @@ class InboundServer(Controller):
     def __init__(self, engine: Engine, return_path: ReturnPath, policy: SuppressionPolicy,
                  config: InboundConfig) -> None:
         self.config = config
-        self.feedback = FeedbackHandler(engine, return_path, policy, config.max_bytes)
+        self.feedback = FeedbackHandler(engine, return_path, policy, config.max_bytes,
+                                        config.unsubscribe)
         self._gate = _Gate(config.max_connections)
         super().__init__(self.feedback, hostname=config.host, port=config.port)
 

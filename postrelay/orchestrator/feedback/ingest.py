@@ -15,9 +15,11 @@ from pathlib import Path
 from sqlalchemy import Engine
 
 from postrelay.core.errors import ValidationError
-from postrelay.orchestrator.feedback.model import Recorded, SuppressionPolicy
+from postrelay.orchestrator.feedback.mailto import mailto_unsubscribe
+from postrelay.orchestrator.feedback.model import Feedback, Recorded, SuppressionPolicy
 from postrelay.orchestrator.feedback.parse import parse_mail
-from postrelay.orchestrator.feedback.record import record_feedback
+from postrelay.orchestrator.feedback.record import record_many
+from postrelay.orchestrator.feedback.unsubscribe import UnsubscribeLinks
 from postrelay.orchestrator.feedback.verp import ReturnPath
 
 
@@ -59,9 +61,22 @@ def _split(name: str, raw: bytes) -> Iterator[tuple[str, bytes]]:
 
 def ingest(engine: Engine, raw: bytes, *, envelope_to: Sequence[str] = (),
            return_path: ReturnPath | None, policy: SuppressionPolicy,
-           max_bytes: int | None = None) -> list[Recorded]:
+           max_bytes: int | None = None,
+           unsubscribe: UnsubscribeLinks | None = None) -> list[Recorded]:
     """Parse one message and record each report it holds, in one transaction."""
-    reports = parse_mail(raw, envelope_to=envelope_to, return_path=return_path,
-                         max_bytes=max_bytes)
+    reports = read_mail(raw, envelope_to=envelope_to, return_path=return_path,
+                        max_bytes=max_bytes, unsubscribe=unsubscribe)
     with engine.begin() as conn:
-        return [record_feedback(conn, report, policy) for report in reports]
+        return record_many(conn, reports, policy)
+
+
+def read_mail(raw: bytes, *, envelope_to: Sequence[str] = (),
+              return_path: ReturnPath | None, max_bytes: int | None = None,
+              unsubscribe: UnsubscribeLinks | None = None) -> list[Feedback]:
+    """The reports one message holds: a `mailto:` unsubscribe, else what parse_mail reads."""
+    if max_bytes is None or len(raw) <= max_bytes:
+        found = mailto_unsubscribe(raw, envelope_to, unsubscribe)
+        if found is not None:
+            return [found]
+    return parse_mail(raw, envelope_to=envelope_to, return_path=return_path,
+                      max_bytes=max_bytes)

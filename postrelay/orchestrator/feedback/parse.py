@@ -165,8 +165,12 @@ class _Keys:
         self.refused: str | None = None
         self.message_id: str | None = None
         self.queue_id: str | None = None
+        for address in envelope_to:
+            self.take_verp(address)
+        if self.log_id is not None or return_path is None:
+            return  # named by the envelope (or no bounce domain): the headers add nothing
         headers = [v for h in ENVELOPE_HEADERS for v in (msg.get_all(h, []) if msg else [])]
-        for address in [*envelope_to, *(a for _, a in getaddresses(headers))]:
+        for _, address in getaddresses(headers):
             self.take_verp(address)
 
     def take_verp(self, address: str) -> None:

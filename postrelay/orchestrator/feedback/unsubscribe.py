@@ -5,6 +5,10 @@
     # {"List-Unsubscribe": "<https://mail.acme.example/u/…>",
     #  "List-Unsubscribe-Post": "List-Unsubscribe=One-Click"}
     links.verify(token)          # (tenant_id, "ann@example.com", "newsletter")
+
+With a bounce domain (`UnsubscribeLinks(url, secret, "bounces.acme.example")`) the header
+also offers `<mailto:unsubscribe@bounces.acme.example?subject=unsubscribe%20<token>>`,
+which `postrelay inbound` reads (mailto.py).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ if TYPE_CHECKING:
     from postrelay.core.settings import Settings
 
 MAC_BYTES = 16
+MAILTO_LOCAL = "unsubscribe"
 
 
 class UnsubscribeTokenError(ValidationError):
@@ -33,7 +38,8 @@ class UnsubscribeTokenError(ValidationError):
 
 
 class UnsubscribeLinks:
-    def __init__(self, public_url: str, secret: bytes) -> None:
+    def __init__(self, public_url: str, secret: bytes, mailto_domain: str | None = None
+                 ) -> None:
         url = public_url.rstrip("/")
         parts = urlsplit(url)
         if parts.scheme != "https" and not (parts.scheme == "http"
@@ -43,15 +49,22 @@ class UnsubscribeLinks:
         if len(secret) < MIN_SECRET:
             raise ValidationError("feedback_secret", f"at least {MIN_SECRET} characters")
         self.base = url
+        # With a bounce domain, the links also offer `mailto:unsubscribe@<domain>` with the
+        # token in the subject (a local part is too short for it, and may be case-folded).
+        self.mailto_address = f"{MAILTO_LOCAL}@{mailto_domain}" if mailto_domain else None
         self._key = feedback_key(secret, "unsubscribe")
 
     @classmethod
     def from_settings(cls, settings: Settings) -> UnsubscribeLinks | None:
-        """None unless POSTRELAY_PUBLIC_URL and POSTRELAY_FEEDBACK_SECRET are both set."""
+        """None unless POSTRELAY_PUBLIC_URL and POSTRELAY_FEEDBACK_SECRET are both set; the
+        mailto: address when POSTRELAY_EMAIL_BOUNCE_DOMAIN is set too."""
         if not settings.public_url or not settings.feedback_secret:
             return None
+        domain = settings.email_bounce_domain.strip().lower().rstrip(".") \
+            if settings.email_bounce_domain else None
         try:
-            return cls(settings.public_url, settings.feedback_secret.get_secret_value().encode())
+            return cls(settings.public_url, settings.feedback_secret.get_secret_value().encode(),
+                       domain)
         except ValidationError as exc:
             raise ConfigError(f"POSTRELAY_{exc.field.upper()}: {exc.rule}") from None
 
@@ -73,8 +86,18 @@ class UnsubscribeLinks:
     def url(self, tenant_id: UUID, recipient: str, category: str) -> str:
         return f"{self.base}/u/{self.token(tenant_id, recipient, category)}"
 
+    def mailto(self, tenant_id: UUID, recipient: str, category: str) -> str | None:
+        if self.mailto_address is None:
+            return None
+        return (f"mailto:{self.mailto_address}?subject=unsubscribe%20"
+                f"{self.token(tenant_id, recipient, category)}")
+
     def headers(self, tenant_id: UUID, recipient: str, category: str) -> dict[str, str]:
-        return {"List-Unsubscribe": f"<{self.url(tenant_id, recipient, category)}>",
+        uris = [f"<{self.url(tenant_id, recipient, category)}>"]
+        mailto = self.mailto(tenant_id, recipient, category)
+        if mailto is not None:
+            uris.append(f"<{mailto}>")
+        return {"List-Unsubscribe": ", ".join(uris),
                 "List-Unsubscribe-Post": "List-Unsubscribe=One-Click"}
 
     def _mac(self, body: bytes) -> bytes:

@@ -1,39 +1,50 @@
 -- Statements of delivery feedback: aa_email_feedback, and its effects on aa_email_log,
 -- aa_email_suppression and a held email_send job.
 
--- name: email_feedback_match
--- The log row a piece of feedback is about, by the strongest key it carries: the VERP
+-- name: email_feedback_match_many
+-- The log row each piece of feedback of a batch is about (one row per report, in the
+-- order given; NULLs where nothing matched), by the strongest key it carries: the VERP
 -- token's log row (verified before it gets here), the Message-ID postrelay generated (the
 -- same on every attempt of a job: the attempt that went out is preferred, the latest of
 -- them), or the relay's queue id from its 250 reply (not unique across relays and time:
--- the latest row with that id sent to the recipient).
-WITH candidates AS (
-    SELECT l.id, 'verp' AS matched_by, 1 AS rank, l.created_at
-    FROM mdm.aa_email_log l
-    WHERE l.id = CAST(:log_id AS uuid)
-    UNION ALL
-    -- A Message-ID postrelay made is `<job id@domain>`: the job index finds its rows.
-    (SELECT l.id, 'message_id', 2, l.created_at
-     FROM mdm.aa_email_log l
-     WHERE l.job_id = CAST(substring(CAST(:message_id AS text)
-                                     FROM '^<([0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12})@') AS uuid)
-       AND l.message_id = CAST(:message_id AS text)
-     ORDER BY l.status IN ('sent', 'partial', 'unknown', 'sending') DESC, l.created_at DESC
-     LIMIT 1)
-    UNION ALL
-    (SELECT l.id, 'queue_id', 3, l.created_at
-     FROM mdm.aa_email_log l
-     WHERE CAST(:queue_id AS text) IS NOT NULL AND l.queue_id = CAST(:queue_id AS text)
-       AND (CAST(:recipient AS text) IS NULL OR l.recipients @> ARRAY[CAST(:recipient AS text)])
-     ORDER BY l.created_at DESC
-     LIMIT 1)
-)
-SELECT l.id, l.tenant_id, l.job_id, l.status, l.recipients, l.category, l.template,
-       l.message_id, c.matched_by
-FROM candidates c
-JOIN mdm.aa_email_log l ON l.id = c.id
-ORDER BY c.rank
-LIMIT 1;
+-- the latest row with that id sent to the recipient). One statement for a batch: a
+-- provider's hundred events cost one round trip here, not a hundred.
+SELECT w.n, m.id, m.tenant_id, m.job_id, m.status, m.recipients, m.category, m.template,
+       m.message_id, m.matched_by
+FROM unnest(CAST(:log_ids AS uuid[]), CAST(:message_ids AS text[]),
+            CAST(:queue_ids AS text[]), CAST(:recipients AS text[]))
+     WITH ORDINALITY AS w(log_id, message_id, queue_id, recipient, n)
+LEFT JOIN LATERAL (
+    SELECT l.id, l.tenant_id, l.job_id, l.status, l.recipients, l.category, l.template,
+           l.message_id, c.matched_by
+    FROM (
+        SELECT l.id, 'verp' AS matched_by, 1 AS rank
+        FROM mdm.aa_email_log l
+        WHERE l.id = w.log_id
+        UNION ALL
+        -- A Message-ID postrelay made is `<job id@domain>`: the job index finds its rows.
+        (SELECT l.id, 'message_id', 2
+         FROM mdm.aa_email_log l
+         WHERE l.job_id = CAST(substring(w.message_id
+                                         FROM '^<([0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12})@')
+                               AS uuid)
+           AND l.message_id = w.message_id
+         ORDER BY l.status IN ('sent', 'partial', 'unknown', 'sending') DESC,
+                  l.created_at DESC
+         LIMIT 1)
+        UNION ALL
+        (SELECT l.id, 'queue_id', 3
+         FROM mdm.aa_email_log l
+         WHERE w.queue_id IS NOT NULL AND l.queue_id = w.queue_id
+           AND (w.recipient IS NULL OR l.recipients @> ARRAY[w.recipient])
+         ORDER BY l.created_at DESC
+         LIMIT 1)
+    ) c
+    JOIN mdm.aa_email_log l ON l.id = c.id
+    ORDER BY c.rank
+    LIMIT 1
+) m ON true
+ORDER BY w.n;
 
 -- name: email_feedback_insert
 -- The feedback row, unless the same feedback was recorded before (dedupe_key): then
@@ -142,3 +153,64 @@ WHERE id IN (SELECT id FROM mdm.aa_email_feedback
              WHERE received_at < CAST(:before AS timestamptz)
              ORDER BY received_at
              LIMIT :batch);
+-- name: email_suppression_lift
+-- An operator lets an address receive a tenant's mail again: every category's row goes,
+-- and one audit row keeps what was lifted and by whom. Nothing is audited when nothing
+-- was suppressed.
+WITH lifted AS (
+    DELETE FROM mdm.aa_email_suppression
+    WHERE tenant_id = CAST(:tenant_id AS uuid) AND address = :address
+    RETURNING category, reason, source, smtp_enhanced, feedback_id, created_at
+), audited AS (
+    INSERT INTO mdm.aa_email_suppression_audit (tenant_id, address, action, actor, detail)
+    SELECT CAST(:tenant_id AS uuid), :address, 'unsuppress', :actor,
+           jsonb_build_object('lifted', jsonb_agg(to_jsonb(l) ORDER BY l.category))
+    FROM lifted l
+    HAVING count(*) > 0
+    RETURNING id
+)
+SELECT (SELECT count(*) FROM lifted) AS lifted;
+
+-- name: email_suppression_audit_list
+SELECT id, tenant_id, address, action, actor, detail, created_at
+FROM mdm.aa_email_suppression_audit
+WHERE (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
+  AND (CAST(:address AS text) IS NULL OR address = CAST(:address AS text))
+ORDER BY created_at DESC, id DESC
+LIMIT :limit;
+
+
+-- name: email_feedback_counts
+-- Feedback received since :since by kind and source (ix_email_feedback_time), and how much
+-- of it matched no message.
+SELECT f.kind, f.source, count(*) AS received,
+       count(*) FILTER (WHERE f.email_log_id IS NULL) AS unmatched
+FROM mdm.aa_email_feedback f
+WHERE f.received_at >= CAST(:since AS timestamptz)
+GROUP BY f.kind, f.source
+ORDER BY f.kind, f.source;
+
+-- name: email_feedback_rates
+-- Per tenant, of the messages that got an answer (sent, partial, or refused: bounced) in
+-- the last 24 hours and 7 days before :now: how many bounced — refused at send time, or
+-- bounced later as feedback said — and how many drew a complaint. The rates mailbox
+-- providers watch. Rows of 7 days by ix_email_log_status_time.
+SELECT l.tenant_id, t.name AS tenant_name,
+       count(*) FILTER (WHERE l.created_at >= CAST(:now AS timestamptz) - interval '24 hours')
+           AS messages_24h,
+       count(*) FILTER (WHERE l.created_at >= CAST(:now AS timestamptz) - interval '24 hours'
+                          AND (l.status = 'bounced' OR l.delivery = 'bounced'))
+           AS bounced_24h,
+       count(*) FILTER (WHERE l.created_at >= CAST(:now AS timestamptz) - interval '24 hours'
+                          AND l.delivery = 'complained') AS complained_24h,
+       count(*) AS messages_7d,
+       count(*) FILTER (WHERE l.status = 'bounced' OR l.delivery = 'bounced') AS bounced_7d,
+       count(*) FILTER (WHERE l.delivery = 'complained') AS complained_7d
+FROM mdm.aa_email_log l
+JOIN mdm.aa_tenant t ON t.id = l.tenant_id
+WHERE l.status IN ('sent', 'partial', 'bounced')
+  AND l.created_at >= CAST(:now AS timestamptz) - interval '7 days'
+  AND l.created_at <= CAST(:now AS timestamptz)
+  AND (CAST(:tenant_id AS uuid) IS NULL OR l.tenant_id = CAST(:tenant_id AS uuid))
+GROUP BY l.tenant_id, t.name
+ORDER BY t.name, l.tenant_id;

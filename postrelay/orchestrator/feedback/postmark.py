@@ -1,0 +1,137 @@
+"""Postmark's webhooks (Bounce, SpamComplaint, Delivery, SubscriptionChange), read into
+`Feedback`. Postmark authenticates with HTTP basic auth in the webhook's URL, checked by
+`PostmarkAuth`.
+
+    PostmarkAuth("postmark", "a long password").check(request.headers.get("authorization"))
+    postmark_reports(json.loads(body))   # one record per request
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+from collections.abc import Mapping
+from typing import Any
+
+from postrelay.core.errors import ValidationError
+from postrelay.orchestrator.feedback.model import Feedback, bounce_kind
+from postrelay.orchestrator.feedback.webhook import (
+    WebhookAuthError,
+    field,
+    iso_time,
+    obj,
+    short,
+    status_of,
+)
+
+# Bounce types (Postmark's "Type") and the kind each is. A type without its own code
+# speaks of the address (HardBounce: "unknown user, mailbox not found") or of policy
+# (Blocked, DMARCPolicy: given 5.7.x so that they never suppress); the rest are kept
+# `unparsed` for an operator.
+BOUNCE_TYPES = {
+    "HardBounce": ("bounced", None), "BadEmailAddress": ("bounced", None),
+    "SoftBounce": ("soft-bounced", None), "Transient": ("delayed", None),
+    "DnsError": ("soft-bounced", None), "AutoResponder": ("auto-reply", None),
+    "SpamNotification": ("complaint", None), "SpamComplaint": ("complaint", None),
+    "Unsubscribe": ("unsubscribe", None), "Blocked": ("bounced", "5.7.1"),
+    "DMARCPolicy": ("bounced", "5.7.1"),
+}
+# SubscriptionChange with SuppressSending: why Postmark stopped sending to the address.
+SUPPRESSION_REASONS = {"HardBounce": "bounced", "SpamComplaint": "complaint",
+                       "ManualSuppression": "unsubscribe"}
+
+
+class PostmarkAuth:
+    def __init__(self, username: str, password: str) -> None:
+        self._expected = hashlib.sha256(f"{username}:{password}".encode()).digest()
+
+    def check(self, authorization: str | None) -> None:
+        """WebhookAuthError unless `authorization` is Basic with the configured pair
+        (compared as digests, in constant time)."""
+        scheme, _, encoded = (authorization or "").partition(" ")
+        if scheme.lower() != "basic":
+            raise WebhookAuthError("HTTP basic authentication is required")
+        try:
+            given = base64.b64decode(encoded.strip(), validate=True)
+        except (binascii.Error, ValueError):
+            raise WebhookAuthError("the basic credentials are not base64") from None
+        if not hmac.compare_digest(hashlib.sha256(given).digest(), self._expected):
+            raise WebhookAuthError("wrong user name or password")
+
+
+def postmark_reports(payload: Any) -> list[Feedback]:
+    """The feedback in one webhook request. ValidationError naming the field when the
+    record is malformed or of a type postrelay does not take."""
+    record = obj(payload, "body")
+    record_type = field(record, "RecordType", str, "")
+    if record_type in ("Bounce", "SpamComplaint"):
+        return [_bounce(record)]
+    if record_type == "Delivery":
+        return [_delivery(record)]
+    if record_type == "SubscriptionChange":
+        return [_subscription(record)]
+    raise ValidationError("RecordType", "must be Bounce, SpamComplaint, Delivery or "
+                                        "SubscriptionChange")
+
+
+def _bounce(record: Mapping[str, Any]) -> Feedback:
+    bounce_type = field(record, "Type", str, "")
+    bounce_id = field(record, "ID", (int, str), "")
+    details = field(record, "Details", str, "", required=False)
+    description = field(record, "Description", str, "", required=False)
+    kind, policy = BOUNCE_TYPES.get(bounce_type, ("unparsed", None))
+    status = status_of(details) or policy
+    if kind == "bounced" and status is not None:
+        kind = bounce_kind(status)
+    return Feedback(
+        kind=kind, source="postmark", recipient=field(record, "Email", str, ""),
+        status=status if kind in ("bounced", "soft-bounced", "delayed") else None,
+        diagnostic=short(details or description), source_event_id=f"bounce:{bounce_id}",
+        queue_id=_message_id(record),
+        occurred_at=iso_time(field(record, "BouncedAt", str, "", required=False), "BouncedAt"),
+        detail=_detail(record, type=bounce_type, type_code=record.get("TypeCode"),
+                       description=short(description), inactive=record.get("Inactive")))
+
+
+def _delivery(record: Mapping[str, Any]) -> Feedback:
+    message_id = _message_id(record)
+    recipient = field(record, "Recipient", str, "")
+    delivered_at = field(record, "DeliveredAt", str, "", required=False)
+    return Feedback(
+        kind="delivered", source="postmark", recipient=recipient,
+        diagnostic=short(record.get("Details")),
+        # Postmark gives a delivery no id of its own: the message and recipient are one.
+        source_event_id=f"delivery:{message_id}:{recipient.lower()}", queue_id=message_id,
+        occurred_at=iso_time(delivered_at, "DeliveredAt"), detail=_detail(record))
+
+
+def _subscription(record: Mapping[str, Any]) -> Feedback:
+    message_id = _message_id(record)
+    recipient = field(record, "Recipient", str, "")
+    changed_at = field(record, "ChangedAt", str, "")
+    suppress = field(record, "SuppressSending", bool, "")
+    reason = field(record, "SuppressionReason", str, "", required=False)
+    # A reactivation, or a reason postrelay does not act on: kept for an operator.
+    kind = SUPPRESSION_REASONS.get(reason or "", "unparsed") if suppress else "unparsed"
+    return Feedback(
+        kind=kind, source="postmark", recipient=recipient, diagnostic=short(reason),
+        source_event_id=f"subscription:{message_id}:{recipient.lower()}:{changed_at}:"
+                        f"{suppress}",
+        queue_id=message_id, occurred_at=iso_time(changed_at, "ChangedAt"),
+        detail=_detail(record, suppress_sending=suppress, suppression_reason=reason,
+                       origin=short(record.get("Origin"))))
+
+
+def _message_id(record: Mapping[str, Any]) -> str:
+    """Postmark's MessageID: the id its SMTP service answers in the 250 reply, which
+    postrelay keeps as the log row's queue id."""
+    return str(field(record, "MessageID", str, ""))
+
+
+def _detail(record: Mapping[str, Any], **more: Any) -> dict[str, Any]:
+    found = {"record_type": record.get("RecordType"), "tag": short(record.get("Tag")),
+             "message_stream": short(record.get("MessageStream")),
+             "server_id": record.get("ServerID"), **more}
+    return {k: v for k, v in found.items() if v is not None}

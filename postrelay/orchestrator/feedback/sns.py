@@ -1,0 +1,166 @@
+"""Amazon SNS messages to an HTTPS endpoint: signature verification and the subscription
+handshake.
+
+    sns = SnsVerifier(topics={"arn:aws:sns:eu-west-1:123456789012:ses-feedback"})
+    sns.verify(message)      # WebhookAuthError unless SNS signed it, for one of our topics
+    sns.confirm(message)     # a SubscriptionConfirmation: fetch its SubscribeURL
+
+The signature (SignatureVersion 1: RSA with SHA-1, 2: with SHA-256) is checked with the
+certificate at SigningCertURL, fetched only over HTTPS from a host the pattern allows
+(default `sns.<region>.amazonaws.com`) and cached, or with a certificate pinned from a local
+file. A valid signature proves only that SNS sent the message, and anyone can have SNS send
+to this endpoint from a topic of their own: the topic must be one of ours too.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import ssl
+import threading
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import padding, rsa
+
+from postrelay.core.errors import ConfigError, ValidationError
+from postrelay.orchestrator.feedback.webhook import (
+    WebhookAuthError,
+    WebhookUnavailableError,
+    field,
+)
+
+DEFAULT_HOSTS = r"sns\.[a-z0-9-]+\.amazonaws\.com(\.cn)?"
+# What each type of message signs, in this order ("Subject" only when present).
+SIGNED = {
+    "Notification": ("Message", "MessageId", "Subject", "Timestamp", "TopicArn", "Type"),
+    "SubscriptionConfirmation": ("Message", "MessageId", "SubscribeURL", "Timestamp", "Token",
+                                 "TopicArn", "Type"),
+    "UnsubscribeConfirmation": ("Message", "MessageId", "SubscribeURL", "Timestamp", "Token",
+                                "TopicArn", "Type"),
+}
+HASHES = {"1": hashes.SHA1, "2": hashes.SHA256}
+CACHE_SIZE = 32
+FETCH_TIMEOUT_SECS = 10.0
+MAX_CERT_BYTES = 64 * 1024
+
+
+class SnsVerifier:
+    def __init__(self, topics: set[str], *, host_pattern: str = DEFAULT_HOSTS,
+                 pinned_cert: Path | None = None, ca_file: Path | None = None) -> None:
+        if not topics:
+            raise ConfigError("POSTRELAY_FEEDBACK_SES_TOPIC_ARNS: at least one topic ARN")
+        try:
+            self._hosts = re.compile(host_pattern, re.IGNORECASE)
+        except re.error as exc:
+            raise ConfigError(f"POSTRELAY_FEEDBACK_SES_CERT_HOSTS: not a pattern: {exc}") \
+                from None
+        self.topics = frozenset(topics)
+        self._pinned = _pinned(pinned_cert) if pinned_cert else None
+        self._verify_tls: ssl.SSLContext | bool = True
+        if ca_file is not None:
+            try:
+                self._verify_tls = ssl.create_default_context(cafile=str(ca_file))
+            except (OSError, ssl.SSLError) as exc:
+                raise ConfigError(f"POSTRELAY_FEEDBACK_SES_CA_FILE: {exc}") from None
+        self._cache: dict[str, rsa.RSAPublicKey] = {}
+        self._lock = threading.Lock()
+
+    def verify(self, message: Mapping[str, Any]) -> None:
+        """WebhookAuthError unless `message` is signed by SNS and from one of our topics;
+        ValidationError naming the field for a message that is not an SNS message."""
+        kind = field(message, "Type", str, "")
+        if kind not in SIGNED:
+            raise ValidationError("Type", f"must be one of {', '.join(SIGNED)}")
+        version = field(message, "SignatureVersion", str, "")
+        if version not in HASHES:
+            raise WebhookAuthError(f"SignatureVersion {version!r} is not 1 or 2")
+        if field(message, "TopicArn", str, "") not in self.topics:
+            raise WebhookAuthError("TopicArn is not one of POSTRELAY_FEEDBACK_SES_TOPIC_ARNS")
+        for name in SIGNED[kind]:
+            field(message, name, str, "", required=name != "Subject")
+        signed = "".join(f"{name}\n{message[name]}\n" for name in SIGNED[kind]
+                         if message.get(name) is not None)
+        try:
+            signature = base64.b64decode(field(message, "Signature", str, ""), validate=True)
+        except (binascii.Error, ValueError):
+            raise WebhookAuthError("Signature is not base64") from None
+        key = self._pinned or self._fetched(field(message, "SigningCertURL", str, ""))
+        try:
+            key.verify(signature, signed.encode(), padding.PKCS1v15(), HASHES[version]())
+        except InvalidSignature:
+            raise WebhookAuthError("the signature does not verify") from None
+
+    def confirm(self, message: Mapping[str, Any]) -> None:
+        """Confirm a verified SubscriptionConfirmation by fetching its SubscribeURL, only
+        from an allowed host."""
+        url = field(message, "SubscribeURL", str, "")
+        self._allowed(url, "SubscribeURL")
+        try:
+            response = httpx.get(url, timeout=FETCH_TIMEOUT_SECS, verify=self._verify_tls,
+                                 follow_redirects=False)
+            response.raise_for_status()
+        except httpx.HTTPError as exc:
+            raise WebhookUnavailableError(f"confirming the subscription failed: {exc}") \
+                from None
+
+    def _fetched(self, url: str) -> rsa.RSAPublicKey:
+        self._allowed(url, "SigningCertURL")
+        with self._lock:
+            if url in self._cache:
+                return self._cache[url]
+        try:
+            response = httpx.get(url, timeout=FETCH_TIMEOUT_SECS, verify=self._verify_tls,
+                                 follow_redirects=False)
+            response.raise_for_status()
+        except httpx.HTTPError as exc:
+            raise WebhookUnavailableError(f"fetching the signing certificate failed: {exc}") \
+                from None
+        if len(response.content) > MAX_CERT_BYTES:
+            raise WebhookAuthError("the signing certificate is too large")
+        try:
+            key = _public_key(response.content)
+        except ConfigError as exc:
+            raise WebhookAuthError(str(exc)) from None
+        with self._lock:
+            if len(self._cache) >= CACHE_SIZE:  # SNS rotates certificates rarely
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[url] = key
+        return key
+
+    def _allowed(self, url: str, name: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme != "https" or not self._hosts.fullmatch(parts.hostname or "") \
+                or parts.username or parts.password:
+            raise WebhookAuthError(f"{name} is not an https URL on an allowed host "
+                                   "(POSTRELAY_FEEDBACK_SES_CERT_HOSTS)")
+
+
+def _pinned(path: Path) -> rsa.RSAPublicKey:
+    try:
+        return _public_key(path.read_bytes())
+    except (OSError, ConfigError) as exc:
+        raise ConfigError(f"POSTRELAY_FEEDBACK_SES_CERT_FILE: {exc}") from None
+
+
+def _public_key(pem: bytes) -> rsa.RSAPublicKey:
+    try:
+        cert = x509.load_pem_x509_certificate(pem)
+    except ValueError as exc:
+        raise ConfigError(f"the SNS signing certificate is not a PEM certificate: {exc}") \
+            from None
+    now = datetime.now(UTC)
+    if not cert.not_valid_before_utc <= now <= cert.not_valid_after_utc:
+        raise ConfigError("the SNS signing certificate is not valid now")
+    key = cert.public_key()
+    if not isinstance(key, rsa.RSAPublicKey):
+        raise ConfigError("the SNS signing certificate's key is not RSA")
+    return key

@@ -1,0 +1,60 @@
+"""Delivery feedback in the dashboard: the email story's timeline shows what came back after
+the SMTP handoff, and the overview shows each tenant's bounce and complaint rates over 24 h
+and 7 days — a tenant's session only its own."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+from postrelay.orchestrator.feedback import Feedback, record_feedback
+from tests.dashboard.conftest import insert_email
+
+
+def _record(engine, message_id, kind, source, event_id, status=None, diagnostic=None):
+    with engine.begin() as conn:
+        record_feedback(conn, Feedback(kind=kind, source=source, recipient=None,
+                                       status=status, diagnostic=diagnostic,
+                                       source_event_id=event_id, message_id=message_id))
+
+
+def test_the_story_shows_feedback_after_the_attempts(admin, engine, tenant):
+    with engine.begin() as conn:
+        log = insert_email(conn, tenant, message_id="<m-1@acme.example>")
+    _record(engine, "<m-1@acme.example>", "delayed", "sendgrid", "e1", "4.4.1",
+            "try again later")
+    _record(engine, "<m-1@acme.example>", "bounced", "ses", "e2", "5.1.1",
+            "smtp; 550 5.1.1 <script>user unknown</script>")
+    story = admin.get(f"/dashboard/emails/{log}").text
+    steps = re.findall(r'data-feedback="([a-z-]+)"', story)
+    assert steps == ["delayed", "bounced"]
+    assert story.index("Attempt 1") < story.index('data-feedback="delayed"')
+    assert "from ses" in story and "address suppressed" in story
+    assert "&lt;script&gt;user unknown&lt;/script&gt;" in story and "<script>user" not in story
+    assert 'class="chip s-bounced">bounced' in story  # the delivery outcome beside `sent`
+
+
+def test_the_overview_shows_rates_per_tenant_scoped_to_a_tenant_session(
+        admin, acme, engine, tenant, other_tenant):
+    with engine.begin() as conn:
+        for i in range(4):
+            insert_email(conn, tenant, message_id=f"<a{i}@acme.example>")
+        insert_email(conn, tenant, message_id="<old@acme.example>",
+                     created_at=datetime.now(UTC) - timedelta(days=3))
+        insert_email(conn, other_tenant, message_id="<g@globex.example>",
+                     recipients=["bob@example.com"])
+    _record(engine, "<a0@acme.example>", "complaint", "sendgrid", "c1")
+    _record(engine, "<old@acme.example>", "bounced", "mail", "b1", "5.1.1")
+    page = admin.get("/dashboard/").text
+    section = page[page.index('id="rates"'):]
+    row = section[section.index(f'data-tenant="{tenant}"'):]
+    row = row[:row.index("</tr>")]
+    assert re.search(r'data-rate="complaint-24h"[^>]*>25\.00%', row)  # 1 of 4, over 0.1%
+    assert re.search(r'data-rate="bounce-24h"[^>]*>0\.00%', row)
+    assert re.search(r'data-rate="bounce-7d"[^>]*>20\.00%', row)  # 1 of 5
+    assert 'class="error-text">25.00%' in row
+    assert f'data-tenant="{other_tenant}"' in section
+    own = acme.get("/dashboard/").text
+    own_rates = own[own.index('id="rates"'):]
+    assert f'data-tenant="{tenant}"' in own_rates
+    assert f'data-tenant="{other_tenant}"' not in own_rates and "globex" not in own_rates

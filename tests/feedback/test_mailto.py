@@ -1,0 +1,91 @@
+"""The `mailto:` unsubscribe of List-Unsubscribe: bulk mail sent for real offers it, a mail
+client's message to it arrives through the real inbound listener, and the address stops
+getting that category (and only that)."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from email.message import EmailMessage
+from urllib.parse import unquote, urlsplit
+
+import pytest
+
+from postrelay.orchestrator import UnsubscribeLinks
+from postrelay.orchestrator.feedback import SuppressionPolicy
+from postrelay.orchestrator.feedback.inbound import InboundConfig, InboundServer
+from tests.email_flow.conftest import write_template
+from tests.feedback.conftest import BOUNCE_DOMAIN, SECRET
+from tests.feedback.test_inbound import deliver, free_port
+
+ANN = "ann@example.com"
+LINKS = UnsubscribeLinks("https://mail.acme.example", SECRET, BOUNCE_DOMAIN)
+
+
+@pytest.fixture
+def inbound(engine, return_path, clean_db):
+    config = InboundConfig(host="127.0.0.1", port=free_port(), unsubscribe=LINKS)
+    with InboundServer(engine, return_path, SuppressionPolicy(), config) as server:
+        yield server
+
+
+def client_mail(mailto: str) -> bytes:
+    """What a mail client sends for a mailto: URI (RFC 6068): To and Subject from it."""
+    parts = urlsplit(mailto)
+    subject = unquote(dict(p.split("=", 1) for p in parts.query.split("&"))["subject"])
+    message = EmailMessage()
+    message["From"] = f"Ann <{ANN}>"
+    message["To"] = parts.path
+    message["Subject"] = subject
+    message.set_content("Please unsubscribe me.")
+    return message.as_bytes()
+
+
+async def test_bulk_mail_offers_mailto_and_it_unsubscribes_only_its_category(
+        rig, tenant, sink, engine, templates_dir, inbound, look):
+    write_template(templates_dir, "digest", "Your digest", "News.\n",
+                   toml="unsubscribe = true\n")
+    first = rig.enqueue(tenant, to=[ANN], template="digest", category="newsletter")
+    await rig.start(unsubscribe=LINKS)
+    await rig.settle(first)
+    (received,) = sink.handler.received
+    header = " ".join(received.message["List-Unsubscribe"].split())
+    uris = re.findall(r"<([^>]+)>", header)
+    token = LINKS.token(tenant, ANN, "newsletter")
+    assert uris == [f"https://mail.acme.example/u/{token}",
+                    f"mailto:unsubscribe@{BOUNCE_DOMAIN}?subject=unsubscribe%20{token}"]
+
+    for _ in range(2):  # a client that sends twice changes nothing the second time
+        code, _ = await deliver(inbound, f"unsubscribe@{BOUNCE_DOMAIN}", client_mail(uris[1]))
+        assert code == 250
+    assert set(look.suppressed(tenant)) == {(ANN, "newsletter")}
+    (row,) = look.feedback()
+    assert (row["kind"], row["source"], row["recipient"], row["suppressed"],
+            row["detail"]["format"]) == ("unsubscribe", "mail", ANN, True, "mailto")
+    assert [e["event_type"] for e in look.events()] == ["email.unsubscribed"]
+
+    stopped = rig.enqueue(tenant, to=[ANN], template="digest", category="newsletter")
+    flowing = rig.enqueue(tenant, to=[ANN], template="digest", category="billing")
+    await rig.settle(stopped, flowing)
+    assert [r["status"] for r in rig.log(stopped)] == ["suppressed"]
+    assert [r["status"] for r in rig.log(flowing)] == ["sent"]
+
+
+async def test_a_tampered_or_foreign_token_is_kept_and_suppresses_nothing(
+        inbound, tenant, look):
+    token = LINKS.token(tenant, ANN, "newsletter")
+    forged = UnsubscribeLinks("https://x.example", b"another-secret-0123456789").token(
+        tenant, ANN, "newsletter")
+    for bad in (token[:-2] + ("AA" if not token.endswith("AA") else "BB"), forged, ""):
+        mailto = f"mailto:unsubscribe@{BOUNCE_DOMAIN}?subject=unsubscribe%20{bad}"
+        code, _ = await deliver(inbound, f"unsubscribe@{BOUNCE_DOMAIN}", client_mail(mailto))
+        assert code == 250  # accepted and kept for an operator, never lost
+    assert look.suppressed(tenant) == {}
+    assert {r["kind"] for r in look.feedback()} <= {"unparsed", "auto-reply"}
+    assert len(look.feedback()) == 3 and look.events() == []
+
+
+def test_without_a_bounce_domain_there_is_no_mailto():
+    links = UnsubscribeLinks("https://mail.acme.example", SECRET)
+    assert links.mailto_address is None
+    assert "mailto:" not in links.headers(uuid.uuid4(), ANN, "n")["List-Unsubscribe"]

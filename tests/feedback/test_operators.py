@@ -1,0 +1,127 @@
+"""What operators see of feedback: lifting a suppression leaves an audit row (the CLI, on a
+real PostgreSQL)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+from sqlalchemy import text
+
+from postrelay.orchestrator.feedback import Feedback, record_feedback
+from tests.feedback.conftest import insert_log
+
+POSTRELAY = str(Path(sys.executable).parent / "postrelay")
+ANN = "ann@example.com"
+
+
+def test_unsuppress_writes_an_audit_row_with_what_was_lifted_and_by_whom(
+        engine, tenant, look, worker_env):
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant, category="newsletter")
+        record_feedback(conn, Feedback(kind="bounced", source="sendgrid", recipient=ANN,
+                                       status="5.1.1", source_event_id="b-1",
+                                       message_id=sent["message_id"]))
+        record_feedback(conn, Feedback(kind="unsubscribe", source="one-click", recipient=ANN,
+                                       tenant_id=tenant, category="newsletter", vouched=True,
+                                       source_event_id="u-1"))
+    assert set(look.suppressed(tenant)) == {(ANN, ""), (ANN, "newsletter")}
+
+    def postrelay(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([POSTRELAY, *args], env=worker_env, capture_output=True,
+                              text=True, timeout=60)
+
+    lifted = postrelay("emails", "unsuppress", "Ann@Example.com", "--tenant", str(tenant))
+    assert lifted.returncode == 0, lifted.stderr
+    assert look.suppressed(tenant) == {}
+    (audit,) = look.rows("SELECT * FROM mdm.aa_email_suppression_audit")
+    assert (audit["tenant_id"], audit["address"], audit["action"]) == (tenant, ANN,
+                                                                       "unsuppress")
+    assert audit["actor"].startswith("cli:")
+    assert [(w["category"], w["source"]) for w in audit["detail"]["lifted"]] == [
+        ("", "sendgrid"), ("newsletter", "one-click")]
+    assert "5.1.1" in audit["detail"]["lifted"][0]["reason"]
+    # Lifting what is not suppressed is refused and audits nothing.
+    again = postrelay("emails", "unsuppress", ANN, "--tenant", str(tenant))
+    assert again.returncode == 1 and "not suppressed" in again.stderr
+    shown = json.loads(postrelay("emails", "suppressed", "--lifted", "--json").stdout)
+    assert [(r["address"], r["actor"]) for r in shown] == [(ANN, audit["actor"])]
+    table = postrelay("emails", "suppressed", "--lifted", "--tenant", str(tenant)).stdout
+    assert ANN in table and "newsletter" in table
+
+
+def _answered(engine, tenant, n, *, age_days=0.0, status="sent"):
+    """n log rows answered `age_days` ago, one recipient each."""
+    with engine.begin() as conn:
+        rows = [insert_log(conn, tenant_id=tenant, recipients=(f"r{i}-{age_days}@example.com",),
+                           status=status) for i in range(n)]
+        conn.execute(text("UPDATE mdm.aa_email_log SET created_at = now() - make_interval("
+                          "secs => :s) WHERE id = ANY(:ids)"),
+                     {"s": age_days * 86400, "ids": [r["id"] for r in rows]})
+    return rows
+
+
+def _feedback(engine, row, kind, source, event_id, status=None):
+    with engine.begin() as conn:
+        record_feedback(conn, Feedback(
+            kind=kind, source=source, recipient=None, status=status,
+            source_event_id=event_id, message_id=row["message_id"]))
+
+
+def test_rates_per_tenant_over_24_hours_and_7_days(engine, tenant, other_tenant, look):
+    from postrelay.orchestrator import feedback_rates
+
+    today = _answered(engine, tenant, 10)
+    week = _answered(engine, tenant, 10, age_days=3)
+    _answered(engine, tenant, 5, age_days=9)  # outside both windows
+    refused = _answered(engine, tenant, 1, status="bounced")  # 5xx at send time
+    _answered(engine, tenant, 3, status="deferred")  # not answered yet: not counted
+    _feedback(engine, today[0], "bounced", "sendgrid", "b1", "5.1.1")
+    _feedback(engine, today[1], "complaint", "ses", "c1")
+    _feedback(engine, week[0], "bounced", "mail", "b2", "5.1.1")
+    _feedback(engine, week[1], "soft-bounced", "mail", "s1", "4.2.2")  # not a bounce
+    _answered(engine, other_tenant, 4)
+    with engine.connect() as conn:
+        rates = {r["tenant_id"]: r for r in feedback_rates(conn)}
+        mine = feedback_rates(conn, tenant_id=tenant)
+    assert [r["tenant_id"] for r in mine] == [tenant]
+    acme = rates[tenant]
+    assert (acme["messages_24h"], acme["bounced_24h"], acme["complained_24h"]) == (11, 2, 1)
+    assert (acme["messages_7d"], acme["bounced_7d"], acme["complained_7d"]) == (21, 3, 1)
+    assert acme["bounce_rate_24h"] == 2 / 11 and acme["complaint_rate_7d"] == 1 / 21
+    assert look.log(refused[0]["id"])["delivery"] is None  # counted by its SMTP status
+    other = rates[other_tenant]
+    assert (other["messages_24h"], other["bounce_rate_24h"], other["complaint_rate_24h"]) == (
+        4, 0.0, 0.0)
+
+
+def test_metrics_export_feedback_counts_and_rates(database_url, engine, tenant, look):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.api.server import serve_database
+
+    sent = _answered(engine, tenant, 4)
+    _feedback(engine, sent[0], "bounced", "postmark", "m1", "5.1.1")
+    _feedback(engine, sent[1], "complaint", "sendgrid", "m2")
+    _feedback(engine, {"message_id": "<nobody@elsewhere.example>"}, "bounced", "mail", "m3",
+              "5.1.1")
+    key = "svc-key-for-the-feedback-metrics-test-0001"
+    with serve_database(database_url, key) as url:
+        scraped = httpx.get(f"{url}/metrics", headers={"apikey": key}, timeout=30)
+    assert scraped.status_code == 200
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(scraped.text)
+               for s in family.samples}
+    assert samples[("postrelay_email_feedback_24h",
+                    (("kind", "bounced"), ("source", "postmark")))] == 1
+    assert samples[("postrelay_email_feedback_24h",
+                    (("kind", "complaint"), ("source", "sendgrid")))] == 1
+    assert samples[("postrelay_email_feedback_unmatched_24h",
+                    (("kind", "bounced"), ("source", "mail")))] == 1
+    labels = (("tenant", "acme"), ("tenant_id", str(tenant)), ("window", "24h"))
+    assert samples[("postrelay_email_bounce_rate", labels)] == 0.25
+    assert samples[("postrelay_email_complaint_rate", labels)] == 0.25
+    assert samples[("postrelay_email_answered", labels)] == 4

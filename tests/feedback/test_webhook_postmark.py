@@ -1,0 +1,133 @@
+"""Postmark's webhooks over real HTTP: Bounce, SpamComplaint, Delivery and SubscriptionChange
+as Postmark's documentation shows them, behind HTTP basic auth."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.api.server import UNTHROTTLED, serve_database
+from tests.feedback.conftest import insert_log
+
+URL = "/v1/email/feedback/postmark"
+AUTH = ("postmark", "a-long-webhook-password-1234")
+ANN = "ann@example.com"
+MESSAGE_ID = "883953f4-6105-42a2-a16a-77a8eac79483"
+
+
+@pytest.fixture(scope="module")
+def served(database_url):
+    with serve_database(database_url, "svc-key-for-the-postmark-webhook-tests-1",
+                        feedback_postmark_username=AUTH[0],
+                        feedback_postmark_password=AUTH[1], **UNTHROTTLED) as url:
+        yield url
+
+
+@pytest.fixture
+def client(served, clean_db):
+    with httpx.Client(base_url=served, timeout=30, auth=AUTH) as c:
+        yield c
+
+
+@pytest.fixture
+def sent(engine, tenant):
+    with engine.begin() as conn:
+        return insert_log(conn, tenant_id=tenant, queue_id=MESSAGE_ID, category="newsletter")
+
+
+def bounce(**overrides: object) -> dict[str, object]:
+    """Postmark's Bounce webhook example."""
+    return {"RecordType": "Bounce", "MessageStream": "outbound", "ID": 4323372036854775807,
+            "Type": "HardBounce", "TypeCode": 1, "Name": "Hard bounce", "Tag": "Invitation",
+            "MessageID": MESSAGE_ID, "Metadata": {"a_key": "a_value", "b_key": "b_value"},
+            "ServerID": 23,
+            "Description": "The server was unable to deliver your message (ex: unknown "
+                           "user, mailbox not found).",
+            "Details": "smtp;550 5.1.1 The email account that you tried to reach does not "
+                       "exist", "Email": ANN, "From": "sender@example.com",
+            "BouncedAt": "2019-11-05T16:33:54.9070259Z", "DumpAvailable": True,
+            "Inactive": True, "CanActivate": True, "Subject": "Test subject",
+            "Content": "<Full dump of bounce>", **overrides}
+
+
+def test_a_hard_bounce_is_matched_by_message_id_and_suppresses_once(client, sent, tenant,
+                                                                    look):
+    for _ in range(2):  # Postmark retries until it gets a 200
+        answer = client.post(URL, json=bounce())
+        assert answer.status_code == 200, answer.text
+    assert answer.json()["data"]["duplicates"] == 1
+    (row,) = look.feedback()
+    assert (row["tenant_id"], row["email_log_id"], row["matched_by"], row["kind"],
+            row["status"], row["source"], row["source_event_id"]) == (
+        tenant, sent["id"], "queue_id", "bounced", "5.1.1", "postmark",
+        "bounce:4323372036854775807")
+    assert row["occurred_at"].isoformat().startswith("2019-11-05T16:33:54.907025")
+    assert set(look.suppressed(tenant)) == {(ANN, "")}
+    assert [e["event_type"] for e in look.events()] == ["email.bounced"]
+
+
+def test_soft_bounces_and_blocks_do_not_suppress(client, sent, tenant, look):
+    client.post(URL, json=bounce(ID=1, Type="SoftBounce", TypeCode=4096,
+                                 Details="452 4.2.2 mailbox full"))
+    client.post(URL, json=bounce(ID=2, Type="Blocked", TypeCode=100006,
+                                 Details="ISP block"))
+    assert {(r["kind"], r["status"]) for r in look.feedback()} == {
+        ("soft-bounced", "4.2.2"), ("bounced", "5.7.1")}
+    assert look.suppressed(tenant) == {}
+
+
+def test_complaint_delivery_and_subscription_change(client, sent, tenant, look):
+    complaint = bounce(RecordType="SpamComplaint", ID=42, Type="SpamComplaint",
+                       TypeCode=100001, Details="Test spam complaint details")
+    delivery = {"RecordType": "Delivery", "ServerID": 23, "MessageStream": "outbound",
+                "MessageID": MESSAGE_ID, "Recipient": ANN, "Tag": "welcome-email",
+                "DeliveredAt": "2019-11-05T16:33:54.9070259Z",
+                "Details": "Test delivery webhook details", "Metadata": {"a_key": "a_value"}}
+    change = {"RecordType": "SubscriptionChange", "MessageID": MESSAGE_ID, "ServerID": 23,
+              "MessageStream": "outbound", "ChangedAt": "2020-02-01T10:53:34.416071Z",
+              "Recipient": ANN, "Origin": "Recipient", "SuppressSending": True,
+              "SuppressionReason": "ManualSuppression", "Tag": "my-tag",
+              "Metadata": {"example": "value"}}
+    for record in (delivery, complaint, change, delivery):
+        assert client.post(URL, json=record).status_code == 200
+    assert sorted(r["kind"] for r in look.feedback()) == ["complaint", "delivered",
+                                                          "unsubscribe"]
+    assert set(look.suppressed(tenant)) == {(ANN, ""), (ANN, "newsletter")}
+    assert look.log(sent["id"])["delivery"] == "complained"
+    assert sorted(e["event_type"] for e in look.events()) == [
+        "email.complained", "email.delivered", "email.unsubscribed"]
+
+
+def test_wrong_or_missing_credentials_are_401_and_write_nothing(served, sent, tenant, look):
+    for auth in (None, ("postmark", "wrong-password-wrong-password"), ("other", AUTH[1])):
+        answer = httpx.post(f"{served}{URL}", json=bounce(), auth=auth, timeout=30)
+        assert answer.status_code == 401, answer.text
+        assert answer.headers["www-authenticate"].startswith("Basic")
+    garbled = httpx.post(f"{served}{URL}", json=bounce(), timeout=30,
+                         headers={"Authorization": "Basic %%%"})
+    assert garbled.status_code == 401
+    assert look.feedback() == [] and look.suppressed(tenant) == {}
+
+
+@pytest.mark.parametrize(("record", "field"), [
+    ([], "body"),
+    ({"RecordType": "Open"}, "RecordType"),
+    ({"RecordType": "Bounce", "Type": "HardBounce", "MessageID": MESSAGE_ID, "ID": 1},
+     "Email"),
+    (bounce(BouncedAt="yesterday"), "BouncedAt"),
+    (bounce(MessageID=7), "MessageID"),
+    ({"RecordType": "SubscriptionChange", "MessageID": MESSAGE_ID, "Recipient": ANN,
+      "ChangedAt": "2020-02-01T10:53:34Z", "SuppressSending": "yes"}, "SuppressSending"),
+])
+def test_a_malformed_record_is_400_naming_the_field(client, sent, look, record, field):
+    answer = client.post(URL, json=record)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["field"] == field
+    assert look.feedback() == []
+
+
+def test_without_credentials_configured_the_webhook_is_404(database_url, clean_db):
+    with serve_database(database_url, "svc-key-for-the-postmark-webhook-tests-2") as url:
+        answer = httpx.post(f"{url}{URL}", json=bounce(), auth=AUTH, timeout=30)
+    assert answer.status_code == 404
+    assert "POSTMARK" in answer.json()["error"]["message"]

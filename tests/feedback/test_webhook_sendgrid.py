@@ -1,0 +1,209 @@
+"""SendGrid's Event Webhook over real HTTP: ECDSA-signed batches as SendGrid's documentation
+shows them, matched to the log by Message-ID and queue id, recorded once."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import httpx
+import pytest
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from tests.api.server import UNTHROTTLED, serve_database
+from tests.feedback.conftest import insert_log
+
+URL = "/v1/email/feedback/sendgrid"
+SIG = "X-Twilio-Email-Event-Webhook-Signature"
+STAMP = "X-Twilio-Email-Event-Webhook-Timestamp"
+KEY = ec.generate_private_key(ec.SECP256R1())
+PUBLIC = base64.b64encode(KEY.public_key().public_bytes(
+    serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)).decode()
+ANN, BOB = "ann@example.com", "bob@example.com"
+
+
+def signed(events: object, key: ec.EllipticCurvePrivateKey = KEY,
+           stamp: str = "1700000000") -> dict[str, object]:
+    body = json.dumps(events).encode()
+    signature = key.sign(stamp.encode() + body, ec.ECDSA(hashes.SHA256()))
+    return {"content": body, "headers": {"Content-Type": "application/json",
+                                         SIG: base64.b64encode(signature).decode(),
+                                         STAMP: stamp}}
+
+
+@pytest.fixture(scope="module")
+def served(database_url):
+    with serve_database(database_url, "svc-key-for-the-sendgrid-webhook-tests-01",
+                        feedback_sendgrid_public_key=PUBLIC, **UNTHROTTLED) as url:
+        yield url
+
+
+@pytest.fixture
+def client(served, clean_db):
+    with httpx.Client(base_url=served, timeout=30) as c:
+        yield c
+
+
+def doc_events(smtp_id: str, x_message_id: str) -> list[dict[str, object]]:
+    """The events of SendGrid's Event Webhook reference, about our message."""
+    sg_message_id = f"{x_message_id}.filterdrecv-p3mdw1-756b745b58-kmzbl-18-5F5FC76C-9.0"
+    common = {"smtp-id": smtp_id, "sg_message_id": sg_message_id, "category": "cat facts",
+              "timestamp": 1513299569}
+    return [
+        {**common, "email": ANN, "event": "processed", "sg_event_id": "rbtnWrG1DVDGGGFHFyun0A=="},
+        {**common, "email": ANN, "event": "deferred", "response": "400 try again later",
+         "attempt": "5", "sg_event_id": "t7LEShmowp86DTdUW8M-GQ=="},
+        {**common, "email": ANN, "event": "delivered", "response": "250 OK",
+         "sg_event_id": "rWVYmVk90MjZJ9iohOBa3w=="},
+        {**common, "email": ANN, "event": "bounce", "type": "bounce",
+         "reason": "550 5.1.1 The email account that you tried to reach does not exist",
+         "status": "5.1.1", "bounce_classification": "Invalid Address",
+         "sg_event_id": "6g4ZI7SA-xmRDv57GoPIPw=="},
+        {**common, "email": BOB, "event": "spamreport", "sg_event_id": "37nvH5QBz858KGVYCM4uOA=="},
+        {**common, "email": BOB, "event": "open", "useragent": "Mozilla/4.0",
+         "ip": "255.255.255.255", "sg_event_id": "FOTFFO0ecsBE-zxFXfs6WA=="},
+    ]
+
+
+def test_a_signed_batch_is_matched_recorded_and_retried_without_effect(client, engine,
+                                                                       tenant, look):
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant, recipients=(ANN, BOB),
+                          queue_id="14c5d75ce93.dfd.64b469")
+    events = doc_events(sent["message_id"], "14c5d75ce93.dfd.64b469")
+    answer = client.post(URL, **signed(events))
+    assert answer.status_code == 200, answer.text
+    # processed and open are engagement, not feedback
+    assert answer.json()["data"] == {"recorded": 4, "duplicates": 0, "matched": 4,
+                                     "ignored": 2}
+    rows = {(r["recipient"], r["kind"]): r for r in look.feedback()}
+    assert set(rows) == {(ANN, "delayed"), (ANN, "delivered"), (ANN, "bounced"),
+                         (BOB, "complaint")}
+    bounced = rows[(ANN, "bounced")]
+    assert (bounced["tenant_id"], bounced["email_log_id"], bounced["status"],
+            bounced["source"], bounced["source_event_id"], bounced["suppressed"]) == (
+        tenant, sent["id"], "5.1.1", "sendgrid", "6g4ZI7SA-xmRDv57GoPIPw==", True)
+    assert set(look.suppressed(tenant)) == {(ANN, ""), (BOB, "")}
+    assert look.log(sent["id"])["delivery"] == "complained"
+    assert sorted(e["event_type"] for e in look.events()) == [
+        "email.bounced", "email.complained", "email.delivered"]
+    before = (look.feedback(), look.events())
+    again = client.post(URL, **signed(events, stamp="1700000060"))  # SendGrid's retry
+    assert again.json()["data"] == {"recorded": 0, "duplicates": 4, "matched": 4,
+                                    "ignored": 2}
+    assert (look.feedback(), look.events()) == before
+
+
+def test_matched_by_the_queue_id_alone(client, engine, tenant, look):
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant, queue_id="XMQC5kDvS1W-bLcSfxz0YQ")
+    events = [{"email": ANN, "event": "bounce", "timestamp": 1700000000,
+               "sg_event_id": "b-1", "status": "5.0.0", "reason": "550 5.1.1 unknown user",
+               "sg_message_id": "XMQC5kDvS1W-bLcSfxz0YQ.filterdrecv-5645d9c87f-6r2ch-1-0"}]
+    assert client.post(URL, **signed(events)).status_code == 200
+    (row,) = look.feedback()
+    assert (row["email_log_id"], row["matched_by"], row["kind"]) == (
+        sent["id"], "queue_id", "bounced")
+
+
+def test_a_block_and_a_drop_for_the_message_do_not_suppress(client, engine, tenant, look):
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant)
+    events = [{"email": ANN, "event": "bounce", "type": "blocked", "status": "5.0.0",
+               "reason": "550 rejected for policy reasons", "sg_event_id": "blk-1",
+               "smtp-id": sent["message_id"], "timestamp": 1700000000},
+              {"email": ANN, "event": "dropped", "reason": "Recipient List over Package Quota",
+               "sg_event_id": "drp-1", "smtp-id": sent["message_id"],
+               "timestamp": 1700000000}]
+    assert client.post(URL, **signed(events)).status_code == 200
+    assert {(r["kind"], r["status"]) for r in look.feedback()} == {
+        ("bounced", "5.7.0"), ("bounced", "5.0.0")}
+    assert look.suppressed(tenant) == {}
+    assert look.log(sent["id"])["delivery"] == "bounced"
+
+
+def test_an_unsubscribe_of_a_group_suppresses_the_message_category_only(client, engine,
+                                                                        tenant, look):
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant, category="newsletter")
+    events = [{"email": ANN, "event": "group_unsubscribe", "asm_group_id": 42,
+               "sg_event_id": "u-1", "smtp-id": sent["message_id"], "timestamp": 1700000000}]
+    assert client.post(URL, **signed(events)).status_code == 200
+    assert set(look.suppressed(tenant)) == {(ANN, "newsletter")}
+    assert [e["event_type"] for e in look.events()] == ["email.unsubscribed"]
+
+
+def test_feedback_about_no_message_of_ours_is_kept_unmatched_and_suppresses_nothing(
+        client, tenant, look):
+    events = [{"email": ANN, "event": "bounce", "status": "5.1.1", "sg_event_id": "f-1",
+               "smtp-id": "<never-sent@elsewhere.example>", "timestamp": 1700000000}]
+    assert client.post(URL, **signed(events)).json()["data"]["matched"] == 0
+    (row,) = look.feedback()
+    assert (row["tenant_id"], row["email_log_id"], row["suppressed"]) == (None, None, False)
+    assert look.suppressed(tenant) == {} and look.events() == []
+
+
+def test_a_wrong_signature_is_401_and_writes_nothing(client, engine, tenant, look):
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant)
+    events = [{"email": ANN, "event": "bounce", "status": "5.1.1", "sg_event_id": "x-1",
+               "smtp-id": sent["message_id"], "timestamp": 1700000000}]
+    good = signed(events)
+    forged = signed(events, key=ec.generate_private_key(ec.SECP256R1()))
+    tampered = {**good, "content": good["content"].replace(b"5.1.1", b"5.1.2")}
+    restamped = {**good, "headers": {**good["headers"], STAMP: "1700000001"}}
+    unsigned = {"content": good["content"], "headers": {"Content-Type": "application/json"}}
+    for attempt in (forged, tampered, restamped, unsigned):
+        answer = client.post(URL, **attempt)
+        assert answer.status_code == 401, answer.text
+        assert answer.json()["error"]["code"] == "unauthorized"
+    assert look.feedback() == [] and look.suppressed(tenant) == {} and look.events() == []
+
+
+@pytest.mark.parametrize(("events", "field"), [
+    ({"event": "bounce"}, "body"),
+    ([{"event": "bounce", "sg_event_id": "e"}], "[0].email"),
+    ([{"event": "bounce", "email": ANN, "sg_event_id": "e"}, "nonsense"], "[1]"),
+    ([{"event": "delivered", "email": ANN}], "[0].sg_event_id"),
+    ([{"event": "delivered", "email": ANN, "sg_event_id": "e", "timestamp": "noon"}],
+     "[0].timestamp"),
+    ([{"event": "delivered", "email": ANN, "sg_event_id": "e", "timestamp": 1e30}],
+     "[0].timestamp"),
+])
+def test_a_malformed_batch_is_400_naming_the_field_and_nothing_is_half_written(
+        client, tenant, look, events, field):
+    # A good event first: the bad one after it must take it back with it.
+    batch = events if isinstance(events, dict) else [
+        {"email": ANN, "event": "delivered", "sg_event_id": "ok-1"}, *events]
+    answer = client.post(URL, **signed(batch))
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    expected = field if field == "body" else "[" + str(int(field[1]) + 1) + field[2:]
+    assert error["field"] == expected, error
+    assert look.feedback() == []
+
+
+def test_not_valid_json_is_400(client, look):
+    body = b"[{not json"
+    signature = KEY.sign(b"1700000000" + body, ec.ECDSA(hashes.SHA256()))
+    answer = client.post(URL, content=body, headers={
+        SIG: base64.b64encode(signature).decode(), STAMP: "1700000000"})
+    assert answer.status_code == 400 and answer.json()["error"]["field"] == "body"
+
+
+def test_without_a_public_key_the_webhook_is_404(database_url, clean_db):
+    with serve_database(database_url, "svc-key-for-the-sendgrid-webhook-tests-02") as url:
+        answer = httpx.post(f"{url}{URL}", **signed([]))
+    assert answer.status_code == 404
+    assert "POSTRELAY_FEEDBACK_SENDGRID_PUBLIC_KEY" in answer.json()["error"]["message"]
+
+
+def test_a_batch_larger_than_a_payload_is_taken_up_to_the_webhook_limit(client, look):
+    # SendGrid batches up to 768 KB: over POSTRELAY_MAX_PAYLOAD_BYTES (256 KiB) + 64 KiB.
+    event = {"email": ANN, "event": "open", "sg_event_id": "o", "useragent": "x" * 300}
+    big = [event] * 1800
+    assert 600_000 < len(json.dumps(big)) < 1_000_000
+    assert client.post(URL, **signed(big)).json()["data"]["ignored"] == 1800
+    answer = client.post(URL, **signed(big * 2))
+    assert answer.status_code == 413 and "webhook" in answer.json()["error"]["message"]

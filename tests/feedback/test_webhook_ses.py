@@ -1,0 +1,327 @@
+"""Amazon SES notifications through SNS over real HTTP: the subscription handshake, signature
+verification (SignatureVersion 1 and 2) with a pinned certificate and with one fetched from a
+real local HTTPS server on an allowed host, and Bounce / Complaint / Delivery notifications
+as the SES documentation shows them. No network: the test makes its own CA and certificates.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trustme
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import padding
+
+from tests.api.server import UNTHROTTLED, serve_database
+from tests.feedback.conftest import insert_log
+
+URL = "/v1/email/feedback/ses"
+TOPIC = "arn:aws:sns:us-west-2:123456789012:ses-feedback"
+SES_ID = "0000014644fe5ef6-9a483358-9170-4cb4-a269-f5dcdf415321-000000"
+ANN, BOB = "ann@example.com", "bob@example.com"
+
+CA = trustme.CA(key_type=trustme.KeyType.RSA)
+SIGNER = CA.issue_cert("sns.amazonaws.com", key_type=trustme.KeyType.RSA)
+SIGNER_KEY = serialization.load_pem_private_key(SIGNER.private_key_pem.bytes(), None)
+OTHER = trustme.CA(key_type=trustme.KeyType.RSA).issue_cert(
+    "sns.amazonaws.com", key_type=trustme.KeyType.RSA)
+OTHER_KEY = serialization.load_pem_private_key(OTHER.private_key_pem.bytes(), None)
+SIGNED = {"Notification": ("Message", "MessageId", "Subject", "Timestamp", "TopicArn", "Type"),
+          "SubscriptionConfirmation": ("Message", "MessageId", "SubscribeURL", "Timestamp",
+                                       "Token", "TopicArn", "Type")}
+
+
+def sns(kind: str, message: str, *, cert_url: str, version: str = "1", key: Any = SIGNER_KEY,
+        topic: str = TOPIC, **extra: str) -> dict[str, str]:
+    """An SNS message to an HTTP endpoint, signed as SNS signs it."""
+    found = {"Type": kind, "MessageId": str(uuid.uuid4()), "TopicArn": topic,
+             "Message": message, "Timestamp": "2024-01-01T00:00:00.000Z",
+             "SignatureVersion": version, "SigningCertURL": cert_url, **extra}
+    text = "".join(f"{name}\n{found[name]}\n" for name in SIGNED[kind] if name in found)
+    digest = hashes.SHA1() if version == "1" else hashes.SHA256()
+    found["Signature"] = base64.b64encode(
+        key.sign(text.encode(), padding.PKCS1v15(), digest)).decode()
+    return found
+
+
+def post(client: httpx.Client, message: dict[str, str]) -> httpx.Response:
+    # SNS posts JSON as text/plain.
+    return client.post(URL, content=json.dumps(message).encode(),
+                       headers={"Content-Type": "text/plain; charset=UTF-8",
+                                "x-amz-sns-message-type": message["Type"]})
+
+
+def mail(message_id: str) -> dict[str, Any]:
+    return {"timestamp": "2016-01-27T14:59:38.237Z", "messageId": SES_ID,
+            "source": "noreply@acme.example", "sourceIp": "127.0.3.0",
+            "sendingAccountId": "123456789012", "destination": [ANN, BOB],
+            "headersTruncated": False,
+            "headers": [{"name": "From", "value": "noreply@acme.example"},
+                        {"name": "To", "value": f"{ANN}, {BOB}"},
+                        {"name": "Message-ID", "value": message_id},
+                        {"name": "Subject", "value": "Hello"}],
+            "commonHeaders": {"from": ["noreply@acme.example"], "to": [ANN, BOB],
+                              "messageId": message_id, "subject": "Hello"}}
+
+
+def bounce_note(message_id: str, **bounce: Any) -> str:
+    return json.dumps({"notificationType": "Bounce", "mail": mail(message_id), "bounce": {
+        "bounceType": "Permanent", "bounceSubType": "General",
+        "bouncedRecipients": [{"emailAddress": ANN, "action": "failed", "status": "5.1.1",
+                               "diagnosticCode": "smtp; 550 5.1.1 user unknown"}],
+        "timestamp": "2016-01-27T14:59:38.237Z",
+        "feedbackId": "00000138111222aa-33322211-cccc-cccc-cccc-ddddaaaa0680-000000",
+        "remoteMtaIp": "127.0.2.0", "reportingMTA": "dsn; a8-70.smtp-out.amazonses.com",
+        **bounce}})
+
+
+# --- the pinned certificate ----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def pinned(database_url, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("sns")
+    cert = folder / "sns-signing.pem"
+    cert.write_bytes(SIGNER.cert_chain_pems[0].bytes())
+    with serve_database(database_url, "svc-key-for-the-ses-webhook-tests-000001",
+                        feedback_ses_topic_arns=f"{TOPIC}, arn:aws:sns:eu-west-1:1:other",
+                        feedback_ses_cert_file=str(cert), **UNTHROTTLED) as url:
+        yield url
+
+
+@pytest.fixture
+def client(pinned, clean_db):
+    with httpx.Client(base_url=pinned, timeout=30) as c:
+        yield c
+
+
+# The certificate is pinned: the URL is never fetched (nothing listens there).
+NOWHERE = "https://sns.us-west-2.amazonaws.com/SimpleNotificationService-0000.pem"
+
+
+@pytest.mark.parametrize("version", ["1", "2"])
+def test_a_bounce_notification_is_verified_matched_and_recorded_once(client, engine, tenant,
+                                                                     look, version):
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant, recipients=(ANN, BOB))
+    message = sns("Notification", bounce_note(sent["message_id"]), cert_url=NOWHERE,
+                  version=version, Subject="Amazon SES Email Event Notification")
+    for _ in range(2):  # SNS retries a delivery it thinks failed: same MessageId
+        answer = post(client, message)
+        assert answer.status_code == 200, answer.text
+    assert answer.json()["data"] == {"recorded": 0, "duplicates": 1, "matched": 1,
+                                     "ignored": 0}
+    (row,) = look.feedback()
+    assert (row["tenant_id"], row["email_log_id"], row["matched_by"], row["recipient"],
+            row["kind"], row["status"], row["source"], row["source_event_id"]) == (
+        tenant, sent["id"], "message_id", ANN, "bounced", "5.1.1", "ses",
+        "00000138111222aa-33322211-cccc-cccc-cccc-ddddaaaa0680-000000")
+    assert set(look.suppressed(tenant)) == {(ANN, "")}
+    assert [e["event_type"] for e in look.events()] == ["email.bounced"]
+
+
+def test_complaint_and_delivery_matched_by_the_ses_message_id(client, engine, tenant, look):
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant, recipients=(ANN, BOB), queue_id=SES_ID)
+    stranger = "<not-ours@elsewhere.example>"
+    complaint = json.dumps({"notificationType": "Complaint", "mail": mail(stranger),
+                            "complaint": {"userAgent": "AnyCompany Feedback Loop (V0.01)",
+                                          "complainedRecipients": [{"emailAddress": BOB}],
+                                          "complaintFeedbackType": "abuse",
+                                          "arrivalDate": "2016-01-27T14:59:38.237Z",
+                                          "timestamp": "2016-01-27T14:59:38.237Z",
+                                          "feedbackId": "complaint-feedback-1"}})
+    delivery = json.dumps({"notificationType": "Delivery", "mail": mail(stranger),
+                           "delivery": {"timestamp": "2016-01-27T14:59:38.237Z",
+                                        "processingTimeMillis": 546, "recipients": [ANN],
+                                        "smtpResponse": "250 ok:  Message 64111812 accepted",
+                                        "remoteMtaIp": "127.0.2.0",
+                                        "reportingMTA": "a8-70.smtp-out.amazonses.com"}})
+    for note in (complaint, delivery):
+        answer = post(client, sns("Notification", note, cert_url=NOWHERE, version="2"))
+        assert answer.status_code == 200, answer.text
+    rows = {r["kind"]: r for r in look.feedback()}
+    assert {k: (r["recipient"], r["matched_by"], r["email_log_id"])
+            for k, r in rows.items()} == {"complaint": (BOB, "queue_id", sent["id"]),
+                                          "delivered": (ANN, "queue_id", sent["id"])}
+    assert set(look.suppressed(tenant)) == {(BOB, "")}
+
+
+def test_transient_and_content_bounces_do_not_suppress(client, engine, tenant, look):
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant, recipients=(ANN, BOB))
+    full = bounce_note(sent["message_id"], bounceType="Transient", bounceSubType="MailboxFull",
+                       feedbackId="t-1", bouncedRecipients=[{"emailAddress": ANN}])
+    big = bounce_note(sent["message_id"], bounceSubType="MessageTooLarge", feedbackId="p-1",
+                      bouncedRecipients=[{"emailAddress": BOB}])
+    for note in (full, big):
+        assert post(client, sns("Notification", note, cert_url=NOWHERE)).status_code == 200
+    assert {(r["recipient"], r["kind"], r["status"]) for r in look.feedback()} == {
+        (ANN, "soft-bounced", None), (BOB, "bounced", "5.3.4")}
+    assert look.suppressed(tenant) == {}
+
+
+def test_forged_or_foreign_messages_are_401_and_write_nothing(client, engine, tenant, look):
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant)
+    note = bounce_note(sent["message_id"])
+    good = sns("Notification", note, cert_url=NOWHERE)
+    attempts = [
+        sns("Notification", note, cert_url=NOWHERE, key=OTHER_KEY),  # another signer
+        {**good, "Message": note.replace("5.1.1", "5.1.2")},  # changed after signing
+        {**good, "SignatureVersion": "3"},
+        {**good, "Signature": "not base64!"},
+        # Signed by SNS's key, but from somebody else's topic.
+        sns("Notification", note, cert_url=NOWHERE, topic="arn:aws:sns:us-west-2:666:evil"),
+    ]
+    for message in attempts:
+        answer = post(client, message)
+        assert answer.status_code == 401, answer.text
+    assert look.feedback() == [] and look.suppressed(tenant) == {} and look.events() == []
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"Type": "Gossip"}, "Type"),
+    ({"Message": "{not json"}, "Message"),
+    ({"Message": json.dumps({"notificationType": "Bounce", "mail": {"messageId": SES_ID},
+                             "bounce": {"bounceType": "Permanent", "feedbackId": "f",
+                                        "bouncedRecipients": [{"status": "5.1.1"}]}})},
+     "Message.bounce.bouncedRecipients[0].emailAddress"),
+    ({"Message": json.dumps({"notificationType": "Bounce", "bounce": {}})}, "Message.mail"),
+    ({"Message": json.dumps({"mail": {"messageId": SES_ID}})},
+     "Message.notificationType"),
+])
+def test_a_malformed_notification_is_400_naming_the_field(client, tenant, look, change, field):
+    fields = {"Message": bounce_note("<x@y.example>"), **change}
+    kind = fields.pop("Type", "Notification")
+    if kind in SIGNED:
+        message = sns(kind, fields.pop("Message"), cert_url=NOWHERE)
+    else:
+        message = {**sns("Notification", fields.pop("Message"), cert_url=NOWHERE),
+                   "Type": kind}
+    answer = post(client, message)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["field"] == field
+    assert look.feedback() == []
+
+
+def test_ignored_event_types_are_acknowledged_and_not_recorded(client, look):
+    note = json.dumps({"eventType": "Open", "mail": mail("<a@b.example>"), "open": {}})
+    answer = post(client, sns("Notification", note, cert_url=NOWHERE))
+    assert answer.json()["data"]["ignored"] == 1 and look.feedback() == []
+
+
+def test_without_topics_the_webhook_is_404(database_url, clean_db):
+    with serve_database(database_url, "svc-key-for-the-ses-webhook-tests-000002") as url:
+        answer = httpx.post(f"{url}{URL}", json={"Type": "Notification"}, timeout=30)
+    assert answer.status_code == 404
+    assert "POSTRELAY_FEEDBACK_SES_TOPIC_ARNS" in answer.json()["error"]["message"]
+
+
+# --- the certificate fetched from an allowed host, and the handshake -------------------------
+
+class _Sns(BaseHTTPRequestHandler):
+    """The part of SNS a subscriber talks to: the signing certificate and SubscribeURL."""
+
+    fetched: list[str] = []
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        type(self).fetched.append(self.path)
+        if self.path.startswith("/SimpleNotificationService"):
+            body, kind = SIGNER.cert_chain_pems[0].bytes(), "application/x-pem-file"
+        elif self.path.startswith("/?Action=ConfirmSubscription"):
+            body, kind = b"<ConfirmSubscriptionResponse/>", "text/xml"
+        else:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@contextmanager
+def https_server() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Sns)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    CA.issue_cert("127.0.0.1", "localhost").configure_cert(context)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"https://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+def fetching(database_url, tmp_path_factory) -> Iterator[tuple[str, str]]:
+    ca_file: Path = tmp_path_factory.mktemp("ca") / "ca.pem"
+    CA.cert_pem.write_to_path(str(ca_file))
+    with https_server() as sns_url, serve_database(
+            database_url, "svc-key-for-the-ses-webhook-tests-000003",
+            feedback_ses_topic_arns=TOPIC, feedback_ses_cert_hosts=r"127\.0\.0\.1",
+            feedback_ses_ca_file=str(ca_file), **UNTHROTTLED) as api_url:
+        yield api_url, sns_url
+
+
+def test_the_certificate_is_fetched_from_an_allowed_host_once_and_the_handshake_confirms(
+        fetching, engine, tenant, look):
+    api_url, sns_url = fetching
+    _Sns.fetched.clear()
+    cert_url = f"{sns_url}/SimpleNotificationService-01d088a6f77103d0fe307c0069e40ed6.pem"
+    subscribe = f"{sns_url}/?Action=ConfirmSubscription&TopicArn={TOPIC}&Token=2336412f37"
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant)
+    with httpx.Client(base_url=api_url, timeout=30) as client:
+        handshake = sns("SubscriptionConfirmation", "You have chosen to subscribe to the "
+                        f"topic {TOPIC}. To confirm the subscription, visit the SubscribeURL "
+                        "included in this message.", cert_url=cert_url, Token="2336412f37",
+                        SubscribeURL=subscribe)
+        answer = post(client, handshake)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["data"] == {"confirmed": True}
+        note = sns("Notification", bounce_note(sent["message_id"]), cert_url=cert_url,
+                   version="2")
+        assert post(client, note).status_code == 200
+        # Another host: refused before anything is fetched, for certificates and handshakes.
+        elsewhere = cert_url.replace("127.0.0.1", "localhost")
+        assert post(client, sns("Notification", bounce_note(sent["message_id"]),
+                                cert_url=elsewhere)).status_code == 401
+        plain = cert_url.replace("https://", "http://")
+        assert post(client, sns("Notification", bounce_note(sent["message_id"]),
+                                cert_url=plain)).status_code == 401
+        foreign = sns("SubscriptionConfirmation", "confirm", cert_url=cert_url, Token="t",
+                      SubscribeURL=subscribe.replace("127.0.0.1", "localhost"))
+        assert post(client, foreign).status_code == 401
+    confirmations = [p for p in _Sns.fetched if p.startswith("/?Action=ConfirmSubscription")]
+    certificates = [p for p in _Sns.fetched if p.startswith("/SimpleNotificationService")]
+    assert len(confirmations) == 1
+    assert len(certificates) == 1  # cached after the first fetch
+    (row,) = look.feedback()
+    assert (row["email_log_id"], row["kind"]) == (sent["id"], "bounced")
+
+
+def test_a_certificate_that_cannot_be_fetched_is_503_so_sns_retries(fetching, tenant, look):
+    api_url, sns_url = fetching
+    missing = f"{sns_url}/nothing-here.pem"
+    with httpx.Client(base_url=api_url, timeout=30) as client:
+        answer = post(client, sns("Notification", bounce_note("<a@b.example>"),
+                                  cert_url=missing))
+    assert answer.status_code == 503, answer.text
+    assert look.feedback() == []

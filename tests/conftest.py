@@ -85,7 +85,7 @@ def tenant(engine: Engine, clean_db: None) -> uuid.UUID:
     from postrelay.queue import ensure_tenant
 
     with engine.begin() as conn:
-        return ensure_tenant(conn, "acme")  # type: ignore[return-value]
+        return ensure_tenant(conn, "acme")
 
 
 @pytest.fixture

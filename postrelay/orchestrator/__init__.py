@@ -20,7 +20,7 @@ from postrelay.orchestrator.feedback.ingest import ingest, messages
 from postrelay.orchestrator.feedback.unsubscribe import UnsubscribeLinks, UnsubscribeTokenError
 from postrelay.orchestrator.feedback.verp import ReturnPath
 from postrelay.orchestrator.handler import email_registry
-from postrelay.orchestrator.job import EMAIL_KIND, EmailJob, enqueue_email
+from postrelay.orchestrator.job import EMAIL_KIND, EmailJob, enqueue_email, enqueue_email_async
 from postrelay.orchestrator.message import build_message, message_id_domain, message_id_for
 from postrelay.orchestrator.retention import EMAIL_LOG_TARGET, email_log_delete_batch
 from postrelay.orchestrator.routes import email_route
@@ -40,6 +40,7 @@ __all__ = [
     "email_route",
     "email_story",
     "enqueue_email",
+    "enqueue_email_async",
     "feedback_list",
     "ingest",
     "message_id_domain",

@@ -55,7 +55,7 @@ class CronEntry:
 
     @classmethod
     def from_row(cls, row: Row[Any]) -> CronEntry:
-        return cls(*row)
+        return cls(*tuple(row))
 
 
 def normalize_schedule(schedule: str) -> str:

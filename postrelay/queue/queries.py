@@ -69,7 +69,7 @@ async def job_next_due_in(
         "tenant_ids": list(tenant_ids) if tenant_ids else None,
         "kinds": list(kinds) if kinds else None,
     })
-    return due_in
+    return None if due_in is None else float(due_in)
 
 
 async def job_finalize_many(

@@ -33,7 +33,7 @@ from postrelay.queue import queries
 from postrelay.queue.backoff import Backoff, FixedBackoff
 from postrelay.queue.claimer import ClaimConnection
 from postrelay.queue.completer import Completer
-from postrelay.queue.enqueue import job_kinds
+from postrelay.queue.enqueue import job_kinds_async
 from postrelay.queue.executor import Executor
 from postrelay.queue.metrics import WorkerMetrics
 from postrelay.queue.model import Job
@@ -223,7 +223,7 @@ class Worker:
         """Serve only kinds the mdm.job_kind enum has: a handler registered for a kind not
         migrated yet must not break every claim."""
         async with self._auto.connect() as conn:
-            known = set(await job_kinds(conn))
+            known = set(await job_kinds_async(conn))
         unknown = [k for k in self.kinds if k not in known]
         if unknown:
             event("postrelay.worker.unknown_kinds", logging.WARNING, kinds=",".join(unknown),

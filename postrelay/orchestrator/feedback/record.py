@@ -93,7 +93,7 @@ def record_feedback(conn: Connection, feedback: Feedback,
         status=feedback.status, suppress=bool(suppress))
 
     event_type = EVENTS.get(feedback.kind) if about_row or feedback.vouched else None
-    if event_type is not None:
+    if event_type is not None and tenant_id is not None:  # a matched row's or vouched one's
         relay.emit(conn, event_type, _payload(feedback, feedback_id, match, recipient,
                                         applied["suppressed"], category),
              tenant_id=tenant_id, aggregate_type="email",

@@ -19,7 +19,7 @@ from postrelay.core.clock import utcnow
 from postrelay.core.service import Looper
 from postrelay.core.telemetry import event
 from postrelay.queue.cron import C, slots_between
-from postrelay.queue.enqueue import enqueue
+from postrelay.queue.enqueue import enqueue_async
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +58,7 @@ class CronScheduler(Looper):
             if row is None:  # another scheduler fired it, or the entry was deleted
                 return None
             name, tenant_id, kind, payload, priority, max_attempts = row
-            await enqueue(
+            await enqueue_async(
                 conn, kind, payload if isinstance(payload, dict) else json.loads(payload),
                 tenant_id=tenant_id, priority=priority, max_attempts=max_attempts,
                 idempotency_key=f"cron:{entry_id}:{slot.isoformat()}", created_by=f"cron:{name}",

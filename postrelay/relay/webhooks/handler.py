@@ -26,6 +26,7 @@ from typing import Any
 from uuid import UUID
 
 import httpx
+from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from postrelay.core.errors import PostrelayError
@@ -257,7 +258,7 @@ def _parse_payload(payload: Mapping[str, Any]) -> tuple[UUID, UUID]:
         raise PermanentError(f"payload needs event_id and endpoint_id UUIDs: {exc!r}") from None
 
 
-def _check_deliverable(job: Job, row: Mapping[str, Any], event_id: UUID,
+def _check_deliverable(job: Job, row: RowMapping, event_id: UUID,
                        endpoint_id: UUID) -> None:
     if row["endpoint_id"] is None:
         raise StopJob(f"webhook endpoint {endpoint_id} was removed; not sent")

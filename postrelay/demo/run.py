@@ -30,10 +30,10 @@ from postrelay.core.sqlfiles import load_queries
 from postrelay.demo.emails import SENDER, TEMPLATES, TENANTS, demo_routes, sample_events
 from postrelay.demo.jobs import demo_registry, sample_jobs
 from postrelay.demo.sink import demo_sink_handler
-from postrelay.orchestrator import SmtpSink
 from postrelay.queue import enqueue_many, ensure_tenant
 from postrelay.relay import emit_many
 from postrelay.runtime import build_relay, build_worker
+from postrelay.testing import SmtpSink
 
 Q = load_queries("postrelay.demo", "sql/demo.sql")
 SETTLED_POLL_SECS = 0.1

@@ -4,7 +4,7 @@ templates rendered when the job runs, SMTP through a pool of reused connections,
 names only."""
 
 # Exported on purpose for the packages above: the operator's functions (CLI, dashboard),
-# addresses and messages for `postrelay email`, and the scriptable SMTP server of the demo.
+# addresses and messages for `postrelay email`.
 from postrelay.orchestrator.addresses import parse_address
 from postrelay.orchestrator.admin import (
     email_list,
@@ -24,7 +24,6 @@ from postrelay.orchestrator.job import EMAIL_KIND, EmailJob, enqueue_email, enqu
 from postrelay.orchestrator.message import build_message, message_id_domain, message_id_for
 from postrelay.orchestrator.retention import EMAIL_LOG_TARGET, email_log_delete_batch
 from postrelay.orchestrator.routes import email_route
-from postrelay.orchestrator.sink import ScriptedHandler, SmtpSink, reply
 from postrelay.orchestrator.templates import Rendered, TemplateError, Templates
 from postrelay.orchestrator.transport import SmtpConfig, SmtpPool
 
@@ -48,7 +47,6 @@ __all__ = [
     "messages",
     "parse_address",
     "record_feedback",
-    "reply",
     "suppression_list",
     "suppression_remove",
     "EmailJob",
@@ -58,10 +56,8 @@ __all__ = [
     "Recorded",
     "Rendered",
     "ReturnPath",
-    "ScriptedHandler",
     "SmtpConfig",
     "SmtpPool",
-    "SmtpSink",
     "SuppressionPolicy",
     "TemplateError",
     "Templates",

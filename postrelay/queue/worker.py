@@ -28,6 +28,7 @@ from uuid import UUID
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from postrelay.core.listener import Listener
+from postrelay.core.service import sleep_until_woken
 from postrelay.core.telemetry import event
 from postrelay.queue import queries
 from postrelay.queue.backoff import Backoff, FixedBackoff
@@ -342,11 +343,7 @@ class Worker:
 
     async def _sleep(self, secs: float) -> None:
         """Sleep until woken (notify, a freed slot, stop) or `secs` pass."""
-        try:
-            async with asyncio.timeout(secs):
-                await self._wake.wait()
-        except TimeoutError:
-            pass
+        await sleep_until_woken(self._wake, secs)
 
     def _spawn(self, job: Job) -> None:
         # One name for every job's task: formatting the job id into it cost 2% of the CPU

@@ -28,6 +28,7 @@ from postrelay.core.dbcall import driver_fetch, psycopg_beneath
 from postrelay.core.errors import ValidationError
 from postrelay.core.limits import max_payload_bytes
 from postrelay.core.listener import Listener
+from postrelay.core.service import sleep_until_woken
 from postrelay.core.telemetry import event as log_event
 from postrelay.queue import (
     Backoff,
@@ -279,11 +280,7 @@ class Relay:
             self._track_backlog(result)
 
     async def _sleep(self, secs: float) -> None:
-        try:
-            async with asyncio.timeout(secs):
-                await self._wake.wait()
-        except TimeoutError:
-            pass
+        await sleep_until_woken(self._wake, secs)
 
 
 def _event(row: tuple[Any, ...]) -> Event:

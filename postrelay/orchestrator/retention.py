@@ -14,7 +14,7 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from postrelay.orchestrator.queries import Q
+from postrelay.orchestrator.queries import EMAIL_SQL
 
 EMAIL_LOG_TARGET = "email_log"
 
@@ -22,6 +22,6 @@ EMAIL_LOG_TARGET = "email_log"
 async def email_log_delete_batch(engine: AsyncEngine, before: datetime, batch: int) -> int:
     """Delete at most `batch` log rows created before `before`; returns how many."""
     async with engine.begin() as conn:
-        result = await conn.execute(Q["email_log_delete_before"],
+        result = await conn.execute(EMAIL_SQL["email_log_delete_before"],
                                     {"before": before, "batch": batch})
     return result.rowcount

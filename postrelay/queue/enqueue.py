@@ -40,7 +40,7 @@ from postrelay.core.errors import ConfigError, ValidationError
 from postrelay.core.ids import new_uuid, new_uuids
 from postrelay.core.limits import MAX_KEY_CHARS, checked_text, max_payload_bytes
 from postrelay.core.notify import NotifyOnce
-from postrelay.queue.queries import Q
+from postrelay.queue.queries import JOB_SQL
 
 SMALLINT_MIN, SMALLINT_MAX = -32768, 32767
 INT_MAX = 2**31 - 1
@@ -157,12 +157,12 @@ def _job_row(
 def _enqueue_steps(conn: AnyConnection, row: ValidatedJob, send_notify: bool) -> Steps[UUID]:
     with_notify = send_notify and _wakeup.needed(conn)
     row["notify"] = with_notify
-    written = yield Q["job_insert"], row
+    written = yield JOB_SQL["job_insert"], row
     if written:
         if with_notify:
             _wakeup.mark(conn)  # the transaction exists now, even if this statement began it
         return row["id"]  # type: ignore[no-any-return]
-    (diagnosis,) = yield Q["job_insert_diagnose"], row
+    (diagnosis,) = yield JOB_SQL["job_insert_diagnose"], row
     tenant_exists, kind_exists, existing_id = diagnosis
     if not tenant_exists:
         raise ValidationError("tenant_id", f"no tenant with id {row['tenant_id']}")
@@ -257,7 +257,7 @@ def _enqueue_many_steps(
     tenant_ids = list({r["tenant_id"] for r in rows})
     kinds = list({r["kind"] for r in rows})
     with_notify = send_notify and _wakeup.needed(conn)
-    ((missing_tenants, unknown_kinds, now, _notified),) = yield Q["job_batch_check"], {
+    ((missing_tenants, unknown_kinds, now, _notified),) = yield JOB_SQL["job_batch_check"], {
         "tenant_ids": tenant_ids, "kinds": kinds, "notify": with_notify,
     }
     if with_notify:
@@ -268,12 +268,12 @@ def _enqueue_many_steps(
         raise ValidationError("kind", f"unknown job kind {unknown_kinds[0]!r}")
     ids = new_uuids(len(rows))
     guarded = resolve_taken_keys and any(r["idempotency_key"] is not None for r in rows)
-    copied = yield Copy(Q["job_copy_in"].text, JOB_COPY_TYPES,
+    copied = yield Copy(JOB_SQL["job_copy_in"].text, JOB_COPY_TYPES,
                         _copy_rows(ids, rows, now, created_by), guarded=guarded)
     if copied is not None:
         inserted: Sequence[Any] = ids
     else:  # a key is taken (a replay, a retried batch): insert what is new, find the rest
-        inserted = yield Q["job_insert_many"], {
+        inserted = yield JOB_SQL["job_insert_many"], {
             "rows": _rows_document(ids, rows), "created_by": created_by,
         }
         if len(inserted) < len(rows):
@@ -314,7 +314,8 @@ def _resolve_taken_keys(
             skipped.setdefault((row["tenant_id"], row["kind"]), []).append(i)
     for (tenant_id, kind), positions in skipped.items():
         keys = [rows[i]["idempotency_key"] for i in positions]
-        found = yield Q["job_find_by_keys"], {"tenant_id": tenant_id, "kind": kind, "keys": keys}
+        found = yield JOB_SQL["job_find_by_keys"], {
+            "tenant_id": tenant_id, "kind": kind, "keys": keys}
         by_key = {key: job_id for key, job_id in found}
         for i in positions:
             resolved[i] = by_key.get(rows[i]["idempotency_key"], resolved[i])
@@ -332,7 +333,7 @@ async def job_kinds_async(conn: AsyncAnyConnection) -> list[str]:
 
 
 def _kinds_steps() -> Steps[list[str]]:
-    rows = yield Q["job_kinds"], {}
+    rows = yield JOB_SQL["job_kinds"], {}
     return [row[0] for row in rows]
 
 

@@ -17,7 +17,7 @@ from postrelay.core.dbcall import (
     run_sync_or_deprecated_async,
 )
 from postrelay.core.errors import ValidationError
-from postrelay.queue.queries import Q
+from postrelay.queue.queries import JOB_SQL
 
 
 @overload
@@ -44,6 +44,6 @@ def _checked_name(name: str) -> str:
 
 
 def _ensure_steps(name: str) -> Steps[UUID]:
-    rows = yield Q["tenant_upsert"], {"name": name}
+    rows = yield JOB_SQL["tenant_upsert"], {"name": name}
     tenant_id: UUID = rows[0][0]
     return tenant_id

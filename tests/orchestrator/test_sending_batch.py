@@ -93,7 +93,7 @@ def test_the_work_per_batch_does_not_grow_with_the_log(tenant, engine, libpq):
     VACUUM. Looking for an earlier attempt's `sending` row by status walked all of them on
     every batch; by job, the statement touches the same few pages however long the log."""
     from postrelay.core.dbcall import psycopg_sql
-    from postrelay.orchestrator.queries import Q
+    from postrelay.orchestrator.queries import EMAIL_SQL
     from postrelay.queue import JobSpec, enqueue_many
 
     with engine.begin() as conn:
@@ -101,14 +101,14 @@ def test_the_work_per_batch_does_not_grow_with_the_log(tenant, engine, libpq):
         fresh = enqueue_many(conn, [JobSpec("email_send", {}, tenant) for _ in range(5)])
     with psycopg.connect(libpq, autocommit=True) as pg:
         pg.execute("ALTER TABLE mdm.aa_email_log SET (autovacuum_enabled = off)")
-        pg.execute(psycopg_sql(Q["email_send_begin_many"]),
+        pg.execute(psycopg_sql(EMAIL_SQL["email_send_begin_many"]),
                    {"rows": json.dumps([sending_row(tenant, j) | {"resend_unknown": True}
                                         for j in old])})
         pg.execute("UPDATE mdm.aa_email_log SET status = 'sent'")
         rows = [sending_row(tenant, j) | {"resend_unknown": True} for j in fresh]
         with pg.transaction(force_rollback=True):
             ((plan,),) = pg.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
-                                    + psycopg_sql(Q["email_send_begin_many"]),
+                                    + psycopg_sql(EMAIL_SQL["email_send_begin_many"]),
                                     {"rows": json.dumps(rows)}).fetchall()
         pg.execute("ALTER TABLE mdm.aa_email_log RESET (autovacuum_enabled)")
     top = plan[0]["Plan"]

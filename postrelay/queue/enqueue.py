@@ -33,7 +33,6 @@ from postrelay.core.dbcall import (
     Steps,
     SyncConnection,
     run_async,
-    run_sync,
     run_sync_or_deprecated_async,
 )
 from postrelay.core.errors import ConfigError, ValidationError
@@ -322,9 +321,15 @@ def _resolve_taken_keys(
     return resolved
 
 
-def job_kinds(conn: SyncConnection) -> list[str]:
-    """The values of the mdm.job_kind enum, in order."""
-    return run_sync(conn, _kinds_steps())
+@overload
+def job_kinds(conn: SyncConnection) -> list[str]: ...
+@overload
+@deprecated("job_kinds on an async connection: await job_kinds_async(conn) instead")
+def job_kinds(conn: AsyncAnyConnection) -> Coroutine[Any, Any, list[str]]: ...
+def job_kinds(conn: AnyConnection) -> list[str] | Coroutine[Any, Any, list[str]]:
+    """The values of the mdm.job_kind enum, in order. On an async connection,
+    `await job_kinds_async(...)`."""
+    return run_sync_or_deprecated_async(conn, _kinds_steps(), async_name="job_kinds_async")
 
 
 async def job_kinds_async(conn: AsyncAnyConnection) -> list[str]:

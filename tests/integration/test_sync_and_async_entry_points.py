@@ -95,6 +95,13 @@ async def test_the_old_form_on_an_async_connection_warns_and_still_writes(
     assert scalar(engine, f"SELECT count(*) FROM mdm.{table}") == before + 1
 
 
+async def test_job_kinds_the_old_way_warns_and_still_answers(async_engine):
+    async with async_engine.connect() as conn:
+        with pytest.warns(DeprecationWarning, match="await job_kinds_async"):
+            kinds = await pq.job_kinds(conn)
+    assert "email_send" in kinds
+
+
 def test_the_sync_entry_points_do_not_warn(engine, tenant):
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from bench.harness import BenchDatabase, Row, bench_database, print_table, ratio, reset_queue
 from postrelay.core.dbcall import psycopg_sql
 from postrelay.queue.claimer import ClaimConnection
-from postrelay.queue.queries import Q
+from postrelay.queue.queries import JOB_SQL
 
 BURST = (
     "INSERT INTO mdm.aa_job (tenant_id, job_kind, payload) "
@@ -42,7 +42,7 @@ def burst(bench: BenchDatabase, n: int) -> None:
 async def claim_all(claimer: psycopg.AsyncConnection[Any], bench: BenchDatabase,
                     demand: int) -> list[float]:
     """Claim until nothing is left; returns each claim's seconds."""
-    sql = psycopg_sql(Q["job_claim"])
+    sql = psycopg_sql(JOB_SQL["job_claim"])
     params = {"worker": "bench", "demand": demand, "tenant_ids": None, "kinds": ["email_send"]}
     times = []
     async with await psycopg.AsyncConnection.connect(bench.libpq, autocommit=True) as done:

@@ -32,7 +32,7 @@ from sqlalchemy import Engine, create_engine, text
 from bench.harness import BenchDatabase, bench_database
 from postrelay.core.db import sqlalchemy_url
 from postrelay.dashboard import queries
-from postrelay.dashboard.queries import D
+from postrelay.dashboard.queries import DASHBOARD_SQL
 from tests.api.server import serve_database
 
 TARGET_MS = 200.0
@@ -207,7 +207,7 @@ def _statement_rows(engine: Engine, args: argparse.Namespace,
 
         def run(name: str = name, bound: dict[str, Any] = bound) -> None:
             with engine.connect() as conn:
-                conn.execute(D[name], bound).all()
+                conn.execute(DASHBOARD_SQL[name], bound).all()
 
         rows.append((f"  {name}", _time(args, run), None))
     return rows
@@ -216,7 +216,7 @@ def _statement_rows(engine: Engine, args: argparse.Namespace,
 def _explain(engine: Engine) -> None:
     for name, params in _statement_params().items():
         with engine.connect() as conn:
-            plan = conn.execute(text("EXPLAIN (ANALYZE, BUFFERS) " + D[name].text),
+            plan = conn.execute(text("EXPLAIN (ANALYZE, BUFFERS) " + DASHBOARD_SQL[name].text),
                                 {"tenant_id": None, **params}).scalars().all()
         print(f"\n-- {name}")
         print("\n".join(plan))

@@ -13,10 +13,10 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
 from uuid import UUID
 
 from postrelay.core.db import Database
+from postrelay.core.service import Service
 from postrelay.core.settings import Settings
 from postrelay.orchestrator import (
     EMAIL_FEEDBACK_TARGET,
@@ -165,11 +165,6 @@ def build_worker(
     )
     scheduler = CronScheduler(engine, interval_secs=settings.cron_interval_secs)
     return WorkerProcess(worker, keeper, scheduler, [*handlers.closers, smtp.close])
-
-
-class Service(Protocol):
-    async def start(self) -> None: ...
-    async def stop(self) -> None: ...
 
 
 def build_relay(

@@ -20,6 +20,22 @@ from postrelay.core.db import libpq_url, sqlalchemy_url, start_embedded
 from postrelay.core.migrate import upgrade
 from tests.factories import TABLES_TO_CLEAN
 
+# What a test needs, read from the fixtures it uses: every database fixture rests on
+# server_url, and every test that starts postrelay processes gives them worker_env.
+DATABASE_FIXTURES = frozenset({"server_url", "database_url"})
+PROCESS_FIXTURES = frozenset({"worker_env"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test `pure` or `postgres`, and `processes` when it starts postrelay
+    processes (tests/README.md)."""
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        item.add_marker(pytest.mark.postgres if fixtures & DATABASE_FIXTURES
+                        else pytest.mark.pure)
+        if fixtures & PROCESS_FIXTURES or item.get_closest_marker("acceptance"):
+            item.add_marker(pytest.mark.processes)
+
 
 @pytest.fixture(scope="session")
 def server_url() -> Iterator[str]:
@@ -85,7 +101,7 @@ def tenant(engine: Engine, clean_db: None) -> uuid.UUID:
     from postrelay.queue import ensure_tenant
 
     with engine.begin() as conn:
-        return ensure_tenant(conn, "acme")  # type: ignore[return-value]
+        return ensure_tenant(conn, "acme")
 
 
 @pytest.fixture

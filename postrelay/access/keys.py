@@ -23,7 +23,7 @@ from postrelay.core.errors import ConfigError, ConflictError, NotFoundError, Val
 from postrelay.core.settings import Settings
 from postrelay.core.sqlfiles import load_queries
 
-K = load_queries("postrelay.access", "sql/api_key.sql")
+API_KEY_SQL = load_queries("postrelay.access", "sql/api_key.sql")
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 # The service-role key opens every tenant: at least this long (`secrets.token_urlsafe(32)`
@@ -82,10 +82,10 @@ def api_key_create(conn: Connection, name: str, *, tenant_id: UUID | str) -> tup
         raise ValidationError("tenant_id", f"must be a UUID, got {tenant_id!r}") from None
     key = secrets.token_urlsafe(32)
     params = {"name": name, "tenant_id": tenant, "key_hash": key_hash(key)}
-    row = conn.execute(K["api_key_insert"], params).first()
+    row = conn.execute(API_KEY_SQL["api_key_insert"], params).first()
     if row is not None:
         return ApiKeyView(**row._mapping), key
-    tenant_exists, _ = conn.execute(K["api_key_insert_diagnose"], params).one()
+    tenant_exists, _ = conn.execute(API_KEY_SQL["api_key_insert_diagnose"], params).one()
     if not tenant_exists:
         raise ValidationError("tenant_id", f"no tenant with id {tenant}")
     raise ConflictError(f"an API key named {name!r} already exists")
@@ -93,12 +93,12 @@ def api_key_create(conn: Connection, name: str, *, tenant_id: UUID | str) -> tup
 
 def api_key_list(conn: Connection) -> list[ApiKeyView]:
     """Every key, revoked ones included, by name."""
-    return [ApiKeyView(**row._mapping) for row in conn.execute(K["api_key_list"])]
+    return [ApiKeyView(**row._mapping) for row in conn.execute(API_KEY_SQL["api_key_list"])]
 
 
 def api_key_revoke(conn: Connection, name: str) -> ApiKeyView:
     """Revoke a key by name: it stops working at once. Unknown name: NotFoundError."""
-    row = conn.execute(K["api_key_revoke"], {"name": name}).first()
+    row = conn.execute(API_KEY_SQL["api_key_revoke"], {"name": name}).first()
     if row is None:
         raise NotFoundError(f"no API key named {name!r}")
     return ApiKeyView(**row._mapping)
@@ -107,7 +107,7 @@ def api_key_revoke(conn: Connection, name: str) -> ApiKeyView:
 def api_key_find(conn: Connection, key: str) -> tuple[str, UUID] | None:
     """The (name, tenant id) of the active key `key`, or None."""
     digest = key_hash(key)
-    row = conn.execute(K["api_key_find_active"], {"key_hash": digest}).first()
+    row = conn.execute(API_KEY_SQL["api_key_find_active"], {"key_hash": digest}).first()
     if row is None or not hmac.compare_digest(row.key_hash, digest):
         return None
     return row.name, row.tenant_id

@@ -55,7 +55,7 @@ def start_embedded(data_dir: Any) -> tuple[str, Any]:
         warnings.simplefilter("ignore")
         import pgserver  # imported late: only the embedded path needs it
 
-        server = pgserver.get_server(path, cleanup_mode="stop")
+        server = pgserver.get_server(path, cleanup_mode="stop")  # type: ignore[attr-defined]
     return server.get_uri(), server
 
 

@@ -3,55 +3,102 @@
 Writes that join the caller's transaction (`enqueue`, `emit`) accept a sync or async
 SQLAlchemy Connection or Session, or a plain psycopg (3) connection. The logic is written
 once, as a generator that yields `(statement, params)` (or a `Copy`) and receives the rows
-(for a statement that returns none, the number of rows it wrote); `drive` runs it
-synchronously, or returns an awaitable when the caller holds an async connection.
+(for a statement that returns none, the number of rows it wrote). `run_sync` runs it on a
+sync connection, `run_async` on an async one; each public write has one entry point of each
+kind (`enqueue`, `enqueue_async`) over the same generator.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Awaitable, Generator, Sequence
-from typing import Any, TypeVar
+import warnings
+from collections.abc import Awaitable, Coroutine, Generator, Sequence
+from typing import Any, TypeAlias, TypeVar, cast
 
 import psycopg
-from sqlalchemy import Connection, Row, TextClause
+from sqlalchemy import Connection, CursorResult, Row, TextClause
 from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
 from sqlalchemy.sql import Executable
+from typing_extensions import TypeIs
 
 from postrelay.core.bulkcopy import Copy, copy_rows, copy_rows_async
 
 T = TypeVar("T")
 Rows = Sequence[Row[Any]]
-# A step yields a statement and its parameters (it receives the rows, or the row count of a
-# statement that returns none) or a Copy.
-Steps = Generator[tuple[Executable, Any] | Copy, Rows | int | None, T]
-AnyConnection = (
-    Connection | Session | AsyncConnection | AsyncSession
-    | psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
-)
-_DIALECT = psycopg_dialect()
+# A step yields a statement and its parameters or a Copy. What it receives depends on the
+# statement: the rows, the row count of a statement that returns none, or for a Copy a list
+# (copied) or None (a guarded copy that hit a taken key) -- hence Any.
+Steps = Generator[tuple[Executable, Any] | Copy, Any, T]
+SyncConnection: TypeAlias = Connection | Session | psycopg.Connection[Any]
+AsyncAnyConnection: TypeAlias = AsyncConnection | AsyncSession | psycopg.AsyncConnection[Any]
+AnyConnection: TypeAlias = SyncConnection | AsyncAnyConnection
+_DIALECT = psycopg_dialect()  # type: ignore[no-untyped-call]
 _PLACEHOLDER = re.compile(r"(?<!%)%\((\w+)\)s")
 
 
-def is_async(conn: AnyConnection) -> bool:
+def run_sync(conn: SyncConnection, steps: Steps[T]) -> T:
+    """Run `steps` on a sync SQLAlchemy Connection or Session, or a psycopg connection."""
+    if isinstance(conn, Connection | Session):
+        return _drive_sync(conn, steps)
+    if isinstance(conn, psycopg.Connection):
+        return _drive_psycopg(conn, steps)
+    raise _wrong_connection(conn)
+
+
+def run_async(conn: AsyncAnyConnection, steps: Steps[T]) -> Coroutine[Any, Any, T]:
+    """Run `steps` on an async SQLAlchemy Connection or Session, or an async psycopg
+    connection; the coroutine to await. A plain function, so that a sync connection is
+    refused at the call rather than at the await."""
+    if isinstance(conn, AsyncConnection | AsyncSession):
+        return _drive_async(conn, steps)
+    if isinstance(conn, psycopg.AsyncConnection):
+        return _drive_psycopg_async(conn, steps)
+    steps.close()
+    raise _wrong_connection(conn, wanted="an async")
+
+
+def run_sync_or_deprecated_async(
+    conn: AnyConnection, steps: Steps[T], *, async_name: str
+) -> T | Coroutine[Any, Any, T]:
+    """`run_sync` for a sync entry point; given an async connection, the old behaviour (the
+    coroutine to await) with a DeprecationWarning that names the async entry point."""
+    if isinstance(conn, Connection):  # the usual caller first: one check, as before
+        return _drive_sync(conn, steps)
+    if isinstance(conn, AsyncConnection | AsyncSession | psycopg.AsyncConnection):
+        warn_async_deprecated(async_name, stacklevel=4)
+        return run_async(conn, steps)
+    return run_sync(conn, steps)
+
+
+def is_async_connection(conn: AnyConnection) -> TypeIs[AsyncAnyConnection]:
     return isinstance(conn, AsyncConnection | AsyncSession | psycopg.AsyncConnection)
 
 
+def warn_async_deprecated(async_name: str, stacklevel: int = 3) -> None:
+    """Warn that a sync entry point was given an async connection (it still returns the
+    awaitable, for now). `stacklevel` 3 names the line that called the entry point."""
+    warnings.warn(
+        f"passing an async connection to a sync function is deprecated: "
+        f"await {async_name}(conn, ...) instead",
+        DeprecationWarning, stacklevel=stacklevel,
+    )
+
+
 def drive(conn: AnyConnection, steps: Steps[T]) -> T | Awaitable[T]:
-    if isinstance(conn, AsyncConnection | AsyncSession):
-        return _drive_async(conn, steps)
-    if isinstance(conn, Connection | Session):
-        return _drive_sync(conn, steps)
-    if isinstance(conn, psycopg.AsyncConnection):
-        return _drive_psycopg_async(conn, steps)
-    if isinstance(conn, psycopg.Connection):
-        return _drive_psycopg(conn, steps)
-    raise TypeError(
-        "conn: expected a SQLAlchemy Connection or Session (sync or async) or a psycopg "
-        f"connection, got {type(conn)!r}"
+    """Run `steps` on any connection: at once on a sync one, as an awaitable on an async one
+    (the operator's webhook functions, which take either)."""
+    if isinstance(conn, AsyncConnection | AsyncSession | psycopg.AsyncConnection):
+        return run_async(conn, steps)
+    return run_sync(conn, steps)
+
+
+def _wrong_connection(conn: object, wanted: str = "a") -> TypeError:
+    return TypeError(
+        f"conn: expected {wanted} SQLAlchemy Connection or Session or psycopg connection, "
+        f"got {type(conn)!r}"
     )
 
 
@@ -68,14 +115,15 @@ def _drive_psycopg(conn: psycopg.Connection[Any], steps: Steps[T]) -> T:
         step = next(steps)
         while True:
             if isinstance(step, Copy):
-                step = steps.send([] if copy_rows(conn, step) else None)  # type: ignore[arg-type]
+                step = steps.send([] if copy_rows(conn, step) else None)
                 continue
             statement, params = step
-            cursor = conn.execute(psycopg_sql(statement), params)  # type: ignore[arg-type]
+            cursor = conn.execute(psycopg_sql(statement), params)
             rows = cursor.fetchall() if cursor.description else cursor.rowcount
-            step = steps.send(rows)  # type: ignore[arg-type]
+            step = steps.send(rows)
     except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
+        done: T = stop.value
+        return done
 
 
 async def _drive_psycopg_async(conn: psycopg.AsyncConnection[Any], steps: Steps[T]) -> T:
@@ -84,14 +132,15 @@ async def _drive_psycopg_async(conn: psycopg.AsyncConnection[Any], steps: Steps[
         while True:
             if isinstance(step, Copy):
                 copied = await copy_rows_async(conn, step)
-                step = steps.send([] if copied else None)  # type: ignore[arg-type]
+                step = steps.send([] if copied else None)
                 continue
             statement, params = step
-            cursor = await conn.execute(psycopg_sql(statement), params)  # type: ignore[arg-type]
+            cursor = await conn.execute(psycopg_sql(statement), params)
             rows = await cursor.fetchall() if cursor.description else cursor.rowcount
-            step = steps.send(rows)  # type: ignore[arg-type]
+            step = steps.send(rows)
     except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
+        done: T = stop.value
+        return done
 
 
 def _drive_sync(conn: Connection | Session, steps: Steps[T]) -> T:
@@ -102,19 +151,21 @@ def _drive_sync(conn: Connection | Session, steps: Steps[T]) -> T:
                 # COPY has no SQLAlchemy API: it runs on the psycopg connection beneath, in
                 # the transaction an earlier step of the same logic began.
                 bound = conn.connection() if isinstance(conn, Session) else conn
-                copied = copy_rows(bound.connection.driver_connection, step)
-                step = steps.send([] if copied else None)  # type: ignore[arg-type]
+                copied = copy_rows(_psycopg(bound.connection.driver_connection), step)
+                step = steps.send([] if copied else None)
                 continue
             statement, params = step
             # A Connection takes the statement as the driver's SQL: SQLAlchemy's compiled
             # path costs a quarter more CPU per statement; its events and echo still see it.
             # A Session keeps its own execute, which flushes pending ORM objects first.
             result = (conn.exec_driver_sql(psycopg_sql(statement), params)
-                      if isinstance(conn, Connection) else conn.execute(statement, params))
+                      if isinstance(conn, Connection)
+                      else cast(CursorResult[Any], conn.execute(statement, params)))
             rows = result.fetchall() if result.returns_rows else result.rowcount
             step = steps.send(rows)
     except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
+        done: T = stop.value
+        return done
 
 
 async def _drive_async(conn: AsyncConnection | AsyncSession, steps: Steps[T]) -> T:
@@ -123,18 +174,19 @@ async def _drive_async(conn: AsyncConnection | AsyncSession, steps: Steps[T]) ->
         while True:
             if isinstance(step, Copy):
                 bound = await conn.connection() if isinstance(conn, AsyncSession) else conn
-                raw = (await bound.get_raw_connection()).driver_connection
-                copied = await copy_rows_async(raw, step)
-                step = steps.send([] if copied else None)  # type: ignore[arg-type]
+                copied = await copy_rows_async(await psycopg_beneath(bound), step)
+                step = steps.send([] if copied else None)
                 continue
             statement, params = step
-            result = await (conn.exec_driver_sql(psycopg_sql(statement), params)
-                            if isinstance(conn, AsyncConnection)
-                            else conn.execute(statement, params))
+            if isinstance(conn, AsyncConnection):
+                result = await conn.exec_driver_sql(psycopg_sql(statement), params)
+            else:
+                result = cast(CursorResult[Any], await conn.execute(statement, params))
             rows = result.fetchall() if result.returns_rows else result.rowcount
             step = steps.send(rows)
     except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
+        done: T = stop.value
+        return done
 
 
 def current_transaction(conn: AnyConnection) -> object | None:
@@ -184,9 +236,8 @@ async def driver_fetch(
     time with an escaping pass, five times slower than in binary, which matters for the
     statements that carry a batch as arrays. Binary parameters have concrete types, so
     every parameter of such a statement must be cast to the type it is used as."""
-    if isinstance(conn, AsyncConnection):
-        conn = (await conn.get_raw_connection()).driver_connection
-    cursor = await conn.execute(psycopg_sql(statement, binary), params)
+    raw = await psycopg_beneath(conn) if isinstance(conn, AsyncConnection) else conn
+    cursor = await raw.execute(psycopg_sql(statement, binary), params)
     return await cursor.fetchall() if cursor.description else []
 
 
@@ -201,9 +252,23 @@ async def driver_fetch_after(
     autocommit mode both run in one implicit transaction, so what `first` sets with
     `set_config(..., true)` holds for `statement` and ends with its commit: settings
     without session state, for a transaction pooler, at no extra round trip."""
-    if isinstance(conn, AsyncConnection):
-        conn = (await conn.get_raw_connection()).driver_connection
-    async with conn.pipeline():
-        await conn.execute(psycopg_sql(first))
-        cursor = await conn.execute(psycopg_sql(statement), params)
+    raw = await psycopg_beneath(conn) if isinstance(conn, AsyncConnection) else conn
+    async with raw.pipeline():
+        await raw.execute(psycopg_sql(first))
+        cursor = await raw.execute(psycopg_sql(statement), params)
     return await cursor.fetchall() if cursor.description else []
+
+
+def _psycopg(driver_connection: object) -> psycopg.Connection[Any]:
+    """The psycopg connection beneath a SQLAlchemy one (COPY and driver SQL need it)."""
+    if not isinstance(driver_connection, psycopg.Connection):
+        raise TypeError("postrelay needs the psycopg driver: a URL of postgresql+psycopg://")
+    return driver_connection
+
+
+async def psycopg_beneath(conn: AsyncConnection) -> psycopg.AsyncConnection[Any]:
+    """The psycopg connection beneath an async SQLAlchemy one, in its transaction."""
+    driver_connection = (await conn.get_raw_connection()).driver_connection
+    if not isinstance(driver_connection, psycopg.AsyncConnection):
+        raise TypeError("postrelay needs the psycopg driver: a URL of postgresql+psycopg://")
+    return driver_connection

@@ -24,6 +24,7 @@ from sqlalchemy import TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from postrelay.core.db import behind_pooler
+from postrelay.core.dbcall import psycopg_beneath
 
 
 class HeldConnection:
@@ -44,7 +45,7 @@ class HeldConnection:
             try:
                 for setting in self._session:
                     await conn.execute(setting)
-                self._driver = (await conn.get_raw_connection()).driver_connection
+                self._driver = await psycopg_beneath(conn)
             except BaseException:
                 await _discard(conn)
                 raise

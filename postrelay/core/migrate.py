@@ -7,11 +7,10 @@ another copy (tests use it so that `postrelay kinds add` never writes into the c
 
 from __future__ import annotations
 
-import io
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from alembic import command, util
 from alembic.config import Config
@@ -43,7 +42,7 @@ def migrations_dir() -> Path:
 def alembic_config(
     url: str | URL | None = None,
     *,
-    stdout: io.TextIOBase | None = None,
+    stdout: TextIO | None = None,
     connect_args: dict[str, Any] | None = None,
 ) -> Config:
     cfg = Config(stdout=stdout) if stdout is not None else Config()

@@ -1,13 +1,34 @@
 """The one shape of background work: a loop that calls `run_once()` every interval, logs
-and survives errors, and stops cleanly. Tests call `run_once()` directly."""
+and survives errors, and stops cleanly. Tests call `run_once()` directly.
+
+`Service` is what a process runs until it is signalled (a worker with its maintenance and
+cron, a relay with its webhook directory); `sleep_until_woken` is the wait of every loop
+that a NOTIFY or a finished job can cut short."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 from postrelay.core.telemetry import event
+
+
+class Service(Protocol):
+    """Something that runs in the background between `start()` and `stop()`."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+async def sleep_until_woken(wake: asyncio.Event, secs: float) -> None:
+    """Wait until `wake` is set or `secs` pass, whichever comes first."""
+    try:
+        async with asyncio.timeout(secs):
+            await wake.wait()
+    except TimeoutError:
+        pass
 
 
 class Looper:

@@ -49,7 +49,6 @@ class Settings(BaseSettings):
     # The email log, the job and cron audits: kept unless a window is set (docs/operations.md).
     email_log_retention_days: float | None = Field(default=None, gt=0)
     audit_retention_days: float | None = Field(default=None, gt=0)
-    webhook_attempt_retention_days: float = Field(default=30.0, gt=0)
     job_timeout_secs: float | None = Field(default=None, gt=0)
 
     worker_concurrency: int = Field(default=10, ge=1, le=10_000)

@@ -17,7 +17,7 @@ from sqlalchemy import Connection
 from postrelay.core.sqlfiles import load_queries
 from postrelay.queue import STATUSES
 
-D = load_queries("postrelay.dashboard", "sql/dashboard.sql")
+DASHBOARD_SQL = load_queries("postrelay.dashboard", "sql/dashboard.sql")
 
 # orchestrator.schema.EMAIL_STATUSES in the order the dashboard shows them.
 EMAIL_STATUSES = ("sent", "partial", "deferred", "bounced", "failed", "suppressed",
@@ -68,7 +68,7 @@ def job_counts(conn: Connection, tenant_id: UUID | None) -> JobCounts:
     by_status = dict.fromkeys(COUNTED, 0)
     by_kind: dict[str, dict[str, int]] = {}
     by_tenant: dict[UUID, dict[str, int]] = {}
-    for row in conn.execute(D["job_count_live"], {"tenant_id": tenant_id}):
+    for row in conn.execute(DASHBOARD_SQL["job_count_live"], {"tenant_id": tenant_id}):
         by_status[row.status] += row.n
         kind = by_kind.setdefault(row.kind, {})
         kind[row.status] = kind.get(row.status, 0) + row.n
@@ -79,7 +79,7 @@ def job_counts(conn: Connection, tenant_id: UUID | None) -> JobCounts:
 
 def job_done_estimate(conn: Connection) -> int | None:
     """Done jobs in all, from the table statistics (None before they counted any)."""
-    n = int(conn.execute(D["job_done_estimate"]).scalar_one())
+    n = int(conn.execute(DASHBOARD_SQL["job_done_estimate"]).scalar_one())
     return n if n > 0 else None
 
 
@@ -88,15 +88,17 @@ def overview(conn: Connection, tenant_id: UUID | None, *, minutes: int = 60) -> 
     catalogue) and none of which reads the done history beyond the chart's hour."""
     scope = {"tenant_id": tenant_id}
     counts = job_counts(conn, tenant_id)
-    pending = conn.execute(D["job_pending_oldest"], scope).one()
+    pending = conn.execute(DASHBOARD_SQL["job_pending_oldest"], scope).one()
     this_minute: datetime = pending.this_minute
     since = this_minute - timedelta(minutes=minutes - 1)
-    done = dict(conn.execute(D["job_done_per_minute"], {**scope, "since": since}).all())
-    failed = dict(conn.execute(D["job_failed_per_minute"], {**scope, "since": since}).all())
+    done = dict(conn.execute(DASHBOARD_SQL["job_done_per_minute"],
+                             {**scope, "since": since}).all())
+    failed = dict(conn.execute(DASHBOARD_SQL["job_failed_per_minute"],
+                               {**scope, "since": since}).all())
     series = [(m, done.get(m, 0), failed.get(m, 0))
               for m in (since + timedelta(minutes=i) for i in range(minutes))]
-    outbox = conn.execute(D["outbox_backlog"], scope).one()
-    emails = conn.execute(D["email_log_count_since"], {
+    outbox = conn.execute(DASHBOARD_SQL["outbox_backlog"], scope).one()
+    emails = conn.execute(DASHBOARD_SQL["email_log_count_since"], {
         **scope, "since": this_minute - timedelta(hours=24), "statuses": list(EMAIL_STATUSES),
     }).all()
     done_estimate = job_done_estimate(conn) if tenant_id is None else None
@@ -113,51 +115,55 @@ def job_list(conn: Connection, *, status: str, tenant_id: UUID | None, kind: str
     params = {"tenant_id": tenant_id, "kind": kind, "since": since, "until": until,
               "limit": PAGE_SIZE + 1, "offset": (page - 1) * PAGE_SIZE}
     if status == "pending":
-        return conn.execute(D["job_list_pending"], params).all()
+        return conn.execute(DASHBOARD_SQL["job_list_pending"], params).all()
     if status == "running":
-        return conn.execute(D["job_list_running"], params).all()
-    return conn.execute(D["job_list_finished"], {**params, "status": status}).all()
+        return conn.execute(DASHBOARD_SQL["job_list_running"], params).all()
+    return conn.execute(DASHBOARD_SQL["job_list_finished"], {**params, "status": status}).all()
 
 
 def job_find_by_key(conn: Connection, key: str, tenant_id: UUID | None) -> list[Any]:
-    return conn.execute(D["job_find_by_key"], {"key": key, "tenant_id": tenant_id}).all()
+    return conn.execute(DASHBOARD_SQL["job_find_by_key"],
+                        {"key": key, "tenant_id": tenant_id}).all()
 
 
 def job_audit(conn: Connection, job_id: UUID, tenant_id: UUID | None) -> list[Any]:
-    return conn.execute(D["job_audit_list"], {"job_id": job_id, "tenant_id": tenant_id}).all()
+    return conn.execute(DASHBOARD_SQL["job_audit_list"],
+                        {"job_id": job_id, "tenant_id": tenant_id}).all()
 
 
 def job_origin(conn: Connection, job_id: UUID, tenant_id: UUID | None) -> list[Any]:
     """The outbox deliveries that made this job, with events of the job's tenant only."""
-    return conn.execute(D["job_origin"], {"job_id": job_id, "tenant_id": tenant_id}).all()
+    return conn.execute(DASHBOARD_SQL["job_origin"],
+                        {"job_id": job_id, "tenant_id": tenant_id}).all()
 
 
 def dlq_matching(conn: Connection, *, tenant_id: UUID | None, kind: str | None,
                  since: datetime | None, until: datetime | None, limit: int) -> list[Any]:
-    return conn.execute(D["dlq_list_matching"], {
+    return conn.execute(DASHBOARD_SQL["dlq_list_matching"], {
         "tenant_id": tenant_id, "kind": kind, "since": since, "until": until, "limit": limit,
     }).all()
 
 
 def dlq_count(conn: Connection, *, tenant_id: UUID | None, kind: str | None,
               since: datetime | None, until: datetime | None) -> int:
-    return int(conn.execute(D["dlq_count_matching"], {
+    return int(conn.execute(DASHBOARD_SQL["dlq_count_matching"], {
         "tenant_id": tenant_id, "kind": kind, "since": since, "until": until,
     }).scalar_one())
 
 
 def api_key_by_hash(conn: Connection, digest: str) -> Any:
-    return conn.execute(D["api_key_find_by_hash"], {"key_hash": digest}).first()
+    return conn.execute(DASHBOARD_SQL["api_key_find_by_hash"], {"key_hash": digest}).first()
 
 
 def api_key_active(conn: Connection, key_id: UUID) -> Any:
-    return conn.execute(D["api_key_get_active"], {"id": key_id}).first()
+    return conn.execute(DASHBOARD_SQL["api_key_get_active"], {"id": key_id}).first()
 
 
 def job_emails(conn: Connection, job_id: UUID, tenant_id: UUID | None) -> list[Any]:
     """The email log rows of a job."""
-    return conn.execute(D["email_log_of_job"], {"job_id": job_id, "tenant_id": tenant_id}).all()
+    return conn.execute(DASHBOARD_SQL["email_log_of_job"],
+                        {"job_id": job_id, "tenant_id": tenant_id}).all()
 
 
 def dlq_by_ids(conn: Connection, ids: list[UUID], tenant_id: UUID | None) -> list[Any]:
-    return conn.execute(D["dlq_list_ids"], {"ids": ids, "tenant_id": tenant_id}).all()
+    return conn.execute(DASHBOARD_SQL["dlq_list_ids"], {"ids": ids, "tenant_id": tenant_id}).all()

@@ -34,12 +34,13 @@ from postrelay.demo import feedback
 from postrelay.demo.emails import SENDER, TEMPLATES, TENANTS, demo_routes, sample_events
 from postrelay.demo.jobs import demo_registry, sample_jobs
 from postrelay.demo.sink import demo_sink_handler
-from postrelay.orchestrator import SmtpSink, SuppressionPolicy
+from postrelay.orchestrator import SuppressionPolicy
 from postrelay.queue import enqueue_many, ensure_tenant
 from postrelay.relay import emit_many
 from postrelay.runtime import build_relay, build_worker
+from postrelay.testing import SmtpSink
 
-Q = load_queries("postrelay.demo", "sql/demo.sql")
+DEMO_SQL = load_queries("postrelay.demo", "sql/demo.sql")
 SETTLED_POLL_SECS = 0.1
 
 
@@ -133,7 +134,7 @@ async def _run_until_settled(
             settled = progress.add_task("jobs settled", total=None)
             while True:
                 with engine.connect() as conn:
-                    p = conn.execute(Q["demo_progress"], params).one()
+                    p = conn.execute(DEMO_SQL["demo_progress"], params).one()
                 progress.update(relayed, completed=p.events_settled, total=p.events)
                 progress.update(settled, completed=p.jobs_settled, total=p.jobs)
                 if p.events_settled == p.events and p.jobs_settled == p.jobs:
@@ -149,12 +150,14 @@ def _report(engine: Engine, tenants: list[UUID], since: datetime, *, received: i
     params = {"tenants": [str(t) for t in tenants], "since": since}
     report = DemoReport(received=received, maildir=maildir)
     with engine.connect() as conn:
-        for row in conn.execute(Q["demo_job_counts"], params):
+        for row in conn.execute(DEMO_SQL["demo_job_counts"], params):
             report.jobs.setdefault(row.kind, Counter())[row.status] = row.n
-        report.emails = [dict(r) for r in conn.execute(Q["demo_email_rows"], params).mappings()]
-        report.dead = [dict(r) for r in conn.execute(Q["demo_dead_jobs"], params).mappings()]
-        report.feedback = [dict(r) for r in conn.execute(Q["demo_feedback_rows"],
-                                                          params).mappings()]
+        report.emails = [dict(r) for r in
+                         conn.execute(DEMO_SQL["demo_email_rows"], params).mappings()]
+        report.dead = [dict(r) for r in
+                       conn.execute(DEMO_SQL["demo_dead_jobs"], params).mappings()]
+        report.feedback = [dict(r) for r in
+                           conn.execute(DEMO_SQL["demo_feedback_rows"], params).mappings()]
     return report
 
 

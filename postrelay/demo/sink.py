@@ -4,7 +4,7 @@ demo's two bad mailboxes the way real servers do."""
 from pathlib import Path
 
 from postrelay.demo.emails import BLOCKED, MISSING
-from postrelay.orchestrator import ScriptedHandler, reply
+from postrelay.testing import ScriptedHandler, reply
 
 
 def demo_sink_handler(maildir: Path) -> ScriptedHandler:

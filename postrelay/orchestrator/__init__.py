@@ -4,7 +4,7 @@ templates rendered when the job runs, SMTP through a pool of reused connections,
 names only."""
 
 # Exported on purpose for the packages above: the operator's functions (CLI, dashboard),
-# addresses and messages for `postrelay email`, and the scriptable SMTP server of the demo.
+# addresses and messages for `postrelay email`.
 from postrelay.orchestrator.addresses import parse_address
 from postrelay.orchestrator.admin import (
     email_list,
@@ -37,7 +37,7 @@ from postrelay.orchestrator.feedback.webhook import (
     summary,
 )
 from postrelay.orchestrator.handler import email_registry
-from postrelay.orchestrator.job import EMAIL_KIND, EmailJob, enqueue_email
+from postrelay.orchestrator.job import EMAIL_KIND, EmailJob, enqueue_email, enqueue_email_async
 from postrelay.orchestrator.message import build_message, message_id_domain, message_id_for
 from postrelay.orchestrator.retention import (
     EMAIL_FEEDBACK_TARGET,
@@ -47,7 +47,6 @@ from postrelay.orchestrator.retention import (
     feedback_retention_days,
 )
 from postrelay.orchestrator.routes import email_route
-from postrelay.orchestrator.sink import Received, ScriptedHandler, SmtpSink, reply
 from postrelay.orchestrator.templates import Rendered, TemplateError, Templates
 from postrelay.orchestrator.transport import SmtpConfig, SmtpPool
 
@@ -65,6 +64,7 @@ __all__ = [
     "email_route",
     "email_story",
     "enqueue_email",
+    "enqueue_email_async",
     "feedback_counts",
     "feedback_list",
     "feedback_rates",
@@ -77,7 +77,6 @@ __all__ = [
     "postmark_reports",
     "record_batch",
     "record_feedback",
-    "reply",
     "sendgrid_reports",
     "ses_reports",
     "suppression_audit",
@@ -95,10 +94,8 @@ __all__ = [
     "Recorded",
     "Rendered",
     "ReturnPath",
-    "ScriptedHandler",
     "SmtpConfig",
     "SmtpPool",
-    "SmtpSink",
     "SuppressionPolicy",
     "TemplateError",
     "Templates",

@@ -161,7 +161,9 @@ def _check_addr_spec(spec: str, value: str, field: str) -> tuple[str, str]:
     ascii_domain = checked.ascii_domain
     if special:
         ascii_domain = ascii_domain[: len(ascii_domain) - len(special)] + special
-    return checked.ascii_local_part, ascii_domain
+    local = checked.ascii_local_part
+    assert local is not None  # allow_smtputf8 is off: every accepted local part is ASCII
+    return local, ascii_domain
 
 
 def _special_use_suffix(domain: str) -> str | None:

@@ -63,8 +63,9 @@ def email_story(
 
     `job` is None once retention has deleted the job, `event` once outbox retention has
     deleted the event; the log rows stay."""
-    story = queries.email_story(conn, log_id=_uuid("id", log_id),
-                                tenant_id=_uuid("tenant", tenant_id))
+    log = _uuid("id", log_id)
+    story = None if log is None else queries.email_story(
+        conn, log_id=log, tenant_id=_uuid("tenant", tenant_id))
     if story is None:
         raise NotFoundError(f"no email log row {log_id}")
     return story

@@ -11,7 +11,7 @@ from sqlalchemy import Connection
 
 import postrelay.queue as pq
 from postrelay.orchestrator.job import EMAIL_KIND
-from postrelay.orchestrator.queries import Q
+from postrelay.orchestrator.queries import EMAIL_SQL
 from postrelay.queue import Cancelled
 
 
@@ -33,4 +33,4 @@ def cancel_jobs(conn: Connection, *, actor: str, **filters: Any) -> list[Cancell
 def _log_cancelled(conn: Connection, cancelled: list[Cancelled]) -> None:
     ids = [c.id for c in cancelled if c.kind == EMAIL_KIND and c.was == "pending"]
     if ids:
-        conn.execute(Q["email_log_cancelled"], {"ids": ids})
+        conn.execute(EMAIL_SQL["email_log_cancelled"], {"ids": ids})

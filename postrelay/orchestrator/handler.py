@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from email.headerregistry import Address
 from typing import Any
 from uuid import UUID
@@ -64,7 +64,7 @@ DEFAULT_TIMEOUT_SECS = 120.0  # rendering plus one SMTP transaction
 
 
 class _RowWriter:
-    def __init__(self, name: str, write) -> None:  # noqa: ANN001 - a query function
+    def __init__(self, name: str, write: Callable[..., Awaitable[None]]) -> None:
         self.name = name
         self._write = write
 
@@ -237,7 +237,10 @@ class EmailSender:
                    queue_id=delivery.queue_id, recipient_results=results)
         _suppress(job, log, delivery.refused)
 
-    def _addresses(self, spec: EmailJob) -> tuple[Address, tuple[Address, ...], ...]:
+    def _addresses(self, spec: EmailJob) -> tuple[
+        Address, tuple[Address, ...], tuple[Address, ...], tuple[Address, ...],
+        tuple[Address, ...],
+    ]:
         sender_text = spec.sender or self.default_from
         if not sender_text:
             raise ValidationError("from", "no From address: give the route a sender or set "

@@ -15,14 +15,24 @@ an event only of the log row's own tenant.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 from uuid import UUID
+
+from typing_extensions import deprecated
 
 # The package, not `from postrelay.queue import enqueue`: that name is also the module
 # postrelay.queue.enqueue, which the layer contracts would read as a reach-in.
 import postrelay.queue as pq
+from postrelay.core.dbcall import (
+    AnyConnection,
+    AsyncAnyConnection,
+    SyncConnection,
+    is_async_connection,
+    warn_async_deprecated,
+)
 from postrelay.core.errors import ValidationError
 from postrelay.orchestrator.addresses import check_header_value, parse_addresses
 
@@ -86,8 +96,51 @@ def _strings(payload: Mapping[str, Any], name: str) -> tuple[str, ...]:
     raise ValidationError(name, "must be an address or a list of addresses")
 
 
+@overload
 def enqueue_email(
-    conn: Any,
+    conn: SyncConnection, message: EmailJob, *, tenant_id: UUID | str, priority: int = ...,
+    delay: float | None = ..., max_attempts: int | None = ...,
+    idempotency_key: str | None = ..., created_by: str | None = ...,
+) -> UUID: ...
+@overload
+@deprecated("enqueue_email on an async connection: await enqueue_email_async(conn, ...) instead")
+def enqueue_email(
+    conn: AsyncAnyConnection, message: EmailJob, *, tenant_id: UUID | str,
+    priority: int = ..., delay: float | None = ..., max_attempts: int | None = ...,
+    idempotency_key: str | None = ..., created_by: str | None = ...,
+) -> Coroutine[Any, Any, UUID]: ...
+def enqueue_email(
+    conn: AnyConnection,
+    message: EmailJob,
+    *,
+    tenant_id: UUID | str,
+    priority: int = 100,
+    delay: float | None = None,
+    max_attempts: int | None = None,
+    idempotency_key: str | None = None,
+    created_by: str | None = None,
+) -> UUID | Coroutine[Any, Any, UUID]:
+    """Enqueue one message in the caller's transaction (never committed here).
+
+    The addresses and headers are checked first, then the payload as `enqueue` checks
+    every payload (no NUL, at most POSTRELAY_MAX_PAYLOAD_BYTES, at most 64 levels deep);
+    a bad one raises ValidationError naming the field (`to`, `context.name`, `message`
+    for the whole), nothing is written and the transaction stays usable. On an async
+    connection, `await enqueue_email_async(...)`."""
+    if is_async_connection(conn):
+        warn_async_deprecated("enqueue_email_async")
+        return enqueue_email_async(
+            conn, message, tenant_id=tenant_id, priority=priority, delay=delay,
+            max_attempts=max_attempts, idempotency_key=idempotency_key, created_by=created_by)
+    payload = _checked_payload(message)
+    with _named_for_the_message():
+        return pq.enqueue(conn, EMAIL_KIND, payload, tenant_id=tenant_id, priority=priority,
+                          delay=delay, max_attempts=max_attempts,
+                          idempotency_key=idempotency_key, created_by=created_by)
+
+
+async def enqueue_email_async(
+    conn: AsyncAnyConnection,
     message: EmailJob,
     *,
     tenant_id: UUID | str,
@@ -97,12 +150,16 @@ def enqueue_email(
     idempotency_key: str | None = None,
     created_by: str | None = None,
 ) -> UUID:
-    """Enqueue one message in the caller's transaction (never committed here).
+    """`enqueue_email` on an async connection or session."""
+    payload = _checked_payload(message)
+    with _named_for_the_message():
+        return await pq.enqueue_async(
+            conn, EMAIL_KIND, payload, tenant_id=tenant_id, priority=priority, delay=delay,
+            max_attempts=max_attempts, idempotency_key=idempotency_key, created_by=created_by)
 
-    The addresses and headers are checked first, then the payload as `enqueue` checks
-    every payload (no NUL, at most POSTRELAY_MAX_PAYLOAD_BYTES, at most 64 levels deep);
-    a bad one raises ValidationError naming the field (`to`, `context.name`, `message`
-    for the whole), nothing is written and the transaction stays usable."""
+
+def _checked_payload(message: EmailJob) -> dict[str, Any]:
+    """The message's addresses and headers checked; its payload."""
     if not message.to:
         raise ValidationError("to", "a message needs at least one recipient")
     for name in ("to", "cc", "bcc", "reply_to"):
@@ -111,12 +168,16 @@ def enqueue_email(
         parse_addresses([message.sender], field="from")
     if message.category is not None:
         check_header_value(message.category, field="category")
+    return message.to_payload()
+
+
+@contextmanager
+def _named_for_the_message() -> Iterator[None]:
+    """The payload is this message: a refusal names its field (`context.name`), not
+    `payload`."""
     try:
-        return pq.enqueue(conn, EMAIL_KIND, message.to_payload(), tenant_id=tenant_id,
-                          priority=priority, delay=delay, max_attempts=max_attempts,
-                          idempotency_key=idempotency_key, created_by=created_by)
+        yield
     except ValidationError as exc:
-        # The payload is this message: name its field (`context.name`), not `payload`.
         if exc.field == "payload" or exc.field.startswith("payload."):
             field = "message" if exc.field == "payload" else exc.field.removeprefix("payload.")
             raise type(exc)(field, exc.rule) from None

@@ -209,8 +209,8 @@ def _mailbox_words(name: str, address: Address) -> list[tuple[str, str]]:
         if all(len(name) + 2 + len(word) <= LINE_LIMIT for _, word in words):
             return words
     # Encoded-words: also in a display name (RFC 2047 5(3)), with phrase-safe characters.
-    words = _encoded_words(display, LINE_SOFT_LIMIT - len(name) - 2)
-    return [(" ", word) for word in words] + [(" ", f"<{spec}>")]
+    encoded = _encoded_words(display, LINE_SOFT_LIMIT - len(name) - 2)
+    return [(" ", word) for word in encoded] + [(" ", f"<{spec}>")]
 
 
 def _unstructured(name: str, value: str, field: str) -> str:
@@ -223,8 +223,8 @@ def _unstructured(name: str, value: str, field: str) -> str:
         words = _split_words(" " + value)
         if all(len(name) + 2 + len(word) <= LINE_LIMIT for _, word in words):
             return _layout(name, words, field)
-    words = _encoded_words(value, LINE_SOFT_LIMIT - len(name) - 2)
-    return _layout(name, [(" ", word) for word in words], field)
+    encoded = _encoded_words(value, LINE_SOFT_LIMIT - len(name) - 2)
+    return _layout(name, [(" ", word) for word in encoded], field)
 
 
 def _split_words(text: str) -> list[tuple[str, str]]:

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from postrelay.core.dbcall import driver_fetch
 from postrelay.core.sqlfiles import load_queries
 
-Q = load_queries("postrelay.orchestrator", "sql/email.sql")
+EMAIL_SQL = load_queries("postrelay.orchestrator", "sql/email.sql")
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,61 +31,64 @@ async def email_send_begin_many(
 ) -> dict[str, SendStart]:
     """Each row's `SendStart`, by its `job_id` (as text). Each row carries `resend_unknown`
     beside the log row's columns."""
-    result = await driver_fetch(conn, Q["email_send_begin_many"],
+    result = await driver_fetch(conn, EMAIL_SQL["email_send_begin_many"],
                                 {"rows": json.dumps(rows, default=str)})
     return {str(job_id): SendStart(unknown_now, tuple(earlier), frozenset(suppressed), sending)
             for job_id, unknown_now, earlier, suppressed, sending in result}
 
 
 async def email_send_history(conn: AsyncConnection, *, job_id: UUID) -> tuple[str, ...]:
-    return tuple((await conn.execute(Q["email_send_history"], {"job_id": job_id})).scalar_one())
+    result = await conn.execute(EMAIL_SQL["email_send_history"], {"job_id": job_id})
+    return tuple(result.scalar_one())
 
 
 async def tenant_name(conn: AsyncConnection, *, tenant_id: UUID) -> str | None:
-    return (await conn.execute(Q["tenant_name"], {"tenant_id": tenant_id})).scalar_one_or_none()
+    result = await conn.execute(EMAIL_SQL["tenant_name"], {"tenant_id": tenant_id})
+    return result.scalar_one_or_none()
 
 
 # The two effect writers run inside the completer's transaction (SQLAlchemy began it), on
 # the psycopg connection beneath: SQLAlchemy's async execute cost more CPU than the rest of
 # writing a batch of outcomes.
 async def email_log_upsert_many(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> None:
-    await driver_fetch(conn, Q["email_log_upsert_many"], {"rows": json.dumps(rows, default=str)})
+    await driver_fetch(conn, EMAIL_SQL["email_log_upsert_many"],
+                       {"rows": json.dumps(rows, default=str)})
 
 
 async def email_suppression_add_many(
     conn: AsyncConnection, rows: Sequence[dict[str, Any]]
 ) -> None:
-    await driver_fetch(conn, Q["email_suppression_add_many"],
+    await driver_fetch(conn, EMAIL_SQL["email_suppression_add_many"],
                        {"rows": json.dumps(rows, default=str)})
 
 
 def email_suppression_list(conn: Connection, *, tenant_id: str | None, limit: int
                            ) -> list[dict[str, Any]]:
-    return [dict(r) for r in conn.execute(Q["email_suppression_list"],
+    return [dict(r) for r in conn.execute(EMAIL_SQL["email_suppression_list"],
                                           {"tenant_id": tenant_id, "limit": limit}).mappings()]
 
 
 def email_suppression_delete(conn: Connection, *, tenant_id: str, address: str) -> bool:
-    return conn.execute(Q["email_suppression_delete"],
+    return conn.execute(EMAIL_SQL["email_suppression_delete"],
                         {"tenant_id": tenant_id, "address": address}).first() is not None
 
 
 def email_log_list(conn: Connection, **filters: Any) -> list[dict[str, Any]]:
     narrowed = any(filters[f] is not None for f in ("recipient", "event_id", "job_id"))
     if narrowed:
-        statement = Q["email_log_list"]
+        statement = EMAIL_SQL["email_log_list"]
     elif filters["status"] is not None:
-        statement = Q["email_log_list_status"]
+        statement = EMAIL_SQL["email_log_list_status"]
     elif filters["tenant_id"] is not None:
-        statement = Q["email_log_list"]
+        statement = EMAIL_SQL["email_log_list"]
     else:
-        statement = Q["email_log_list_recent"]
+        statement = EMAIL_SQL["email_log_list_recent"]
     return [dict(r) for r in conn.execute(statement, filters).mappings()]
 
 
 def email_story(conn: Connection, *, log_id: UUID | str, tenant_id: UUID | str | None
                 ) -> dict[str, Any] | None:
-    row = conn.execute(Q["email_story"], {
+    row = conn.execute(EMAIL_SQL["email_story"], {
         "log_id": str(log_id), "tenant_id": str(tenant_id) if tenant_id else None,
     }).mappings().first()
     return dict(row) if row else None

@@ -20,8 +20,8 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from postrelay.core.settings import Settings
-from postrelay.orchestrator.feedback.queries import Q as FEEDBACK_Q
-from postrelay.orchestrator.queries import Q
+from postrelay.orchestrator.feedback.queries import FEEDBACK_SQL
+from postrelay.orchestrator.queries import EMAIL_SQL
 
 EMAIL_LOG_TARGET = "email_log"
 EMAIL_FEEDBACK_TARGET = "email_feedback"
@@ -30,7 +30,7 @@ EMAIL_FEEDBACK_TARGET = "email_feedback"
 async def email_log_delete_batch(engine: AsyncEngine, before: datetime, batch: int) -> int:
     """Delete at most `batch` log rows created before `before`; returns how many."""
     async with engine.begin() as conn:
-        result = await conn.execute(Q["email_log_delete_before"],
+        result = await conn.execute(EMAIL_SQL["email_log_delete_before"],
                                     {"before": before, "batch": batch})
     return result.rowcount
 
@@ -45,6 +45,6 @@ def feedback_retention_days(settings: Settings) -> float | None:
 async def email_feedback_delete_batch(engine: AsyncEngine, before: datetime, batch: int) -> int:
     """Delete at most `batch` feedback rows received before `before`; returns how many."""
     async with engine.begin() as conn:
-        result = await conn.execute(FEEDBACK_Q["email_feedback_delete_before"],
+        result = await conn.execute(FEEDBACK_SQL["email_feedback_delete_before"],
                                     {"before": before, "batch": batch})
     return result.rowcount

@@ -34,9 +34,12 @@ from postrelay.queue.enqueue import (
     ValidatedJob,
     default_max_attempts,
     enqueue,
+    enqueue_async,
     enqueue_many,
-    enqueue_validated,
+    enqueue_many_async,
+    enqueue_validated_async,
     job_kinds,
+    job_kinds_async,
     validated_job,
 )
 from postrelay.queue.maintenance import (
@@ -56,7 +59,7 @@ from postrelay.queue.outcome import PermanentError, RetryAfter, Snooze, StopJob
 from postrelay.queue.registry import Registry, default_registry, handler
 from postrelay.queue.reserved import RESERVED_CRON_PREFIX, TENANT_FORBIDDEN_KINDS, check_kind
 from postrelay.queue.schema import STATUSES, SYSTEM_TENANT_ID
-from postrelay.queue.tenants import ensure_tenant
+from postrelay.queue.tenants import ensure_tenant, ensure_tenant_async
 from postrelay.queue.worker import Worker, WorkerConfig
 
 __all__ = [
@@ -109,13 +112,17 @@ __all__ = [
     "dlq_requeue",
     "dlq_retry",
     "enqueue",
+    "enqueue_async",
     "enqueue_many",
-    "enqueue_validated",
+    "enqueue_many_async",
+    "enqueue_validated_async",
     "ensure_tenant",
+    "ensure_tenant_async",
     "handler",
     "job_cancel",
     "job_get",
     "job_kinds",
+    "job_kinds_async",
     "job_list",
     "jobs_cancel",
     "maintenance_interval",

@@ -25,10 +25,10 @@ from postrelay.core.dbcall import execution_option
 from postrelay.core.errors import ConflictError, NotFoundError, ValidationError
 from postrelay.core.sqlfiles import load_queries
 from postrelay.core.telemetry import event
-from postrelay.queue.queries import Q as JOB_Q
+from postrelay.queue.queries import JOB_SQL
 from postrelay.queue.schema import STATUSES
 
-A = load_queries("postrelay.queue", "sql/admin.sql")
+ADMIN_SQL = load_queries("postrelay.queue", "sql/admin.sql")
 
 LIST_LIMIT_MAX = 500
 REQUEUE_LIMIT_MAX = 1000
@@ -82,13 +82,13 @@ def queue_status(conn: Connection, *, tenant_id: UUID | str | None = None) -> Qu
     by_status = dict.fromkeys(STATUSES, 0)
     by_kind: dict[str, dict[str, int]] = {}
     by_tenant: dict[UUID, dict[str, int]] = {}
-    for row in conn.execute(A["job_status_counts"], params):
+    for row in conn.execute(ADMIN_SQL["job_status_counts"], params):
         by_status[row.status] += row.n
         kind = by_kind.setdefault(row.kind, {})
         kind[row.status] = kind.get(row.status, 0) + row.n
         tenant = by_tenant.setdefault(row.tenant_id, {})
         tenant[row.status] = tenant.get(row.status, 0) + row.n
-    due = conn.execute(A["job_pending_due"], params).one()
+    due = conn.execute(ADMIN_SQL["job_pending_due"], params).one()
     return QueueStatus(by_status, by_kind, by_tenant, due.due, due.oldest_age_secs)
 
 
@@ -97,7 +97,7 @@ def job_get(
 ) -> JobView | None:
     """The job with this id, or None (also when it belongs to another tenant)."""
     row = conn.execute(
-        A["job_get"],
+        ADMIN_SQL["job_get"],
         {"id": _uuid("job_id", job_id), "tenant_id": _uuid_or_none("tenant_id", tenant_id)},
     ).first()
     return _view(row) if row is not None else None
@@ -122,7 +122,7 @@ def job_list(
         "tenant_id": _uuid_or_none("tenant_id", tenant_id),
         "limit": _limit(limit, LIST_LIMIT_MAX),
     }
-    return [_view(row) for row in conn.execute(A["job_list"], params)]
+    return [_view(row) for row in conn.execute(ADMIN_SQL["job_list"], params)]
 
 
 def dlq_list(
@@ -133,7 +133,7 @@ def dlq_list(
         "tenant_id": _uuid_or_none("tenant_id", tenant_id),
         "limit": _limit(limit, LIST_LIMIT_MAX),
     }
-    return [_view(row) for row in conn.execute(A["dlq_list"], params)]
+    return [_view(row) for row in conn.execute(ADMIN_SQL["dlq_list"], params)]
 
 
 def dlq_retry(
@@ -144,7 +144,7 @@ def dlq_retry(
     the job is not in the DLQ (or belongs to another tenant)."""
     job = _uuid("job_id", job_id)
     row = conn.execute(
-        A["dlq_retry"],
+        ADMIN_SQL["dlq_retry"],
         {"id": job, "tenant_id": _uuid_or_none("tenant_id", tenant_id), "actor": _actor(actor)},
     ).first()
     if row is None:
@@ -168,7 +168,7 @@ def dlq_requeue(
         "limit": _limit(limit, REQUEUE_LIMIT_MAX),
         "actor": _actor(actor),
     }
-    count = int(conn.execute(A["dlq_requeue"], params).scalar_one())
+    count = int(conn.execute(ADMIN_SQL["dlq_requeue"], params).scalar_one())
     if count:
         _wake_workers(conn)
     event("postrelay.queue.dlq_requeue", requeued=count, actor=actor)
@@ -182,7 +182,7 @@ def dlq_discard(
     row. Raises NotFoundError when the job is not in the DLQ (or belongs to another tenant)."""
     job = _uuid("job_id", job_id)
     row = conn.execute(
-        A["dlq_discard"],
+        ADMIN_SQL["dlq_discard"],
         {"id": job, "tenant_id": _uuid_or_none("tenant_id", tenant_id), "actor": _actor(actor)},
     ).first()
     if row is None:
@@ -211,7 +211,7 @@ def job_cancel(
     rows = _cancel(conn, actor=actor, id=job, tenant_id=tenant, limit=1)
     if rows:
         return rows[0]
-    state = conn.execute(A["job_cancel_state"], {"id": job, "tenant_id": tenant}).first()
+    state = conn.execute(ADMIN_SQL["job_cancel_state"], {"id": job, "tenant_id": tenant}).first()
     if state is None:
         raise NotFoundError(f"job {job} not found")
     # `running` here means a worker is writing its outcome this instant (SKIP LOCKED).
@@ -239,7 +239,7 @@ def jobs_cancel(
     event = _uuid_or_none("event_id", event_id)
     if kind is not None:
         _check_kind(conn, kind)
-    if tenant is not None and not conn.execute(A["tenant_exists"], {"id": tenant}).scalar():
+    if tenant is not None and not conn.execute(ADMIN_SQL["tenant_exists"], {"id": tenant}).scalar():
         raise ValidationError("tenant_id", f"unknown tenant {tenant}")
     for name, value in (("created_from", created_from), ("created_to", created_to)):
         if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
@@ -261,7 +261,7 @@ def _cancel(conn: Connection, *, actor: str, limit: int, **filters: Any) -> list
     params = {"id": None, "tenant_id": None, "kinds": None, "created_from": None,
               "created_to": None, "event_id": None, "template": None, **filters,
               "actor": _actor(actor), "limit": limit}
-    rows = [Cancelled(r.id, r.kind, r.was) for r in conn.execute(A["job_cancel"], params)]
+    rows = [Cancelled(r.id, r.kind, r.was) for r in conn.execute(ADMIN_SQL["job_cancel"], params)]
     event("postrelay.queue.job_cancel", cancelled=len(rows),
           running=sum(r.was == "running" for r in rows), actor=actor)
     return rows
@@ -269,7 +269,7 @@ def _cancel(conn: Connection, *, actor: str, limit: int, **filters: Any) -> list
 
 def tenant_list(conn: Connection) -> list[TenantView]:
     """Every tenant, by name."""
-    return [TenantView(**row._mapping) for row in conn.execute(A["tenant_list"])]
+    return [TenantView(**row._mapping) for row in conn.execute(ADMIN_SQL["tenant_list"])]
 
 
 def _view(row: Row[Any]) -> JobView:
@@ -279,11 +279,11 @@ def _view(row: Row[Any]) -> JobView:
 def _wake_workers(conn: Connection) -> None:
     # Idle workers sleep until the next due job or a NOTIFY; the jobs are due now.
     if execution_option(conn, "postrelay_notify", True):
-        conn.execute(JOB_Q["job_notify"])
+        conn.execute(JOB_SQL["job_notify"])
 
 
 def _check_kind(conn: Connection, kind: str) -> None:
-    kinds = conn.execute(JOB_Q["job_kinds"]).scalars().all()
+    kinds = conn.execute(JOB_SQL["job_kinds"]).scalars().all()
     if kind not in kinds:
         raise ValidationError("kind", f"unknown job kind {kind!r}; known: {', '.join(kinds)}")
 

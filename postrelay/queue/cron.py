@@ -29,7 +29,7 @@ from postrelay.core.sqlfiles import load_queries
 from postrelay.queue.enqueue import INT_MAX, MAX_KIND_CHARS, SMALLINT_MAX, SMALLINT_MIN
 from postrelay.queue.reserved import check_cron_name, check_system_kind_tenant
 
-C = load_queries("postrelay.queue", "sql/cron.sql")
+CRON_SQL = load_queries("postrelay.queue", "sql/cron.sql")
 
 SCHEDULE_FORMAT = (
     "expected 5 fields 'minute hour day month weekday' (e.g. '*/5 * * * *') or 6 fields "
@@ -55,7 +55,7 @@ class CronEntry:
 
     @classmethod
     def from_row(cls, row: Row[Any]) -> CronEntry:
-        return cls(*row)
+        return cls(*tuple(row))
 
 
 def normalize_schedule(schedule: str) -> str:
@@ -146,10 +146,11 @@ def cron_create(
     params = {"name": name, "schedule": stored, "kind": kind, "payload": payload_json,
               "tenant_id": tenant, "priority": priority, "max_attempts": max_attempts,
               "created_by": created_by}
-    row = conn.execute(C["cron_insert"], params).first()
+    row = conn.execute(CRON_SQL["cron_insert"], params).first()
     if row is not None:
         return CronEntry.from_row(row)
-    tenant_exists, kind_exists, name_taken = conn.execute(C["cron_insert_diagnose"], params).one()
+    tenant_exists, kind_exists, name_taken = conn.execute(
+        CRON_SQL["cron_insert_diagnose"], params).one()
     if not tenant_exists:
         raise ValidationError("tenant_id", f"no tenant with id {tenant}")
     if not kind_exists:
@@ -159,7 +160,7 @@ def cron_create(
 
 
 def cron_list(conn: Connection, *, tenant_id: UUID | str | None = None) -> list[CronEntry]:
-    rows = conn.execute(C["cron_list"], {"tenant_id": _uuid_or_none(tenant_id)}).all()
+    rows = conn.execute(CRON_SQL["cron_list"], {"tenant_id": _uuid_or_none(tenant_id)}).all()
     return [CronEntry.from_row(r) for r in rows]
 
 
@@ -174,12 +175,12 @@ def cron_delete(
     check_cron_name(name)
     tenant = _uuid_or_none(tenant_id)
     if tenant is None:
-        owners = conn.execute(C["cron_tenants_named"], {"name": name}).scalars().all()
+        owners = conn.execute(CRON_SQL["cron_tenants_named"], {"name": name}).scalars().all()
         if len(owners) > 1:
             raise ValidationError("tenant_id", f"{len(owners)} tenants have a cron entry named "
                                                f"{name!r}: name the tenant")
     deleted = conn.execute(
-        C["cron_delete"], {"name": name, "tenant_id": tenant, "actor": actor}
+        CRON_SQL["cron_delete"], {"name": name, "tenant_id": tenant, "actor": actor}
     ).first()
     if deleted is None:
         raise NotFoundError(f"no cron entry named {name!r}")

@@ -1,32 +1,45 @@
 """Enqueue jobs inside the caller's transaction.
 
-Both functions take the caller's connection or session (sync or async SQLAlchemy) and never
-commit it: the job exists only if the caller commits. With an async connection or session,
-await the result.
+Every function takes the caller's connection or session and never commits it: the job
+exists only if the caller commits. `enqueue` and `enqueue_many` take a sync SQLAlchemy
+Connection or Session or a psycopg connection; `enqueue_async` and `enqueue_many_async` the
+async ones. Both kinds run the same steps (`_enqueue_steps`, `_enqueue_many_steps`).
 
     with engine.begin() as conn:
         conn.execute(orders.insert().values(...))
         job_id = enqueue(conn, "reindex", {"order": 42}, tenant_id=tenant)
+
+    async with async_engine.begin() as conn:
+        job_id = await enqueue_async(conn, "reindex", {"order": 42}, tenant_id=tenant)
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Awaitable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, overload
 from uuid import UUID
+
+from typing_extensions import deprecated
 
 from postrelay.core import jsontext
 from postrelay.core.bulkcopy import Copy
-from postrelay.core.dbcall import AnyConnection, Steps, drive
+from postrelay.core.dbcall import (
+    AnyConnection,
+    AsyncAnyConnection,
+    Steps,
+    SyncConnection,
+    run_async,
+    run_sync_or_deprecated_async,
+)
 from postrelay.core.errors import ConfigError, ValidationError
 from postrelay.core.ids import new_uuid, new_uuids
 from postrelay.core.limits import MAX_KEY_CHARS, checked_text, max_payload_bytes
 from postrelay.core.notify import NotifyOnce
-from postrelay.queue.queries import Q
+from postrelay.queue.queries import JOB_SQL
 
 SMALLINT_MIN, SMALLINT_MAX = -32768, 32767
 INT_MAX = 2**31 - 1
@@ -61,6 +74,21 @@ class JobSpec:
     idempotency_key: str | None = None
 
 
+@overload
+def enqueue(
+    conn: SyncConnection, kind: str, payload: Mapping[str, Any], *, tenant_id: UUID | str,
+    priority: int = ..., delay: float | timedelta | None = ..., run_at: datetime | None = ...,
+    max_attempts: int | None = ..., idempotency_key: str | None = ...,
+    created_by: str | None = ..., notify: bool = ...,
+) -> UUID: ...
+@overload
+@deprecated("enqueue on an async connection: await enqueue_async(conn, ...) instead")
+def enqueue(
+    conn: AsyncAnyConnection, kind: str, payload: Mapping[str, Any], *, tenant_id: UUID | str,
+    priority: int = ..., delay: float | timedelta | None = ..., run_at: datetime | None = ...,
+    max_attempts: int | None = ..., idempotency_key: str | None = ...,
+    created_by: str | None = ..., notify: bool = ...,
+) -> Coroutine[Any, Any, UUID]: ...
 def enqueue(
     conn: AnyConnection,
     kind: str,
@@ -74,29 +102,66 @@ def enqueue(
     idempotency_key: str | None = None,
     created_by: str | None = None,
     notify: bool = True,
-) -> UUID | Awaitable[UUID]:
+) -> UUID | Coroutine[Any, Any, UUID]:
     """Insert one job in the caller's transaction and return its id.
 
     A second enqueue with the same `(tenant_id, kind, idempotency_key)` returns the first
     job's id and writes nothing. `max_attempts` defaults to POSTRELAY_JOB_MAX_RETRIES (8).
-    Bad input raises ValidationError naming the field before anything is written.
+    Bad input raises ValidationError naming the field before anything is written. On an
+    async connection, `await enqueue_async(...)`.
     """
+    row = _job_row(kind, payload, tenant_id, priority, delay, run_at, max_attempts,
+                   idempotency_key, created_by)
+    return run_sync_or_deprecated_async(
+        conn, _enqueue_steps(conn, row, _wakeup.wanted(conn, notify)), async_name="enqueue_async")
+
+
+async def enqueue_async(
+    conn: AsyncAnyConnection,
+    kind: str,
+    payload: Mapping[str, Any],
+    *,
+    tenant_id: UUID | str,
+    priority: int = 100,
+    delay: float | timedelta | None = None,
+    run_at: datetime | None = None,
+    max_attempts: int | None = None,
+    idempotency_key: str | None = None,
+    created_by: str | None = None,
+    notify: bool = True,
+) -> UUID:
+    """`enqueue` on an async SQLAlchemy Connection or Session or an async psycopg connection:
+
+        async with engine.begin() as conn:
+            job_id = await enqueue_async(conn, "reindex", {"order": 42}, tenant_id=tenant)
+    """
+    row = _job_row(kind, payload, tenant_id, priority, delay, run_at, max_attempts,
+                   idempotency_key, created_by)
+    return await run_async(conn, _enqueue_steps(conn, row, _wakeup.wanted(conn, notify)))
+
+
+def _job_row(
+    kind: str, payload: Mapping[str, Any], tenant_id: UUID | str, priority: int,
+    delay: float | timedelta | None, run_at: datetime | None, max_attempts: int | None,
+    idempotency_key: str | None, created_by: str | None,
+) -> ValidatedJob:
+    """The row job_insert takes: the job checked, its creator and a new id."""
     row = validated_job(kind, payload, tenant_id, priority, delay, run_at, max_attempts,
                         idempotency_key)
     row["created_by"] = _created_by(created_by)
     row["id"] = new_uuid()
-    return drive(conn, _enqueue_steps(conn, row, _wakeup.wanted(conn, notify)))
+    return row
 
 
 def _enqueue_steps(conn: AnyConnection, row: ValidatedJob, send_notify: bool) -> Steps[UUID]:
     with_notify = send_notify and _wakeup.needed(conn)
     row["notify"] = with_notify
-    written = yield Q["job_insert"], row
+    written = yield JOB_SQL["job_insert"], row
     if written:
         if with_notify:
             _wakeup.mark(conn)  # the transaction exists now, even if this statement began it
         return row["id"]  # type: ignore[no-any-return]
-    (diagnosis,) = yield Q["job_insert_diagnose"], row  # type: ignore[misc]
+    (diagnosis,) = yield JOB_SQL["job_insert_diagnose"], row
     tenant_exists, kind_exists, existing_id = diagnosis
     if not tenant_exists:
         raise ValidationError("tenant_id", f"no tenant with id {row['tenant_id']}")
@@ -109,39 +174,68 @@ def _enqueue_steps(conn: AnyConnection, row: ValidatedJob, send_notify: bool) ->
     return existing_id  # type: ignore[no-any-return]
 
 
+@overload
+def enqueue_many(
+    conn: SyncConnection, jobs: Iterable[JobSpec], *, created_by: str | None = ...,
+    notify: bool = ...,
+) -> list[UUID]: ...
+@overload
+@deprecated("enqueue_many on an async connection: await enqueue_many_async(conn, ...) instead")
+def enqueue_many(
+    conn: AsyncAnyConnection, jobs: Iterable[JobSpec], *, created_by: str | None = ...,
+    notify: bool = ...,
+) -> Coroutine[Any, Any, list[UUID]]: ...
 def enqueue_many(
     conn: AnyConnection,
     jobs: Iterable[JobSpec],
     *,
     created_by: str | None = None,
     notify: bool = True,
-) -> list[UUID] | Awaitable[list[UUID]]:
+) -> list[UUID] | Coroutine[Any, Any, list[UUID]]:
     """Insert many jobs in one round trip; returns their ids in input order.
 
     A job whose idempotency key is taken gets the existing job's id. If any job is invalid
-    (or names an unknown tenant or kind) nothing is written.
+    (or names an unknown tenant or kind) nothing is written. On an async connection,
+    `await enqueue_many_async(...)`.
     """
-    specs = list(jobs)
+    steps = _enqueue_many_steps(conn, _validated_specs(jobs), _created_by(created_by),
+                                _wakeup.wanted(conn, notify), True)
+    return run_sync_or_deprecated_async(conn, steps, async_name="enqueue_many_async")
+
+
+async def enqueue_many_async(
+    conn: AsyncAnyConnection,
+    jobs: Iterable[JobSpec],
+    *,
+    created_by: str | None = None,
+    notify: bool = True,
+) -> list[UUID]:
+    """`enqueue_many` on an async connection or session."""
+    steps = _enqueue_many_steps(conn, _validated_specs(jobs), _created_by(created_by),
+                                _wakeup.wanted(conn, notify), True)
+    return await run_async(conn, steps)
+
+
+def _validated_specs(jobs: Iterable[JobSpec]) -> list[ValidatedJob]:
     default_attempts = default_max_attempts()  # read once: the environment is slow to ask
     max_bytes = max_payload_bytes()
-    rows = [
+    return [
         validated_job(s.kind, s.payload, s.tenant_id, s.priority, s.delay, s.run_at,
                       default_attempts if s.max_attempts is None else s.max_attempts,
                       s.idempotency_key, index=i, max_bytes=max_bytes)
-        for i, s in enumerate(specs)
+        for i, s in enumerate(jobs)
     ]
-    return enqueue_validated(conn, rows, created_by=created_by, notify=notify)
 
 
-def enqueue_validated(
-    conn: AnyConnection,
+async def enqueue_validated_async(
+    conn: AsyncAnyConnection,
     rows: list[ValidatedJob],
     *,
     created_by: str | None = None,
     notify: bool = True,
     resolve_taken_keys: bool = True,
-) -> list[UUID] | Awaitable[list[UUID]]:
-    """`enqueue_many` for jobs that `validated_job` has already checked one by one: a
+) -> list[UUID]:
+    """`enqueue_many_async` for jobs that `validated_job` has already checked one by one: a
     writer that must set a bad job aside, not refuse the whole batch (the relay), checks
     each itself. Unknown tenants and kinds are still refused here, and nothing written.
 
@@ -149,8 +243,8 @@ def enqueue_validated(
     `psycopg.errors.UniqueViolation` and aborts the caller's transaction, instead of
     costing every batch a savepoint: for a writer that owns its transaction and would
     rather redo it, rarely, with the keys resolved (the relay)."""
-    return drive(conn, _enqueue_many_steps(conn, rows, _created_by(created_by),
-                                           _wakeup.wanted(conn, notify), resolve_taken_keys))
+    return await run_async(conn, _enqueue_many_steps(
+        conn, rows, _created_by(created_by), _wakeup.wanted(conn, notify), resolve_taken_keys))
 
 
 def _enqueue_many_steps(
@@ -162,7 +256,7 @@ def _enqueue_many_steps(
     tenant_ids = list({r["tenant_id"] for r in rows})
     kinds = list({r["kind"] for r in rows})
     with_notify = send_notify and _wakeup.needed(conn)
-    ((missing_tenants, unknown_kinds, now, _notified),) = yield Q["job_batch_check"], {
+    ((missing_tenants, unknown_kinds, now, _notified),) = yield JOB_SQL["job_batch_check"], {
         "tenant_ids": tenant_ids, "kinds": kinds, "notify": with_notify,
     }
     if with_notify:
@@ -173,12 +267,12 @@ def _enqueue_many_steps(
         raise ValidationError("kind", f"unknown job kind {unknown_kinds[0]!r}")
     ids = new_uuids(len(rows))
     guarded = resolve_taken_keys and any(r["idempotency_key"] is not None for r in rows)
-    copied = yield Copy(Q["job_copy_in"].text, JOB_COPY_TYPES,
+    copied = yield Copy(JOB_SQL["job_copy_in"].text, JOB_COPY_TYPES,
                         _copy_rows(ids, rows, now, created_by), guarded=guarded)
     if copied is not None:
         inserted: Sequence[Any] = ids
     else:  # a key is taken (a replay, a retried batch): insert what is new, find the rest
-        inserted = yield Q["job_insert_many"], {
+        inserted = yield JOB_SQL["job_insert_many"], {
             "rows": _rows_document(ids, rows), "created_by": created_by,
         }
         if len(inserted) < len(rows):
@@ -219,20 +313,32 @@ def _resolve_taken_keys(
             skipped.setdefault((row["tenant_id"], row["kind"]), []).append(i)
     for (tenant_id, kind), positions in skipped.items():
         keys = [rows[i]["idempotency_key"] for i in positions]
-        found = yield Q["job_find_by_keys"], {"tenant_id": tenant_id, "kind": kind, "keys": keys}
+        found = yield JOB_SQL["job_find_by_keys"], {
+            "tenant_id": tenant_id, "kind": kind, "keys": keys}
         by_key = {key: job_id for key, job_id in found}
         for i in positions:
             resolved[i] = by_key.get(rows[i]["idempotency_key"], resolved[i])
     return resolved
 
 
-def job_kinds(conn: AnyConnection) -> list[str] | Awaitable[list[str]]:
-    """The values of the mdm.job_kind enum, in order."""
-    return drive(conn, _kinds_steps())
+@overload
+def job_kinds(conn: SyncConnection) -> list[str]: ...
+@overload
+@deprecated("job_kinds on an async connection: await job_kinds_async(conn) instead")
+def job_kinds(conn: AsyncAnyConnection) -> Coroutine[Any, Any, list[str]]: ...
+def job_kinds(conn: AnyConnection) -> list[str] | Coroutine[Any, Any, list[str]]:
+    """The values of the mdm.job_kind enum, in order. On an async connection,
+    `await job_kinds_async(...)`."""
+    return run_sync_or_deprecated_async(conn, _kinds_steps(), async_name="job_kinds_async")
+
+
+async def job_kinds_async(conn: AsyncAnyConnection) -> list[str]:
+    """`job_kinds` on an async connection or session."""
+    return await run_async(conn, _kinds_steps())
 
 
 def _kinds_steps() -> Steps[list[str]]:
-    rows = yield Q["job_kinds"], {}
+    rows = yield JOB_SQL["job_kinds"], {}
     return [row[0] for row in rows]
 
 

@@ -40,11 +40,6 @@ BATCH_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 FINISHED_STATUSES = ("done", "pending", "failed", "dlq", "returned")
 
 
-def finished_status(transition: Transition) -> str:
-    """`pending` is a retry that was scheduled; `returned` a run handed back at shutdown."""
-    return "returned" if transition.refund else transition.status
-
-
 class _KindMetrics:
     """The label-bound children of one kind, so recording needs no `.labels()` call."""
 

@@ -18,7 +18,7 @@ from postrelay.core.dbcall import driver_fetch, driver_fetch_after
 from postrelay.core.sqlfiles import load_queries
 from postrelay.queue.model import Job
 
-Q = load_queries("postrelay.queue", "sql/job.sql")
+JOB_SQL = load_queries("postrelay.queue", "sql/job.sql")
 
 
 async def job_claim(
@@ -40,10 +40,10 @@ async def job_claim(
         "kinds": list(kinds) if kinds else None,
     }
     if local_settings:
-        rows = await driver_fetch_after(conn, Q["job_claim_local_settings"], Q["job_claim"],
-                                        params)
+        rows = await driver_fetch_after(conn, JOB_SQL["job_claim_local_settings"],
+                                        JOB_SQL["job_claim"], params)
     else:
-        rows = await driver_fetch(conn, Q["job_claim"], params)
+        rows = await driver_fetch(conn, JOB_SQL["job_claim"], params)
     jobs = [_claimed_job(*row) for row in rows]
     # In the order they were chosen, so that jobs held ahead of a slot start by priority.
     jobs.sort(key=_claim_order)
@@ -65,11 +65,11 @@ async def job_next_due_in(
     tenant_ids: Sequence[UUID] | None,
     kinds: Sequence[str] | None,
 ) -> float | None:
-    [(due_in,)] = await driver_fetch(conn, Q["job_next_due_in"], {
+    [(due_in,)] = await driver_fetch(conn, JOB_SQL["job_next_due_in"], {
         "tenant_ids": list(tenant_ids) if tenant_ids else None,
         "kinds": list(kinds) if kinds else None,
     })
-    return due_in
+    return None if due_in is None else float(due_in)
 
 
 async def job_finalize_many(
@@ -89,7 +89,7 @@ async def job_finalize_many(
     arrays in text cost more than the rest of a no-op job's run."""
     rows = await driver_fetch(
         conn,
-        Q["job_finalize_many"],
+        JOB_SQL["job_finalize_many"],
         {
             "worker": worker,
             "ids": ids,
@@ -113,7 +113,7 @@ async def job_complete_many(
 ) -> set[UUID]:
     """`job_finalize_many` for a batch of successes only."""
     rows = await driver_fetch(
-        conn, Q["job_complete_many"], {"worker": worker, "ids": ids, "attempts": attempts},
+        conn, JOB_SQL["job_complete_many"], {"worker": worker, "ids": ids, "attempts": attempts},
         binary=True,
     )
     return {row[0] for row in rows}
@@ -123,25 +123,28 @@ async def job_rescue_stale(
     conn: AsyncConnection, *, now: datetime, lease_secs: float, limit: int, actor: str
 ) -> list[tuple[UUID, str]]:
     result = await conn.execute(
-        Q["job_rescue_stale"],
+        JOB_SQL["job_rescue_stale"],
         {"now": now, "lease_secs": lease_secs, "limit": limit, "actor": actor},
     )
     return [(row[0], row[1]) for row in result.fetchall()]
 
 
 async def job_delete_done_before(conn: AsyncConnection, *, before: datetime, batch: int) -> int:
-    result = await conn.execute(Q["job_delete_done_before"], {"before": before, "batch": batch})
+    result = await conn.execute(JOB_SQL["job_delete_done_before"],
+                                {"before": before, "batch": batch})
     return result.rowcount
 
 
 async def job_audit_delete_before(conn: AsyncConnection, *, before: datetime, batch: int) -> int:
-    result = await conn.execute(Q["job_audit_delete_before"], {"before": before, "batch": batch})
+    result = await conn.execute(JOB_SQL["job_audit_delete_before"],
+                                {"before": before, "batch": batch})
     return result.rowcount
 
 
 async def cron_audit_delete_before(conn: AsyncConnection, *, before: datetime,
                                    batch: int) -> int:
-    result = await conn.execute(Q["cron_audit_delete_before"], {"before": before, "batch": batch})
+    result = await conn.execute(JOB_SQL["cron_audit_delete_before"],
+                                {"before": before, "batch": batch})
     return result.rowcount
 
 
@@ -156,7 +159,7 @@ async def worker_register(
     concurrency: int,
 ) -> None:
     await conn.execute(
-        Q["worker_register"],
+        JOB_SQL["worker_register"],
         {
             "id": id,
             "host": host,
@@ -169,32 +172,33 @@ async def worker_register(
 
 
 async def worker_heartbeat(conn: AsyncConnection, *, id: str) -> bool:
-    result = await conn.execute(Q["worker_heartbeat"], {"id": id})
+    result = await conn.execute(JOB_SQL["worker_heartbeat"], {"id": id})
     return result.rowcount == 1
 
 
 async def job_cancel_take(conn: AsyncConnection, *, ids: list[UUID]) -> list[tuple[UUID, str]]:
-    result = await conn.execute(Q["job_cancel_take"], {"ids": ids})
+    result = await conn.execute(JOB_SQL["job_cancel_take"], {"ids": ids})
     return [(row.job_id, row.actor) for row in result]
 
 
 async def job_cancel_prune(conn: AsyncConnection) -> int:
-    result = await conn.execute(Q["job_cancel_prune"])
+    result = await conn.execute(JOB_SQL["job_cancel_prune"])
     return result.rowcount
 
 
 async def worker_delete(conn: AsyncConnection, *, id: str) -> None:
-    await conn.execute(Q["worker_delete"], {"id": id})
+    await conn.execute(JOB_SQL["worker_delete"], {"id": id})
 
 
 async def worker_delete_dead(conn: AsyncConnection, *, now: datetime, lease_secs: float) -> int:
-    result = await conn.execute(Q["worker_delete_dead"], {"now": now, "lease_secs": lease_secs})
+    result = await conn.execute(JOB_SQL["worker_delete_dead"],
+                                {"now": now, "lease_secs": lease_secs})
     return result.rowcount
 
 
 async def lease_acquire(conn: AsyncConnection, *, name: str, holder: str, ttl_secs: float) -> bool:
     result = await conn.execute(
-        Q["lease_acquire"], {"name": name, "holder": holder, "ttl_secs": ttl_secs}
+        JOB_SQL["lease_acquire"], {"name": name, "holder": holder, "ttl_secs": ttl_secs}
     )
     return result.first() is not None
 
@@ -202,28 +206,28 @@ async def lease_acquire(conn: AsyncConnection, *, name: str, holder: str, ttl_se
 async def lease_take(
     conn: psycopg.AsyncConnection[Any], *, name: str, holder: str, ttl_secs: float
 ) -> None:
-    await driver_fetch(conn, Q["lease_take"],
+    await driver_fetch(conn, JOB_SQL["lease_take"],
                        {"name": name, "holder": holder, "ttl_secs": ttl_secs})
 
 
 async def leader_try_lock(conn: psycopg.AsyncConnection[Any], *, key: int) -> bool:
-    [(locked,)] = await driver_fetch(conn, Q["leader_try_lock"], {"key": key})
+    [(locked,)] = await driver_fetch(conn, JOB_SQL["leader_try_lock"], {"key": key})
     return bool(locked)
 
 
 async def leader_unlock(conn: psycopg.AsyncConnection[Any], *, key: int) -> None:
-    await driver_fetch(conn, Q["leader_unlock"], {"key": key})
+    await driver_fetch(conn, JOB_SQL["leader_unlock"], {"key": key})
 
 
 async def lease_release(conn: AsyncConnection, *, name: str, holder: str) -> None:
-    await conn.execute(Q["lease_release"], {"name": name, "holder": holder})
+    await conn.execute(JOB_SQL["lease_release"], {"name": name, "holder": holder})
 
 
 async def job_release_orphans(
     conn: AsyncConnection, *, worker: str, known: list[UUID], min_age_secs: float
 ) -> list[UUID]:
     result = await conn.execute(
-        Q["job_release_orphans"],
+        JOB_SQL["job_release_orphans"],
         {"worker": worker, "known": known, "min_age_secs": min_age_secs},
     )
     return [row[0] for row in result.fetchall()]

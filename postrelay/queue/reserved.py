@@ -63,7 +63,3 @@ def check_cron_name(name: str) -> None:
     if name.startswith(RESERVED_CRON_PREFIX):
         raise ForbiddenError(NAME_RESERVED, f"cron names starting {RESERVED_CRON_PREFIX!r} are "
                                             "reserved for the system's built-in entries")
-
-
-def is_reserved_cron_name(name: str) -> bool:
-    return name.startswith(RESERVED_CRON_PREFIX)

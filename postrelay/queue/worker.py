@@ -28,12 +28,13 @@ from uuid import UUID
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from postrelay.core.listener import Listener
+from postrelay.core.service import sleep_until_woken
 from postrelay.core.telemetry import event
 from postrelay.queue import queries
 from postrelay.queue.backoff import Backoff, FixedBackoff
 from postrelay.queue.claimer import ClaimConnection
 from postrelay.queue.completer import Completer
-from postrelay.queue.enqueue import job_kinds
+from postrelay.queue.enqueue import job_kinds_async
 from postrelay.queue.executor import Executor
 from postrelay.queue.metrics import WorkerMetrics
 from postrelay.queue.model import Job
@@ -223,7 +224,7 @@ class Worker:
         """Serve only kinds the mdm.job_kind enum has: a handler registered for a kind not
         migrated yet must not break every claim."""
         async with self._auto.connect() as conn:
-            known = set(await job_kinds(conn))
+            known = set(await job_kinds_async(conn))
         unknown = [k for k in self.kinds if k not in known]
         if unknown:
             event("postrelay.worker.unknown_kinds", logging.WARNING, kinds=",".join(unknown),
@@ -342,11 +343,7 @@ class Worker:
 
     async def _sleep(self, secs: float) -> None:
         """Sleep until woken (notify, a freed slot, stop) or `secs` pass."""
-        try:
-            async with asyncio.timeout(secs):
-                await self._wake.wait()
-        except TimeoutError:
-            pass
+        await sleep_until_woken(self._wake, secs)
 
     def _spawn(self, job: Job) -> None:
         # One name for every job's task: formatting the job id into it cost 2% of the CPU

@@ -4,7 +4,7 @@ jobs through routes. Uses only the queue's public names."""
 # Exported on purpose for the packages above: the operator's functions (CLI, API, dashboard),
 # the route type the orchestrator builds on, retention for the runtime, and webhook delivery.
 from postrelay.relay.admin import outbox_event_get, outbox_replay, outbox_status
-from postrelay.relay.emit import EventSpec, emit, emit_many
+from postrelay.relay.emit import EventSpec, emit, emit_async, emit_many, emit_many_async
 from postrelay.relay.retention import OUTBOX_TARGET, delete_handled_batch
 from postrelay.relay.routing import Event, JobRequest, Route, RouteRegistry, default_routes, route
 from postrelay.relay.service import Relay, RelayConfig
@@ -37,7 +37,9 @@ __all__ = [
     "default_routes",
     "delete_handled_batch",
     "emit",
+    "emit_async",
     "emit_many",
+    "emit_many_async",
     "outbox_event_get",
     "outbox_replay",
     "outbox_status",

@@ -5,20 +5,30 @@
         emit(conn, "order.placed", {"total": 99}, tenant_id=tenant,
              aggregate_type="order", aggregate_id="42")
 
-The event exists only if the caller commits. With an async connection or session, await
-the result. At most one NOTIFY is sent per transaction to wake the relays.
+The event exists only if the caller commits. On an async connection or session, the same
+with `await emit_async(...)` (and `emit_many_async`). At most one NOTIFY is sent per
+transaction to wake the relays.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Coroutine, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 from uuid import UUID
+
+from typing_extensions import deprecated
 
 from postrelay.core import jsontext
 from postrelay.core.bulkcopy import Copy
-from postrelay.core.dbcall import AnyConnection, Steps, drive
+from postrelay.core.dbcall import (
+    AnyConnection,
+    AsyncAnyConnection,
+    Steps,
+    SyncConnection,
+    run_async,
+    run_sync_or_deprecated_async,
+)
 from postrelay.core.errors import ValidationError
 from postrelay.core.ids import new_uuid, new_uuids
 from postrelay.core.limits import MAX_NAME_CHARS, checked_text, max_payload_bytes
@@ -30,6 +40,19 @@ _wakeup = NotifyOnce("postrelay_outbox")
 OUTBOX_COPY_TYPES = ("uuid", "uuid", "text", "text", "text", "jsonb", "jsonb", "text")
 
 
+@overload
+def emit(
+    conn: SyncConnection, event_type: str, payload: Mapping[str, Any], *,
+    tenant_id: UUID | str, aggregate_type: str, aggregate_id: str | int | UUID,
+    headers: Mapping[str, Any] | None = ..., created_by: str | None = ..., notify: bool = ...,
+) -> UUID: ...
+@overload
+@deprecated("emit on an async connection: await emit_async(conn, ...) instead")
+def emit(
+    conn: AsyncAnyConnection, event_type: str, payload: Mapping[str, Any], *,
+    tenant_id: UUID | str, aggregate_type: str, aggregate_id: str | int | UUID,
+    headers: Mapping[str, Any] | None = ..., created_by: str | None = ..., notify: bool = ...,
+) -> Coroutine[Any, Any, UUID]: ...
 def emit(
     conn: AnyConnection,
     event_type: str,
@@ -41,13 +64,39 @@ def emit(
     headers: Mapping[str, Any] | None = None,
     created_by: str | None = None,
     notify: bool = True,
-) -> UUID | Awaitable[UUID]:
+) -> UUID | Coroutine[Any, Any, UUID]:
     """Insert one outbox event in the caller's transaction and return its id. Bad input
-    raises ValidationError naming the field, before anything is written."""
+    raises ValidationError naming the field, before anything is written. On an async
+    connection, `await emit_async(...)`."""
     row = _validated(event_type, payload, tenant_id, aggregate_type, aggregate_id, headers,
                      created_by, max_payload_bytes())
     row["id"] = new_uuid()
-    return drive(conn, _emit_steps(conn, row, _wakeup.wanted(conn, notify)))
+    return run_sync_or_deprecated_async(
+        conn, _emit_steps(conn, row, _wakeup.wanted(conn, notify)), async_name="emit_async")
+
+
+async def emit_async(
+    conn: AsyncAnyConnection,
+    event_type: str,
+    payload: Mapping[str, Any],
+    *,
+    tenant_id: UUID | str,
+    aggregate_type: str,
+    aggregate_id: str | int | UUID,
+    headers: Mapping[str, Any] | None = None,
+    created_by: str | None = None,
+    notify: bool = True,
+) -> UUID:
+    """`emit` on an async SQLAlchemy Connection or Session or an async psycopg connection:
+
+        async with engine.begin() as conn:
+            await emit_async(conn, "order.placed", {"total": 99}, tenant_id=tenant,
+                             aggregate_type="order", aggregate_id="42")
+    """
+    row = _validated(event_type, payload, tenant_id, aggregate_type, aggregate_id, headers,
+                     created_by, max_payload_bytes())
+    row["id"] = new_uuid()
+    return await run_async(conn, _emit_steps(conn, row, _wakeup.wanted(conn, notify)))
 
 
 def _emit_steps(conn: AnyConnection, row: dict[str, Any], send_notify: bool) -> Steps[UUID]:
@@ -73,16 +122,47 @@ class EventSpec:
     headers: Mapping[str, Any] | None = None
 
 
+@overload
+def emit_many(
+    conn: SyncConnection, events: Iterable[EventSpec], *, created_by: str | None = ...,
+    notify: bool = ...,
+) -> list[UUID]: ...
+@overload
+@deprecated("emit_many on an async connection: await emit_many_async(conn, ...) instead")
+def emit_many(
+    conn: AsyncAnyConnection, events: Iterable[EventSpec], *, created_by: str | None = ...,
+    notify: bool = ...,
+) -> Coroutine[Any, Any, list[UUID]]: ...
 def emit_many(
     conn: AnyConnection,
     events: Iterable[EventSpec],
     *,
     created_by: str | None = None,
     notify: bool = True,
-) -> list[UUID] | Awaitable[list[UUID]]:
+) -> list[UUID] | Coroutine[Any, Any, list[UUID]]:
     """Insert many events, in order, and return their ids. If any event is invalid or names
     an unknown tenant, nothing is written. The events stream in with binary COPY on the
-    psycopg connection beneath `conn`, in its transaction."""
+    psycopg connection beneath `conn`, in its transaction. On an async connection,
+    `await emit_many_async(...)`."""
+    steps = _emit_many_steps(conn, _validated_specs(events, created_by), created_by,
+                             _wakeup.wanted(conn, notify))
+    return run_sync_or_deprecated_async(conn, steps, async_name="emit_many_async")
+
+
+async def emit_many_async(
+    conn: AsyncAnyConnection,
+    events: Iterable[EventSpec],
+    *,
+    created_by: str | None = None,
+    notify: bool = True,
+) -> list[UUID]:
+    """`emit_many` on an async connection or session."""
+    steps = _emit_many_steps(conn, _validated_specs(events, created_by), created_by,
+                             _wakeup.wanted(conn, notify))
+    return await run_async(conn, steps)
+
+
+def _validated_specs(events: Iterable[EventSpec], created_by: str | None) -> list[dict[str, Any]]:
     rows = []
     max_bytes = max_payload_bytes()  # once per batch: the environment is slow to ask
     for i, e in enumerate(events):
@@ -91,7 +171,7 @@ def emit_many(
                                    e.aggregate_id, e.headers, created_by, max_bytes))
         except ValidationError as exc:
             raise ValidationError(f"events[{i}].{exc.field}", exc.rule) from None
-    return drive(conn, _emit_many_steps(conn, rows, created_by, _wakeup.wanted(conn, notify)))
+    return rows
 
 
 def _emit_many_steps(

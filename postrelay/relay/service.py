@@ -24,18 +24,19 @@ import psycopg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from postrelay.core import jsontext
-from postrelay.core.dbcall import driver_fetch
+from postrelay.core.dbcall import driver_fetch, psycopg_beneath
 from postrelay.core.errors import ValidationError
 from postrelay.core.limits import max_payload_bytes
 from postrelay.core.listener import Listener
+from postrelay.core.service import sleep_until_woken
 from postrelay.core.telemetry import event as log_event
 from postrelay.queue import (
     Backoff,
     ExponentialBackoff,
     ValidatedJob,
     default_max_attempts,
-    enqueue_validated,
-    job_kinds,
+    enqueue_validated_async,
+    job_kinds_async,
     validated_job,
 )
 from postrelay.relay.ordering import defer, hold_back
@@ -110,7 +111,7 @@ class Relay:
             # Every statement runs on the psycopg connection beneath the transaction:
             # SQLAlchemy's execution and result layers would cost more CPU than the
             # routing itself, on the relay's hottest path.
-            conn = (await transaction.get_raw_connection()).driver_connection
+            conn = await psycopg_beneath(transaction)
             rows = await driver_fetch(conn, OUTBOX_SQL["outbox_claim_batch"],
                                       {"batch": self.config.batch_size})
             if not rows:
@@ -119,7 +120,7 @@ class Relay:
             plans, failures = self._plan(events)
             if not self._kinds.issuperset(job["kind"] for p in plans for _, job, _ in p.jobs):
                 # First batch, or a kind added by a migration since: look again once.
-                self._kinds = frozenset(await job_kinds(conn))
+                self._kinds = frozenset(await job_kinds_async(conn))
                 plans = self._drop_unknown_kinds(plans, failures)
             plans, waiting = await hold_back(conn, plans)
             await defer(conn, waiting)
@@ -186,7 +187,7 @@ class Relay:
         batch with a replayed event is done twice instead."""
         rows = [(plan.event.id, name, job, ordered)
                 for plan in plans for name, job, ordered in plan.jobs]
-        job_ids = await enqueue_validated(
+        job_ids = await enqueue_validated_async(
             conn, [job for _, _, job, _ in rows], created_by="postrelay.relay",
             resolve_taken_keys=resolve_taken_keys) if rows else []
         if plans:
@@ -279,11 +280,7 @@ class Relay:
             self._track_backlog(result)
 
     async def _sleep(self, secs: float) -> None:
-        try:
-            async with asyncio.timeout(secs):
-                await self._wake.wait()
-        except TimeoutError:
-            pass
+        await sleep_until_woken(self._wake, secs)
 
 
 def _event(row: tuple[Any, ...]) -> Event:

@@ -18,9 +18,9 @@ from uuid import UUID
 import pytest
 from sqlalchemy import Engine, text
 
-from postrelay.orchestrator.sink import ScriptedHandler, SmtpSink, slow
 from postrelay.queue.admin import dlq_retry
 from postrelay.relay import EventSpec, emit, emit_many
+from postrelay.testing import ScriptedHandler, SmtpSink, slow
 from tests.acceptance.conftest import WorkerPool, wait_for
 from tests.apps.mail import TEMPLATES
 

@@ -14,10 +14,10 @@ import psycopg
 import pytest
 from sqlalchemy import text
 
-from postrelay.orchestrator.sink import ScriptedHandler, SmtpSink
 from postrelay.queue import JobSpec, enqueue, enqueue_many
 from postrelay.queue.cron import cron_create
 from postrelay.relay import EventSpec, emit_many
+from postrelay.testing import ScriptedHandler, SmtpSink
 from tests.acceptance.conftest import (
     BOUNCER_POOL_SIZE,
     POSTRELAY,

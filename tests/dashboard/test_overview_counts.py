@@ -13,7 +13,7 @@ import httpx
 from sqlalchemy import Engine, text
 
 from postrelay.dashboard import queries
-from postrelay.dashboard.queries import D
+from postrelay.dashboard.queries import DASHBOARD_SQL
 from tests.factories import insert_job
 
 KINDS = ("reindex", "email_send", "bulk_import")
@@ -129,7 +129,7 @@ def _buffers(engine: Engine) -> dict[uuid.UUID | None, int]:
             "SELECT id FROM mdm.aa_tenant WHERE name = 'acme'")).scalars()]
         for scope in scopes:
             plan = conn.execute(text("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
-                                     + D["job_count_live"].text), {"tenant_id": scope})
+                                     + DASHBOARD_SQL["job_count_live"].text), {"tenant_id": scope})
             top = plan.scalar_one()
             top = top if isinstance(top, list) else json.loads(top)
             node = top[0]["Plan"]

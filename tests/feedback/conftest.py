@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import Connection, Engine, text
 
 # The email rig (templates, an SMTP sink, workers with the real handler).
-from tests.email_flow.conftest import rig, sink, templates_dir  # noqa: F401
+from tests.orchestrator.conftest import rig, sink, templates_dir  # noqa: F401
 
 
 def insert_log(conn: Connection, *, tenant_id: uuid.UUID, recipients: tuple[str, ...] =

@@ -12,8 +12,8 @@ from postrelay.core.errors import ValidationError
 from postrelay.orchestrator import UnsubscribeLinks
 from postrelay.orchestrator.feedback.unsubscribe import UnsubscribeTokenError
 from tests.api.server import serve_database
-from tests.email_flow.conftest import write_template
 from tests.feedback.conftest import SECRET
+from tests.orchestrator.conftest import write_template
 
 ANN = "ann@example.com"
 

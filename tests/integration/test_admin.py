@@ -21,7 +21,7 @@ from postrelay.queue.admin import (
 from postrelay.queue.backoff import FixedBackoff
 from postrelay.queue.model import Job
 from postrelay.queue.outcome import Failure, decide
-from postrelay.queue.queries import Q
+from postrelay.queue.queries import JOB_SQL
 from tests.factories import audit_rows, insert_job, job_row
 
 ACTOR = "test:ops"
@@ -214,7 +214,7 @@ def test_retried_job_gets_exactly_one_more_attempt(engine, tenant):
         dlq_retry(conn, job_id, actor=ACTOR)
     with engine.begin() as conn:
         claimed = conn.execute(
-            Q["job_claim"], {"worker": "w", "demand": 10, "tenant_ids": None, "kinds": None}
+            JOB_SQL["job_claim"], {"worker": "w", "demand": 10, "tenant_ids": None, "kinds": None}
         ).fetchall()
     job = Job(*claimed[0])
     assert job.id == job_id and job.attempts == 9

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from postrelay.core.dbcall import psycopg_sql
 from postrelay.queue import queries
 from postrelay.queue.claimer import ClaimConnection
-from postrelay.queue.queries import Q
+from postrelay.queue.queries import JOB_SQL
 from tests.factories import insert_job
 
 
@@ -80,7 +80,7 @@ async def test_a_burst_behind_stale_statistics_is_claimed_by_walking_the_index(
     try:
         async with claimer.use() as conn:
             await conn.execute("BEGIN")
-            cursor = await conn.execute("EXPLAIN (ANALYZE) " + psycopg_sql(Q["job_claim"]), {
+            cursor = await conn.execute("EXPLAIN (ANALYZE) " + psycopg_sql(JOB_SQL["job_claim"]), {
                 "worker": "w", "demand": 3, "tenant_ids": None, "kinds": ["email_send"]})
             plan = "\n".join(row[0] for row in await cursor.fetchall())
             await conn.execute("ROLLBACK")
@@ -123,7 +123,7 @@ async def test_the_claim_plan_walks_keys_even_when_planned_generically(
         conn.execute(text(
             "INSERT INTO mdm.aa_job (tenant_id, job_kind, payload) "
             "SELECT :t, 'reindex', '{}' FROM generate_series(1, 5)"), {"t": tenant})
-    sql, names = numbered(psycopg_sql(Q["job_claim"]))
+    sql, names = numbered(psycopg_sql(JOB_SQL["job_claim"]))
     types = ", ".join(CLAIM_PARAM_TYPES[name] for name in names)
     args = {"tenant_ids": "NULL", "kinds": "'{reindex}'", "demand": "3", "worker": "'w'"}
     claimer = ClaimConnection(forcing_engine)

@@ -11,7 +11,7 @@ from sqlalchemy import text
 
 from postrelay.core.clock import utcnow
 from postrelay.orchestrator import email_list
-from postrelay.orchestrator.queries import Q
+from postrelay.orchestrator.queries import EMAIL_SQL
 from postrelay.queue import ensure_tenant
 
 ROW = """
@@ -77,7 +77,7 @@ def test_a_status_page_reads_a_page_of_rows_not_all_of_them(engine, tenant):
     with engine.connect() as conn:
         conn.execute(text("SET plan_cache_mode = force_custom_plan"))
         plan = conn.execute(text("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
-                                 + Q["email_log_list_status"].text), params).scalar_one()
+                                 + EMAIL_SQL["email_log_list_status"].text), params).scalar_one()
         pages = conn.execute(text("SELECT pg_relation_size('mdm.aa_email_log') / 8192")
                              ).scalar_one()
     plan = plan if isinstance(plan, list) else json.loads(plan)

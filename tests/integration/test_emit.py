@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import text
 
 from postrelay.core.errors import ValidationError
-from postrelay.relay import EventSpec, emit, emit_many
+from postrelay.relay import EventSpec, emit, emit_async, emit_many, emit_many_async
 from tests.factories import scalar
 
 
@@ -50,7 +50,7 @@ async def test_emit_async_ten_thousand_in_one_transaction(async_engine, engine, 
     started = time.perf_counter()
     async with async_engine.begin() as conn:
         for n in range(10_000):
-            await emit(conn, "order.placed", {"n": n}, tenant_id=tenant,
+            await emit_async(conn, "order.placed", {"n": n}, tenant_id=tenant,
                        aggregate_type="order", aggregate_id=n)
     elapsed = time.perf_counter() - started
     assert scalar(engine, "SELECT count(*) FROM mdm.aa_outbox_event") == 10_000
@@ -93,7 +93,7 @@ def test_emit_many_streams_ten_thousand_in_the_callers_transaction(engine, tenan
 async def test_emit_many_streams_on_an_async_connection(engine, async_engine, tenant,
                                                         clean_db):
     async with async_engine.begin() as conn:
-        ids = await emit_many(conn, ten_thousand(tenant), created_by="bulk")
+        ids = await emit_many_async(conn, ten_thousand(tenant), created_by="bulk")
     assert_ten_thousand(engine, ids)
 
 

@@ -7,7 +7,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from postrelay.core.errors import ValidationError
-from postrelay.queue import JobSpec, enqueue, enqueue_many
+from postrelay.queue import JobSpec, enqueue, enqueue_async, enqueue_many, enqueue_many_async
 from tests.factories import job_row
 
 
@@ -68,7 +68,8 @@ def test_enqueue_with_session_and_delay(engine, tenant):
 async def test_enqueue_async_connection_and_run_at(async_engine, tenant, engine):
     run_at = datetime.now(UTC) + timedelta(hours=1)
     async with async_engine.begin() as conn:
-        job_id = await enqueue(conn, "reindex", {"x": [1, 2]}, tenant_id=tenant, run_at=run_at)
+        job_id = await enqueue_async(conn, "reindex", {"x": [1, 2]}, tenant_id=tenant,
+                                     run_at=run_at)
     with engine.connect() as conn:
         assert abs((job_row(conn, job_id)["available_at"] - run_at).total_seconds()) < 0.01
 
@@ -146,7 +147,7 @@ async def test_a_batch_meeting_a_taken_key_on_psycopg(engine, tenant, libpq, aut
     with engine.begin() as conn:
         taken = enqueue(conn, "reindex", {}, tenant_id=tenant, idempotency_key="k-1")
     async with await psycopg.AsyncConnection.connect(libpq, autocommit=autocommit) as conn:
-        ids = await enqueue_many(conn, [JobSpec("reindex", {"n": i}, tenant,
+        ids = await enqueue_many_async(conn, [JobSpec("reindex", {"n": i}, tenant,
                                                 idempotency_key=f"k-{i}") for i in range(3)])
         if not autocommit:
             await conn.commit()
@@ -249,15 +250,17 @@ async def test_enqueue_many_without_keys_streams_on_async_connections(
     run_at = datetime.now(UTC) + timedelta(hours=1)
     if holder == "session":
         async with AsyncSession(async_engine) as session, session.begin():
-            ids = await enqueue_many(session, keyless_batch(tenant, run_at),
+            ids = await enqueue_many_async(session, keyless_batch(tenant, run_at),
                                      created_by="importer")
     elif holder == "psycopg":
         async with await psycopg.AsyncConnection.connect(libpq) as conn:
-            ids = await enqueue_many(conn, keyless_batch(tenant, run_at), created_by="importer")
+            ids = await enqueue_many_async(conn, keyless_batch(tenant, run_at),
+                                           created_by="importer")
             await conn.commit()
     else:
         async with async_engine.begin() as conn:
-            ids = await enqueue_many(conn, keyless_batch(tenant, run_at), created_by="importer")
+            ids = await enqueue_many_async(conn, keyless_batch(tenant, run_at),
+                                           created_by="importer")
     assert_keyless_batch(engine, ids, run_at)
 
 
@@ -353,11 +356,11 @@ def test_enqueue_on_a_plain_psycopg_connection(engine, tenant, libpq):
 async def test_enqueue_and_emit_on_an_async_psycopg_connection(engine, tenant, libpq):
     import psycopg
 
-    from postrelay.relay import emit
+    from postrelay.relay import emit_async
 
     async with await psycopg.AsyncConnection.connect(libpq) as conn:
-        job_id = await enqueue(conn, "reindex", {"a": 1}, tenant_id=tenant)
-        event_id = await emit(conn, "order.placed", {"total": 3}, tenant_id=tenant,
+        job_id = await enqueue_async(conn, "reindex", {"a": 1}, tenant_id=tenant)
+        event_id = await emit_async(conn, "order.placed", {"total": 3}, tenant_id=tenant,
                               aggregate_type="order", aggregate_id=1)
         await conn.commit()
     with engine.connect() as conn:

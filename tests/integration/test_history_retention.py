@@ -27,7 +27,7 @@ from postrelay.queue.maintenance.retention import DELETE_BATCH
 from postrelay.queue.model import Job
 from postrelay.queue.schema import SYSTEM_TENANT_ID
 from postrelay.relay.webhooks import webhook_attempt_delete_batch
-from postrelay.relay.webhooks.endpoints import W
+from postrelay.relay.webhooks.endpoints import WEBHOOK_SQL
 
 LOG_ROWS = """
 INSERT INTO mdm.aa_email_log (tenant_id, template, from_address, recipients, to_addresses,
@@ -252,7 +252,7 @@ async def test_webhook_attempts_older_than_the_window_go_endpoint_by_endpoint(
             "SELECT pg_relation_size('mdm.ix_webhook_attempt_endpoint_time') / 8192"
         )).scalar_one()
         plan = conn.execute(text("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
-                                 + W["webhook_attempt_delete_before"].text),
+                                 + WEBHOOK_SQL["webhook_attempt_delete_before"].text),
                             {"before": now - timedelta(days=30), "batch": DELETE_BATCH}
                             ).scalar_one()
         conn.rollback()

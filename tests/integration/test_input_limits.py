@@ -16,7 +16,7 @@ from sqlalchemy import text
 from postrelay.core.errors import PayloadTooLargeError, ValidationError
 from postrelay.core.limits import DEFAULT_MAX_PAYLOAD_BYTES, MAX_DEPTH
 from postrelay.orchestrator import EmailJob, enqueue_email
-from postrelay.queue import JobSpec, enqueue, enqueue_many
+from postrelay.queue import JobSpec, enqueue, enqueue_async, enqueue_many
 from postrelay.relay import EventSpec, emit, emit_many
 
 
@@ -169,9 +169,9 @@ def test_enqueue_email_refuses_an_infinite_delay(engine, tenant):
 async def test_async_enqueue_refuses_the_same_and_keeps_the_transaction(async_engine, tenant):
     async with async_engine.connect() as conn, conn.begin():
         with pytest.raises(ValidationError, match="NUL"):
-            await enqueue(conn, "reindex", {"a": "\x00"}, tenant_id=tenant)
+            await enqueue_async(conn, "reindex", {"a": "\x00"}, tenant_id=tenant)
         with pytest.raises(ValidationError, match="delay"):
-            await enqueue(conn, "reindex", {}, tenant_id=tenant, delay=math.inf)
-        await enqueue(conn, "reindex", {"a": "fine"}, tenant_id=tenant)
+            await enqueue_async(conn, "reindex", {}, tenant_id=tenant, delay=math.inf)
+        await enqueue_async(conn, "reindex", {"a": "fine"}, tenant_id=tenant)
     async with async_engine.connect() as conn:
         assert (await conn.execute(text("SELECT count(*) FROM mdm.aa_job"))).scalar_one() == 1

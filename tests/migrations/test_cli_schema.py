@@ -21,6 +21,8 @@ from postrelay.core.db import sqlalchemy_url
 from postrelay.core.migrate import MIGRATION_LOCK_KEY, head_revision, migrations_dir
 from tests.migrations import SEED_KINDS, current_revision, enum_labels, throwaway_database
 
+# Every test here runs `postrelay migrate` or `postrelay kinds add` as a process.
+pytestmark = pytest.mark.processes
 POSTRELAY = Path(sys.executable).parent / "postrelay"
 TIMEOUT = 120
 # A port nothing listens on: any attempt to connect fails at once.

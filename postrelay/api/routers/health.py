@@ -12,7 +12,7 @@ from postrelay.api.errors import error_response
 from postrelay.api.models import Envelope, Health, Readiness
 from postrelay.core.sqlfiles import load_queries
 
-H = load_queries("postrelay.api", "sql/health.sql")
+HEALTH_SQL = load_queries("postrelay.api", "sql/health.sql")
 
 router = APIRouter(tags=["health"])
 
@@ -29,7 +29,7 @@ def readyz(request: Request, engine: Db) -> Envelope[Readiness] | JSONResponse:
     head: str | None = request.app.state.head_revision
     try:
         with engine.connect() as conn:
-            revision = conn.execute(H["migration_revision"]).scalar()
+            revision = conn.execute(HEALTH_SQL["migration_revision"]).scalar()
     except SQLAlchemyError as exc:
         # Unreachable, or not migrated at all (no version table): either way, not ready.
         reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]

@@ -17,8 +17,9 @@ import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from email.message import Message
-from email.utils import getaddresses, parseaddr
+from email.utils import collapse_rfc2231_value, getaddresses, parseaddr
 from typing import Any
+from uuid import UUID
 
 from flufl.bounce import all_failures
 
@@ -58,7 +59,8 @@ def parse_mail(raw: bytes, *, envelope_to: Sequence[str] = (),
 def _reports(msg: Message, source: str, event_id: str, envelope_to: Sequence[str],
              return_path: ReturnPath | None) -> list[Feedback]:
     keys = _Keys(msg, envelope_to, return_path)
-    report_type = (msg.get_param("report-type") or "").lower() \
+    # An RFC 2231 parameter comes back as a (charset, language, value) tuple: collapsed.
+    report_type = collapse_rfc2231_value(msg.get_param("report-type") or "").lower() \
         if msg.get_content_type() == "multipart/report" else ""
     if report_type == "delivery-status":
         return _dsn(msg, source, event_id, keys) or [
@@ -161,7 +163,7 @@ class _Keys:
     def __init__(self, msg: Message | None, envelope_to: Sequence[str],
                  return_path: ReturnPath | None) -> None:
         self.return_path = return_path
-        self.log_id = None
+        self.log_id: UUID | None = None
         self.refused: str | None = None
         self.message_id: str | None = None
         self.queue_id: str | None = None
@@ -241,7 +243,7 @@ def _original(msg: Message) -> Message | None:
         kind = part.get_content_type()
         if kind in ("message/rfc822", "message/global"):
             payload = part.get_payload()
-            if isinstance(payload, list) and payload:
+            if isinstance(payload, list) and payload and isinstance(payload[0], Message):
                 return payload[0]
         if kind in ("text/rfc822-headers", "text/global-headers"):
             return email.message_from_string(str(part.get_payload(decode=False)),

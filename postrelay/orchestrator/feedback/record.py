@@ -121,7 +121,7 @@ def _record_one(conn: Connection, feedback: Feedback, match: dict[str, Any] | No
 
     event_type = EVENTS.get(feedback.kind) if about_row or feedback.vouched else None
     spec = None
-    if event_type is not None:
+    if event_type is not None and tenant_id is not None:  # a matched row's or vouched one's
         spec = relay.EventSpec(
             event_type, _payload(feedback, feedback_id, match, recipient,
                                  applied["suppressed"], category),

@@ -15,7 +15,7 @@ from uuid import UUID
 from sqlalchemy import Connection
 
 from postrelay.orchestrator.admin import _uuid
-from postrelay.orchestrator.feedback.queries import Q
+from postrelay.orchestrator.feedback.queries import FEEDBACK_SQL
 
 WINDOWS = ("24h", "7d")
 
@@ -24,7 +24,7 @@ def feedback_counts(conn: Connection, *, now: datetime | None = None,
                     within: timedelta = timedelta(hours=24)) -> list[dict[str, Any]]:
     """Feedback received within `within` before `now`, by kind and source."""
     since = (now or datetime.now(UTC)) - within
-    return [dict(r) for r in conn.execute(Q["email_feedback_counts"],
+    return [dict(r) for r in conn.execute(FEEDBACK_SQL["email_feedback_counts"],
                                           {"since": since}).mappings()]
 
 
@@ -32,7 +32,7 @@ def feedback_rates(conn: Connection, *, tenant_id: UUID | str | None = None,
                    now: datetime | None = None) -> list[dict[str, Any]]:
     """Each tenant's messages, bounces and complaints over the last 24 hours and 7 days,
     with the rates (None when no message got an answer in the window)."""
-    rows = conn.execute(Q["email_feedback_rates"], {
+    rows = conn.execute(FEEDBACK_SQL["email_feedback_rates"], {
         "now": now or datetime.now(UTC), "tenant_id": _uuid("tenant", tenant_id)}).mappings()
     found = []
     for row in rows:

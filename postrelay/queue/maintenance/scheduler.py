@@ -18,8 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from postrelay.core.clock import utcnow
 from postrelay.core.service import Looper
 from postrelay.core.telemetry import event
-from postrelay.queue.cron import C, slots_between
-from postrelay.queue.enqueue import enqueue
+from postrelay.queue.cron import CRON_SQL, slots_between
+from postrelay.queue.enqueue import enqueue_async
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +38,7 @@ class CronScheduler(Looper):
     async def run_once(self, now: datetime | None = None) -> list[Fired]:
         now = now or utcnow()
         async with self.engine.connect() as conn:
-            entries = (await conn.execute(C["cron_schedule_all"])).all()
+            entries = (await conn.execute(CRON_SQL["cron_schedule_all"])).all()
         fired = []
         for entry_id, schedule, created_at, last_run in entries:
             try:
@@ -53,12 +53,12 @@ class CronScheduler(Looper):
     async def _fire(self, entry_id: object, slot: datetime, next_run: datetime) -> Fired | None:
         async with self.engine.begin() as conn:
             row = (await conn.execute(
-                C["cron_claim_slot"], {"id": entry_id, "slot": slot, "next_run": next_run}
+                CRON_SQL["cron_claim_slot"], {"id": entry_id, "slot": slot, "next_run": next_run}
             )).first()
             if row is None:  # another scheduler fired it, or the entry was deleted
                 return None
             name, tenant_id, kind, payload, priority, max_attempts = row
-            await enqueue(
+            await enqueue_async(
                 conn, kind, payload if isinstance(payload, dict) else json.loads(payload),
                 tenant_id=tenant_id, priority=priority, max_attempts=max_attempts,
                 idempotency_key=f"cron:{entry_id}:{slot.isoformat()}", created_by=f"cron:{name}",

@@ -66,12 +66,6 @@ COPY mdm.aa_job (id, tenant_id, job_kind, payload, priority, available_at, max_a
                  idempotency_key, created_by)
 FROM STDIN (FORMAT BINARY)
 
--- name: job_find_by_key
-SELECT id FROM mdm.aa_job
-WHERE tenant_id = :tenant_id
-  AND job_kind = CAST(:kind AS mdm.job_kind)
-  AND idempotency_key = :idempotency_key;
-
 -- name: job_find_by_keys
 SELECT idempotency_key, id FROM mdm.aa_job
 WHERE tenant_id = :tenant_id

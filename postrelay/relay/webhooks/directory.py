@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from postrelay.core.errors import PostrelayError
 from postrelay.core.listener import Listener
 from postrelay.core.telemetry import event as log_event
-from postrelay.relay.webhooks.endpoints import W
+from postrelay.relay.webhooks.endpoints import WEBHOOK_SQL
 
 WEBHOOKS_CHANNEL = "postrelay_webhooks"
 
@@ -86,7 +86,7 @@ class EndpointDirectory:
         # judged by a snapshot no younger than the read's start.
         started = time.monotonic()
         async with self.engine.connect() as conn:
-            rows = (await conn.execute(W["webhook_endpoint_directory"])).all()
+            rows = (await conn.execute(WEBHOOK_SQL["webhook_endpoint_directory"])).all()
         by_tenant: dict[UUID, list[EndpointFilter]] = {}
         for endpoint_id, tenant_id, event_types in rows:
             by_tenant.setdefault(tenant_id, []).append(

@@ -28,7 +28,7 @@ from postrelay.core.sqlfiles import load_queries
 from postrelay.relay.webhooks.netguard import IPAddress, is_public
 from postrelay.relay.webhooks.signing import new_secret
 
-W = load_queries("postrelay.relay.webhooks", "sql/webhooks.sql")
+WEBHOOK_SQL = load_queries("postrelay.relay.webhooks", "sql/webhooks.sql")
 
 MAX_URL_LENGTH = 2048
 MAX_EVENT_TYPES = 100
@@ -76,7 +76,7 @@ def webhook_add(
 
 
 def _add_steps(params: dict[str, Any]) -> Steps[tuple[WebhookEndpoint, str]]:
-    rows = yield W["webhook_endpoint_insert"], params
+    rows = yield WEBHOOK_SQL["webhook_endpoint_insert"], params
     if not rows:
         raise ValidationError("tenant_id", f"no tenant with id {params['tenant_id']}")
     return WebhookEndpoint.from_row(rows[0]), params["secret"]
@@ -91,7 +91,7 @@ def webhook_list(
 
 
 def _list_steps(tenant: UUID | None) -> Steps[list[WebhookEndpoint]]:
-    rows = yield W["webhook_endpoint_list"], {"tenant_id": tenant}
+    rows = yield WEBHOOK_SQL["webhook_endpoint_list"], {"tenant_id": tenant}
     return [WebhookEndpoint.from_row(r) for r in rows]
 
 
@@ -122,7 +122,7 @@ def _set_enabled(
 
 
 def _set_enabled_steps(params: dict[str, Any]) -> Steps[WebhookEndpoint]:
-    rows = yield W["webhook_endpoint_set_enabled"], params
+    rows = yield WEBHOOK_SQL["webhook_endpoint_set_enabled"], params
     if not rows:
         raise NotFoundError(f"no webhook endpoint with id {params['id']}")
     return WebhookEndpoint.from_row(rows[0])
@@ -138,7 +138,7 @@ def webhook_remove(
 
 
 def _remove_steps(params: dict[str, Any]) -> Steps[None]:
-    rows = yield W["webhook_endpoint_delete"], params
+    rows = yield WEBHOOK_SQL["webhook_endpoint_delete"], params
     if not rows:
         raise NotFoundError(f"no webhook endpoint with id {params['id']}")
 
@@ -310,5 +310,5 @@ def webhook_attempts(
 
 
 def _attempts_steps(params: dict[str, Any]) -> Steps[list[WebhookAttempt]]:
-    rows = yield W["webhook_attempt_list"], params
+    rows = yield WEBHOOK_SQL["webhook_attempt_list"], params
     return [WebhookAttempt(*r) for r in rows]

@@ -26,13 +26,14 @@ from typing import Any
 from uuid import UUID
 
 import httpx
+from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from postrelay.core.errors import PostrelayError
 from postrelay.core.telemetry import event as log_event
 from postrelay.queue import Job, PermanentError, Registry, RetryAfter, StopJob
 from postrelay.relay.webhooks import signing
-from postrelay.relay.webhooks.endpoints import W
+from postrelay.relay.webhooks.endpoints import WEBHOOK_SQL
 from postrelay.relay.webhooks.netguard import AddressRefused, Target, resolve
 from postrelay.relay.webhooks.responses import RETRY_AFTER_CAP_SECS, verdict
 from postrelay.relay.webhooks.route import CHANNEL, DISPATCH_KIND
@@ -85,7 +86,7 @@ def webhook_handler(
     async def outbox_dispatch(job: Job) -> None:
         event_id, endpoint_id = _parse_payload(job.payload)
         async with engine.connect() as conn:
-            row = (await conn.execute(W["webhook_delivery_load"], {
+            row = (await conn.execute(WEBHOOK_SQL["webhook_delivery_load"], {
                 "event_id": event_id, "endpoint_id": endpoint_id})).mappings().one()
         _check_deliverable(job, row, event_id, endpoint_id)
         if row["delivered"]:  # a re-run after a recorded success (e.g. a rescued job)
@@ -231,14 +232,14 @@ class _Attempt:
                      error: str | None = None, disable_reason: str | None = None) -> None:
         duration_ms = round((time.perf_counter() - self.started) * 1000)
         async with self.engine.begin() as conn:
-            await conn.execute(W["webhook_attempt_insert"], {
+            await conn.execute(WEBHOOK_SQL["webhook_attempt_insert"], {
                 "job_id": self.job.id, "endpoint_id": self.endpoint_id,
                 "event_id": self.event_id, "attempt": self.job.attempts, "status_code": status,
                 "duration_ms": duration_ms, "response_body": body,
                 "error": None if error is None else _text(error.encode()[:ERROR_LIMIT]),
             })
             if disable_reason is not None:
-                await conn.execute(W["webhook_endpoint_disable_gone"],
+                await conn.execute(WEBHOOK_SQL["webhook_endpoint_disable_gone"],
                                    {"id": self.endpoint_id, "reason": disable_reason})
         delivered = status is not None and 200 <= status <= 299
         log_event("postrelay.webhook.attempt", logging.DEBUG if delivered else logging.INFO,
@@ -257,7 +258,7 @@ def _parse_payload(payload: Mapping[str, Any]) -> tuple[UUID, UUID]:
         raise PermanentError(f"payload needs event_id and endpoint_id UUIDs: {exc!r}") from None
 
 
-def _check_deliverable(job: Job, row: Mapping[str, Any], event_id: UUID,
+def _check_deliverable(job: Job, row: RowMapping, event_id: UUID,
                        endpoint_id: UUID) -> None:
     if row["endpoint_id"] is None:
         raise StopJob(f"webhook endpoint {endpoint_id} was removed; not sent")

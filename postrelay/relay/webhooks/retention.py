@@ -14,7 +14,7 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from postrelay.relay.webhooks.endpoints import W
+from postrelay.relay.webhooks.endpoints import WEBHOOK_SQL
 
 DEFAULT_ATTEMPT_RETENTION_DAYS = 30.0  # POSTRELAY_WEBHOOK_ATTEMPT_RETENTION_DAYS' default
 
@@ -22,6 +22,6 @@ DEFAULT_ATTEMPT_RETENTION_DAYS = 30.0  # POSTRELAY_WEBHOOK_ATTEMPT_RETENTION_DAY
 async def webhook_attempt_delete_batch(engine: AsyncEngine, before: datetime, batch: int) -> int:
     """Delete at most `batch` attempts recorded before `before`; returns how many."""
     async with engine.begin() as conn:
-        result = await conn.execute(W["webhook_attempt_delete_before"],
+        result = await conn.execute(WEBHOOK_SQL["webhook_attempt_delete_before"],
                                     {"before": before, "batch": batch})
     return result.rowcount

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from postrelay.orchestrator.sink import (
+from postrelay.testing import (
     ScriptedHandler,
     SmtpSink,
     accept,
     reply,
     reply_at_data,
 )
-from tests.orchestrator_smtp.conftest import SENDER, message
+from tests.orchestrator.smtp_helpers import SENDER, message
 
 
 def test_rules_match_lower_cased_addresses_first_match_wins() -> None:

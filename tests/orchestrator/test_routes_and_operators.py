@@ -19,7 +19,7 @@ from postrelay.queue.maintenance.retention import delete_done_before
 from postrelay.relay import Relay, RouteRegistry, emit
 from postrelay.relay.admin import outbox_replay
 from postrelay.relay.routing import Event
-from tests.email_flow.conftest import write_template
+from tests.orchestrator.conftest import write_template
 
 POSTRELAY = str(Path(sys.executable).parent / "postrelay")
 
@@ -153,7 +153,7 @@ async def test_the_emails_command_lists_and_tells_one_message_s_story(
     rig, tenant, sink, worker_env
 ):
     sink.handler.rules = [("busy@example.com", __import__(
-        "postrelay.orchestrator.sink", fromlist=["reply"]).reply("451 4.3.0 Busy"))]
+        "postrelay.testing", fromlist=["reply"]).reply("451 4.3.0 Busy"))]
     job_id = rig.enqueue(tenant, to=["busy@example.com"], max_attempts=2)
     other = rig.enqueue(tenant, to=["ann@example.com"])
     await rig.start()
@@ -184,7 +184,7 @@ async def test_the_emails_command_lists_and_tells_one_message_s_story(
 
 
 async def test_operators_list_and_lift_suppressions(rig, tenant, sink, worker_env):
-    from postrelay.orchestrator.sink import reply
+    from postrelay.testing import reply
 
     sink.handler.rules = [("gone@example.com", reply("550 5.1.1 No such user"))]
     bounced = rig.enqueue(tenant, to=["gone@example.com"])

@@ -8,8 +8,8 @@ from email import message_from_bytes
 from pydantic import SecretStr
 from sqlalchemy import event, text
 
-from postrelay.orchestrator.sink import drop_after_data, reply, reply_at_data, slow
-from tests.email_flow.conftest import eventually
+from postrelay.testing import drop_after_data, reply, reply_at_data, slow
+from tests.orchestrator.conftest import eventually
 
 
 async def test_a_message_is_sent_and_its_log_row_tells_everything(rig, tenant, sink):
@@ -181,8 +181,8 @@ async def test_bad_credentials_pause_sending_without_failing_the_jobs(
     engine, async_engine, libpq, templates_dir, tenant
 ):
     from postrelay.orchestrator import SmtpConfig, SmtpPool
-    from postrelay.orchestrator.sink import ScriptedHandler, SmtpSink
-    from tests.email_flow.conftest import Rig
+    from postrelay.testing import ScriptedHandler, SmtpSink
+    from tests.orchestrator.conftest import Rig
 
     with SmtpSink(ScriptedHandler(), auth={"mailer": "right"}, auth_require_tls=False) as sink:
         rig = Rig(engine, async_engine, libpq, sink, templates_dir)
@@ -258,7 +258,7 @@ async def test_long_subjects_and_display_names_are_folded_and_sent_intact(
     from email.header import decode_header, make_header
     from email.utils import getaddresses
 
-    from tests.email_flow.conftest import write_template
+    from tests.orchestrator.conftest import write_template
 
     write_template(templates_dir, "long", "{{ subject }}", "Hello.\n")
     subjects = ["A" * 1500, " ".join(["shipment"] * 300), "Grüße aus Köln " * 120,

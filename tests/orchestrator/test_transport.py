@@ -10,7 +10,6 @@ import pytest
 from pydantic import SecretStr
 
 from postrelay.core.errors import PostrelayError
-from postrelay.orchestrator.sink import drop_after_data, reply, reply_at_data, slow
 from postrelay.orchestrator.transport import (
     Reply,
     SmtpAuthFailed,
@@ -20,7 +19,8 @@ from postrelay.orchestrator.transport import (
     SmtpThrottled,
     SmtpTransient,
 )
-from tests.orchestrator_smtp.conftest import SENDER, FakeClock, eventually, message
+from postrelay.testing import drop_after_data, reply, reply_at_data, slow
+from tests.orchestrator.smtp_helpers import SENDER, FakeClock, eventually, message
 
 ANN = "ann@acme.example"
 BOB = "bob@acme.example"

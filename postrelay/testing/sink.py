@@ -24,7 +24,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass
 from email.message import EmailMessage
 from fnmatch import fnmatchcase
@@ -205,7 +205,7 @@ class ScriptedHandler:
             sender=envelope.mail_from or "",
             recipients=tuple(envelope.rcpt_tos),
             raw=raw,
-            message=email.message_from_bytes(raw, policy=email.policy.default),  # type: ignore[arg-type]
+            message=email.message_from_bytes(raw, policy=email.policy.default),
             queue_id=uuid.uuid4().hex[:12].upper(),
             at=time.monotonic(),
             tls=server.transport is not None
@@ -316,7 +316,7 @@ class SmtpSink:
     async def _count_open(self) -> int:
         return sum(s.transport is not None for s in self._sessions)
 
-    def _on_server_loop(self, coro_fn: Any) -> int:
+    def _on_server_loop(self, coro_fn: Callable[[], Coroutine[Any, Any, int]]) -> int:
         if self._controller is None:
             return 0
         return asyncio.run_coroutine_threadsafe(coro_fn(), self._controller.loop).result(5)
@@ -344,7 +344,7 @@ class _Controller(Controller):
         super().__init__(handler, **kwargs)
 
     def factory(self) -> SMTP:
-        session = super().factory()
+        session: SMTP = super().factory()  # type: ignore[no-untyped-call]
         self._sink._opened(session)  # runs on the server's thread, one call per connection
         return session
 
@@ -352,4 +352,5 @@ class _Controller(Controller):
 def _free_port(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((host, 0))
-        return probe.getsockname()[1]
+        port: int = probe.getsockname()[1]
+        return port

@@ -1,9 +1,12 @@
-"""An email rig: templates in a temporary folder, a scripted aiosmtpd server on loopback,
-and a worker running the real `email_send` handler against this run's database."""
+"""The email orchestrator's fixtures: an email rig (templates in a temporary folder, a
+scripted aiosmtpd server on loopback, and a worker running the real `email_send` handler
+against this run's database), and for the SMTP pool and sink tests a trustme CA, sinks on
+loopback and pools closed after each test."""
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -11,6 +14,7 @@ from typing import Any
 from uuid import UUID
 
 import pytest
+import trustme
 from sqlalchemy import text
 
 from postrelay.orchestrator import (
@@ -22,11 +26,11 @@ from postrelay.orchestrator import (
     enqueue_email,
 )
 from postrelay.orchestrator.handler import email_registry
-from postrelay.orchestrator.sink import ScriptedHandler, SmtpSink
 from postrelay.queue import enqueue
 from postrelay.queue.backoff import FixedBackoff
 from postrelay.queue.registry import Registry
 from postrelay.queue.worker import Worker, WorkerConfig
+from postrelay.testing import Behaviour, ScriptedHandler, SmtpSink
 
 SENDER = "Acme <noreply@acme.example>"
 
@@ -154,3 +158,56 @@ async def eventually(predicate: Callable[[], bool], timeout: float = 10.0) -> No
     while not predicate():
         assert time.monotonic() < deadline, "condition never held"
         await asyncio.sleep(0.02)
+
+
+# The SMTP pool and sink tests.
+
+@pytest.fixture(scope="session")
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+@pytest.fixture(scope="session")
+def ca_file(ca: trustme.CA, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("smtp-ca") / "ca.pem"
+    ca.cert_pem.write_to_path(str(path))
+    return path
+
+
+@pytest.fixture(scope="session")
+def server_tls(ca: trustme.CA) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1", "localhost").configure_cert(context)
+    return context
+
+
+@pytest.fixture
+def make_sink() -> Iterator[Callable[..., SmtpSink]]:
+    sinks: list[SmtpSink] = []
+
+    def make(rules: dict[str, Behaviour] | None = None, **options: Any) -> SmtpSink:
+        sink = SmtpSink(ScriptedHandler(rules or {}), **options).start()
+        sinks.append(sink)
+        return sink
+
+    yield make
+    for sink in sinks:
+        sink.stop()
+
+
+@pytest.fixture
+async def make_pool() -> AsyncIterator[Callable[..., SmtpPool]]:
+    pools: list[SmtpPool] = []
+
+    def make(sink: SmtpSink, *, clock: Callable[[], float] | None = None,
+             **overrides: Any) -> SmtpPool:
+        settings: dict[str, Any] = {"timeout_secs": 5.0, "pool_size": 1,
+                                    "throttle_secs": 0.3, "auth_pause_secs": 30.0}
+        config = SmtpConfig(host=sink.host, port=sink.port, **{**settings, **overrides})
+        pool = SmtpPool(config, clock=clock) if clock else SmtpPool(config)
+        pools.append(pool)
+        return pool
+
+    yield make
+    for pool in pools:
+        await pool.close()

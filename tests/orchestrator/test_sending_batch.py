@@ -100,7 +100,7 @@ def test_the_work_per_batch_does_not_grow_with_the_log(tenant, engine, libpq):
     Earlier attempts are looked up by job, so the statement touches the same few pages
     however long the log and however many marks came and went."""
     from postrelay.core.dbcall import psycopg_sql
-    from postrelay.orchestrator.queries import Q
+    from postrelay.orchestrator.queries import EMAIL_SQL
     from postrelay.queue import JobSpec, enqueue_many
 
     with engine.begin() as conn:
@@ -109,7 +109,7 @@ def test_the_work_per_batch_does_not_grow_with_the_log(tenant, engine, libpq):
     with psycopg.connect(libpq, autocommit=True) as pg:
         for table in ("aa_email_log", "aa_email_sending"):
             pg.execute(f"ALTER TABLE mdm.{table} SET (autovacuum_enabled = off)")
-        pg.execute(psycopg_sql(Q["email_send_begin_many"]),
+        pg.execute(psycopg_sql(EMAIL_SQL["email_send_begin_many"]),
                    {"rows": json.dumps([sending_row(tenant, j) | {"resend_unknown": True}
                                         for j in old])})
         pg.execute("""
@@ -120,7 +120,7 @@ def test_the_work_per_batch_does_not_grow_with_the_log(tenant, engine, libpq):
         rows = [sending_row(tenant, j) | {"resend_unknown": True} for j in fresh]
         with pg.transaction(force_rollback=True):
             ((plan,),) = pg.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) "
-                                    + psycopg_sql(Q["email_send_begin_many"]),
+                                    + psycopg_sql(EMAIL_SQL["email_send_begin_many"]),
                                     {"rows": json.dumps(rows)}).fetchall()
         for table in ("aa_email_log", "aa_email_sending"):
             pg.execute(f"ALTER TABLE mdm.{table} RESET (autovacuum_enabled)")

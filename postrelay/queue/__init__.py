@@ -53,6 +53,7 @@ from postrelay.queue.maintenance import (
 from postrelay.queue.metrics import WorkerMetrics, serve_metrics
 from postrelay.queue.model import Job
 from postrelay.queue.outcome import PermanentError, RetryAfter, Snooze, StopJob
+from postrelay.queue.pause import Pause, pause, pause_list, resume
 from postrelay.queue.registry import Registry, default_registry, handler
 from postrelay.queue.reserved import RESERVED_CRON_PREFIX, TENANT_FORBIDDEN_KINDS, check_kind
 from postrelay.queue.schema import STATUSES, SYSTEM_TENANT_ID
@@ -77,6 +78,7 @@ __all__ = [
     "LIST_LIMIT_MAX",
     "MAX_DELAY_SECS",
     "Maintenance",
+    "Pause",
     "PermanentError",
     "REQUEUE_LIMIT_MAX",
     "RESERVED_CRON_PREFIX",
@@ -119,8 +121,11 @@ __all__ = [
     "job_list",
     "jobs_cancel",
     "maintenance_interval",
+    "pause",
+    "pause_list",
     "queue_status",
     "record_with_outcome",
+    "resume",
     "serve_metrics",
     "tenant_list",
     "validated_job",

@@ -119,6 +119,13 @@ WITH candidate AS MATERIALIZED (
       AND (CAST(:tenant_ids AS uuid[]) IS NULL OR tenant_id = ANY(CAST(:tenant_ids AS uuid[])))
       AND (CAST(:kinds AS mdm.job_kind[]) IS NULL
            OR job_kind = ANY(CAST(:kinds AS mdm.job_kind[])))
+      -- Pauses (sql/flow.sql). The uncorrelated EXISTS is an InitPlan, run once per claim:
+      -- with nothing paused, the usual case, the rows pay nothing for it; with a pause,
+      -- each row examined probes the few rows of aa_job_pause.
+      AND (NOT EXISTS (SELECT FROM mdm.aa_job_pause)
+           OR NOT EXISTS (SELECT FROM mdm.aa_job_pause p
+                          WHERE (p.tenant_id IS NULL OR p.tenant_id = aa_job.tenant_id)
+                            AND (p.job_kind IS NULL OR p.job_kind = aa_job.job_kind)))
     ORDER BY priority, available_at
     LIMIT :demand
     FOR UPDATE SKIP LOCKED
@@ -144,13 +151,19 @@ SELECT set_config('synchronous_commit', 'off', true),
 
 -- name: job_next_due_in
 -- Seconds until the next pending job becomes due (negative: already due; NULL: none), so
--- an idle worker wakes exactly then instead of a poll interval later.
+-- an idle worker wakes exactly then instead of a poll interval later. Paused jobs do not
+-- count: a due but paused job would have the worker claim nothing in a tight loop; a
+-- resume wakes it (NOTIFY), or its poll does.
 SELECT EXTRACT(EPOCH FROM min(available_at) - clock_timestamp())::float8 AS due_in
 FROM mdm.aa_job
 WHERE status = 'pending'
   AND (CAST(:tenant_ids AS uuid[]) IS NULL OR tenant_id = ANY(CAST(:tenant_ids AS uuid[])))
   AND (CAST(:kinds AS mdm.job_kind[]) IS NULL
-       OR job_kind = ANY(CAST(:kinds AS mdm.job_kind[])));
+       OR job_kind = ANY(CAST(:kinds AS mdm.job_kind[])))
+  AND (NOT EXISTS (SELECT FROM mdm.aa_job_pause)
+       OR NOT EXISTS (SELECT FROM mdm.aa_job_pause p
+                      WHERE (p.tenant_id IS NULL OR p.tenant_id = aa_job.tenant_id)
+                        AND (p.job_kind IS NULL OR p.job_kind = aa_job.job_kind)));
 
 -- name: job_finalize_many
 -- Writes the outcome of a batch of runs. Each row is guarded by the state it expects

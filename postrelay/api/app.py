@@ -14,7 +14,17 @@ from postrelay.access import auth_throttle, service_role_key
 from postrelay.api.bodylimit import BODY_ROOM, BodyLimit
 from postrelay.api.errors import install_error_handlers
 from postrelay.api.metrics import metrics_registry
-from postrelay.api.routers import cancel, cron, dlq, health, jobs, metrics, outbox, unsubscribe
+from postrelay.api.routers import (
+    cancel,
+    cron,
+    dlq,
+    health,
+    jobs,
+    metrics,
+    outbox,
+    pauses,
+    unsubscribe,
+)
 from postrelay.core.db import Database
 from postrelay.core.migrate import head_revision
 from postrelay.core.settings import Settings
@@ -48,7 +58,7 @@ def create_app(settings: Settings, db: Database) -> FastAPI:
     app.state.metrics_registry = metrics_registry(engine)
     install_error_handlers(app)
     # dlq before jobs: `/jobs/dlq` must match the DLQ route, not `/jobs/{id}`.
-    for module in (health, metrics, dlq, cancel, jobs, cron, outbox, unsubscribe):
+    for module in (health, metrics, dlq, cancel, jobs, cron, outbox, pauses, unsubscribe):
         app.include_router(module.router)
     # Outermost, also for the dashboard mounted beside (postrelay/web.py): a body over the
     # limit is refused before any endpoint or form parser reads it.

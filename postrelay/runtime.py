@@ -141,6 +141,8 @@ def build_worker(
         default_timeout_secs=settings.job_timeout_secs,
         listen=settings.listens,
         claim_ahead_secs=settings.worker_claim_ahead_secs,
+        fair=settings.fair_claiming,
+        tenant_weights=dict(settings.tenant_weights),
     )
     backoff = backoff_from(
         settings.job_backoff, settings.job_retry_delay_secs, settings.job_backoff_max_secs

@@ -6,7 +6,8 @@ Every field reads from the environment with the `POSTRELAY_` prefix, e.g.
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+from uuid import UUID
 
 import platformdirs
 import pydantic
@@ -58,6 +59,12 @@ class Settings(BaseSettings):
     # A worker with short jobs claims ahead of its free slots what it would start within
     # this long (queue/worker.py); 0: claim only for free slots.
     worker_claim_ahead_secs: float = Field(default=0.01, ge=0, le=10)
+    # Fair claiming: within a priority level, each claim is shared out across the tenants
+    # with due work, by weight (a tenant not named in tenant_weights weighs 1, e.g.
+    # POSTRELAY_TENANT_WEIGHTS='{"<tenant id>": 3}'). Off: strictly by priority, then due
+    # time, as one queue.
+    fair_claiming: bool = True
+    tenant_weights: dict[UUID, Annotated[int, Field(ge=1, le=1000)]] = Field(default_factory=dict)
     # Prometheus metrics of each worker process on http://HOST:PORT/metrics; unset: off.
     worker_metrics_port: int | None = Field(default=None, ge=1, le=65535)
     worker_metrics_host: str = "127.0.0.1"

@@ -53,7 +53,7 @@ from postrelay.queue.maintenance import (
 from postrelay.queue.metrics import WorkerMetrics, serve_metrics
 from postrelay.queue.model import Job
 from postrelay.queue.outcome import PermanentError, RetryAfter, Snooze, StopJob
-from postrelay.queue.pause import Pause, pause, pause_list, resume
+from postrelay.queue.pauses import Pause, pause, pause_list, resume
 from postrelay.queue.registry import Registry, default_registry, handler
 from postrelay.queue.reserved import RESERVED_CRON_PREFIX, TENANT_FORBIDDEN_KINDS, check_kind
 from postrelay.queue.schema import STATUSES, SYSTEM_TENANT_ID

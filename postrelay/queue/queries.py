@@ -6,9 +6,10 @@ The statements themselves live in `sql/job.sql`; nothing here builds SQL.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import psycopg
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -21,6 +22,20 @@ from postrelay.queue.model import Job
 Q = load_queries("postrelay.queue", "sql/job.sql")
 
 
+@dataclass(frozen=True, slots=True)
+class FairShares:
+    """Fair claiming's tenant weights (POSTRELAY_TENANT_WEIGHTS): a tenant not named
+    weighs 1. Kept as the two arrays job_claim_fair takes."""
+
+    tenants: list[UUID]
+    weights: list[int]
+
+    @classmethod
+    def of(cls, weights: dict[UUID, int] | None = None) -> FairShares:
+        pairs = sorted((weights or {}).items())
+        return cls([t for t, _ in pairs], [w for _, w in pairs])
+
+
 async def job_claim(
     conn: AsyncConnection | psycopg.AsyncConnection[Any],
     *,
@@ -29,21 +44,29 @@ async def job_claim(
     tenant_ids: Sequence[UUID] | None,
     kinds: Sequence[str] | None,
     local_settings: bool = False,
+    fair: FairShares | None = None,
 ) -> list[Job]:
-    """Claim up to `demand` jobs. With `local_settings` (behind a transaction pooler, where
-    the claim connection cannot keep session settings), the claim's planner and commit
-    settings are set for its own transaction, in the same round trip."""
-    params = {
+    """Claim up to `demand` jobs; with `fair`, shared out across the tenants waiting at the
+    most urgent priority level (job_claim_fair). With `local_settings` (behind a
+    transaction pooler, where the claim connection cannot keep session settings), the
+    claim's planner and commit settings are set for its own transaction, in the same round
+    trip."""
+    params: dict[str, Any] = {
         "worker": worker,
         "demand": demand,
         "tenant_ids": list(tenant_ids) if tenant_ids else None,
         "kinds": list(kinds) if kinds else None,
     }
+    statement = Q["job_claim"]
+    if fair is not None:
+        statement = Q["job_claim_fair"]
+        # A random start: when more tenants wait than one claim serves, every claim (of
+        # every worker) begins its round at another one.
+        params.update(start=uuid4(), weight_tenants=fair.tenants, weights=fair.weights)
     if local_settings:
-        rows = await driver_fetch_after(conn, Q["job_claim_local_settings"], Q["job_claim"],
-                                        params)
+        rows = await driver_fetch_after(conn, Q["job_claim_local_settings"], statement, params)
     else:
-        rows = await driver_fetch(conn, Q["job_claim"], params)
+        rows = await driver_fetch(conn, statement, params)
     jobs = [_claimed_job(*row) for row in rows]
     # In the order they were chosen, so that jobs held ahead of a slot start by priority.
     jobs.sort(key=_claim_order)

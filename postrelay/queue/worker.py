@@ -38,6 +38,7 @@ from postrelay.queue.executor import Executor
 from postrelay.queue.metrics import WorkerMetrics
 from postrelay.queue.model import Job
 from postrelay.queue.outcome import Returned, decide
+from postrelay.queue.queries import FairShares
 from postrelay.queue.registry import Registry
 
 JOBS_CHANNEL = "postrelay_jobs"  # enqueue's NOTIFY (sql/job.sql)
@@ -83,6 +84,10 @@ class WorkerConfig:
     default_timeout_secs: float | None = None
     listen: bool = True
     claim_ahead_secs: float = 0.01  # 0: claim only for free slots
+    # Share each claim across the tenants waiting at the most urgent priority level
+    # (sql/job.sql, job_claim_fair); False: strictly by priority and due time.
+    fair: bool = True
+    tenant_weights: dict[UUID, int] | None = None  # a tenant not named weighs 1
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -119,6 +124,7 @@ class Worker:
         self.executor = Executor(registry, backoff or FixedBackoff(), config.default_timeout_secs)
         self.completer = Completer(engine, self.id, on_written=self._outcomes_written)
         self.kinds = self._served_kinds()
+        self._fair = FairShares.of(config.tenant_weights) if config.fair else None
         self._listener = (
             Listener(listen_url, JOBS_CHANNEL, self.wake) if config.listen and listen_url else None
         )
@@ -330,7 +336,7 @@ class Worker:
             jobs = await queries.job_claim(
                 conn, worker=self.id, demand=demand,
                 tenant_ids=self.config.tenants, kinds=self.kinds,
-                local_settings=self._claim_conn.local_settings,
+                local_settings=self._claim_conn.local_settings, fair=self._fair,
             )
             self.claimed += len(jobs)
             if jobs:

@@ -1,4 +1,4 @@
-"""Pausing and resuming (queue/pause.py) on a real PostgreSQL: the claim takes nothing a
+"""Pausing and resuming (queue/pauses.py) on a real PostgreSQL: the claim takes nothing a
 pause matches, paused jobs keep their state, and bad input writes nothing."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Pauses: what is paused, since when and by whom; pause a kind, a tenant, a kind within a
-tenant, or everything, and resume. Through queue.pause, as the CLI and the API do, so the
+tenant, or everything, and resume. Through queue.pauses, as the CLI and the API do, so the
 audit rows and the messages are theirs. A tenant session sees its own pauses and the
 installation-wide ones, and pauses and resumes only within its own tenant."""
 

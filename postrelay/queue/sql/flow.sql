@@ -1,4 +1,4 @@
--- Flow control: pauses (and what they leave in aa_flow_audit). Loaded by queue/pause.py.
+-- Flow control: pauses (and what they leave in aa_flow_audit). Loaded by queue/pauses.py.
 -- A scope is (tenant, kind), either or both NULL for "every"; IS NOT DISTINCT FROM finds
 -- the one row of a scope, as the NULLS NOT DISTINCT key job_pause_scope_uk keeps it.
 

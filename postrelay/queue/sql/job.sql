@@ -139,6 +139,168 @@ RETURNING j.id, j.tenant_id, j.job_kind::text AS kind, CAST(j.payload AS text) A
           j.priority, j.attempts, j.max_attempts, j.available_at, j.claimed_at, j.created_at,
           j.idempotency_key;
 
+-- name: job_claim_fair
+-- job_claim with the claim shared out across tenants (POSTRELAY_FAIR_CLAIMING, on by
+-- default). Priority comes first: only the most urgent due level (`top`) is shared. Its
+-- tenants are found by skipping through ix_job_fair (priority, tenant_id, available_at),
+-- one index probe per tenant, from a random tenant id (:start) up and then round from the
+-- lowest, so that when more tenants wait than a claim has jobs, each claim serves another
+-- stretch of them: at most :demand tenants, each at least one job. Each tenant's share is
+-- its weight's part of :demand (:weight_tenants / :weights; 1 when not named), and each
+-- tenant's oldest due jobs fill it. What the shares leave (a tenant with fewer jobs than
+-- its share) goes to the plain order of job_claim (`fill`), so no slot idles while work
+-- waits. With one tenant this is job_claim plus a few index probes. The filters, the
+-- pause check, the fences and the UPDATE by primary key are job_claim's, for its reasons;
+-- `fill` skips the rows `fair` locked, which SKIP LOCKED would not (they are our own).
+WITH RECURSIVE top AS MATERIALIZED (
+    SELECT priority
+    FROM mdm.aa_job
+    WHERE status = 'pending'
+      AND available_at <= now()
+      AND (CAST(:tenant_ids AS uuid[]) IS NULL OR tenant_id = ANY(CAST(:tenant_ids AS uuid[])))
+      AND (CAST(:kinds AS mdm.job_kind[]) IS NULL
+           OR job_kind = ANY(CAST(:kinds AS mdm.job_kind[])))
+      AND (NOT EXISTS (SELECT FROM mdm.aa_job_pause)
+           OR NOT EXISTS (SELECT FROM mdm.aa_job_pause p
+                          WHERE (p.tenant_id IS NULL OR p.tenant_id = aa_job.tenant_id)
+                            AND (p.job_kind IS NULL OR p.job_kind = aa_job.job_kind)))
+    ORDER BY priority, available_at
+    LIMIT 1
+), walk (tenant_id, lap, n) AS (
+    -- Lap 0 from :start up; lap 1 from the lowest id up to :start. A tenant is one with a
+    -- due, unpaused job at the top level of a kind (and tenant) this worker serves. The
+    -- bounds on tenant_id are plain comparisons, so that each step is one index probe; of
+    -- each UNION ALL ... LIMIT 1 the second branch runs only when the first finds none.
+    SELECT first.tenant_id, first.lap, 1
+    FROM top CROSS JOIN LATERAL (
+        (SELECT tenant_id, 0 AS lap FROM mdm.aa_job
+         WHERE status = 'pending' AND priority = top.priority
+           AND tenant_id > CAST(:start AS uuid)
+           AND available_at <= now()
+           AND (CAST(:tenant_ids AS uuid[]) IS NULL
+                OR tenant_id = ANY(CAST(:tenant_ids AS uuid[])))
+           AND (CAST(:kinds AS mdm.job_kind[]) IS NULL
+                OR job_kind = ANY(CAST(:kinds AS mdm.job_kind[])))
+           AND (NOT EXISTS (SELECT FROM mdm.aa_job_pause)
+                OR NOT EXISTS (SELECT FROM mdm.aa_job_pause p
+                               WHERE (p.tenant_id IS NULL OR p.tenant_id = aa_job.tenant_id)
+                                 AND (p.job_kind IS NULL OR p.job_kind = aa_job.job_kind)))
+         ORDER BY tenant_id
+         LIMIT 1)
+        UNION ALL
+        (SELECT tenant_id, 1 AS lap FROM mdm.aa_job
+         WHERE status = 'pending' AND priority = top.priority
+           AND tenant_id <= CAST(:start AS uuid)
+           AND available_at <= now()
+           AND (CAST(:tenant_ids AS uuid[]) IS NULL
+                OR tenant_id = ANY(CAST(:tenant_ids AS uuid[])))
+           AND (CAST(:kinds AS mdm.job_kind[]) IS NULL
+                OR job_kind = ANY(CAST(:kinds AS mdm.job_kind[])))
+           AND (NOT EXISTS (SELECT FROM mdm.aa_job_pause)
+                OR NOT EXISTS (SELECT FROM mdm.aa_job_pause p
+                               WHERE (p.tenant_id IS NULL OR p.tenant_id = aa_job.tenant_id)
+                                 AND (p.job_kind IS NULL OR p.job_kind = aa_job.job_kind)))
+         ORDER BY tenant_id
+         LIMIT 1)
+        LIMIT 1
+    ) first
+    UNION ALL
+    SELECT next.tenant_id, next.lap, w.n + 1
+    FROM walk w CROSS JOIN top CROSS JOIN LATERAL (
+        (SELECT tenant_id, w.lap AS lap FROM mdm.aa_job
+         WHERE status = 'pending' AND priority = top.priority
+           AND tenant_id > w.tenant_id
+           AND tenant_id <= CASE WHEN w.lap = 0
+                              THEN CAST('ffffffff-ffff-ffff-ffff-ffffffffffff' AS uuid)
+                              ELSE CAST(:start AS uuid) END
+           AND available_at <= now()
+           AND (CAST(:tenant_ids AS uuid[]) IS NULL
+                OR tenant_id = ANY(CAST(:tenant_ids AS uuid[])))
+           AND (CAST(:kinds AS mdm.job_kind[]) IS NULL
+                OR job_kind = ANY(CAST(:kinds AS mdm.job_kind[])))
+           AND (NOT EXISTS (SELECT FROM mdm.aa_job_pause)
+                OR NOT EXISTS (SELECT FROM mdm.aa_job_pause p
+                               WHERE (p.tenant_id IS NULL OR p.tenant_id = aa_job.tenant_id)
+                                 AND (p.job_kind IS NULL OR p.job_kind = aa_job.job_kind)))
+         ORDER BY tenant_id
+         LIMIT 1)
+        UNION ALL
+        (SELECT tenant_id, 1 AS lap FROM mdm.aa_job
+         WHERE w.lap = 0 AND status = 'pending' AND priority = top.priority
+           AND tenant_id <= CAST(:start AS uuid)
+           AND available_at <= now()
+           AND (CAST(:tenant_ids AS uuid[]) IS NULL
+                OR tenant_id = ANY(CAST(:tenant_ids AS uuid[])))
+           AND (CAST(:kinds AS mdm.job_kind[]) IS NULL
+                OR job_kind = ANY(CAST(:kinds AS mdm.job_kind[])))
+           AND (NOT EXISTS (SELECT FROM mdm.aa_job_pause)
+                OR NOT EXISTS (SELECT FROM mdm.aa_job_pause p
+                               WHERE (p.tenant_id IS NULL OR p.tenant_id = aa_job.tenant_id)
+                                 AND (p.job_kind IS NULL OR p.job_kind = aa_job.job_kind)))
+         ORDER BY tenant_id
+         LIMIT 1)
+        LIMIT 1
+    ) next
+    WHERE w.n < :demand
+), weighted AS MATERIALIZED (
+    SELECT w.tenant_id, w.n,
+           COALESCE((SELECT x.weight
+                     FROM unnest(CAST(:weight_tenants AS uuid[]), CAST(:weights AS integer[]))
+                          AS x (tenant_id, weight)
+                     WHERE x.tenant_id = w.tenant_id), 1) AS weight
+    FROM walk w
+), shared AS MATERIALIZED (
+    SELECT tenant_id,
+           GREATEST(1, floor(:demand * weight / sum(weight) OVER ()))::integer AS share, n
+    FROM weighted
+), capped AS MATERIALIZED (
+    -- The shares in walk order, cut where they reach :demand.
+    SELECT tenant_id,
+           LEAST(share, :demand - COALESCE(sum(share) OVER (ORDER BY n ROWS BETWEEN
+                                                            UNBOUNDED PRECEDING AND 1 PRECEDING),
+                                           0))::integer AS share
+    FROM shared
+), fair AS MATERIALIZED (
+    SELECT j.id
+    FROM capped c CROSS JOIN top CROSS JOIN LATERAL (
+        SELECT id FROM mdm.aa_job
+        WHERE status = 'pending' AND priority = top.priority AND tenant_id = c.tenant_id
+          AND available_at <= now()
+          AND (CAST(:kinds AS mdm.job_kind[]) IS NULL
+               OR job_kind = ANY(CAST(:kinds AS mdm.job_kind[])))
+          AND (NOT EXISTS (SELECT FROM mdm.aa_job_pause)
+               OR NOT EXISTS (SELECT FROM mdm.aa_job_pause p
+                              WHERE (p.tenant_id IS NULL OR p.tenant_id = aa_job.tenant_id)
+                                AND (p.job_kind IS NULL OR p.job_kind = aa_job.job_kind)))
+        ORDER BY available_at
+        LIMIT c.share
+        FOR UPDATE SKIP LOCKED
+    ) j
+    WHERE c.share > 0
+), fill AS MATERIALIZED (
+    SELECT id
+    FROM mdm.aa_job
+    WHERE status = 'pending'
+      AND available_at <= now()
+      AND (CAST(:tenant_ids AS uuid[]) IS NULL OR tenant_id = ANY(CAST(:tenant_ids AS uuid[])))
+      AND (CAST(:kinds AS mdm.job_kind[]) IS NULL
+           OR job_kind = ANY(CAST(:kinds AS mdm.job_kind[])))
+      AND (NOT EXISTS (SELECT FROM mdm.aa_job_pause)
+           OR NOT EXISTS (SELECT FROM mdm.aa_job_pause p
+                          WHERE (p.tenant_id IS NULL OR p.tenant_id = aa_job.tenant_id)
+                            AND (p.job_kind IS NULL OR p.job_kind = aa_job.job_kind)))
+      AND id <> ALL(ARRAY(SELECT id FROM fair))
+    ORDER BY priority, available_at
+    LIMIT (SELECT :demand - count(*) FROM fair)
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE mdm.aa_job j
+SET status = 'running', claimed_by = :worker, claimed_at = now(), attempts = j.attempts + 1
+WHERE j.id = ANY(ARRAY(SELECT id FROM fair UNION ALL SELECT id FROM fill))
+RETURNING j.id, j.tenant_id, j.job_kind::text AS kind, CAST(j.payload AS text) AS payload,
+          j.priority, j.attempts, j.max_attempts, j.available_at, j.claimed_at, j.created_at,
+          j.idempotency_key;
+
 -- name: job_claim_local_settings
 -- The claim connection's settings (queue/claimer.py says why each is there) for one claim's
 -- transaction only: behind a transaction pooler a session setting would stay on a server
@@ -147,7 +309,8 @@ RETURNING j.id, j.tenant_id, j.job_kind::text AS kind, CAST(j.payload AS text) A
 -- implicit transaction (queries.job_claim). No plan_cache_mode: nothing is prepared there.
 SELECT set_config('synchronous_commit', 'off', true),
        set_config('enable_sort', 'off', true),
-       set_config('enable_bitmapscan', 'off', true);
+       set_config('enable_bitmapscan', 'off', true),
+       set_config('jit', 'off', true);
 
 -- name: job_next_due_in
 -- Seconds until the next pending job becomes due (negative: already due; NULL: none), so

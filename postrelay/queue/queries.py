@@ -15,7 +15,7 @@ import psycopg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from postrelay.core import jsontext
-from postrelay.core.dbcall import driver_fetch, driver_fetch_after
+from postrelay.core.dbcall import driver_fetch, driver_fetch_after, psycopg_sql
 from postrelay.core.sqlfiles import load_queries
 from postrelay.queue.model import Job
 
@@ -71,6 +71,49 @@ async def job_claim(
     # In the order they were chosen, so that jobs held ahead of a slot start by priority.
     jobs.sort(key=_claim_order)
     return jobs
+
+
+# Candidates a limited claim considers per claim: beyond them, a job of a key that has
+# tokens waits behind the throttled keys ahead of it (sql/job.sql, job_claim_limited).
+LIMITED_CLAIM_SCAN = 1000
+
+
+async def job_claim_limited(
+    conn: AsyncConnection | psycopg.AsyncConnection[Any],
+    *,
+    worker: str,
+    demand: int,
+    tenant_ids: Sequence[UUID] | None,
+    kinds: Sequence[str],
+    local_settings: bool = False,
+) -> list[Job]:
+    """Claim up to `demand` jobs of limited `kinds`, as many as their limits allow: one
+    transaction, in which job_limit_lock makes limited claims of these kinds take turns
+    across every worker, and job_claim_limited claims in a statement of its own (so it
+    sees what the claim before it committed)."""
+    if isinstance(conn, AsyncConnection):
+        conn = (await conn.get_raw_connection()).driver_connection
+    params = {
+        "worker": worker,
+        "demand": demand,
+        "tenant_ids": list(tenant_ids) if tenant_ids else None,
+        "kinds": list(kinds),
+        "scan": max(LIMITED_CLAIM_SCAN, demand),
+    }
+    async with conn.transaction():
+        if local_settings:
+            await conn.execute(psycopg_sql(Q["job_claim_local_settings"]))
+        await conn.execute(psycopg_sql(Q["job_limit_lock"]), {"kinds": params["kinds"]})
+        cursor = await conn.execute(psycopg_sql(Q["job_claim_limited"]), params)
+        rows = await cursor.fetchall()
+    jobs = [_claimed_job(*row) for row in rows]
+    jobs.sort(key=_claim_order)
+    return jobs
+
+
+async def job_limit_kinds(conn: AsyncConnection | psycopg.AsyncConnection[Any]) -> set[str]:
+    """The kinds that have a limit of any scope."""
+    return {row[0] for row in await driver_fetch(conn, Q["job_limit_kinds"], {})}
 
 
 def _claim_order(job: Job) -> tuple[int, datetime]:

@@ -301,6 +301,124 @@ RETURNING j.id, j.tenant_id, j.job_kind::text AS kind, CAST(j.payload AS text) A
           j.priority, j.attempts, j.max_attempts, j.available_at, j.claimed_at, j.created_at,
           j.idempotency_key;
 
+-- name: job_limit_kinds
+-- The kinds that have a limit: a worker asks at most once a second, and claims those kinds
+-- by job_claim_limited only.
+SELECT DISTINCT job_kind::text AS kind FROM mdm.aa_job_limit;
+
+-- name: job_limit_lock
+-- The first statement of a limited claim's transaction: the limits of the kinds it claims,
+-- locked in id order (no deadlock between claimers), so that limited claims of the same
+-- kinds take turns. job_claim_limited then runs as a statement of its own, whose snapshot
+-- sees the jobs and buckets that the claim before it committed.
+SELECT id FROM mdm.aa_job_limit
+WHERE job_kind = ANY(CAST(:kinds AS mdm.job_kind[]))
+ORDER BY id
+FOR UPDATE;
+
+-- name: job_claim_limited
+-- Claims up to :demand jobs of limited kinds, as many as their limits allow now. A job is
+-- governed by its tenant's limit of its kind, else by the kind's; its key is the payload
+-- value at the limit's key_path ('' without one). Per limit and key, it may take
+-- min(tokens, concurrency - running): the tokens are the bucket's, refilled by the rate for
+-- the time since it was last drawn (up to the burst; a new bucket starts full), running are
+-- the jobs of that limit and key running now. The :scan oldest due jobs are the candidates:
+-- a key throttled at the head of the queue holds back the others beyond them. `clock` is
+-- read once, after job_limit_lock was granted, so buckets are drawn in the order they are
+-- locked. A throttled job is never claimed, so no attempt is spent on it.
+WITH clock AS MATERIALIZED (
+    SELECT clock_timestamp() AS now
+), lim AS MATERIALIZED (
+    SELECT id, job_kind, tenant_id, key_path, rate_per_sec, burst, concurrency
+    FROM mdm.aa_job_limit
+    WHERE job_kind = ANY(CAST(:kinds AS mdm.job_kind[]))
+), candidate AS MATERIALIZED (
+    SELECT j.id, j.priority, j.available_at, l.id AS limit_id,
+           COALESCE(j.payload #>> l.key_path, '') AS key
+    FROM mdm.aa_job j
+    LEFT JOIN LATERAL (
+        SELECT lim.id, lim.key_path FROM lim
+        WHERE lim.job_kind = j.job_kind AND (lim.tenant_id IS NULL OR lim.tenant_id = j.tenant_id)
+        ORDER BY lim.tenant_id NULLS LAST
+        LIMIT 1
+    ) l ON true
+    WHERE j.status = 'pending'
+      AND j.available_at <= now()
+      AND j.job_kind = ANY(CAST(:kinds AS mdm.job_kind[]))
+      AND (CAST(:tenant_ids AS uuid[]) IS NULL OR j.tenant_id = ANY(CAST(:tenant_ids AS uuid[])))
+      AND (NOT EXISTS (SELECT FROM mdm.aa_job_pause)
+           OR NOT EXISTS (SELECT FROM mdm.aa_job_pause p
+                          WHERE (p.tenant_id IS NULL OR p.tenant_id = j.tenant_id)
+                            AND (p.job_kind IS NULL OR p.job_kind = j.job_kind)))
+    ORDER BY j.priority, j.available_at
+    LIMIT :scan
+), running AS MATERIALIZED (
+    SELECT l.id AS limit_id, COALESCE(j.payload #>> l.key_path, '') AS key, count(*) AS n
+    FROM lim l
+    JOIN mdm.aa_job j
+      ON j.status = 'running' AND j.job_kind = l.job_kind
+     AND (l.tenant_id IS NULL OR j.tenant_id = l.tenant_id)
+    WHERE l.concurrency IS NOT NULL
+      -- A kind-wide limit does not count the jobs of a tenant that has its own.
+      AND (l.tenant_id IS NOT NULL
+           OR NOT EXISTS (SELECT FROM lim o
+                          WHERE o.job_kind = l.job_kind AND o.tenant_id = j.tenant_id))
+    GROUP BY 1, 2
+), allowance AS MATERIALIZED (
+    SELECT k.limit_id, k.key, l.rate_per_sec, l.burst,
+           CASE WHEN l.rate_per_sec IS NULL THEN NULL
+                ELSE LEAST(l.burst, COALESCE(
+                    b.tokens + l.rate_per_sec
+                               * GREATEST(EXTRACT(EPOCH FROM c.now - b.refilled_at), 0),
+                    l.burst)) END AS tokens,
+           LEAST(CASE WHEN l.rate_per_sec IS NULL THEN :demand
+                      ELSE floor(LEAST(l.burst, COALESCE(
+                          b.tokens + l.rate_per_sec
+                                     * GREATEST(EXTRACT(EPOCH FROM c.now - b.refilled_at), 0),
+                          l.burst))) END,
+                 CASE WHEN l.concurrency IS NULL THEN :demand
+                      ELSE l.concurrency - COALESCE(r.n, 0) END) AS allowed
+    FROM (SELECT DISTINCT limit_id, key FROM candidate WHERE limit_id IS NOT NULL) k
+    CROSS JOIN clock c
+    JOIN lim l ON l.id = k.limit_id
+    LEFT JOIN mdm.aa_job_limit_bucket b ON b.limit_id = k.limit_id AND b.key = k.key
+    LEFT JOIN running r ON r.limit_id = k.limit_id AND r.key = k.key
+), ranked AS MATERIALIZED (
+    SELECT c.id, c.limit_id, c.key, c.priority, c.available_at,
+           row_number() OVER (PARTITION BY c.limit_id, c.key
+                              ORDER BY c.priority, c.available_at) AS rank
+    FROM candidate c
+), picked AS MATERIALIZED (
+    SELECT r.id
+    FROM ranked r
+    LEFT JOIN allowance a ON a.limit_id = r.limit_id AND a.key = r.key
+    WHERE r.limit_id IS NULL OR r.rank <= a.allowed
+    ORDER BY r.priority, r.available_at
+    LIMIT :demand
+), locked AS MATERIALIZED (
+    -- Rechecked under the row lock: a job cancelled or claimed meanwhile is passed by.
+    SELECT j.id, c.limit_id, c.key
+    FROM mdm.aa_job j JOIN candidate c ON c.id = j.id
+    WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND j.status = 'pending'
+    FOR UPDATE OF j SKIP LOCKED
+), drawn AS (
+    INSERT INTO mdm.aa_job_limit_bucket (limit_id, key, tokens, refilled_at)
+    SELECT a.limit_id, a.key,
+           a.tokens - (SELECT count(*) FROM locked k
+                       WHERE k.limit_id = a.limit_id AND k.key = a.key),
+           c.now
+    FROM allowance a CROSS JOIN clock c
+    WHERE a.rate_per_sec IS NOT NULL
+    ON CONFLICT (limit_id, key) DO UPDATE
+    SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at
+)
+UPDATE mdm.aa_job j
+SET status = 'running', claimed_by = :worker, claimed_at = now(), attempts = j.attempts + 1
+WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
+RETURNING j.id, j.tenant_id, j.job_kind::text AS kind, CAST(j.payload AS text) AS payload,
+          j.priority, j.attempts, j.max_attempts, j.available_at, j.claimed_at, j.created_at,
+          j.idempotency_key;
+
 -- name: job_claim_local_settings
 -- The claim connection's settings (queue/claimer.py says why each is there) for one claim's
 -- transaction only: behind a transaction pooler a session setting would stay on a server

@@ -39,6 +39,7 @@ from postrelay.queue.enqueue import (
     job_kinds,
     validated_job,
 )
+from postrelay.queue.limits import Limit, limit_list, limit_remove, limit_set, parse_rate
 from postrelay.queue.maintenance import (
     AUDIT_TARGET,
     RETENTION_KIND,
@@ -73,6 +74,7 @@ __all__ = [
     "FixedBackoff",
     "INT_MAX",
     "Job",
+    "Limit",
     "JobSpec",
     "JobView",
     "LIST_LIMIT_MAX",
@@ -119,8 +121,12 @@ __all__ = [
     "job_get",
     "job_kinds",
     "job_list",
+    "limit_list",
+    "limit_remove",
+    "limit_set",
     "jobs_cancel",
     "maintenance_interval",
+    "parse_rate",
     "pause",
     "pause_list",
     "queue_status",

@@ -412,8 +412,11 @@ WITH clock AS MATERIALIZED (
     ON CONFLICT (limit_id, key) DO UPDATE
     SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at
 )
+-- claimed_at is the moment the buckets were drawn (not the transaction's start, which
+-- came before the wait for job_limit_lock): claims per second read from it keep to the rate.
 UPDATE mdm.aa_job j
-SET status = 'running', claimed_by = :worker, claimed_at = now(), attempts = j.attempts + 1
+SET status = 'running', claimed_by = :worker, claimed_at = (SELECT now FROM clock),
+    attempts = j.attempts + 1
 WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
 RETURNING j.id, j.tenant_id, j.job_kind::text AS kind, CAST(j.payload AS text) AS payload,
           j.priority, j.attempts, j.max_attempts, j.available_at, j.claimed_at, j.created_at,

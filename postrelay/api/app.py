@@ -20,6 +20,7 @@ from postrelay.api.routers import (
     dlq,
     health,
     jobs,
+    limits,
     metrics,
     outbox,
     pauses,
@@ -58,7 +59,8 @@ def create_app(settings: Settings, db: Database) -> FastAPI:
     app.state.metrics_registry = metrics_registry(engine)
     install_error_handlers(app)
     # dlq before jobs: `/jobs/dlq` must match the DLQ route, not `/jobs/{id}`.
-    for module in (health, metrics, dlq, cancel, jobs, cron, outbox, pauses, unsubscribe):
+    for module in (health, metrics, dlq, cancel, jobs, cron, outbox, pauses, limits,
+                   unsubscribe):
         app.include_router(module.router)
     # Outermost, also for the dashboard mounted beside (postrelay/web.py): a body over the
     # limit is refused before any endpoint or form parser reads it.

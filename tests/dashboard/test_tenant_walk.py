@@ -26,7 +26,7 @@ from starlette.routing import Mount, Route
 
 from postrelay.core.db import Database, sqlalchemy_url
 from postrelay.core.settings import Settings
-from postrelay.queue import pause
+from postrelay.queue import limit_set, pause
 from postrelay.queue.cron import cron_create
 from postrelay.web import create_web_app
 from tests.dashboard.conftest import (
@@ -157,6 +157,19 @@ WALK: dict[tuple[str, str], Probe] = {
         (w.api.post("/v1/functions/pauses/resume",
                     json={"tenantId": str(w.b.tenant), "kind": "reindex"}), {400}),
         (w.api.post("/v1/functions/pauses/resume", json={"kind": "reindex"}), {404}),
+    ],
+    # --- the API: limits (B has one of its own) -----------------------------------------
+    ("GET", "/v1/functions/limits"): lambda w: one(w.api.get("/v1/functions/limits"), {200}),
+    ("POST", "/v1/functions/limits"): lambda w: [
+        (w.api.post("/v1/functions/limits", json={"kind": "reindex", "concurrency": 1,
+                                                  "tenantId": str(w.b.tenant)}), {400}),
+        (w.api.post("/v1/functions/limits", json={"kind": "bulk_import", "concurrency": 2}),
+         {200}),  # A's own
+    ],
+    ("POST", "/v1/functions/limits/remove"): lambda w: [
+        (w.api.post("/v1/functions/limits/remove",
+                    json={"kind": "reindex", "tenantId": str(w.b.tenant)}), {400}),
+        (w.api.post("/v1/functions/limits/remove", json={"kind": "reindex"}), {404}),
     ],
     ("DELETE", "/v1/functions/jobs/{id}"): lambda w: one(
         w.api.delete(f"/v1/functions/jobs/{w.b.dead_job}"), {404}),
@@ -365,6 +378,8 @@ def b_rows(engine: Engine, other_tenant: uuid.UUID) -> B:
                           "CAST(:d AS jsonb))"),
                      {"j": dead, "t": other_tenant, "m": MARK, "d": f'{{"why": "{MARK}"}}'})
         pause(conn, actor=MARK, kind="reindex", tenant_id=other_tenant)
+        limit_set(conn, actor=MARK, kind="reindex", tenant_id=other_tenant, concurrency=7,
+                  key=MARK.replace("-", "_"))
     return B(other_tenant, dead, done, pending, log, dead_event, handled_event,
              B_CRON, B_KEY)
 
@@ -413,6 +428,8 @@ def b_snapshot(engine: Engine, b: B) -> dict[str, list[Any]]:
         "emails": "SELECT id, status FROM mdm.aa_email_log WHERE tenant_id = :t ORDER BY id",
         "pauses": "SELECT job_kind::text, paused_by, paused_at FROM mdm.aa_job_pause "
                   "WHERE tenant_id = :t ORDER BY id",
+        "limits": "SELECT job_kind::text, key_path, concurrency, created_by "
+                  "FROM mdm.aa_job_limit WHERE tenant_id = :t ORDER BY id",
     }
     with engine.connect() as conn:
         return {name: [tuple(r) for r in conn.execute(text(sql), {"t": b.tenant})]

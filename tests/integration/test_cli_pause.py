@@ -44,3 +44,28 @@ def test_bad_input_is_one_line_naming_the_field_and_nothing_is_written(worker_en
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM mdm.aa_job_pause")).scalar_one() == 0
         assert conn.execute(text("SELECT count(*) FROM mdm.aa_flow_audit")).scalar_one() == 0
+
+
+def test_limits_set_list_rm(worker_env, engine, tenant):
+    out = run(worker_env, "limits", "set", "--kind", "email_send", "--rate", "14/s",
+              "--concurrency", "20", "--key", "domain").stdout
+    assert out.strip() == ("limit set: kind email_send, per domain: 14/s (burst 14), "
+                           "at most 20 running")
+    run(worker_env, "limits", "set", "--kind", "email_send", "--tenant", str(tenant),
+        "--rate", "600/min", "--burst", "3")
+    table = run(worker_env, "limits", "list").stdout.splitlines()
+    assert table[0].split() == ["KIND", "TENANT", "KEY", "RATE", "BURST", "CONCURRENCY", "BY",
+                                "SINCE"]
+    assert table[2].split()[:6] == ["email_send", "(every", "tenant)", "domain", "14/s", "14"]
+    assert table[3].split()[:5] == ["email_send", str(tenant), "-", "10/s", "3"]
+    listed = json.loads(run(worker_env, "limits", "list", "--json").stdout)
+    assert [lim["key_path"] for lim in listed] == [["domain"], None]
+    run(worker_env, "limits", "rm", "--kind", "email_send")
+    assert len(json.loads(run(worker_env, "limits", "list", "--json").stdout)) == 1
+    for args, message in ((["--rate", "0/s"], "rate: must be more than 0"),
+                          (["--rate", "lots"], "rate: must be a number per s"),
+                          (["--concurrency", "0"], "concurrency: must be a whole number")):
+        done = run(worker_env, "limits", "set", "--kind", "reindex", *args, ok=False)
+        assert done.returncode == 1 and message in done.stderr, done.stderr
+    gone = run(worker_env, "limits", "rm", "--kind", "reindex", ok=False)
+    assert gone.returncode == 1 and "no limit for kind reindex" in gone.stderr

@@ -240,6 +240,13 @@ WALK: dict[tuple[str, str], Probe] = {
                 tenant=str(w.b.tenant)), OWN),
         (w.form("/dashboard/pauses", action="pause", all="1"), {400}),
     ],
+    ("POST", "/dashboard/limits"): lambda w: [
+        # As with pauses: a tenant session's scope is its own tenant, whatever it sends.
+        (w.form("/dashboard/limits", action="remove", kind="reindex",
+                tenant=str(w.b.tenant)), {404}),
+        (w.form("/dashboard/limits", action="set", kind="virus_scan", concurrency="2",
+                tenant=str(w.b.tenant)), OWN),
+    ],
     ("POST", "/dashboard/jobs/{job_id}/cancel"): lambda w: [
         (w.form(f"/dashboard/jobs/{j}/cancel"), {404})
         for j in (w.b.pending_job, w.b.done_job, w.b.dead_job)],

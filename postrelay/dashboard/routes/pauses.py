@@ -1,7 +1,8 @@
-"""Pauses: what is paused, since when and by whom; pause a kind, a tenant, a kind within a
-tenant, or everything, and resume. Through queue.pauses, as the CLI and the API do, so the
-audit rows and the messages are theirs. A tenant session sees its own pauses and the
-installation-wide ones, and pauses and resumes only within its own tenant."""
+"""Flow control: what is paused, since when and by whom, and the rate and concurrency
+limits; pause a kind, a tenant, a kind within a tenant, or everything, and resume; set and
+remove limits. Through queue.pauses and queue.limits, as the CLI and the API do, so the
+audit rows and the messages are theirs. A tenant session sees its own pauses and limits
+and the installation-wide ones, and changes them only within its own tenant."""
 
 from __future__ import annotations
 
@@ -25,7 +26,15 @@ from postrelay.dashboard.web import (
     render,
     tenant_names,
 )
-from postrelay.queue import job_kinds, pause, pause_list, resume
+from postrelay.queue import (
+    job_kinds,
+    limit_list,
+    limit_remove,
+    limit_set,
+    pause,
+    pause_list,
+    resume,
+)
 
 router = APIRouter()
 
@@ -59,6 +68,47 @@ def pauses_apply(request: Request, user: CurrentUser, engine: Db, form: Form) ->
     return redirect(request, "/pauses", done=f"{action}d {shown}")
 
 
+LIMIT_FIELDS = ("action", "kind", "tenant", "rate", "burst", "concurrency", "key")
+
+
+@router.post("/limits")
+def limits_apply(request: Request, user: CurrentUser, engine: Db, form: Form) -> Response:
+    """`action` set or remove; `kind`, `tenant` (a tenant session's own, whatever is sent),
+    and for set `rate`, `burst`, `concurrency`, `key` (blank: none)."""
+    values = {f: (first(form, f) or "").strip() for f in LIMIT_FIELDS}
+    try:
+        action = values["action"]
+        if action not in ("set", "remove"):
+            raise ValidationError("action", "must be set or remove")
+        tenant = _tenant(user, optional_uuid("tenant", values["tenant"]), False)
+        with engine.begin() as conn:
+            if action == "set":
+                found = limit_set(
+                    conn, actor=user.actor, kind=values["kind"], tenant_id=tenant,
+                    rate=values["rate"] or None, burst=_number("burst", values["burst"]),
+                    concurrency=_number("concurrency", values["concurrency"]),
+                    key=values["key"] or None)
+            else:
+                found = limit_remove(conn, actor=user.actor, kind=values["kind"],
+                                     tenant_id=tenant)
+    except ValidationError as exc:
+        field = API_FIELD_NAMES.get(exc.field, exc.field)
+        return _page(request, user, engine, values, None, f"{field}: {exc.rule}", 400)
+    except NotFoundError as exc:
+        return _page(request, user, engine, values, None, str(exc), 404)
+    done = "limit set" if action == "set" else "limit removed"
+    return redirect(request, "/pauses", done=f"{done}: {found.describe()}")
+
+
+def _number(field: str, text: str) -> int | None:
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ValidationError(field, f"must be a whole number, got {text[:20]!r}") from None
+
+
 def _tenant(user: User, requested: UUID | None, everything: bool) -> UUID | None:
     if user.is_service_role:
         return requested
@@ -71,9 +121,10 @@ def _page(request: Request, user: User, engine: Engine, values: dict[str, str],
           flash: str | None, error: str | None, status: int) -> HTMLResponse:
     with engine.begin() as conn:
         pauses = pause_list(conn, tenant_id=user.tenant_id)
+        limits = limit_list(conn, tenant_id=user.tenant_id)
         kinds = job_kinds(conn)
         tenants = tenant_names(conn, user)
     return render(request, "pauses.html", {
-        "pauses": pauses, "kinds": kinds, "tenants": tenants, "values": values,
+        "pauses": pauses, "limits": limits, "kinds": kinds, "tenants": tenants, "values": values,
         "flash": flash, "error": error,
     }, user=user, status=status)

@@ -56,8 +56,8 @@ def test_limits_set_list_rm(worker_env, engine, tenant):
     table = run(worker_env, "limits", "list").stdout.splitlines()
     assert table[0].split() == ["KIND", "TENANT", "KEY", "RATE", "BURST", "CONCURRENCY", "BY",
                                 "SINCE"]
-    assert table[2].split()[:6] == ["email_send", "(every", "tenant)", "domain", "14/s", "14"]
-    assert table[3].split()[:5] == ["email_send", str(tenant), "-", "10/s", "3"]
+    assert table[1].split()[:6] == ["email_send", "(every", "tenant)", "domain", "14/s", "14"]
+    assert table[2].split()[:5] == ["email_send", str(tenant), "-", "10/s", "3"]
     listed = json.loads(run(worker_env, "limits", "list", "--json").stdout)
     assert [lim["key_path"] for lim in listed] == [["domain"], None]
     run(worker_env, "limits", "rm", "--kind", "email_send")

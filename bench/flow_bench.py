@@ -25,7 +25,7 @@ from bench.harness import (
     reset_queue,
     wait_until,
 )
-from postrelay.queue import enqueue, ensure_tenant
+from postrelay.queue import enqueue, ensure_tenant, limit_remove, limit_set
 
 FAIR = {"POSTRELAY_FAIR_CLAIMING": "true"}
 UNFAIR = {"POSTRELAY_FAIR_CLAIMING": "false"}
@@ -145,3 +145,42 @@ def _pending(conn, tenant: UUID) -> int:  # type: ignore[no-untyped-def]
 def _unclaimed(conn, ids: list[UUID]) -> int:  # type: ignore[no-untyped-def]
     return conn.execute("SELECT count(*) FROM mdm.aa_job WHERE id = ANY(%s) "
                         "AND claimed_at IS NULL", (ids,)).fetchone()[0]
+
+
+@dataclass(frozen=True)
+class Achieved:
+    per_sec: float
+    busiest_second: int
+
+
+def rate_achieved(bench: BenchDatabase, rate: int, burst: int, workers: int, secs: float,
+                  concurrency: int = 50) -> Achieved:
+    """Claims per second under a limit of `rate`/s (burst `burst`) on the drained kind,
+    with `workers` worker processes, over `secs` seconds from one second after the first
+    claim (the burst and the start-up left out); and the most claims in any one second."""
+    prefill(bench, int(rate * (secs + 3) * 1.2))
+    with bench.engine.begin() as conn:
+        limit_set(conn, actor="bench", kind="reindex", rate=f"{rate}/s", burst=burst)
+    try:
+        procs = [WorkerProcess(bench, "bench.noop_app", concurrency, env={})
+                 for _ in range(workers)]
+        with bench.connect(autocommit=True) as watch:
+            for proc in procs:
+                proc.__enter__()
+            try:
+                wait_until(lambda: done_count(watch) >= rate * (secs + 2), poll=0.2,
+                           timeout=secs * 5 + 60, worker=procs[0], what="the limited drain")
+            finally:
+                for proc in procs:
+                    proc.stop()
+            count, busiest = watch.execute(
+                "WITH c AS (SELECT claimed_at FROM mdm.aa_job WHERE claimed_at IS NOT NULL), "
+                "t AS (SELECT min(claimed_at) + interval '1 second' AS t0 FROM c) "
+                "SELECT (SELECT count(*) FROM c, t WHERE claimed_at >= t.t0 "
+                "        AND claimed_at < t.t0 + make_interval(secs => %s)), "
+                "       (SELECT max(n) FROM (SELECT count(*) AS n FROM c "
+                "        GROUP BY date_trunc('second', claimed_at)) s)", (secs,)).fetchone()
+    finally:
+        with bench.engine.begin() as conn:
+            limit_remove(conn, actor="bench", kind="reindex")
+    return Achieved(count / secs, busiest)

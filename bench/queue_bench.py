@@ -30,7 +30,12 @@ from pathlib import Path
 
 from bench.drain_bench import baseline_drain, worker_drain
 from bench.enqueue_bench import enqueue_batches, enqueue_one_per_txn
-from bench.flow_bench import drain_variants, pickup_behind_backlog, tenants_drain
+from bench.flow_bench import (
+    drain_variants,
+    pickup_behind_backlog,
+    rate_achieved,
+    tenants_drain,
+)
 from bench.harness import BenchDatabase, Row, bench_database, met, print_table, rate, ratio
 from bench.latency_bench import pickup_latencies, polling_pickup_latency
 from tests.pgbouncer import PgBouncer, pgbouncer
@@ -42,6 +47,7 @@ DRAIN_TARGET = 0.5  # x the batched psycopg baseline, one worker process
 P50_TARGET_MS, P99_TARGET_MS = 2.0, 5.0
 FAIR_DRAIN_TARGET = 0.95  # x the drain without fair claiming (and x --base-tree's)
 FAIR_PICKUP_P99_TARGET_MS = 50.0
+LIMIT_RATE, LIMIT_BURST, LIMIT_WORKERS = 500, 50, 4
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -291,6 +297,10 @@ def _flow_rows(bench: BenchDatabase, args: argparse.Namespace) -> list[Row]:
     _progress(f"flow: tenant B's pickup behind {args.flow_backlog} jobs of tenant A "
               f"({args.flow_samples} jobs, one every 20 ms)")
     pickup = pickup_behind_backlog(bench, args.flow_backlog, args.flow_samples, 10)
+    secs = 5.0 if args.quick else 10.0
+    _progress(f"flow: a limit of {LIMIT_RATE}/s (burst {LIMIT_BURST}) with {LIMIT_WORKERS} "
+              f"workers ({secs:g} s measured)")
+    achieved = rate_achieved(bench, LIMIT_RATE, LIMIT_BURST, LIMIT_WORKERS, secs)
     fair, unfair = one["fair"].per_sec, one["unfair"].per_sec
     target = f">= {FAIR_DRAIN_TARGET}x"
     rows = [Row(f"drain, fair claiming on, vs off (1 tenant, c{concurrency})", rate(fair),
@@ -310,6 +320,12 @@ def _flow_rows(bench: BenchDatabase, args: argparse.Namespace) -> list[Row]:
         Row("  same, p99 / max", f"{pickup.p99 * 1000:.1f} ms", f"{pickup.max * 1000:.1f} ms",
             "", f"<= {FAIR_PICKUP_P99_TARGET_MS:g} ms",
             met(pickup.p99 * 1000 <= FAIR_PICKUP_P99_TARGET_MS)),
+        Row(f"rate under a {LIMIT_RATE}/s limit, {LIMIT_WORKERS} workers", rate(
+            achieved.per_sec), rate(LIMIT_RATE), ratio(achieved.per_sec, LIMIT_RATE),
+            "within 5%", met(abs(achieved.per_sec - LIMIT_RATE) <= 0.05 * LIMIT_RATE)),
+        Row("  same, most claims in one second", f"{achieved.busiest_second}",
+            f"{LIMIT_RATE + LIMIT_BURST}", "", "<= rate + burst",
+            met(achieved.busiest_second <= LIMIT_RATE + LIMIT_BURST)),
     ]
     args.notes += [f"flow drain, {name}: {d.detail()}" for name, d in one.items()]
     args.notes += [f"flow drain, {args.flow_tenants} tenants, {name}: {d.detail()}"

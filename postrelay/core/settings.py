@@ -16,12 +16,13 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from postrelay.core.errors import ConfigError
+from postrelay.core.errors import ConfigError, ValidationError
 from postrelay.core.limits import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_MAX_PAYLOAD_BYTES,
     MIN_MAX_PAYLOAD_BYTES,
 )
+from postrelay.core.rates import parse_rate
 
 ENV_PREFIX = "POSTRELAY_"
 POSTGRES_DRIVERS = ("postgres", "postgresql", "postgresql+psycopg", "postgresql+psycopg2")
@@ -113,6 +114,9 @@ class Settings(BaseSettings):
     # smtp_auth_pause_secs instead of failing every job against bad credentials.
     smtp_throttle_secs: float = Field(default=5.0, ge=0)
     smtp_auth_pause_secs: float = Field(default=60.0, ge=0)
+    # The most email_send jobs claimed per second across every worker ("14/s", "1000/min"):
+    # workers set the kind-wide email_send limit's rate to it as they start (queue/limits.py).
+    smtp_rate: str | None = None
     # Delivery feedback (README "Delivery feedback"). With a bounce domain, each message's
     # envelope sender is a signed VERP address on it (the From header is unchanged), and
     # the feedback secret signs it: required then, at least 16 characters.
@@ -162,6 +166,16 @@ class Settings(BaseSettings):
         """Whether workers and relays LISTEN for wake-ups: not behind a transaction pooler,
         which hands each transaction to any server connection."""
         return self.notify and self.pooler == "none"
+
+    @field_validator("smtp_rate")
+    @classmethod
+    def _rate(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                parse_rate(value)
+            except ValidationError as exc:
+                raise ValueError(exc.rule) from None
+        return value
 
     @field_validator("database_url")
     @classmethod

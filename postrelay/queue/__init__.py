@@ -39,7 +39,14 @@ from postrelay.queue.enqueue import (
     job_kinds,
     validated_job,
 )
-from postrelay.queue.limits import Limit, limit_list, limit_remove, limit_set, parse_rate
+from postrelay.queue.limits import (
+    Limit,
+    limit_ensure_rate,
+    limit_list,
+    limit_remove,
+    limit_set,
+    parse_rate,
+)
 from postrelay.queue.maintenance import (
     AUDIT_TARGET,
     RETENTION_KIND,
@@ -121,6 +128,7 @@ __all__ = [
     "job_get",
     "job_kinds",
     "job_list",
+    "limit_ensure_rate",
     "limit_list",
     "limit_remove",
     "limit_set",

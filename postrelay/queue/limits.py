@@ -24,15 +24,12 @@ from uuid import UUID
 from sqlalchemy import Connection
 
 from postrelay.core.errors import NotFoundError, ValidationError
+from postrelay.core.rates import parse_rate
 from postrelay.core.telemetry import event
 from postrelay.queue.admin import A, _actor, _check_kind, _uuid_or_none
 from postrelay.queue.pauses import F
 
-RATE_UNITS = {"s": 1.0, "sec": 1.0, "second": 1.0, "m": 60.0, "min": 60.0, "minute": 60.0,
-              "h": 3600.0, "hour": 3600.0}
-_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*([a-z]+)\s*$")
 _KEY_PART = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,62}$")
-MAX_RATE_PER_SEC = 1_000_000.0
 MAX_CAP = 1_000_000
 
 
@@ -62,27 +59,6 @@ class Limit:
         scope = f"kind {self.kind}" + (f", tenant {self.tenant_id}" if self.tenant_id else "")
         per = f", per {self.key}" if self.key else ""
         return f"{scope}{per}: {', '.join(parts)}"
-
-
-def parse_rate(text: str | float) -> float:
-    """Jobs per second from `14/s`, `1000/min`, `3600/h` (or a plain number per second).
-    ValidationError("rate", ...) for anything else, and for a rate of 0 or less."""
-    if isinstance(text, bool):
-        raise ValidationError("rate", "must be a rate such as 14/s or 1000/min")
-    if isinstance(text, int | float):
-        per_sec = float(text)
-    else:
-        match = _RATE.match(str(text).lower())
-        if match is None or match.group(2) not in RATE_UNITS:
-            raise ValidationError(
-                "rate", f"must be a number per s, min or h, such as 14/s or 1000/min; "
-                        f"got {str(text)[:40]!r}")
-        per_sec = float(match.group(1)) / RATE_UNITS[match.group(2)]
-    if not math.isfinite(per_sec) or per_sec <= 0:
-        raise ValidationError("rate", "must be more than 0")
-    if per_sec > MAX_RATE_PER_SEC:
-        raise ValidationError("rate", f"must be at most {MAX_RATE_PER_SEC:,.0f}/s")
-    return per_sec
 
 
 def limit_set(
@@ -115,6 +91,23 @@ def limit_set(
     found = Limit(**row._mapping)
     event("postrelay.queue.job_limit_set", limit=found.describe(), actor=actor)
     return found
+
+
+def limit_ensure_rate(conn: Connection, *, actor: str, kind: str, rate: str) -> bool:
+    """Make the kind-wide limit of `kind` have this rate (burst: one second's worth),
+    keeping its concurrency cap and key; returns whether anything changed (an unchanged
+    limit writes nothing, not even an audit row). For a setting that owns the rate, such
+    as POSTRELAY_SMTP_RATE, applied as each worker starts."""
+    per_sec = parse_rate(rate)
+    current = next((lim for lim in limit_list(conn) if lim.kind == kind
+                    and lim.tenant_id is None), None)
+    burst = max(1, math.ceil(per_sec))
+    if current is not None and current.rate_per_sec == per_sec and current.burst == burst:
+        return False
+    limit_set(conn, actor=actor, kind=kind, rate=per_sec, burst=burst,
+              concurrency=current.concurrency if current else None,
+              key=current.key if current else None)
+    return True
 
 
 def limit_remove(conn: Connection, *, actor: str, kind: str,

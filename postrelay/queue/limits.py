@@ -25,10 +25,11 @@ from sqlalchemy import Connection
 
 from postrelay.core.errors import NotFoundError, ValidationError
 from postrelay.core.rates import parse_rate
+from postrelay.core.sqlfiles import load_queries
 from postrelay.core.telemetry import event
 from postrelay.queue.admin import A, _actor, _check_kind, _uuid_or_none
-from postrelay.queue.pauses import F
 
+L = load_queries("postrelay.queue", "sql/limits.sql")
 _KEY_PART = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,62}$")
 MAX_CAP = 1_000_000
 
@@ -84,7 +85,7 @@ def limit_set(
     if per_sec is not None:
         burst = max(1, math.ceil(per_sec)) if burst is None else _count("burst", burst)
     cap = None if concurrency is None else _count("concurrency", concurrency)
-    row = conn.execute(F["job_limit_upsert"], {
+    row = conn.execute(L["job_limit_upsert"], {
         "kind": kind, "tenant_id": tenant, "key_path": _key_path(key),
         "rate_per_sec": per_sec, "burst": burst, "concurrency": cap, "actor": _actor(actor),
     }).one()
@@ -117,7 +118,7 @@ def limit_remove(conn: Connection, *, actor: str, kind: str,
         raise ValidationError("kind", "is required")
     _check_kind(conn, kind)
     tenant = _uuid_or_none("tenant_id", tenant_id)
-    row = conn.execute(F["job_limit_delete"], {"kind": kind, "tenant_id": tenant,
+    row = conn.execute(L["job_limit_delete"], {"kind": kind, "tenant_id": tenant,
                                                "actor": _actor(actor)}).first()
     if row is None:
         raise NotFoundError(f"no limit for kind {kind}"
@@ -130,7 +131,7 @@ def limit_remove(conn: Connection, *, actor: str, kind: str,
 def limit_list(conn: Connection, *, tenant_id: UUID | str | None = None) -> list[Limit]:
     """Every limit; with `tenant_id`, those that govern that tenant's jobs."""
     params = {"tenant_id": _uuid_or_none("tenant_id", tenant_id)}
-    return [Limit(**row._mapping) for row in conn.execute(F["job_limit_list"], params)]
+    return [Limit(**row._mapping) for row in conn.execute(L["job_limit_list"], params)]
 
 
 def _count(field: str, value: int) -> int:

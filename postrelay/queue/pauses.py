@@ -24,7 +24,7 @@ from postrelay.core.sqlfiles import load_queries
 from postrelay.core.telemetry import event
 from postrelay.queue.admin import A, _actor, _check_kind, _uuid_or_none, _wake_workers
 
-F = load_queries("postrelay.queue", "sql/flow.sql")
+F = load_queries("postrelay.queue", "sql/pauses.sql")
 
 
 @dataclass(frozen=True, slots=True)

@@ -119,7 +119,7 @@ WITH candidate AS MATERIALIZED (
       AND (CAST(:tenant_ids AS uuid[]) IS NULL OR tenant_id = ANY(CAST(:tenant_ids AS uuid[])))
       AND (CAST(:kinds AS mdm.job_kind[]) IS NULL
            OR job_kind = ANY(CAST(:kinds AS mdm.job_kind[])))
-      -- Pauses (sql/flow.sql). The uncorrelated EXISTS is an InitPlan, run once per claim:
+      -- Pauses (sql/pauses.sql). The uncorrelated EXISTS is an InitPlan, run once per claim:
       -- with nothing paused, the usual case, the rows pay nothing for it; with a pause,
       -- each row examined probes the few rows of aa_job_pause.
       AND (NOT EXISTS (SELECT FROM mdm.aa_job_pause)

@@ -61,7 +61,7 @@ async def job_claim(
     if fair is not None:
         statement = Q["job_claim_fair"]
         # A random start: when more tenants wait than one claim serves, every claim (of
-        # every worker) begins its round at another one.
+        # every worker) begins its round of them at another one.
         params.update(start=uuid4(), weight_tenants=fair.tenants, weights=fair.weights)
     if local_settings:
         rows = await driver_fetch_after(conn, Q["job_claim_local_settings"], statement, params)

@@ -28,8 +28,10 @@ def enqueue_jobs(engine, tenant, n: int, sleep: float = 0.0) -> None:
                             for _ in range(n)])
 
 
-def start_workers(workers: WorkerPool, engine, n: int = 4, concurrency: int = 4):
-    procs = [workers.start(app=FLOW_APP, concurrency=concurrency) for _ in range(n)]
+def start_workers(workers: WorkerPool, engine, n: int = 4, concurrency: int = 4,
+                  pooler: str = "none"):
+    procs = [workers.start(app=FLOW_APP, concurrency=concurrency,
+                           env={"POSTRELAY_POOLER": pooler}) for _ in range(n)]
     wait_registered(engine, *procs)
     return procs
 
@@ -73,11 +75,13 @@ def max_overlap(engine) -> int:
             "FROM public.flow_run a")).scalar_one() or 0
 
 
+# POSTRELAY_POOLER=transaction: the claim's settings are its transaction's own, no LISTEN.
+@pytest.mark.parametrize("pooler", ["none", "transaction"])
 def test_a_concurrency_cap_of_3_is_never_exceeded_across_four_workers(
-        workers: WorkerPool, engine, tenant, flow_runs):
+        workers: WorkerPool, engine, tenant, flow_runs, pooler):
     with engine.begin() as conn:
         limit_set(conn, actor=ACTOR, kind="virus_scan", concurrency=3)
-    start_workers(workers, engine)
+    start_workers(workers, engine, pooler=pooler)
     enqueue_jobs(engine, tenant, 40, sleep=0.15)
     wait_for(lambda: statuses(engine, "virus_scan") == [("done", 1)] * 40, timeout=120,
              what="every capped job to run")

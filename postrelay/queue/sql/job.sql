@@ -141,19 +141,23 @@ RETURNING j.id, j.tenant_id, j.job_kind::text AS kind, CAST(j.payload AS text) A
 
 -- name: job_claim_fair
 -- job_claim with the claim shared out across tenants (POSTRELAY_FAIR_CLAIMING, on by
--- default). Priority comes first: only the most urgent due level (`top`) is shared. Its
--- tenants are found by skipping through ix_job_fair (priority, tenant_id, available_at),
--- one index probe per tenant, from a random tenant id (:start) up and then round from the
--- lowest, so that when more tenants wait than a claim has jobs, each claim serves another
--- stretch of them: at most :demand tenants, each at least one job. Each tenant's share is
--- its weight's part of :demand (:weight_tenants / :weights; 1 when not named), and each
--- tenant's oldest due jobs fill it. What the shares leave (a tenant with fewer jobs than
--- its share) goes to the plain order of job_claim (`fill`), so no slot idles while work
--- waits. With one tenant this is job_claim plus a few index probes. The filters, the
--- pause check, the fences and the UPDATE by primary key are job_claim's, for its reasons;
--- `fill` skips the rows `fair` locked, which SKIP LOCKED would not (they are our own).
-WITH RECURSIVE top AS MATERIALIZED (
-    SELECT priority
+-- default). `plain` is job_claim's own choice: the :demand most urgent due jobs, whoever's.
+-- Its first job names the priority level to share (priority comes first) and the `seed`
+-- tenant, the owner of the oldest due job there. `walk` then skips through ix_job_fair
+-- (priority, tenant_id, available_at), one index probe per tenant, to other tenants with
+-- due work at that level, round from a random tenant id, so that when more tenants wait
+-- than a claim has jobs each claim serves another stretch of them; at most :demand, and
+-- their shares leave the seed at least one job. Each other tenant's share is its
+-- weight's part of :demand (:weight_tenants / :weights; 1 when not named), at least one,
+-- filled with its oldest due jobs (`picks`); the rest of the claim is `plain`'s jobs in
+-- order, so what a tenant with fewer jobs than its share leaves goes by priority and due
+-- time, and no slot idles while work waits. With one tenant this is job_claim plus a few
+-- index probes that find no other tenant: the one walk through the index past the jobs
+-- claimed just before (dead until vacuumed) is `plain`'s. `plain` rows left out stay
+-- locked until the statement ends (at most :demand). The filters, the pause check, the
+-- fences and the UPDATE by primary key are job_claim's, for its reasons.
+WITH RECURSIVE plain AS MATERIALIZED (
+    SELECT id, priority, available_at, tenant_id
     FROM mdm.aa_job
     WHERE status = 'pending'
       AND available_at <= now()
@@ -165,17 +169,23 @@ WITH RECURSIVE top AS MATERIALIZED (
                           WHERE (p.tenant_id IS NULL OR p.tenant_id = aa_job.tenant_id)
                             AND (p.job_kind IS NULL OR p.job_kind = aa_job.job_kind)))
     ORDER BY priority, available_at
-    LIMIT 1
+    LIMIT :demand
+    FOR UPDATE SKIP LOCKED
+), seed AS MATERIALIZED (
+    SELECT priority, tenant_id FROM plain ORDER BY priority, available_at LIMIT 1
 ), walk (tenant_id, lap, n) AS (
-    -- Lap 0 from :start up; lap 1 from the lowest id up to :start. A tenant is one with a
-    -- due, unpaused job at the top level of a kind (and tenant) this worker serves. The
-    -- bounds on tenant_id are plain comparisons, so that each step is one index probe; of
-    -- each UNION ALL ... LIMIT 1 the second branch runs only when the first finds none.
+    -- From a random id (:start) down, then from the highest id down to it: lap 0, lap 1.
+    -- Downwards, because each probe then lands on a tenant's newest jobs: its oldest, at
+    -- the front of its stretch of the index, are those claimed just before, whose entries
+    -- stay until vacuum and would be walked past. The bounds on tenant_id are plain
+    -- comparisons, so each step is one index probe; of each UNION ALL ... LIMIT 1 the
+    -- second branch runs only when the first finds none. The seed may turn up: it is
+    -- left out of the shares below.
     SELECT first.tenant_id, first.lap, 1
-    FROM top CROSS JOIN LATERAL (
+    FROM seed s CROSS JOIN LATERAL (
         (SELECT tenant_id, 0 AS lap FROM mdm.aa_job
-         WHERE status = 'pending' AND priority = top.priority
-           AND tenant_id > CAST(:start AS uuid)
+         WHERE status = 'pending' AND priority = s.priority
+           AND tenant_id < CAST(:start AS uuid)
            AND available_at <= now()
            AND (CAST(:tenant_ids AS uuid[]) IS NULL
                 OR tenant_id = ANY(CAST(:tenant_ids AS uuid[])))
@@ -185,12 +195,12 @@ WITH RECURSIVE top AS MATERIALIZED (
                 OR NOT EXISTS (SELECT FROM mdm.aa_job_pause p
                                WHERE (p.tenant_id IS NULL OR p.tenant_id = aa_job.tenant_id)
                                  AND (p.job_kind IS NULL OR p.job_kind = aa_job.job_kind)))
-         ORDER BY tenant_id
+         ORDER BY tenant_id DESC
          LIMIT 1)
         UNION ALL
         (SELECT tenant_id, 1 AS lap FROM mdm.aa_job
-         WHERE status = 'pending' AND priority = top.priority
-           AND tenant_id <= CAST(:start AS uuid)
+         WHERE status = 'pending' AND priority = s.priority
+           AND tenant_id >= CAST(:start AS uuid)
            AND available_at <= now()
            AND (CAST(:tenant_ids AS uuid[]) IS NULL
                 OR tenant_id = ANY(CAST(:tenant_ids AS uuid[])))
@@ -200,19 +210,19 @@ WITH RECURSIVE top AS MATERIALIZED (
                 OR NOT EXISTS (SELECT FROM mdm.aa_job_pause p
                                WHERE (p.tenant_id IS NULL OR p.tenant_id = aa_job.tenant_id)
                                  AND (p.job_kind IS NULL OR p.job_kind = aa_job.job_kind)))
-         ORDER BY tenant_id
+         ORDER BY tenant_id DESC
          LIMIT 1)
         LIMIT 1
     ) first
     UNION ALL
     SELECT next.tenant_id, next.lap, w.n + 1
-    FROM walk w CROSS JOIN top CROSS JOIN LATERAL (
+    FROM walk w CROSS JOIN seed s CROSS JOIN LATERAL (
         (SELECT tenant_id, w.lap AS lap FROM mdm.aa_job
-         WHERE status = 'pending' AND priority = top.priority
-           AND tenant_id > w.tenant_id
-           AND tenant_id <= CASE WHEN w.lap = 0
-                              THEN CAST('ffffffff-ffff-ffff-ffff-ffffffffffff' AS uuid)
-                              ELSE CAST(:start AS uuid) END
+         WHERE status = 'pending' AND priority = s.priority
+           AND tenant_id < w.tenant_id
+           AND tenant_id >= CASE WHEN w.lap = 0
+                                 THEN CAST('00000000-0000-0000-0000-000000000000' AS uuid)
+                                 ELSE CAST(:start AS uuid) END
            AND available_at <= now()
            AND (CAST(:tenant_ids AS uuid[]) IS NULL
                 OR tenant_id = ANY(CAST(:tenant_ids AS uuid[])))
@@ -222,12 +232,12 @@ WITH RECURSIVE top AS MATERIALIZED (
                 OR NOT EXISTS (SELECT FROM mdm.aa_job_pause p
                                WHERE (p.tenant_id IS NULL OR p.tenant_id = aa_job.tenant_id)
                                  AND (p.job_kind IS NULL OR p.job_kind = aa_job.job_kind)))
-         ORDER BY tenant_id
+         ORDER BY tenant_id DESC
          LIMIT 1)
         UNION ALL
         (SELECT tenant_id, 1 AS lap FROM mdm.aa_job
-         WHERE w.lap = 0 AND status = 'pending' AND priority = top.priority
-           AND tenant_id <= CAST(:start AS uuid)
+         WHERE w.lap = 0 AND status = 'pending' AND priority = s.priority
+           AND tenant_id >= CAST(:start AS uuid)
            AND available_at <= now()
            AND (CAST(:tenant_ids AS uuid[]) IS NULL
                 OR tenant_id = ANY(CAST(:tenant_ids AS uuid[])))
@@ -237,34 +247,37 @@ WITH RECURSIVE top AS MATERIALIZED (
                 OR NOT EXISTS (SELECT FROM mdm.aa_job_pause p
                                WHERE (p.tenant_id IS NULL OR p.tenant_id = aa_job.tenant_id)
                                  AND (p.job_kind IS NULL OR p.job_kind = aa_job.job_kind)))
-         ORDER BY tenant_id
+         ORDER BY tenant_id DESC
          LIMIT 1)
         LIMIT 1
     ) next
     WHERE w.n < :demand
 ), weighted AS MATERIALIZED (
-    SELECT w.tenant_id, w.n,
+    -- The tenants sharing this claim: the seed (n = 0) and the others the walk found.
+    SELECT t.tenant_id, t.n,
            COALESCE((SELECT x.weight
                      FROM unnest(CAST(:weight_tenants AS uuid[]), CAST(:weights AS integer[]))
                           AS x (tenant_id, weight)
-                     WHERE x.tenant_id = w.tenant_id), 1) AS weight
-    FROM walk w
-), shared AS MATERIALIZED (
+                     WHERE x.tenant_id = t.tenant_id), 1) AS weight
+    FROM (SELECT tenant_id, 0 AS n FROM seed
+          UNION ALL
+          SELECT w.tenant_id, w.n FROM walk w
+          WHERE w.tenant_id <> (SELECT tenant_id FROM seed)) AS t
+), shares AS MATERIALIZED (
+    -- The other tenants' shares in walk order, cut where they would leave the seed none.
     SELECT tenant_id,
-           GREATEST(1, floor(:demand * weight / sum(weight) OVER ()))::integer AS share, n
-    FROM weighted
-), capped AS MATERIALIZED (
-    -- The shares in walk order, cut where they reach :demand.
-    SELECT tenant_id,
-           LEAST(share, :demand - COALESCE(sum(share) OVER (ORDER BY n ROWS BETWEEN
-                                                            UNBOUNDED PRECEDING AND 1 PRECEDING),
-                                           0))::integer AS share
-    FROM shared
-), fair AS MATERIALIZED (
-    SELECT j.id
-    FROM capped c CROSS JOIN top CROSS JOIN LATERAL (
-        SELECT id FROM mdm.aa_job
-        WHERE status = 'pending' AND priority = top.priority AND tenant_id = c.tenant_id
+           LEAST(share, :demand - 1 - COALESCE(sum(share) OVER (ORDER BY n ROWS BETWEEN
+                                                                UNBOUNDED PRECEDING
+                                                                AND 1 PRECEDING), 0)) AS share
+    FROM (SELECT tenant_id, n,
+                 GREATEST(1, floor(:demand * weight / sum(weight) OVER ()))::integer AS share
+          FROM weighted) AS s
+    WHERE n > 0
+), picks AS MATERIALIZED (
+    SELECT j.id, j.priority, j.available_at
+    FROM shares c CROSS JOIN seed s CROSS JOIN LATERAL (
+        SELECT id, priority, available_at FROM mdm.aa_job
+        WHERE status = 'pending' AND priority = s.priority AND tenant_id = c.tenant_id
           AND available_at <= now()
           AND (CAST(:kinds AS mdm.job_kind[]) IS NULL
                OR job_kind = ANY(CAST(:kinds AS mdm.job_kind[])))
@@ -277,26 +290,15 @@ WITH RECURSIVE top AS MATERIALIZED (
         FOR UPDATE SKIP LOCKED
     ) j
     WHERE c.share > 0
-), fill AS MATERIALIZED (
-    SELECT id
-    FROM mdm.aa_job
-    WHERE status = 'pending'
-      AND available_at <= now()
-      AND (CAST(:tenant_ids AS uuid[]) IS NULL OR tenant_id = ANY(CAST(:tenant_ids AS uuid[])))
-      AND (CAST(:kinds AS mdm.job_kind[]) IS NULL
-           OR job_kind = ANY(CAST(:kinds AS mdm.job_kind[])))
-      AND (NOT EXISTS (SELECT FROM mdm.aa_job_pause)
-           OR NOT EXISTS (SELECT FROM mdm.aa_job_pause p
-                          WHERE (p.tenant_id IS NULL OR p.tenant_id = aa_job.tenant_id)
-                            AND (p.job_kind IS NULL OR p.job_kind = aa_job.job_kind)))
-      AND id <> ALL(ARRAY(SELECT id FROM fair))
+), rest AS MATERIALIZED (
+    SELECT id FROM plain
+    WHERE id <> ALL(ARRAY(SELECT id FROM picks))
     ORDER BY priority, available_at
-    LIMIT (SELECT :demand - count(*) FROM fair)
-    FOR UPDATE SKIP LOCKED
+    LIMIT (SELECT :demand - count(*) FROM picks)
 )
 UPDATE mdm.aa_job j
 SET status = 'running', claimed_by = :worker, claimed_at = now(), attempts = j.attempts + 1
-WHERE j.id = ANY(ARRAY(SELECT id FROM fair UNION ALL SELECT id FROM fill))
+WHERE j.id = ANY(ARRAY(SELECT id FROM picks UNION ALL SELECT id FROM rest))
 RETURNING j.id, j.tenant_id, j.job_kind::text AS kind, CAST(j.payload AS text) AS payload,
           j.priority, j.attempts, j.max_attempts, j.available_at, j.claimed_at, j.created_at,
           j.idempotency_key;

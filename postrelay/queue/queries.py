@@ -45,6 +45,7 @@ async def job_claim(
     kinds: Sequence[str] | None,
     local_settings: bool = False,
     fair: FairShares | None = None,
+    fair_start: UUID | None = None,
 ) -> list[Job]:
     """Claim up to `demand` jobs; with `fair`, shared out across the tenants waiting at the
     most urgent priority level (job_claim_fair). With `local_settings` (behind a
@@ -60,9 +61,9 @@ async def job_claim(
     statement = Q["job_claim"]
     if fair is not None:
         statement = Q["job_claim_fair"]
-        # A random start: when more tenants wait than one claim serves, every claim (of
-        # every worker) begins its round of them at another one.
-        params.update(start=uuid4(), weight_tenants=fair.tenants, weights=fair.weights)
+        # Where the round of tenants begins (see next_fair_start); random when not given.
+        params.update(start=fair_start or uuid4(), weight_tenants=fair.tenants,
+                      weights=fair.weights)
     if local_settings:
         rows = await driver_fetch_after(conn, Q["job_claim_local_settings"], statement, params)
     else:
@@ -114,6 +115,19 @@ async def job_claim_limited(
 async def job_limit_kinds(conn: AsyncConnection | psycopg.AsyncConnection[Any]) -> set[str]:
     """The kinds that have a limit of any scope."""
     return {row[0] for row in await driver_fetch(conn, Q["job_limit_kinds"], {})}
+
+
+def next_fair_start(start: UUID, jobs: Sequence[Job]) -> UUID:
+    """Where the next fair claim's round of tenants begins: at the last tenant this one
+    reached. job_claim_fair walks tenant ids downwards from `start` and then round from the
+    highest, so that is the lowest claimed tenant id at or above `start` when the round went
+    round, else the lowest below it. A worker that claims few jobs at a time thus serves its
+    tenants in turn instead of by chance."""
+    tenants = {job.tenant_id for job in jobs}
+    if not tenants:
+        return start
+    wrapped = [t for t in tenants if t >= start]
+    return min(wrapped) if wrapped else min(tenants)
 
 
 def _claim_order(job: Job) -> tuple[int, datetime]:

@@ -24,7 +24,7 @@ async def claim(database_url):
         async with engine.connect() as conn:
             jobs = await queries.job_claim(
                 conn, worker="w", demand=demand, tenant_ids=filters.get("tenant_ids"),
-                kinds=filters.get("kinds"), fair=fair)
+                kinds=filters.get("kinds"), fair=fair, fair_start=filters.get("fair_start"))
         return jobs
 
     yield run
@@ -126,3 +126,21 @@ async def test_a_fair_claim_takes_no_job_twice_and_locks_no_more_than_it_claims(
         assert len(jobs) <= 7
         seen += [j.id for j in jobs]
     assert len(seen) == len(set(seen)) == 33
+
+
+async def test_claims_of_one_job_serve_the_tenants_in_turn(engine, tenant, claim):
+    with engine.begin() as conn:
+        b = ensure_tenant(conn, "globex")
+        c = ensure_tenant(conn, "initech")
+    backlog(engine, tenant, 100, ago_secs=120)  # the oldest: tenant's job is always the seed
+    backlog(engine, b, 100, ago_secs=60)
+    backlog(engine, c, 100, ago_secs=60)
+    start = uuid.uuid4()
+    served = []
+    for _ in range(9):
+        jobs = await claim(1, fair_start=start)
+        served.append(jobs[0].tenant_id)
+        start = queries.next_fair_start(start, jobs)
+    # Round robin: each tenant once in every three claims.
+    assert Counter(served) == {tenant: 3, b: 3, c: 3}
+    assert all(len(set(served[i:i + 3])) == 3 for i in range(0, 9, 3))

@@ -145,9 +145,10 @@ RETURNING j.id, j.tenant_id, j.job_kind::text AS kind, CAST(j.payload AS text) A
 -- Its first job names the priority level to share (priority comes first) and the `seed`
 -- tenant, the owner of the oldest due job there. `walk` then skips through ix_job_fair
 -- (priority, tenant_id, available_at), one index probe per tenant, to other tenants with
--- due work at that level, round from a random tenant id, so that when more tenants wait
--- than a claim has jobs each claim serves another stretch of them; at most :demand, and
--- their shares leave the seed at least one job. Each other tenant's share is its
+-- due work at that level, round from :start (the worker passes where its last claim's
+-- round ended, queries.next_fair_start), so that when more tenants wait than a claim has
+-- jobs each claim serves the next stretch of them; at most :demand tenants, the seed
+-- among them if the round reaches it. Each other tenant's share is its
 -- weight's part of :demand (:weight_tenants / :weights; 1 when not named), at least one,
 -- filled with its oldest due jobs (`picks`); the rest of the claim is `plain`'s jobs in
 -- order, so what a tenant with fewer jobs than its share leaves goes by priority and due
@@ -174,7 +175,7 @@ WITH RECURSIVE plain AS MATERIALIZED (
 ), seed AS MATERIALIZED (
     SELECT priority, tenant_id FROM plain ORDER BY priority, available_at LIMIT 1
 ), walk (tenant_id, lap, n) AS (
-    -- From a random id (:start) down, then from the highest id down to it: lap 0, lap 1.
+    -- From :start down, then from the highest id down to it: lap 0, lap 1.
     -- Downwards, because each probe then lands on a tenant's newest jobs: its oldest, at
     -- the front of its stretch of the index, are those claimed just before, whose entries
     -- stay until vacuum and would be walked past. The bounds on tenant_id are plain
@@ -264,11 +265,12 @@ WITH RECURSIVE plain AS MATERIALIZED (
           SELECT w.tenant_id, w.n FROM walk w
           WHERE w.tenant_id <> (SELECT tenant_id FROM seed)) AS t
 ), shares AS MATERIALIZED (
-    -- The other tenants' shares in walk order, cut where they would leave the seed none.
+    -- The other tenants' shares in walk order, cut where they reach :demand. The seed's
+    -- share is what they leave, taken from `plain`.
     SELECT tenant_id,
-           LEAST(share, :demand - 1 - COALESCE(sum(share) OVER (ORDER BY n ROWS BETWEEN
-                                                                UNBOUNDED PRECEDING
-                                                                AND 1 PRECEDING), 0)) AS share
+           LEAST(share, :demand - COALESCE(sum(share) OVER (ORDER BY n ROWS BETWEEN
+                                                            UNBOUNDED PRECEDING
+                                                            AND 1 PRECEDING), 0)) AS share
     FROM (SELECT tenant_id, n,
                  GREATEST(1, floor(:demand * weight / sum(weight) OVER ()))::integer AS share
           FROM weighted) AS s

@@ -165,6 +165,9 @@ class WorkerProcess:
     env: dict[str, str] = field(default_factory=dict)
     profile_out: Path | None = None
     argv: list[str] | None = None
+    # Where it runs, and so which postrelay it imports: another checkout (an older commit's
+    # tree, say) measures that code against this run's database.
+    cwd: Path = REPO_ROOT
     proc: subprocess.Popen[bytes] | None = None
     _stderr: Any = None
 
@@ -184,7 +187,7 @@ class WorkerProcess:
         self._stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
             [sys.executable, *argv],
-            cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=self._stderr,
+            cwd=self.cwd, env=env, stdin=subprocess.DEVNULL, stdout=self._stderr,
             stderr=subprocess.STDOUT,
         )
         return self

@@ -30,15 +30,24 @@ from pathlib import Path
 
 from bench.drain_bench import baseline_drain, worker_drain
 from bench.enqueue_bench import enqueue_batches, enqueue_one_per_txn
+from bench.flow_bench import (
+    drain_variants,
+    pickup_behind_backlog,
+    rate_achieved,
+    tenants_drain,
+)
 from bench.harness import BenchDatabase, Row, bench_database, met, print_table, rate, ratio
 from bench.latency_bench import pickup_latencies, polling_pickup_latency
 from tests.pgbouncer import PgBouncer, pgbouncer
 
-SECTIONS = ("enqueue", "batch", "drain", "latency")
+SECTIONS = ("enqueue", "batch", "drain", "latency", "flow")
 ENQUEUE_TARGET = 0.9  # x the psycopg baseline
 BATCH_TARGET = 50_000  # jobs/s
 DRAIN_TARGET = 0.5  # x the batched psycopg baseline, one worker process
 P50_TARGET_MS, P99_TARGET_MS = 2.0, 5.0
+FAIR_DRAIN_TARGET = 0.95  # x the drain without fair claiming (and x --base-tree's)
+FAIR_PICKUP_P99_TARGET_MS = 50.0
+LIMIT_RATE, LIMIT_BURST, LIMIT_WORKERS = 500, 50, 4
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -59,6 +68,8 @@ def main(argv: list[str] | None = None) -> None:
             rows += _drain_rows(bench, args)
         if "latency" in args.only:
             rows += _latency_rows(bench, args)
+        if "flow" in args.only:
+            rows += _flow_rows(bench, args)
     print()
     print_table(rows)
     if args.notes:
@@ -79,6 +90,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                         help="run only this section (repeatable; default all)")
     parser.add_argument("--pgbouncer", action="store_true",
                         help="drain and pick up through PgBouncer too (transaction mode)")
+    parser.add_argument("--base-tree", type=Path, metavar="DIR",
+                        help="flow: drain also with the postrelay in DIR (another checkout, "
+                             "e.g. `git archive` of an older commit) against this database")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="run the drain workers under cProfile, writing DIR/worker-cC.prof")
     args = parser.parse_args(argv)
@@ -91,6 +105,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         1_000: 20_000, 10_000: 50_000}
     args.per_txn_jobs = min(args.jobs, 500 if args.quick else 2_000)
     args.latency_jobs = 100 if args.quick else 300
+    args.flow_rounds = 2 if args.quick else 3
+    args.flow_tenants = 1_000
+    args.flow_backlog = 20_000 if args.quick else 100_000
+    args.flow_samples = 100 if args.quick else 250
     return args
 
 
@@ -265,6 +283,60 @@ def _latency_rows(bench: BenchDatabase, args: argparse.Namespace) -> list[Row]:
         Row("  same from the INSERT, p50", ms(ours.from_insert_p50), ms(floor.from_insert_p50)),
         *pooled_rows,
     ]
+
+
+def _flow_rows(bench: BenchDatabase, args: argparse.Namespace) -> list[Row]:
+    concurrency = 50
+    _progress(f"flow: one tenant's drain, fair claiming off and on"
+              f"{' and the base tree' if args.base_tree else ''}, {args.flow_rounds} rounds "
+              f"({args.jobs} jobs, concurrency {concurrency})")
+    one = drain_variants(bench, args.jobs, concurrency, args.flow_rounds, args.base_tree)
+    _progress(f"flow: {args.flow_tenants} tenants interleaved, fair off and on "
+              f"({args.jobs} jobs)")
+    many = tenants_drain(bench, args.jobs, args.flow_tenants, concurrency, args.flow_rounds)
+    _progress(f"flow: tenant B's pickup behind {args.flow_backlog} jobs of tenant A "
+              f"({args.flow_samples} jobs, one every 20 ms)")
+    pickup = pickup_behind_backlog(bench, args.flow_backlog, args.flow_samples, 10)
+    _progress(f"flow: the same pickup with no backlog ({args.flow_samples} jobs)")
+    idle = pickup_behind_backlog(bench, 0, args.flow_samples, 10)
+    secs = 5.0 if args.quick else 10.0
+    _progress(f"flow: a limit of {LIMIT_RATE}/s (burst {LIMIT_BURST}) with {LIMIT_WORKERS} "
+              f"workers ({secs:g} s measured)")
+    achieved = rate_achieved(bench, LIMIT_RATE, LIMIT_BURST, LIMIT_WORKERS, secs)
+    fair, unfair = one["fair"].per_sec, one["unfair"].per_sec
+    target = f">= {FAIR_DRAIN_TARGET}x"
+    rows = [Row(f"drain, fair claiming on, vs off (1 tenant, c{concurrency})", rate(fair),
+                rate(unfair), ratio(fair, unfair), target, met(fair >= FAIR_DRAIN_TARGET * unfair))]
+    if "base" in one:
+        base = one["base"].per_sec
+        rows += [Row("  same, vs the base tree's drain", rate(fair), rate(base),
+                     ratio(fair, base), target, met(fair >= FAIR_DRAIN_TARGET * base)),
+                 Row("  fair claiming off, vs the base tree's", rate(unfair), rate(base),
+                     ratio(unfair, base))]
+    m_fair, m_unfair = many["fair"].per_sec, many["unfair"].per_sec
+    rows += [
+        Row(f"drain, {args.flow_tenants:,} tenants interleaved, fair vs off", rate(m_fair),
+            rate(m_unfair), ratio(m_fair, m_unfair)),
+        Row(f"tenant B's claim pickup p50 behind A's {args.flow_backlog:,}, vs no backlog",
+            f"{pickup.p50 * 1000:.1f} ms", f"{idle.p50 * 1000:.1f} ms"),
+        Row("  same, p99, vs no backlog", f"{pickup.p99 * 1000:.1f} ms",
+            f"{idle.p99 * 1000:.1f} ms", "", f"<= {FAIR_PICKUP_P99_TARGET_MS:g} ms",
+            met(pickup.p99 * 1000 <= FAIR_PICKUP_P99_TARGET_MS)),
+        Row("  same, max, vs no backlog", f"{pickup.max * 1000:.1f} ms",
+            f"{idle.max * 1000:.1f} ms"),
+        Row(f"rate under a {LIMIT_RATE}/s limit, {LIMIT_WORKERS} workers", rate(
+            achieved.per_sec), rate(LIMIT_RATE), ratio(achieved.per_sec, LIMIT_RATE),
+            "within 5%", met(abs(achieved.per_sec - LIMIT_RATE) <= 0.05 * LIMIT_RATE)),
+        Row("  same, most claims in one second", f"{achieved.busiest_second}",
+            f"{LIMIT_RATE + LIMIT_BURST}", "", "<= rate + burst",
+            met(achieved.busiest_second <= LIMIT_RATE + LIMIT_BURST)),
+    ]
+    args.notes += [f"flow drain, {name}: {d.detail()}" for name, d in one.items()]
+    args.notes += [f"flow drain, {args.flow_tenants} tenants, {name}: {d.detail()}"
+                   for name, d in many.items()]
+    args.notes.append(f"tenant B's pickup: A's pending backlog {pickup.backlog_before:,} when "
+                      f"B's first job came, {pickup.backlog_after:,} after its last")
+    return rows
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ from postrelay.queue import (
     backoff_from,
     cleanup_handler,
     default_registry,
+    limit_ensure_rate,
     maintenance_interval,
 )
 from postrelay.relay import (
@@ -72,6 +73,9 @@ def import_apps(modules: Iterable[str]) -> None:
         importlib.import_module(name)
 
 
+SMTP_RATE_ACTOR = "settings:POSTRELAY_SMTP_RATE"
+
+
 @dataclass
 class WorkerProcess:
     worker: Worker
@@ -80,7 +84,15 @@ class WorkerProcess:
     # Released after the worker has stopped (the handlers' connections, the SMTP pool's).
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
+    # Applied before the worker claims: POSTRELAY_SMTP_RATE as the email_send limit's rate.
+    smtp_rate: str | None = None
+
     async def start(self) -> None:
+        if self.smtp_rate is not None:
+            rate = self.smtp_rate
+            async with self.worker.engine.begin() as conn:
+                await conn.run_sync(lambda sync: limit_ensure_rate(
+                    sync, actor=SMTP_RATE_ACTOR, kind="email_send", rate=rate))
         await self.worker.start()
         for service in (self.maintenance, self.scheduler):
             if service is not None:
@@ -146,6 +158,8 @@ def build_worker(
         default_timeout_secs=settings.job_timeout_secs,
         listen=settings.listens,
         claim_ahead_secs=settings.worker_claim_ahead_secs,
+        fair=settings.fair_claiming,
+        tenant_weights=dict(settings.tenant_weights),
     )
     backoff = backoff_from(
         settings.job_backoff, settings.job_retry_delay_secs, settings.job_backoff_max_secs
@@ -155,7 +169,8 @@ def build_worker(
     worker = Worker(engine, config, registry=handlers, backoff=backoff, listen_url=db.libpq_url,
                     metrics=metrics)
     if not maintenance:
-        return WorkerProcess(worker, None, None, [*handlers.closers, smtp.close])
+        return WorkerProcess(worker, None, None, [*handlers.closers, smtp.close],
+                             smtp_rate=settings.smtp_rate)
     keeper = Maintenance(
         engine,
         holder=worker.id,
@@ -164,7 +179,8 @@ def build_worker(
         rescuer=Rescuer(engine, lease_secs=settings.job_lease_secs, actor=worker.id),
     )
     scheduler = CronScheduler(engine, interval_secs=settings.cron_interval_secs)
-    return WorkerProcess(worker, keeper, scheduler, [*handlers.closers, smtp.close])
+    return WorkerProcess(worker, keeper, scheduler, [*handlers.closers, smtp.close],
+                         smtp_rate=settings.smtp_rate)
 
 
 def build_relay(

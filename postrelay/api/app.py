@@ -21,8 +21,10 @@ from postrelay.api.routers import (
     feedback,
     health,
     jobs,
+    limits,
     metrics,
     outbox,
+    pauses,
     unsubscribe,
 )
 from postrelay.core.db import Database
@@ -60,7 +62,8 @@ def create_app(settings: Settings, db: Database) -> FastAPI:
     app.state.provider_webhooks = ProviderWebhooks.from_settings(settings)
     install_error_handlers(app)
     # dlq before jobs: `/jobs/dlq` must match the DLQ route, not `/jobs/{id}`.
-    for module in (health, metrics, dlq, cancel, jobs, cron, outbox, unsubscribe, feedback):
+    for module in (health, metrics, dlq, cancel, jobs, cron, outbox, pauses, limits,
+                   unsubscribe, feedback):
         app.include_router(module.router)
     # Outermost, also for the dashboard mounted beside (postrelay/web.py): a body over the
     # limit is refused before any endpoint or form parser reads it.

@@ -41,8 +41,9 @@ def status_command(as_json: bool = JSON_OPT) -> None:
     with transaction() as conn:
         status = admin.queue_status(conn)
         names = _tenant_names(conn)
+        pauses = admin.pause_list(conn)
     if as_json:
-        print_json(status)
+        print_json({**dataclasses.asdict(status), "paused": pauses})
         return
     due_age = status.oldest_due_age_secs
     echo(table(["STATUS", "JOBS"], list(status.by_status.items())))
@@ -54,6 +55,12 @@ def status_command(as_json: bool = JSON_OPT) -> None:
             rows = [[label, *(groups[label].get(s, 0) for s in admin.STATUSES)]
                     for label in sorted(groups)]
             echo("\n" + table([title, *(s.upper() for s in admin.STATUSES)], rows))
+    if pauses:
+        rows = [[p.kind or "(every kind)",
+                 "(every tenant)" if p.tenant_id is None else names.get(p.tenant_id, p.tenant_id),
+                 p.paused_at, p.paused_by] for p in pauses]
+        echo("\nPAUSED (workers claim none of these)\n"
+             + table(["KIND", "TENANT", "SINCE", "BY"], rows))
 
 
 @jobs_app.command("list")

@@ -8,6 +8,7 @@ from postrelay.cli import (  # noqa: F401
     email,
     emails,
     feedback,
+    flow,
     relay,
     schema,
     webhooks,

@@ -6,7 +6,8 @@ Every field reads from the environment with the `POSTRELAY_` prefix, e.g.
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+from uuid import UUID
 
 import platformdirs
 import pydantic
@@ -15,12 +16,13 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from postrelay.core.errors import ConfigError
+from postrelay.core.errors import ConfigError, ValidationError
 from postrelay.core.limits import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     MAX_MAX_PAYLOAD_BYTES,
     MIN_MAX_PAYLOAD_BYTES,
 )
+from postrelay.core.rates import parse_rate
 
 ENV_PREFIX = "POSTRELAY_"
 POSTGRES_DRIVERS = ("postgres", "postgresql", "postgresql+psycopg", "postgresql+psycopg2")
@@ -57,6 +59,12 @@ class Settings(BaseSettings):
     # A worker with short jobs claims ahead of its free slots what it would start within
     # this long (queue/worker.py); 0: claim only for free slots.
     worker_claim_ahead_secs: float = Field(default=0.01, ge=0, le=10)
+    # Fair claiming: within a priority level, each claim is shared out across the tenants
+    # with due work, by weight (a tenant not named in tenant_weights weighs 1, e.g.
+    # POSTRELAY_TENANT_WEIGHTS='{"<tenant id>": 3}'). Off: strictly by priority, then due
+    # time, as one queue.
+    fair_claiming: bool = True
+    tenant_weights: dict[UUID, Annotated[int, Field(ge=1, le=1000)]] = Field(default_factory=dict)
     # Prometheus metrics of each worker process on http://HOST:PORT/metrics; unset: off.
     worker_metrics_port: int | None = Field(default=None, ge=1, le=65535)
     worker_metrics_host: str = "127.0.0.1"
@@ -105,6 +113,9 @@ class Settings(BaseSettings):
     # smtp_auth_pause_secs instead of failing every job against bad credentials.
     smtp_throttle_secs: float = Field(default=5.0, ge=0)
     smtp_auth_pause_secs: float = Field(default=60.0, ge=0)
+    # The most email_send jobs claimed per second across every worker ("14/s", "1000/min"):
+    # workers set the kind-wide email_send limit's rate to it as they start (queue/limits.py).
+    smtp_rate: str | None = None
     # Delivery feedback (README "Delivery feedback"). With a bounce domain, each message's
     # envelope sender is a signed VERP address on it (the From header is unchanged), and
     # the feedback secret signs it: required then, at least 16 characters.
@@ -184,6 +195,16 @@ class Settings(BaseSettings):
             raise ValueError(f"must be at least POSTRELAY_EMAIL_SOFT_BOUNCE_WINDOW_DAYS"
                              f" ({window:g}): soft bounces are counted from the feedback"
                              f" rows of that window")
+        return value
+
+    @field_validator("smtp_rate")
+    @classmethod
+    def _rate(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                parse_rate(value)
+            except ValidationError as exc:
+                raise ValueError(exc.rule) from None
         return value
 
     @field_validator("database_url")

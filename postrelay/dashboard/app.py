@@ -24,7 +24,7 @@ from postrelay.core.errors import (
 )
 from postrelay.core.settings import Settings
 from postrelay.core.telemetry import event
-from postrelay.dashboard.routes import auth, cron, dlq, emails, jobs, outbox, overview
+from postrelay.dashboard.routes import auth, cron, dlq, emails, jobs, outbox, overview, pauses
 from postrelay.dashboard.security import SecurityHeaders
 from postrelay.dashboard.session import SESSION_COOKIE, Signer
 from postrelay.dashboard.web import (
@@ -64,7 +64,7 @@ def create_dashboard(settings: Settings, db: Database, *,
     app.state.email_templates = Templates(settings.email_templates_dir)
     app.add_middleware(SecurityHeaders)
     _install_error_pages(app)
-    for module in (auth, overview, jobs, dlq, cron, outbox, emails):
+    for module in (auth, overview, jobs, dlq, cron, pauses, outbox, emails):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(packages=[("postrelay.dashboard", "static")]),
               name="static")

@@ -42,6 +42,14 @@ from postrelay.queue.enqueue import (
     job_kinds_async,
     validated_job,
 )
+from postrelay.queue.limits import (
+    Limit,
+    limit_ensure_rate,
+    limit_list,
+    limit_remove,
+    limit_set,
+    parse_rate,
+)
 from postrelay.queue.maintenance import (
     AUDIT_TARGET,
     RETENTION_KIND,
@@ -56,6 +64,7 @@ from postrelay.queue.maintenance import (
 from postrelay.queue.metrics import WorkerMetrics, serve_metrics
 from postrelay.queue.model import Job
 from postrelay.queue.outcome import PermanentError, RetryAfter, Snooze, StopJob
+from postrelay.queue.pauses import Pause, pause, pause_list, resume
 from postrelay.queue.registry import Registry, default_registry, handler
 from postrelay.queue.reserved import RESERVED_CRON_PREFIX, TENANT_FORBIDDEN_KINDS, check_kind
 from postrelay.queue.schema import STATUSES, SYSTEM_TENANT_ID
@@ -75,11 +84,13 @@ __all__ = [
     "FixedBackoff",
     "INT_MAX",
     "Job",
+    "Limit",
     "JobSpec",
     "JobView",
     "LIST_LIMIT_MAX",
     "MAX_DELAY_SECS",
     "Maintenance",
+    "Pause",
     "PermanentError",
     "REQUEUE_LIMIT_MAX",
     "RESERVED_CRON_PREFIX",
@@ -124,10 +135,18 @@ __all__ = [
     "job_kinds",
     "job_kinds_async",
     "job_list",
+    "limit_ensure_rate",
+    "limit_list",
+    "limit_remove",
+    "limit_set",
     "jobs_cancel",
     "maintenance_interval",
+    "parse_rate",
+    "pause",
+    "pause_list",
     "queue_status",
     "record_with_outcome",
+    "resume",
     "serve_metrics",
     "tenant_list",
     "validated_job",

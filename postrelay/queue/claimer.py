@@ -32,11 +32,15 @@ from postrelay.core.heldconn import HeldConnection
 #   than autovacuum analyzes the table, stale statistics promise a handful of pending rows
 #   and the planner picks a bitmap scan that sorts every pending row on every claim: with
 #   8,000 queued jobs each claim cost 1-5 ms of server CPU instead of 0.5 ms.
+# - jit = off: with enable_sort off, the few rows fair claiming sorts (job_claim_fair's
+#   shares, at most one per tenant in the claim) cost the planner's "disabled" penalty,
+#   which is far past jit_above_cost: compiling the statement then took 1-2 s per claim.
 _SESSION = (
     text("SET plan_cache_mode = force_generic_plan"),
     text("SET synchronous_commit = off"),
     text("SET enable_sort = off"),
     text("SET enable_bitmapscan = off"),
+    text("SET jit = off"),
 )
 
 

@@ -6,19 +6,34 @@ The statements themselves live in `sql/job.sql`; nothing here builds SQL.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import psycopg
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from postrelay.core import jsontext
-from postrelay.core.dbcall import driver_fetch, driver_fetch_after
+from postrelay.core.dbcall import driver_fetch, driver_fetch_after, psycopg_sql
 from postrelay.core.sqlfiles import load_queries
 from postrelay.queue.model import Job
 
 JOB_SQL = load_queries("postrelay.queue", "sql/job.sql")
+
+
+@dataclass(frozen=True, slots=True)
+class FairShares:
+    """Fair claiming's tenant weights (POSTRELAY_TENANT_WEIGHTS): a tenant not named
+    weighs 1. Kept as the two arrays job_claim_fair takes."""
+
+    tenants: list[UUID]
+    weights: list[int]
+
+    @classmethod
+    def of(cls, weights: dict[UUID, int] | None = None) -> FairShares:
+        pairs = sorted((weights or {}).items())
+        return cls([t for t, _ in pairs], [w for _, w in pairs])
 
 
 async def job_claim(
@@ -29,25 +44,91 @@ async def job_claim(
     tenant_ids: Sequence[UUID] | None,
     kinds: Sequence[str] | None,
     local_settings: bool = False,
+    fair: FairShares | None = None,
+    fair_start: UUID | None = None,
 ) -> list[Job]:
-    """Claim up to `demand` jobs. With `local_settings` (behind a transaction pooler, where
-    the claim connection cannot keep session settings), the claim's planner and commit
-    settings are set for its own transaction, in the same round trip."""
-    params = {
+    """Claim up to `demand` jobs; with `fair`, shared out across the tenants waiting at the
+    most urgent priority level (job_claim_fair). With `local_settings` (behind a
+    transaction pooler, where the claim connection cannot keep session settings), the
+    claim's planner and commit settings are set for its own transaction, in the same round
+    trip."""
+    params: dict[str, Any] = {
         "worker": worker,
         "demand": demand,
         "tenant_ids": list(tenant_ids) if tenant_ids else None,
         "kinds": list(kinds) if kinds else None,
     }
+    statement = JOB_SQL["job_claim"]
+    if fair is not None:
+        statement = JOB_SQL["job_claim_fair"]
+        # Where the round of tenants begins (see next_fair_start); random when not given.
+        params.update(start=fair_start or uuid4(), weight_tenants=fair.tenants,
+                      weights=fair.weights)
     if local_settings:
-        rows = await driver_fetch_after(conn, JOB_SQL["job_claim_local_settings"],
-                                        JOB_SQL["job_claim"], params)
+        rows = await driver_fetch_after(conn, JOB_SQL["job_claim_local_settings"], statement,
+                                        params)
     else:
-        rows = await driver_fetch(conn, JOB_SQL["job_claim"], params)
+        rows = await driver_fetch(conn, statement, params)
     jobs = [_claimed_job(*row) for row in rows]
     # In the order they were chosen, so that jobs held ahead of a slot start by priority.
     jobs.sort(key=_claim_order)
     return jobs
+
+
+# Candidates a limited claim considers per claim: beyond them, a job of a key that has
+# tokens waits behind the throttled keys ahead of it (sql/job.sql, job_claim_limited).
+LIMITED_CLAIM_SCAN = 1000
+
+
+async def job_claim_limited(
+    conn: AsyncConnection | psycopg.AsyncConnection[Any],
+    *,
+    worker: str,
+    demand: int,
+    tenant_ids: Sequence[UUID] | None,
+    kinds: Sequence[str],
+    local_settings: bool = False,
+) -> list[Job]:
+    """Claim up to `demand` jobs of limited `kinds`, as many as their limits allow: one
+    transaction, in which job_limit_lock makes limited claims of these kinds take turns
+    across every worker, and job_claim_limited claims in a statement of its own (so it
+    sees what the claim before it committed)."""
+    if isinstance(conn, AsyncConnection):
+        conn = (await conn.get_raw_connection()).driver_connection
+    params = {
+        "worker": worker,
+        "demand": demand,
+        "tenant_ids": list(tenant_ids) if tenant_ids else None,
+        "kinds": list(kinds),
+        "scan": max(LIMITED_CLAIM_SCAN, demand),
+    }
+    async with conn.transaction():
+        if local_settings:
+            await conn.execute(psycopg_sql(JOB_SQL["job_claim_local_settings"]))
+        await conn.execute(psycopg_sql(JOB_SQL["job_limit_lock"]), {"kinds": params["kinds"]})
+        cursor = await conn.execute(psycopg_sql(JOB_SQL["job_claim_limited"]), params)
+        rows = await cursor.fetchall()
+    jobs = [_claimed_job(*row) for row in rows]
+    jobs.sort(key=_claim_order)
+    return jobs
+
+
+async def job_limit_kinds(conn: AsyncConnection | psycopg.AsyncConnection[Any]) -> set[str]:
+    """The kinds that have a limit of any scope."""
+    return {row[0] for row in await driver_fetch(conn, JOB_SQL["job_limit_kinds"], {})}
+
+
+def next_fair_start(start: UUID, jobs: Sequence[Job]) -> UUID:
+    """Where the next fair claim's round of tenants begins: at the last tenant this one
+    reached. job_claim_fair walks tenant ids downwards from `start` and then round from the
+    highest, so that is the lowest claimed tenant id at or above `start` when the round went
+    round, else the lowest below it. A worker that claims few jobs at a time thus serves its
+    tenants in turn instead of by chance."""
+    tenants = {job.tenant_id for job in jobs}
+    if not tenants:
+        return start
+    wrapped = [t for t in tenants if t >= start]
+    return min(wrapped) if wrapped else min(tenants)
 
 
 def _claim_order(job: Job) -> tuple[int, datetime]:

@@ -7,6 +7,7 @@ from sqlalchemy import (
     BigInteger,
     CheckConstraint,
     Column,
+    Float,
     ForeignKey,
     Identity,
     Index,
@@ -89,6 +90,10 @@ job = Table(
     ),
     Index("ix_job_claimed_stale", "claimed_at", postgresql_where=text("status = 'running'")),
     Index("ix_job_tenant_kind", "tenant_id", "job_kind", "status"),
+    # Fair claiming (migration 0015): the tenants with due work at one priority level, and
+    # each one's oldest jobs, without walking another tenant's backlog.
+    Index("ix_job_fair", "priority", "tenant_id", "available_at",
+          postgresql_where=text("status = 'pending'")),
     Index("ix_job_done_completed", "completed_at", postgresql_where=text("status = 'done'")),
     # Failed and dead jobs by time: the dashboard's failures per minute and its DLQ list.
     Index("ix_job_failed_completed", "completed_at",
@@ -137,6 +142,72 @@ job_cancel = Table(
     Column("actor", Text, nullable=False),
     Column("requested_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
     Index("ix_job_cancel_worker", "claimed_by"),
+)
+
+# Pauses (migration 0015): workers claim no job that a row matches. NULL tenant or kind
+# means every one, so the row with both NULL pauses everything; one row per scope.
+job_pause = Table(
+    "aa_job_pause",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column("tenant_id", UUID(as_uuid=True), ForeignKey("mdm.aa_tenant.id", ondelete="CASCADE")),
+    Column("job_kind", job_kind),
+    Column("paused_by", Text, nullable=False),
+    Column("paused_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+    UniqueConstraint("tenant_id", "job_kind", name="job_pause_scope_uk",
+                     postgresql_nulls_not_distinct=True),
+)
+
+# Rate and concurrency limits (migration 0015), enforced in the claim (sql/job.sql,
+# job_claim_limited): per
+# kind, optionally within a tenant (the tenant's own limit governs its jobs), optionally per
+# value of a payload field (key_path, a path into the payload). One row per scope.
+job_limit = Table(
+    "aa_job_limit",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column("job_kind", job_kind, nullable=False),
+    Column("tenant_id", UUID(as_uuid=True), ForeignKey("mdm.aa_tenant.id", ondelete="CASCADE")),
+    Column("key_path", ARRAY(Text)),
+    Column("rate_per_sec", Float),
+    Column("burst", Integer),
+    Column("concurrency", Integer),
+    Column("created_by", Text, nullable=False),
+    Column("created_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+    UniqueConstraint("job_kind", "tenant_id", name="job_limit_scope_uk",
+                     postgresql_nulls_not_distinct=True),
+    CheckConstraint("rate_per_sec IS NOT NULL OR concurrency IS NOT NULL",
+                    name="job_limit_something_chk"),
+    CheckConstraint("rate_per_sec IS NULL OR (rate_per_sec > 0 AND burst >= 1)",
+                    name="job_limit_rate_chk"),
+    CheckConstraint("concurrency IS NULL OR concurrency >= 1", name="job_limit_concurrency_chk"),
+)
+
+# A rate limit's token bucket per key ('' without a key_path): the tokens left at
+# refilled_at; the claim refills them by the rate for the time since.
+job_limit_bucket = Table(
+    "aa_job_limit_bucket",
+    metadata,
+    Column("limit_id", BigInteger, ForeignKey("mdm.aa_job_limit.id", ondelete="CASCADE"),
+           primary_key=True),
+    Column("key", Text, primary_key=True),
+    Column("tokens", Float, nullable=False),
+    Column("refilled_at", TIMESTAMPTZ, nullable=False),
+)
+
+# Who paused and resumed what (and, later, set limits): scopes that need not name a job,
+# which aa_job_audit's rows must.
+flow_audit = Table(
+    "aa_flow_audit",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column("action", Text, nullable=False),
+    Column("tenant_id", UUID(as_uuid=True)),
+    Column("job_kind", job_kind),
+    Column("actor", Text, nullable=False),
+    Column("detail", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    Column("created_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+    Index("ix_flow_audit_time", "created_at"),
 )
 
 # Named leases: which process runs maintenance right now.

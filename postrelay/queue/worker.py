@@ -23,6 +23,7 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass
+from typing import Any
 from uuid import UUID
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -39,6 +40,7 @@ from postrelay.queue.executor import Executor
 from postrelay.queue.metrics import WorkerMetrics
 from postrelay.queue.model import Job
 from postrelay.queue.outcome import Returned, decide
+from postrelay.queue.queries import FairShares
 from postrelay.queue.registry import Registry
 
 JOBS_CHANNEL = "postrelay_jobs"  # enqueue's NOTIFY (sql/job.sql)
@@ -66,6 +68,11 @@ RUN_TIME_WEIGHT = 0.1  # of the newest run in the moving average of run times
 # poll, not LISTEN, so that it works behind a transaction pooler too. One indexed DELETE
 # of no rows, and only while the worker holds jobs.
 CANCEL_CHECK_SECS = 0.5
+# Limits (aa_job_limit): a worker learns which kinds have one at most this long after a
+# change, and claims those kinds through job_claim_limited. While their due jobs are
+# throttled it asks again this often (each ask draws what the buckets refilled).
+LIMITS_REFRESH_SECS = 1.0
+THROTTLED_RETRY_SECS = 0.02
 
 
 def make_worker_id() -> str:
@@ -84,6 +91,10 @@ class WorkerConfig:
     default_timeout_secs: float | None = None
     listen: bool = True
     claim_ahead_secs: float = 0.01  # 0: claim only for free slots
+    # Share each claim across the tenants waiting at the most urgent priority level
+    # (sql/job.sql, job_claim_fair); False: strictly by priority and due time.
+    fair: bool = True
+    tenant_weights: dict[UUID, int] | None = None  # a tenant not named weighs 1
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -120,6 +131,10 @@ class Worker:
         self.executor = Executor(registry, backoff or FixedBackoff(), config.default_timeout_secs)
         self.completer = Completer(engine, self.id, on_written=self._outcomes_written)
         self.kinds = self._served_kinds()
+        self._fair = FairShares.of(config.tenant_weights) if config.fair else None
+        self._fair_start = uuid.uuid4()  # where the next fair claim's round begins
+        self._limited: frozenset[str] = frozenset()
+        self._limits_read_at = float("-inf")
         self._listener = (
             Listener(listen_url, JOBS_CHANNEL, self.wake) if config.listen and listen_url else None
         )
@@ -327,19 +342,46 @@ class Worker:
         return self._gather_until - now
 
     async def _claim(self, demand: int) -> tuple[list[Job], float | None]:
+        """Claim up to `demand` jobs; returns them and, when that says anything, how soon
+        to claim again (None: when woken or at the poll)."""
         async with self._claim_conn.use() as conn:
-            jobs = await queries.job_claim(
-                conn, worker=self.id, demand=demand,
-                tenant_ids=self.config.tenants, kinds=self.kinds,
-                local_settings=self._claim_conn.local_settings,
-            )
+            limited = await self._limited_kinds(conn)
+            free = tuple(k for k in self.kinds if k not in limited)
+            capped = tuple(k for k in self.kinds if k in limited)
+            jobs: list[Job] = []
+            if free:  # never an empty tuple: to job_claim that means every kind
+                jobs = await queries.job_claim(
+                    conn, worker=self.id, demand=demand,
+                    tenant_ids=self.config.tenants, kinds=free,
+                    local_settings=self._claim_conn.local_settings, fair=self._fair,
+                    fair_start=self._fair_start,
+                )
+                if self._fair is not None:
+                    self._fair_start = queries.next_fair_start(self._fair_start, jobs)
+            if capped and len(jobs) < demand:
+                jobs += await queries.job_claim_limited(
+                    conn, worker=self.id, demand=demand - len(jobs),
+                    tenant_ids=self.config.tenants, kinds=capped,
+                    local_settings=self._claim_conn.local_settings,
+                )
             self.claimed += len(jobs)
             if jobs:
-                return jobs, None
+                # Limited kinds may have more as their buckets refill.
+                return jobs, THROTTLED_RETRY_SECS if capped and len(jobs) < demand else None
             due_in = await queries.job_next_due_in(
                 conn, tenant_ids=self.config.tenants, kinds=self.kinds
             )
+        if capped and due_in is not None and due_in <= 0:
+            due_in = THROTTLED_RETRY_SECS  # due but throttled: ask again soon, not at once
         return jobs, due_in
+
+    async def _limited_kinds(self, conn: Any) -> frozenset[str]:
+        """The served kinds that have a limit, read at most every LIMITS_REFRESH_SECS."""
+        now = time.monotonic()
+        if now - self._limits_read_at >= LIMITS_REFRESH_SECS:
+            self._limited = frozenset(await queries.job_limit_kinds(conn))
+            self._limits_read_at = now
+        return self._limited
 
     async def _sleep(self, secs: float) -> None:
         """Sleep until woken (notify, a freed slot, stop) or `secs` pass."""

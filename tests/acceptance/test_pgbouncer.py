@@ -41,7 +41,7 @@ MAIL_APP = "tests.apps.mail"  # user.signed_up → a welcome email
 POOLER_ERRORS = ("prepared statement", "unsupported startup parameter", "bind message",
                  "cannot insert multiple commands")
 CLAIM_SETTINGS = {"synchronous_commit": "on", "enable_sort": "on", "enable_bitmapscan": "on",
-                  "plan_cache_mode": "auto"}  # the server's defaults
+                  "jit": "on", "plan_cache_mode": "auto"}  # the server's defaults
 
 
 def done_ids(marks: Path) -> Counter[str]:

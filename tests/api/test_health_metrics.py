@@ -86,6 +86,9 @@ def test_openapi_documents_every_path_with_envelopes_and_no_422(anonymous):
         ("GET", "/v1/functions/outbox/status"), ("GET", "/v1/functions/outbox/events/{id}"),
         ("POST", "/v1/functions/outbox/replay"),
         ("POST", "/v1/functions/jobs/{id}/cancel"), ("POST", "/v1/functions/jobs/cancel"),
+        ("GET", "/v1/functions/pauses"), ("POST", "/v1/functions/pauses"),
+        ("POST", "/v1/functions/pauses/resume"), ("GET", "/v1/functions/limits"),
+        ("POST", "/v1/functions/limits"), ("POST", "/v1/functions/limits/remove"),
     }
     for path, item in schema["paths"].items():
         for operation in item.values():

@@ -26,6 +26,7 @@ from starlette.routing import Mount, Route
 
 from postrelay.core.db import Database, sqlalchemy_url
 from postrelay.core.settings import Settings
+from postrelay.queue import limit_set, pause
 from postrelay.queue.cron import cron_create
 from postrelay.web import create_web_app
 from tests.dashboard.conftest import (
@@ -156,6 +157,31 @@ WALK: dict[tuple[str, str], Probe] = {
         (w.api.post("/v1/functions/jobs/cancel", json={"kind": "reindex"}), {200}),
         (w.api.post("/v1/functions/jobs/cancel", json={"tenantId": str(w.b.tenant)}), {400}),
     ],
+    # --- the API: pauses (B has one of its own, which A must neither see nor lift) -----
+    ("GET", "/v1/functions/pauses"): lambda w: one(w.api.get("/v1/functions/pauses"), {200}),
+    ("POST", "/v1/functions/pauses"): lambda w: [
+        (w.api.post("/v1/functions/pauses", json={"tenantId": str(w.b.tenant)}), {400}),
+        (w.api.post("/v1/functions/pauses", json={"all": True}), {400}),
+        (w.api.post("/v1/functions/pauses", json={"kind": "bulk_import"}), {201}),  # A's own
+    ],
+    ("POST", "/v1/functions/pauses/resume"): lambda w: [
+        (w.api.post("/v1/functions/pauses/resume",
+                    json={"tenantId": str(w.b.tenant), "kind": "reindex"}), {400}),
+        (w.api.post("/v1/functions/pauses/resume", json={"kind": "reindex"}), {404}),
+    ],
+    # --- the API: limits (B has one of its own) -----------------------------------------
+    ("GET", "/v1/functions/limits"): lambda w: one(w.api.get("/v1/functions/limits"), {200}),
+    ("POST", "/v1/functions/limits"): lambda w: [
+        (w.api.post("/v1/functions/limits", json={"kind": "reindex", "concurrency": 1,
+                                                  "tenantId": str(w.b.tenant)}), {400}),
+        (w.api.post("/v1/functions/limits", json={"kind": "bulk_import", "concurrency": 2}),
+         {200}),  # A's own
+    ],
+    ("POST", "/v1/functions/limits/remove"): lambda w: [
+        (w.api.post("/v1/functions/limits/remove",
+                    json={"kind": "reindex", "tenantId": str(w.b.tenant)}), {400}),
+        (w.api.post("/v1/functions/limits/remove", json={"kind": "reindex"}), {404}),
+    ],
     ("DELETE", "/v1/functions/jobs/{id}"): lambda w: one(
         w.api.delete(f"/v1/functions/jobs/{w.b.dead_job}"), {404}),
     # --- the API: cron -------------------------------------------------------------------
@@ -214,6 +240,22 @@ WALK: dict[tuple[str, str], Probe] = {
     ("POST", "/dashboard/dlq/confirm"): lambda w: [
         (w.form("/dashboard/dlq/confirm", action="retry", ids=str(w.b.dead_job)), {303}),
         (w.form("/dashboard/dlq/confirm", action="discard", scope="matching",
+                tenant=str(w.b.tenant)), OWN),
+    ],
+    ("GET", "/dashboard/pauses"): lambda w: one(w.dash.get("/dashboard/pauses"), {200}),
+    ("POST", "/dashboard/pauses"): lambda w: [
+        # The tenant field is ignored for a tenant session: A's own scope, never B's.
+        (w.form("/dashboard/pauses", action="resume", kind="reindex",
+                tenant=str(w.b.tenant)), {404}),
+        (w.form("/dashboard/pauses", action="pause", kind="virus_scan",
+                tenant=str(w.b.tenant)), OWN),
+        (w.form("/dashboard/pauses", action="pause", all="1"), {400}),
+    ],
+    ("POST", "/dashboard/limits"): lambda w: [
+        # As with pauses: a tenant session's scope is its own tenant, whatever it sends.
+        (w.form("/dashboard/limits", action="remove", kind="reindex",
+                tenant=str(w.b.tenant)), {404}),
+        (w.form("/dashboard/limits", action="set", kind="virus_scan", concurrency="2",
                 tenant=str(w.b.tenant)), OWN),
     ],
     ("POST", "/dashboard/jobs/{job_id}/cancel"): lambda w: [
@@ -353,6 +395,9 @@ def b_rows(engine: Engine, other_tenant: uuid.UUID) -> B:
                           "actor, detail) VALUES (:j, :t, 'email_send', 'job_dlq', :m, "
                           "CAST(:d AS jsonb))"),
                      {"j": dead, "t": other_tenant, "m": MARK, "d": f'{{"why": "{MARK}"}}'})
+        pause(conn, actor=MARK, kind="reindex", tenant_id=other_tenant)
+        limit_set(conn, actor=MARK, kind="reindex", tenant_id=other_tenant, concurrency=7,
+                  key=MARK.replace("-", "_"))
     return B(other_tenant, dead, done, pending, log, dead_event, handled_event,
              B_CRON, B_KEY)
 
@@ -399,6 +444,10 @@ def b_snapshot(engine: Engine, b: B) -> dict[str, list[Any]]:
         "events": "SELECT id, handled_at, dead_at, attempts, available_at, last_error "
                   "FROM mdm.aa_outbox_event WHERE tenant_id = :t ORDER BY id",
         "emails": "SELECT id, status FROM mdm.aa_email_log WHERE tenant_id = :t ORDER BY id",
+        "pauses": "SELECT job_kind::text, paused_by, paused_at FROM mdm.aa_job_pause "
+                  "WHERE tenant_id = :t ORDER BY id",
+        "limits": "SELECT job_kind::text, key_path, concurrency, created_by "
+                  "FROM mdm.aa_job_limit WHERE tenant_id = :t ORDER BY id",
     }
     with engine.connect() as conn:
         return {name: [tuple(r) for r in conn.execute(text(sql), {"t": b.tenant})]

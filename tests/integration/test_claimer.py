@@ -4,6 +4,7 @@ set up so that a claim stays cheap."""
 from __future__ import annotations
 
 import re
+import uuid
 
 import psycopg
 import pytest
@@ -93,7 +94,8 @@ async def test_a_burst_behind_stale_statistics_is_claimed_by_walking_the_index(
 
 # The types of job_claim's parameters, for a PREPARE that plans it as the worker does.
 CLAIM_PARAM_TYPES = {"tenant_ids": "uuid[]", "kinds": "mdm.job_kind[]", "demand": "integer",
-                     "worker": "text"}
+                     "worker": "text", "start": "uuid", "weight_tenants": "uuid[]",
+                     "weights": "integer[]"}
 
 
 def numbered(sql: str) -> tuple[str, list[str]]:
@@ -108,8 +110,9 @@ def numbered(sql: str) -> tuple[str, list[str]]:
     return re.sub(r"%\((\w+)\)s", number, sql), names
 
 
+@pytest.mark.parametrize("statement", ["job_claim", "job_claim_fair"])
 async def test_the_claim_plan_walks_keys_even_when_planned_generically(
-    forcing_engine, engine, tenant,
+    forcing_engine, engine, tenant, statement,
 ):
     # The planner last saw a backlog of thousands, since drained. A generic plan reckons
     # LIMIT as a tenth of those: a claim that joined the rows it claimed to the table then
@@ -123,9 +126,10 @@ async def test_the_claim_plan_walks_keys_even_when_planned_generically(
         conn.execute(text(
             "INSERT INTO mdm.aa_job (tenant_id, job_kind, payload) "
             "SELECT :t, 'reindex', '{}' FROM generate_series(1, 5)"), {"t": tenant})
-    sql, names = numbered(psycopg_sql(JOB_SQL["job_claim"]))
+    sql, names = numbered(psycopg_sql(JOB_SQL[statement]))
     types = ", ".join(CLAIM_PARAM_TYPES[name] for name in names)
-    args = {"tenant_ids": "NULL", "kinds": "'{reindex}'", "demand": "3", "worker": "'w'"}
+    args = {"tenant_ids": "NULL", "kinds": "'{reindex}'", "demand": "3", "worker": "'w'",
+            "start": f"'{uuid.uuid4()}'", "weight_tenants": "'{}'", "weights": "'{}'"}
     claimer = ClaimConnection(forcing_engine)
     try:
         async with claimer.use() as conn:
@@ -140,7 +144,9 @@ async def test_the_claim_plan_walks_keys_even_when_planned_generically(
     finally:
         await claimer.close()
     assert "Index Scan using aa_job_pkey" in plan, plan
-    assert "Hash" not in plan and "Seq Scan" not in plan, plan
+    # Only the pauses' few rows are read whole (once per claim when none is set).
+    assert "Hash" not in plan and not re.search(r"Seq Scan on aa_job\b(?!_pause)", plan), plan
+    assert "JIT" not in plan, plan
 
 
 async def test_claimed_jobs_come_in_priority_order(async_engine, engine, tenant):

@@ -38,3 +38,26 @@ async def test_stopping_a_worker_process_runs_its_handlers_closers(database_url,
     await process.start()
     await process.stop()
     assert closed == ["app"]
+
+
+async def test_smtp_rate_sets_the_email_send_limit_as_a_worker_starts(database_url, engine,
+                                                                      clean_db):
+    from sqlalchemy import text
+
+    from postrelay.queue import limit_list, limit_set
+
+    with engine.begin() as conn:  # an operator's cap and key stay; the setting owns the rate
+        limit_set(conn, actor="ops", kind="email_send", concurrency=5, key="domain")
+    db = Database(url=sqlalchemy_url(database_url))
+    for _ in range(2):
+        process = build_worker(Settings(database_url=database_url, smtp_rate="900/min"), db,
+                               registry=Registry(), maintenance=False)
+        await process.start()
+        await process.stop()
+    with engine.connect() as conn:
+        (limit,) = limit_list(conn)
+        audit = conn.execute(text("SELECT actor FROM mdm.aa_flow_audit ORDER BY id")).all()
+    assert (limit.rate_per_sec, limit.burst, limit.concurrency, limit.key) == (15.0, 15, 5,
+                                                                              "domain")
+    # Set once: the second worker found it as the setting says and wrote nothing.
+    assert [a for (a,) in audit] == ["ops", "settings:POSTRELAY_SMTP_RATE"]

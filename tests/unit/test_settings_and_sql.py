@@ -25,7 +25,10 @@ def test_environment_overrides(monkeypatch) -> None:
 @pytest.mark.parametrize(
     ("name", "value"),
     [("POSTRELAY_JOB_MAX_RETRIES", "0"), ("POSTRELAY_JOB_LEASE_SECS", "soon"),
-     ("POSTRELAY_JOB_BACKOFF", "linear"), ("POSTRELAY_WORKER_CONCURRENCY", "-2")],
+     ("POSTRELAY_JOB_BACKOFF", "linear"), ("POSTRELAY_WORKER_CONCURRENCY", "-2"),
+     ("POSTRELAY_SMTP_RATE", "0/s"), ("POSTRELAY_SMTP_RATE", "fast"),
+     ("POSTRELAY_TENANT_WEIGHTS", '{"not-a-uuid": 2}'),
+     ("POSTRELAY_TENANT_WEIGHTS", '{"00000000-0000-0000-0000-000000000001": 0}')],
 )
 def test_a_wrong_value_names_the_setting(monkeypatch, name: str, value: str) -> None:
     monkeypatch.setenv(name, value)

@@ -1,0 +1,96 @@
+"""Limits: list, set, remove. The service role limits any kind, kind-wide or within a
+tenant; a tenant key only within its own tenant, and sees its own limits and the kind-wide
+ones that govern its jobs."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from uuid import UUID
+
+from fastapi import APIRouter
+from pydantic import BaseModel, Field
+
+from postrelay.api.auth import Caller, Principal
+from postrelay.api.common import Db, errors
+from postrelay.api.errors import ApiError
+from postrelay.api.models import Envelope, _Body
+from postrelay.queue import Limit, limit_list, limit_remove, limit_set
+
+router = APIRouter(prefix="/v1/functions/limits", tags=["limits"])
+
+
+class LimitBody(_Body):
+    kind: str = Field(description="The job kind it limits.")
+    tenant_id: UUID | None = Field(default=None, alias="tenantId",
+                                   description="Only this tenant's jobs (its own limit).")
+    rate: str | float | None = Field(default=None, description="14/s, 1000/min, or per second.")
+    burst: int | None = Field(default=None, description="Claims at once on top of the rate.")
+    concurrency: int | None = Field(default=None, description="At most this many running.")
+    key: str | None = Field(default=None, description="Limit each value of this payload field "
+                                                      "apart (dots for nested fields).")
+
+
+class LimitScope(_Body):
+    kind: str
+    tenant_id: UUID | None = Field(default=None, alias="tenantId")
+
+
+class LimitOut(BaseModel):
+    kind: str
+    tenant_id: UUID | None = Field(serialization_alias="tenantId")
+    key: str | None
+    rate_per_sec: float | None = Field(serialization_alias="ratePerSec")
+    burst: int | None
+    concurrency: int | None
+    created_by: str = Field(serialization_alias="createdBy")
+    created_at: datetime = Field(serialization_alias="createdAt")
+
+    @classmethod
+    def of(cls, found: Limit) -> LimitOut:
+        return cls(kind=found.kind, tenant_id=found.tenant_id, key=found.key,
+                   rate_per_sec=found.rate_per_sec, burst=found.burst,
+                   concurrency=found.concurrency, created_by=found.created_by,
+                   created_at=found.created_at)
+
+
+@router.get("", response_model=Envelope[list[LimitOut]], response_model_by_alias=True,
+            responses=errors(401))
+def limits_list(caller: Caller, engine: Db) -> Envelope[list[LimitOut]]:
+    """Every limit (for a tenant key: its own and the kind-wide ones)."""
+    with engine.begin() as conn:
+        found = limit_list(conn, tenant_id=caller.tenant_id)
+    return Envelope(data=[LimitOut.of(f) for f in found])
+
+
+@router.post("", response_model=Envelope[LimitOut], response_model_by_alias=True,
+             responses=errors(400, 401))
+def limits_set(body: LimitBody, caller: Caller, engine: Db) -> Envelope[LimitOut]:
+    """Set (or replace) the limit of a kind, optionally within a tenant: a rate with a
+    burst and/or a concurrency cap, optionally per payload key. Workers apply it within a
+    second."""
+    tenant = _tenant(caller, body.tenant_id)
+    with engine.begin() as conn:
+        found = limit_set(conn, actor=caller.actor, kind=body.kind, tenant_id=tenant,
+                          rate=body.rate, burst=body.burst, concurrency=body.concurrency,
+                          key=body.key)
+    return Envelope(data=LimitOut.of(found))
+
+
+@router.post("/remove", response_model=Envelope[LimitOut], response_model_by_alias=True,
+             responses=errors(400, 401, 404))
+def limits_remove(body: LimitScope, caller: Caller, engine: Db) -> Envelope[LimitOut]:
+    """Remove the limit of exactly this kind (and tenant); 404 if there is none."""
+    tenant = _tenant(caller, body.tenant_id)
+    with engine.begin() as conn:
+        found = limit_remove(conn, actor=caller.actor, kind=body.kind, tenant_id=tenant)
+    return Envelope(data=LimitOut.of(found))
+
+
+def _tenant(caller: Principal, given: UUID | None) -> UUID | None:
+    """A tenant key acts within its own tenant only: its limits always name it."""
+    if caller.tenant_id is None:
+        return given
+    if given is not None and given != caller.tenant_id:
+        raise ApiError(400, "tenantId: a tenant key can only act for its own tenant",
+                       field="tenantId")
+    return caller.tenant_id

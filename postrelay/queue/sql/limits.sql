@@ -1,0 +1,67 @@
+-- Rate and concurrency limits (and what they leave in aa_flow_audit). Loaded by
+-- queue/limits.py; the claim that enforces them is job_claim_limited in job.sql.
+
+-- name: job_limit_upsert
+-- Sets the limit of a scope (kind, optional tenant), replacing the one there was; a
+-- changed rate or key starts its buckets afresh (full). The claim reads it from its next
+-- run on; workers learn that a kind is limited within a second (job_limit_kinds).
+WITH old AS (
+    SELECT id, key_path, rate_per_sec, burst, concurrency FROM mdm.aa_job_limit
+    WHERE job_kind = CAST(CAST(:kind AS text) AS mdm.job_kind)
+      AND tenant_id IS NOT DISTINCT FROM CAST(:tenant_id AS uuid)
+), set AS (
+    INSERT INTO mdm.aa_job_limit
+        (job_kind, tenant_id, key_path, rate_per_sec, burst, concurrency, created_by)
+    VALUES (CAST(CAST(:kind AS text) AS mdm.job_kind), CAST(:tenant_id AS uuid),
+            CAST(:key_path AS text[]), :rate_per_sec, :burst, :concurrency, :actor)
+    ON CONFLICT ON CONSTRAINT job_limit_scope_uk DO UPDATE
+    SET key_path = EXCLUDED.key_path, rate_per_sec = EXCLUDED.rate_per_sec,
+        burst = EXCLUDED.burst, concurrency = EXCLUDED.concurrency,
+        created_by = EXCLUDED.created_by, created_at = now()
+    RETURNING id, job_kind, tenant_id, key_path, rate_per_sec, burst, concurrency, created_by,
+              created_at
+), reset AS (
+    DELETE FROM mdm.aa_job_limit_bucket b USING old
+    WHERE b.limit_id = old.id
+      AND (old.key_path IS DISTINCT FROM CAST(:key_path AS text[])
+           OR old.rate_per_sec IS DISTINCT FROM :rate_per_sec OR old.burst IS DISTINCT FROM :burst)
+), audited AS (
+    INSERT INTO mdm.aa_flow_audit (action, tenant_id, job_kind, actor, detail)
+    SELECT 'limit_set', s.tenant_id, s.job_kind, :actor,
+           jsonb_build_object('key_path', s.key_path, 'rate_per_sec', s.rate_per_sec,
+                              'burst', s.burst, 'concurrency', s.concurrency,
+                              'was', (SELECT to_jsonb(o) - 'id' FROM old o))
+    FROM set s
+)
+SELECT job_kind::text AS kind, tenant_id, key_path, rate_per_sec, burst, concurrency,
+       created_by, created_at
+FROM set;
+
+-- name: job_limit_delete
+WITH removed AS (
+    DELETE FROM mdm.aa_job_limit
+    WHERE job_kind = CAST(CAST(:kind AS text) AS mdm.job_kind)
+      AND tenant_id IS NOT DISTINCT FROM CAST(:tenant_id AS uuid)
+    RETURNING job_kind, tenant_id, key_path, rate_per_sec, burst, concurrency, created_by,
+              created_at
+), audited AS (
+    INSERT INTO mdm.aa_flow_audit (action, tenant_id, job_kind, actor, detail)
+    SELECT 'limit_removed', r.tenant_id, r.job_kind, :actor,
+           jsonb_build_object('key_path', r.key_path, 'rate_per_sec', r.rate_per_sec,
+                              'burst', r.burst, 'concurrency', r.concurrency)
+    FROM removed r
+)
+SELECT job_kind::text AS kind, tenant_id, key_path, rate_per_sec, burst, concurrency,
+       created_by, created_at
+FROM removed;
+
+-- name: job_limit_list
+-- Every limit, or with :tenant_id those that govern that tenant's jobs: its own and the
+-- kind-wide ones.
+SELECT job_kind::text AS kind, tenant_id, key_path, rate_per_sec, burst, concurrency,
+       created_by, created_at
+FROM mdm.aa_job_limit
+WHERE CAST(:tenant_id AS uuid) IS NULL
+   OR tenant_id IS NULL
+   OR tenant_id = CAST(:tenant_id AS uuid)
+ORDER BY job_kind, tenant_id NULLS FIRST;

@@ -1,0 +1,56 @@
+"""Limits over HTTP: the service role limits any scope, a tenant key only its own tenant."""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+
+from tests.api.conftest import data, error
+
+
+def test_set_list_and_remove(api, engine, tenant):
+    made = data(api.post("/v1/functions/limits", json={
+        "kind": "email_send", "rate": "14/s", "concurrency": 20, "key": "domain"}))
+    assert (made["kind"], made["tenantId"], made["ratePerSec"], made["burst"],
+            made["concurrency"], made["key"], made["createdBy"]) == (
+        "email_send", None, 14.0, 14, 20, "domain", "api:service-role")
+    data(api.post("/v1/functions/limits", json={"kind": "email_send", "tenantId": str(tenant),
+                                                "rate": 5, "burst": 2}))
+    listed = data(api.get("/v1/functions/limits"))
+    assert [(lim["kind"], lim["tenantId"]) for lim in listed] == [("email_send", None),
+                                                                  ("email_send", str(tenant))]
+    data(api.post("/v1/functions/limits/remove", json={"kind": "email_send"}))
+    error(api.post("/v1/functions/limits/remove", json={"kind": "email_send"}), 404)
+    assert len(data(api.get("/v1/functions/limits"))) == 1
+
+
+def test_bad_input_names_the_field_and_writes_nothing(api, engine, tenant):
+    for body, field in (({"kind": "nope", "rate": "1/s"}, "kind"),
+                        ({"kind": "reindex", "rate": "0/s"}, "rate"),
+                        ({"kind": "reindex", "rate": -2}, "rate"),
+                        ({"kind": "reindex", "rate": "quick"}, "rate"),
+                        ({"kind": "reindex"}, "rate"),
+                        ({"kind": "reindex", "concurrency": 0}, "concurrency"),
+                        ({"kind": "reindex", "concurrency": 1, "key": "$.x"}, "key"),
+                        ({"kind": "reindex", "rate": "1/s",
+                          "tenantId": "00000000-0000-0000-0000-0000000000ff"}, "tenantId")):
+        assert error(api.post("/v1/functions/limits", json=body), 400)["field"] == field, body
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM mdm.aa_job_limit")).scalar_one() == 0
+
+
+def test_a_tenant_key_limits_and_sees_its_own_tenant_only(api, acme_client, engine, tenant,
+                                                          other_tenant):
+    data(api.post("/v1/functions/limits", json={"kind": "reindex", "concurrency": 1,
+                                                "tenantId": str(other_tenant)}))
+    data(api.post("/v1/functions/limits", json={"kind": "email_send", "rate": "1/s"}))
+    mine = data(acme_client.post("/v1/functions/limits", json={"kind": "reindex",
+                                                               "concurrency": 4}))
+    assert mine["tenantId"] == str(tenant)
+    refused = error(acme_client.post("/v1/functions/limits", json={
+        "kind": "reindex", "concurrency": 1, "tenantId": str(other_tenant)}), 400)
+    assert refused["field"] == "tenantId"
+    # A tenant key removes its own limit, never the kind-wide one or another tenant's.
+    error(acme_client.post("/v1/functions/limits/remove", json={"kind": "email_send"}), 404)
+    seen = {(lim["kind"], lim["tenantId"]) for lim in data(acme_client.get(
+        "/v1/functions/limits"))}
+    assert seen == {("email_send", None), ("reindex", str(tenant))}

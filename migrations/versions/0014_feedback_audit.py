@@ -4,7 +4,7 @@
 keeps what was lifted (category, reason, source), by whom and when, so a bounce or complaint
 that was overridden can be traced. It grows with operator actions, not with traffic.
 
-Revision ID: 0014_feedback_audit
+Revision ID: 0014
 Revises: 0013
 Create Date: 2026-12-02
 """
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql as pg
 
-revision: str = "0014_feedback_audit"
+revision: str = "0014"
 down_revision: str | None = "0013"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None

@@ -8,7 +8,7 @@ window POSTRELAY_EMAIL_FEEDBACK_RETENTION_DAYS, else the email log's (unset: kep
 table or index changes, so the upgrade is one INSERT whatever the database holds.
 
 Revision ID: 0016
-Revises: 0013
+Revises: 0015
 Create Date: 2026-12-02
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from alembic import op
 
 revision: str = "0016"
-down_revision: str | None = "0013"
+down_revision: str | None = "0015"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

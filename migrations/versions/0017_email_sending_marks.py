@@ -18,7 +18,7 @@ The log also loses what its writes paid for and no query needs:
 Upgrading a populated database moves every `sending` row to a mark (and back on downgrade).
 
 Revision ID: 0017
-Revises: 0013
+Revises: 0016
 Create Date: 2026-12-02
 """
 
@@ -29,7 +29,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql as pg
 
 revision: str = "0017"
-down_revision: str | None = "0013"
+down_revision: str | None = "0016"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

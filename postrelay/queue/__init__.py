@@ -5,6 +5,7 @@ outbox events."""
 # Exported on purpose for the packages above (see docs/architecture.md): the operator's
 # functions the CLI, the API and the dashboard share; what the relay needs to enqueue jobs it
 # has validated already; the worker and its background services for the runtime.
+from postrelay.core.rates import parse_rate
 from postrelay.queue.admin import (
     CANCEL_LIMIT_MAX,
     LIST_LIMIT_MAX,
@@ -48,7 +49,6 @@ from postrelay.queue.limits import (
     limit_list,
     limit_remove,
     limit_set,
-    parse_rate,
 )
 from postrelay.queue.maintenance import (
     AUDIT_TARGET,

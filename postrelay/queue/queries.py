@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 from uuid import UUID, uuid4
 
 import psycopg
@@ -93,8 +93,7 @@ async def job_claim_limited(
     transaction, in which job_limit_lock makes limited claims of these kinds take turns
     across every worker, and job_claim_limited claims in a statement of its own (so it
     sees what the claim before it committed)."""
-    if isinstance(conn, AsyncConnection):
-        conn = (await conn.get_raw_connection()).driver_connection
+    driver = await _driver(conn)
     params = {
         "worker": worker,
         "demand": demand,
@@ -102,11 +101,11 @@ async def job_claim_limited(
         "kinds": list(kinds),
         "scan": max(LIMITED_CLAIM_SCAN, demand),
     }
-    async with conn.transaction():
+    async with driver.transaction():
         if local_settings:
-            await conn.execute(psycopg_sql(JOB_SQL["job_claim_local_settings"]))
-        await conn.execute(psycopg_sql(JOB_SQL["job_limit_lock"]), {"kinds": params["kinds"]})
-        cursor = await conn.execute(psycopg_sql(JOB_SQL["job_claim_limited"]), params)
+            await driver.execute(psycopg_sql(JOB_SQL["job_claim_local_settings"]))
+        await driver.execute(psycopg_sql(JOB_SQL["job_limit_lock"]), {"kinds": params["kinds"]})
+        cursor = await driver.execute(psycopg_sql(JOB_SQL["job_claim_limited"]), params)
         rows = await cursor.fetchall()
     jobs = [_claimed_job(*row) for row in rows]
     jobs.sort(key=_claim_order)
@@ -312,3 +311,12 @@ async def job_release_orphans(
         {"worker": worker, "known": known, "min_age_secs": min_age_secs},
     )
     return [row[0] for row in result.fetchall()]
+
+
+async def _driver(conn: AsyncConnection | psycopg.AsyncConnection[Any]
+                  ) -> psycopg.AsyncConnection[Any]:
+    """The psycopg connection beneath `conn`."""
+    if isinstance(conn, psycopg.AsyncConnection):
+        return conn
+    raw = await conn.get_raw_connection()
+    return cast(psycopg.AsyncConnection[Any], raw.driver_connection)

@@ -14,9 +14,9 @@ import pytest
 from postrelay.orchestrator import UnsubscribeLinks
 from postrelay.orchestrator.feedback import SuppressionPolicy
 from postrelay.orchestrator.feedback.inbound import InboundConfig, InboundServer
-from tests.email_flow.conftest import write_template
 from tests.feedback.conftest import BOUNCE_DOMAIN, SECRET
 from tests.feedback.test_inbound import deliver, free_port
+from tests.orchestrator.conftest import write_template
 
 ANN = "ann@example.com"
 LINKS = UnsubscribeLinks("https://mail.acme.example", SECRET, BOUNCE_DOMAIN)

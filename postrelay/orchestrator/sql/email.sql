@@ -176,7 +176,7 @@ FROM (
       AND (CAST(:since AS timestamptz) IS NULL OR l.created_at >= CAST(:since AS timestamptz))
       AND (CAST(:until AS timestamptz) IS NULL OR l.created_at < CAST(:until AS timestamptz))
     ORDER BY l.created_at DESC, l.id DESC
-    LIMIT :limit + :offset)
+    LIMIT CAST(:limit AS integer) + CAST(:offset AS integer))
     UNION ALL
     (SELECT l.id, l.tenant_id, l.job_id, l.event_id, l.template, l.template_version,
            l.category, l.from_address, l.recipients, l.to_addresses, l.cc_addresses,
@@ -190,7 +190,7 @@ FROM (
       AND (CAST(:since AS timestamptz) IS NULL OR l.created_at >= CAST(:since AS timestamptz))
       AND (CAST(:until AS timestamptz) IS NULL OR l.created_at < CAST(:until AS timestamptz))
     ORDER BY l.created_at DESC, l.id DESC
-    LIMIT :limit + :offset)
+    LIMIT CAST(:limit AS integer) + CAST(:offset AS integer))
 ) l
 ORDER BY l.created_at DESC, l.id DESC
 LIMIT :limit OFFSET :offset;

@@ -135,9 +135,10 @@ def insert_event(conn: Any, tenant_id: uuid.UUID, **fields: Any) -> uuid.UUID:
 
 
 def insert_email(conn: Any, tenant_id: uuid.UUID, **fields: Any) -> uuid.UUID:
-    values = {"job_id": None, "event_id": None, "template": "welcome",
+    job_id = fields.pop("job_id", None) or uuid.uuid4()  # every attempt is some job's
+    values = {"job_id": job_id, "event_id": None, "template": "welcome",
               "from_address": "noreply@example.com", "recipients": ["ann@example.com"],
-              "subject": "Welcome, Ann", "message_id": f"<{uuid.uuid4()}@test>",
+              "subject": "Welcome, Ann", "message_id": f"<{job_id}@test>",
               "status": "sent", "smtp_code": 250, "smtp_enhanced": "2.0.0",
               "smtp_response": "Ok: queued as 4BC1", "error": None, "attempt": 1,
               "created_at": None, "recipient_results": None, "template_version": None,

@@ -5,10 +5,16 @@ and 7 days — a tenant's session only its own."""
 from __future__ import annotations
 
 import re
+import uuid
 from datetime import UTC, datetime, timedelta
 
 from postrelay.orchestrator.feedback import Feedback, record_feedback
 from tests.dashboard.conftest import insert_email
+
+
+def _message_id(domain: str) -> str:
+    """A Message-ID as postrelay makes them: `<job id@domain>`."""
+    return f"<{uuid.uuid4()}@{domain}>"
 
 
 def _record(engine, message_id, kind, source, event_id, status=None, diagnostic=None):
@@ -19,11 +25,11 @@ def _record(engine, message_id, kind, source, event_id, status=None, diagnostic=
 
 
 def test_the_story_shows_feedback_after_the_attempts(admin, engine, tenant):
+    m1 = _message_id("acme.example")
     with engine.begin() as conn:
-        log = insert_email(conn, tenant, message_id="<m-1@acme.example>")
-    _record(engine, "<m-1@acme.example>", "delayed", "sendgrid", "e1", "4.4.1",
-            "try again later")
-    _record(engine, "<m-1@acme.example>", "bounced", "ses", "e2", "5.1.1",
+        log = insert_email(conn, tenant, job_id=uuid.UUID(m1[1:37]), message_id=m1)
+    _record(engine, m1, "delayed", "sendgrid", "e1", "4.4.1", "try again later")
+    _record(engine, m1, "bounced", "ses", "e2", "5.1.1",
             "smtp; 550 5.1.1 <script>user unknown</script>")
     story = admin.get(f"/dashboard/emails/{log}").text
     steps = re.findall(r'data-feedback="([a-z-]+)"', story)
@@ -36,15 +42,16 @@ def test_the_story_shows_feedback_after_the_attempts(admin, engine, tenant):
 
 def test_the_overview_shows_rates_per_tenant_scoped_to_a_tenant_session(
         admin, acme, engine, tenant, other_tenant):
+    recent = [_message_id("acme.example") for _ in range(4)]
+    old = _message_id("acme.example")
     with engine.begin() as conn:
-        for i in range(4):
-            insert_email(conn, tenant, message_id=f"<a{i}@acme.example>")
-        insert_email(conn, tenant, message_id="<old@acme.example>",
+        for mid in recent:
+            insert_email(conn, tenant, job_id=uuid.UUID(mid[1:37]), message_id=mid)
+        insert_email(conn, tenant, job_id=uuid.UUID(old[1:37]), message_id=old,
                      created_at=datetime.now(UTC) - timedelta(days=3))
-        insert_email(conn, other_tenant, message_id="<g@globex.example>",
-                     recipients=["bob@example.com"])
-    _record(engine, "<a0@acme.example>", "complaint", "sendgrid", "c1")
-    _record(engine, "<old@acme.example>", "bounced", "mail", "b1", "5.1.1")
+        insert_email(conn, other_tenant, recipients=["bob@example.com"])
+    _record(engine, recent[0], "complaint", "sendgrid", "c1")
+    _record(engine, old, "bounced", "mail", "b1", "5.1.1")
     page = admin.get("/dashboard/").text
     section = page[page.index('id="rates"'):]
     row = section[section.index(f'data-tenant="{tenant}"'):]

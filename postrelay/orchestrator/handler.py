@@ -8,11 +8,11 @@ One attempt, in order:
 2. Render (at run time, so a fixed template and a DLQ retry send the fixed mail) and build
    the MIME message; its Message-ID is derived from the job, the same on every attempt.
 3. One round trip (shared with the other attempts that reach this step at the same time)
-   learns what earlier attempts left and commits this attempt's `sending` row when the
+   learns what earlier attempts left and commits this attempt's sending mark when the
    message is to go: a `sent` row means the message went out and the job completes
-   without sending again; a `sending` row means a worker died between handing the message
-   over and recording the reply — it becomes `unknown`, and the template's policy
-   decides: resend (the default) or hold the job in the DLQ for an operator.
+   without sending again; a mark left behind means a worker died between handing the
+   message over and recording the reply — it is logged `unknown`, and the template's
+   policy decides: resend (the default) or hold the job in the DLQ for an operator.
    Suppressed recipients are left out; when none is left, nothing is sent.
 4. Hand the message to the SMTP pool.
 5. Record the outcome with `record_with_outcome`: it commits in the same transaction as
@@ -110,7 +110,7 @@ class EmailSender:
         return_path: ReturnPath | None = None,
         unsubscribe: UnsubscribeLinks | None = None,
     ) -> None:
-        # The `sending` row must be committed before the message leaves: autocommit.
+        # The sending mark must be committed before the message leaves: autocommit.
         self.engine = engine.execution_options(isolation_level="AUTOCOMMIT")
         self.sending = SendingBatcher(engine)
         self.templates = templates

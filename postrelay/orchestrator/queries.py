@@ -20,10 +20,10 @@ EMAIL_SQL = load_queries("postrelay.orchestrator", "sql/email.sql")
 
 @dataclass(frozen=True, slots=True)
 class SendStart:
-    unknown_now: int  # `sending` rows of earlier attempts turned `unknown` just now
+    unknown_now: int  # sending marks of earlier attempts logged `unknown` just now
     earlier: tuple[str, ...]  # statuses of the job's other rows
     suppressed: frozenset[str]
-    sending: bool  # this attempt's `sending` row is committed: send the message
+    sending: bool  # this attempt's sending mark is committed: send the message
 
 
 async def email_send_begin_many(

@@ -41,7 +41,7 @@ EMAIL_STATUSES = (
     "bounced",  # refused permanently (5xx): the job is dead-lettered
     "failed",  # could not be attempted (bad address, header injection, template error)
     "suppressed",  # every recipient is on the tenant's suppression list: nothing sent
-    "unknown",  # a `sending` row found by a later attempt: the outcome was never learnt
+    "unknown",  # a sending mark found by a later attempt: the outcome was never learnt
     "cancelled",  # the job was cancelled before it ran: nothing sent (migration 0013)
 )
 

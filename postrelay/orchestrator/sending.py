@@ -1,10 +1,10 @@
-"""Commit the `sending` rows of concurrent attempts together.
+"""Commit the sending marks of concurrent attempts together.
 
-Every message commits its `sending` row before DATA. Done one by one, that is a pool
-checkout, a statement and a commit per message, and under load the worker's handlers
-queue for connections. Here the attempts that arrive while a write is in flight wait for
-the next one, so a busy worker commits dozens of `sending` rows per round trip while an
-idle one still writes each at once. A row the database refuses fails only its own
+Every message commits its sending mark (mdm.aa_email_sending) before DATA. Done one by
+one, that is a pool checkout, a statement and a flushed commit per message, and under load
+the worker's handlers queue for connections. Here the attempts that arrive while a write is
+in flight wait for the next one, so a busy worker commits dozens of marks per round trip
+while an idle one still writes each at once. A row the database refuses fails only its own
 attempt: a refused batch is written again row by row.
 
 The writes go through one connection held for the worker's life (core/heldconn.py), with

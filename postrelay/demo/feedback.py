@@ -18,10 +18,10 @@ from sqlalchemy import Engine
 from postrelay.orchestrator import (
     InboundConfig,
     InboundServer,
-    Received,
     ReturnPath,
     SuppressionPolicy,
 )
+from postrelay.testing import Received
 
 BOUNCE_DOMAIN = "bounces.postrelay.example"
 SECRET = "postrelay-demo-feedback-secret"  # the demo's alone; production sets its own

@@ -14,16 +14,13 @@
 -- indexes, is written once, with the outcome (email_log_upsert_many). The rows come as
 -- one JSON document: binding is the costly part here. A job is held by one worker at a
 -- time, so a mark of its own is an earlier attempt's.
-WITH doc AS (
-    SELECT e.value AS row, e.value->>'job_id' AS job_key
-    FROM jsonb_array_elements(CAST(:rows AS jsonb)) AS e
-), r AS (
-    SELECT d.row - 'resend_unknown' AS row, CAST(d.job_key AS uuid) AS job_id,
+WITH r AS (
+    SELECT d.row - 'resend_unknown' AS row, CAST(d.row->>'job_id' AS uuid) AS job_id,
            CAST(d.row->>'id' AS uuid) AS id, CAST(d.row->>'tenant_id' AS uuid) AS tenant_id,
            CAST(d.row->>'attempt' AS integer) AS attempt, d.row->>'category' AS category,
            ARRAY(SELECT jsonb_array_elements_text(d.row->'recipients')) AS recipients,
            CAST(d.row->>'resend_unknown' AS boolean) AS resend_unknown
-    FROM doc d
+    FROM jsonb_array_elements(CAST(:rows AS jsonb)) AS d(row)
 ), lost AS (
     -- By the primary key, job by job: marks come and go with every message, so between
     -- two vacuums most of the table is dead rows that a scan would read.

@@ -43,7 +43,8 @@ async def claim_all(claimer: psycopg.AsyncConnection[Any], bench: BenchDatabase,
                     demand: int) -> list[float]:
     """Claim until nothing is left; returns each claim's seconds."""
     sql = psycopg_sql(JOB_SQL["job_claim"])
-    params = {"worker": "bench", "demand": demand, "tenant_ids": None, "kinds": ["email_send"]}
+    params = {"worker": "bench", "demand": demand, "tenant_ids": None, "kinds": ["email_send"],
+              "fair": False}
     times = []
     async with await psycopg.AsyncConnection.connect(bench.libpq, autocommit=True) as done:
         while True:

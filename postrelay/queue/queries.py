@@ -46,33 +46,42 @@ async def job_claim(
     local_settings: bool = False,
     fair: FairShares | None = None,
     fair_start: UUID | None = None,
+    shared_before: bool = False,
 ) -> list[Job]:
     """Claim up to `demand` jobs; with `fair`, shared out across the tenants waiting at the
-    most urgent priority level (job_claim_fair). With `local_settings` (behind a
-    transaction pooler, where the claim connection cannot keep session settings), the
-    claim's planner and commit settings are set for its own transaction, in the same round
-    trip."""
+    most urgent priority level. A fair claim first tries job_claim, which claims only when
+    no other tenant waits there, and shares the claim out with job_claim_fair when it
+    claimed nothing; `shared_before` (the worker's last claim served several tenants) goes
+    to job_claim_fair at once. With `local_settings` (behind a transaction pooler, where
+    the claim connection cannot keep session settings), the claim's planner and commit
+    settings are set for its own transaction, in the same round trip."""
     params: dict[str, Any] = {
         "worker": worker,
         "demand": demand,
         "tenant_ids": list(tenant_ids) if tenant_ids else None,
         "kinds": list(kinds) if kinds else None,
     }
-    statement = JOB_SQL["job_claim"]
-    if fair is not None:
-        statement = JOB_SQL["job_claim_fair"]
+    rows: list[Any] = []
+    if fair is None or not shared_before:
+        rows = await _fetch_claim(conn, "job_claim", {**params, "fair": fair is not None},
+                                  local_settings)
+    if fair is not None and not rows:
         # Where the round of tenants begins (see next_fair_start); random when not given.
-        params.update(start=fair_start or uuid4(), weight_tenants=fair.tenants,
-                      weights=fair.weights)
-    if local_settings:
-        rows = await driver_fetch_after(conn, JOB_SQL["job_claim_local_settings"], statement,
-                                        params)
-    else:
-        rows = await driver_fetch(conn, statement, params)
+        rows = await _fetch_claim(conn, "job_claim_fair", {
+            **params, "start": fair_start or uuid4(), "weight_tenants": fair.tenants,
+            "weights": fair.weights}, local_settings)
     jobs = [_claimed_job(*row) for row in rows]
     # In the order they were chosen, so that jobs held ahead of a slot start by priority.
     jobs.sort(key=_claim_order)
     return jobs
+
+
+async def _fetch_claim(conn: AsyncConnection | psycopg.AsyncConnection[Any], name: str,
+                       params: dict[str, Any], local_settings: bool) -> list[Any]:
+    if local_settings:
+        return await driver_fetch_after(conn, JOB_SQL["job_claim_local_settings"],
+                                        JOB_SQL[name], params)
+    return await driver_fetch(conn, JOB_SQL[name], params)
 
 
 # Candidates a limited claim considers per claim: beyond them, a job of a key that has

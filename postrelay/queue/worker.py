@@ -133,6 +133,7 @@ class Worker:
         self.kinds = self._served_kinds()
         self._fair = FairShares.of(config.tenant_weights) if config.fair else None
         self._fair_start = uuid.uuid4()  # where the next fair claim's round begins
+        self._shared_before = False  # the last claim served several tenants
         self._limited: frozenset[str] = frozenset()
         self._limits_read_at = float("-inf")
         self._listener = (
@@ -354,10 +355,11 @@ class Worker:
                     conn, worker=self.id, demand=demand,
                     tenant_ids=self.config.tenants, kinds=free,
                     local_settings=self._claim_conn.local_settings, fair=self._fair,
-                    fair_start=self._fair_start,
+                    fair_start=self._fair_start, shared_before=self._shared_before,
                 )
                 if self._fair is not None:
                     self._fair_start = queries.next_fair_start(self._fair_start, jobs)
+                    self._shared_before = len({job.tenant_id for job in jobs}) > 1
             if capped and len(jobs) < demand:
                 jobs += await queries.job_claim_limited(
                     conn, worker=self.id, demand=demand - len(jobs),

@@ -214,7 +214,8 @@ def test_retried_job_gets_exactly_one_more_attempt(engine, tenant):
         dlq_retry(conn, job_id, actor=ACTOR)
     with engine.begin() as conn:
         claimed = conn.execute(
-            JOB_SQL["job_claim"], {"worker": "w", "demand": 10, "tenant_ids": None, "kinds": None}
+            JOB_SQL["job_claim"],
+            {"worker": "w", "demand": 10, "tenant_ids": None, "kinds": None, "fair": False},
         ).fetchall()
     job = Job(*claimed[0])
     assert job.id == job_id and job.attempts == 9

@@ -11,8 +11,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from postrelay.queue import ensure_tenant, pause, queries
-from postrelay.queue.queries import FairShares
+from postrelay.queue import ensure_tenant, pause, queries, resume
+from postrelay.queue.queries import JOB_SQL, FairShares
 
 
 @pytest.fixture
@@ -144,3 +144,34 @@ async def test_claims_of_one_job_serve_the_tenants_in_turn(engine, tenant, claim
     # Round robin: each tenant once in every three claims.
     assert Counter(served) == {tenant: 3, b: 3, c: 3}
     assert all(len(set(served[i:i + 3])) == 3 for i in range(0, 9, 3))
+
+
+def claimed_by_plain_claim(engine, *, fair: bool) -> int:
+    """How many jobs job_claim takes (rolled back), fair check on or off."""
+    with engine.connect() as conn:
+        rows = conn.execute(JOB_SQL["job_claim"], {
+            "worker": "w", "demand": 5, "tenant_ids": None, "kinds": None, "fair": fair,
+        }).fetchall()
+        conn.rollback()
+    return len(rows)
+
+
+async def test_the_plain_claim_gives_way_only_when_another_tenant_waits_at_its_level(
+        engine, tenant, claim):
+    with engine.begin() as conn:
+        b = ensure_tenant(conn, "globex")
+    backlog(engine, tenant, 20, priority=10)
+    assert claimed_by_plain_claim(engine, fair=True) == 5  # one tenant: nothing to share
+    backlog(engine, b, 3, priority=100)  # less urgent
+    backlog(engine, b, 3, priority=10, ago_secs=-3600)  # not yet due
+    assert claimed_by_plain_claim(engine, fair=True) == 5
+    backlog(engine, b, 3, priority=10)
+    with engine.begin() as conn:
+        pause(conn, actor="test", tenant_id=b)
+    assert claimed_by_plain_claim(engine, fair=True) == 5  # B's due work is paused
+    with engine.begin() as conn:
+        resume(conn, actor="test", tenant_id=b)
+    # B waits at A's level: job_claim claims nothing, and the worker's claim shares.
+    assert claimed_by_plain_claim(engine, fair=True) == 0
+    assert claimed_by_plain_claim(engine, fair=False) == 5
+    assert by_tenant(await claim(6)) == {tenant: 3, b: 3}

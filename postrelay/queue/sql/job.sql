@@ -105,8 +105,14 @@ SELECT pg_notify('postrelay_jobs', '');
 -- joined a hash of every row in it (26 ms per claim beside 57,000 jobs), while this shape
 -- is the same plan whatever the estimates, so the claim connection plans it once
 -- (queue/claimer.py). Its rows come back in key order; the worker sorts them.
+-- With :fair (fair claiming on), the claim is made only when no other tenant has due work
+-- at the priority level of its most urgent job (the `seed`'s): two probes of ix_job_fair,
+-- one either side of the seed's tenant. Otherwise it claims nothing and the worker shares
+-- the claim out with job_claim_fair, whose extra work a claim thus pays only when there is
+-- something to share. Without :fair, the probes never run (an InitPlan runs when first
+-- needed, and the OR is decided before).
 WITH candidate AS MATERIALIZED (
-    SELECT id
+    SELECT id, priority, available_at, tenant_id
     FROM mdm.aa_job
     WHERE status = 'pending'
       AND available_at <= now()
@@ -123,10 +129,42 @@ WITH candidate AS MATERIALIZED (
     ORDER BY priority, available_at
     LIMIT :demand
     FOR UPDATE SKIP LOCKED
+), seed AS MATERIALIZED (
+    SELECT priority, tenant_id FROM candidate ORDER BY priority, available_at LIMIT 1
 )
 UPDATE mdm.aa_job j
 SET status = 'running', claimed_by = :worker, claimed_at = now(), attempts = j.attempts + 1
 WHERE j.id = ANY(ARRAY(SELECT id FROM candidate))
+  AND (NOT CAST(:fair AS boolean) OR NOT EXISTS (
+      SELECT FROM seed s CROSS JOIN LATERAL (
+          (SELECT FROM mdm.aa_job o
+           WHERE o.status = 'pending' AND o.priority = s.priority
+             AND o.tenant_id < s.tenant_id AND o.available_at <= now()
+             AND (CAST(:tenant_ids AS uuid[]) IS NULL
+                  OR o.tenant_id = ANY(CAST(:tenant_ids AS uuid[])))
+             AND (CAST(:kinds AS mdm.job_kind[]) IS NULL
+                  OR o.job_kind = ANY(CAST(:kinds AS mdm.job_kind[])))
+             AND (NOT EXISTS (SELECT FROM mdm.aa_job_pause)
+                  OR NOT EXISTS (SELECT FROM mdm.aa_job_pause p
+                                 WHERE (p.tenant_id IS NULL OR p.tenant_id = o.tenant_id)
+                                   AND (p.job_kind IS NULL OR p.job_kind = o.job_kind)))
+           ORDER BY o.tenant_id DESC
+           LIMIT 1)
+          UNION ALL
+          (SELECT FROM mdm.aa_job o
+           WHERE o.status = 'pending' AND o.priority = s.priority
+             AND o.tenant_id > s.tenant_id AND o.available_at <= now()
+             AND (CAST(:tenant_ids AS uuid[]) IS NULL
+                  OR o.tenant_id = ANY(CAST(:tenant_ids AS uuid[])))
+             AND (CAST(:kinds AS mdm.job_kind[]) IS NULL
+                  OR o.job_kind = ANY(CAST(:kinds AS mdm.job_kind[])))
+             AND (NOT EXISTS (SELECT FROM mdm.aa_job_pause)
+                  OR NOT EXISTS (SELECT FROM mdm.aa_job_pause p
+                                 WHERE (p.tenant_id IS NULL OR p.tenant_id = o.tenant_id)
+                                   AND (p.job_kind IS NULL OR p.job_kind = o.job_kind)))
+           ORDER BY o.tenant_id
+           LIMIT 1)
+      ) other))
 -- The payload comes as JSON text, which the worker decodes for half what psycopg's jsonb
 -- loader costs.
 RETURNING j.id, j.tenant_id, j.job_kind::text AS kind, CAST(j.payload AS text) AS payload,

@@ -25,7 +25,14 @@ import psutil
 import psycopg
 
 from bench.cpu import process_cpu
-from bench.harness import BenchDatabase, WorkerProcess, bench_database, fill, wait_until
+from bench.harness import (
+    BenchDatabase,
+    WorkerProcess,
+    bench_database,
+    fill,
+    unfinished_count,
+    wait_until,
+)
 from bench.history_load import load_done_jobs
 
 
@@ -67,8 +74,7 @@ def drain_new(bench: BenchDatabase, n: int, concurrency: int,
         bench.connect(autocommit=True) as watch,
     ):
         def left() -> int:
-            return watch.execute("SELECT count(*) FROM mdm.aa_job"
-                                 " WHERE status IN ('pending', 'running')").fetchone()[0]  # type: ignore[index]
+            return unfinished_count(watch)
 
         wait_until(lambda: left() < n, timeout=60, poll=0.005, worker=worker,
                    what="the worker's first claim")

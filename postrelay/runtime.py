@@ -36,6 +36,7 @@ from postrelay.queue import (
     RETENTION_KIND,
     Cleaner,
     CronScheduler,
+    DoneRollup,
     Maintenance,
     Registry,
     Rescuer,
@@ -177,6 +178,7 @@ def build_worker(
         interval_secs=maintenance_interval(settings.maintenance_interval_secs,
                                            settings.job_lease_secs),
         rescuer=Rescuer(engine, lease_secs=settings.job_lease_secs, actor=worker.id),
+        rollup=DoneRollup(engine),
     )
     scheduler = CronScheduler(engine, interval_secs=settings.cron_interval_secs)
     return WorkerProcess(worker, keeper, scheduler, [*handlers.closers, smtp.close],

@@ -29,6 +29,7 @@ from postrelay.orchestrator import (
     email_feedback_delete_batch,
     email_log_delete_batch,
     email_registry,
+    email_suppression_audit_delete_batch,
     feedback_retention_days,
 )
 from postrelay.queue import (
@@ -147,7 +148,8 @@ def build_worker(
         engine, settings.job_retention_days,
         {OUTBOX_TARGET: outbox, "webhook_attempts": attempts, EMAIL_LOG_TARGET: email_log,
          EMAIL_FEEDBACK_TARGET: feedback,
-         AUDIT_TARGET: audit_cleaner(settings.audit_retention_days)}))
+         AUDIT_TARGET: audit_cleaner(settings.audit_retention_days,
+                                     [email_suppression_audit_delete_batch])}))
     handlers = builtin.merged(registry if registry is not None else default_registry)
     config = WorkerConfig(
         concurrency=concurrency,

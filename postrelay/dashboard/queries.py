@@ -60,7 +60,7 @@ class Overview:
     @property
     def done_last_hour(self) -> int:
         """The chart's minutes, this one and the 59 before it: closed minutes from the
-        done rollup (queue/maintenance/rollup.py), the last minute or two counted live."""
+        done rollup (queue/maintenance/rollup.py), the last minute or so counted live."""
         return sum(done for _, done, _ in self.minutes)
 
 
@@ -87,7 +87,7 @@ def job_done_estimate(conn: Connection) -> int | None:
 def overview(conn: Connection, tenant_id: UUID | None, *, minutes: int = 60) -> Overview:
     """Everything on the overview page, in eight statements that each read an index (or the
     catalogue) and none of which reads the done history beyond the minutes the done
-    rollup has not tallied yet (normally the last minute or two)."""
+    rollup has not tallied yet (normally the last minute or so)."""
     scope = {"tenant_id": tenant_id}
     counts = job_counts(conn, tenant_id)
     pending = conn.execute(DASHBOARD_SQL["job_pending_oldest"], scope).one()

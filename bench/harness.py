@@ -165,9 +165,10 @@ def done_count(conn: psycopg.Connection[Any]) -> int:
 
 @dataclass
 class WorkerProcess:
-    """`postrelay worker --app APP --concurrency C --no-maintenance` as a subprocess, or
-    `python ARGV...` when `argv` is given. Use as a context manager: on the way out it gets
-    SIGTERM, and SIGKILL if it has not stopped within STOP_GRACE_SECS."""
+    """`postrelay worker --app APP --concurrency C --no-maintenance` as a subprocess (with
+    `maintenance`, without the flag: it takes part in maintenance as a deployed worker
+    does), or `python ARGV...` when `argv` is given. Use as a context manager: on the way
+    out it gets SIGTERM, and SIGKILL if it has not stopped within STOP_GRACE_SECS."""
 
     bench: BenchDatabase
     app: str = ""
@@ -178,6 +179,7 @@ class WorkerProcess:
     # Where it runs, and so which postrelay it imports: another checkout (an older commit's
     # tree, say) measures that code against this run's database.
     cwd: Path = REPO_ROOT
+    maintenance: bool = False
     proc: subprocess.Popen[bytes] | None = None
     _stderr: Any = None
 
@@ -193,7 +195,8 @@ class WorkerProcess:
             env["BENCH_PROFILE_OUT"] = str(self.profile_out)
             main = WORKER_MAIN_PROFILED
         argv = self.argv or ["-c", main, "worker", "--app", self.app,
-                             "--concurrency", str(self.concurrency), "--no-maintenance"]
+                             "--concurrency", str(self.concurrency),
+                             *([] if self.maintenance else ["--no-maintenance"])]
         self._stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
             [sys.executable, *argv],

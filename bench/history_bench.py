@@ -27,7 +27,6 @@ import signal
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -35,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from sqlalchemy import create_engine
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from bench.dashboard_bench import _sign_in
@@ -49,11 +47,10 @@ from bench.harness import (
     reset_queue,
 )
 from bench.history_load import load_done_jobs, load_email_log
+from bench.history_steady import steady
 from bench.latency_bench import LATENCY_FILE_ENV, LISTENING, WARMUP, _percentile, _send
 from bench.relay_bench import UNHANDLED, open_pool, routes
-from postrelay.core.db import sqlalchemy_url
-from postrelay.dashboard import queries
-from postrelay.queue import JobSpec, enqueue_many, queue_status
+from postrelay.queue import queue_status
 from postrelay.relay import EventSpec, Relay, RelayConfig, emit_many
 from tests.api.server import serve_database
 
@@ -68,7 +65,6 @@ OTHER_PAGES = (("jobs, done", "/dashboard/jobs?status=done"),
                ("outbox", "/dashboard/outbox"),
                ("email log, bounced", "/dashboard/emails?status=bounced"),
                ("cron", "/dashboard/cron"))
-TABLES = ("aa_job", "aa_email_log", "aa_outbox_event", "aa_job_audit")
 
 
 @dataclass
@@ -112,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
         _print(empty, full, args)
         if args.steady_minutes:
             print()
-            steady(bench, args)
+            steady(bench, args, page_target_ms=PAGE_TARGET_MS)
     print(f"\n{time.monotonic() - started:.0f} s")
 
 
@@ -309,97 +305,6 @@ def _sizes(bench: BenchDatabase) -> str:
             " pg_size_pretty(pg_indexes_size(relid)) FROM pg_stat_user_tables"
             " WHERE relname IN ('aa_job', 'aa_email_log') ORDER BY relname").fetchall()
     return "; ".join(f"{name}: table {table}, indexes {indexes}" for name, table, indexes in rows)
-
-
-def steady(bench: BenchDatabase, args: argparse.Namespace) -> None:
-    """A producer enqueues `--steady-rate` jobs/s for `--steady-minutes` while one worker
-    drains them, autovacuum left to itself; then what the tables look like."""
-    before = _table_stats(bench)
-    stop = threading.Event()
-    produced = [0]
-
-    def produce() -> None:
-        quiet = bench.engine.execution_options(postrelay_notify=False)
-        tick, per_tick = 0.1, max(1, round(args.steady_rate * 0.1))
-        next_at = time.monotonic()
-        while not stop.is_set():
-            specs = [JobSpec("reindex", {"n": i}, bench.tenant_id) for i in range(per_tick)]
-            with quiet.begin() as conn:
-                enqueue_many(conn, specs)
-            produced[0] += per_tick
-            next_at += tick
-            time.sleep(max(0.0, next_at - time.monotonic()))
-
-    seconds = args.steady_minutes * 60
-    # The overview's reads as the dashboard's engine runs them (custom plans, no JIT), while
-    # the drain leaves dead index entries behind that autovacuum has not removed yet.
-    dashboard = create_engine(sqlalchemy_url(bench.url), connect_args={
-        "options": "-c plan_cache_mode=force_custom_plan -c jit=off"})
-    with WorkerProcess(bench, "bench.noop_app", 10) as worker, \
-            bench.connect(autocommit=True) as watch:
-        producer = threading.Thread(target=produce, name="producer")
-        producer.start()
-        backlog, overview_ms = [], []
-        try:
-            ends = time.monotonic() + seconds
-            while time.monotonic() < ends:
-                worker.check_alive()
-                backlog.append(watch.execute(
-                    "SELECT count(*) FROM mdm.aa_job WHERE status IN ('pending', 'running')"
-                ).fetchone()[0])  # type: ignore[index]
-                began = time.perf_counter()
-                with dashboard.begin() as conn:
-                    queries.overview(conn, None)
-                overview_ms.append((time.perf_counter() - began) * 1000)
-                time.sleep(5)
-        finally:
-            stop.set()
-            producer.join()
-            dashboard.dispose()
-    time.sleep(1.5)  # the statistics are flushed at most once a second
-    after = _table_stats(bench)
-    print(f"steady drain: {args.steady_minutes:g} min, {produced[0]:,} jobs enqueued at"
-          f" {args.steady_rate:,.0f}/s by one producer, drained by one worker (concurrency 10);"
-          f" backlog sampled every 5 s: median {statistics.median(backlog):,.0f},"
-          f" max {max(backlog):,}; the overview's reads meanwhile: median"
-          f" {statistics.median(overview_ms):.1f} ms, max {max(overview_ms):.1f} ms")
-    header = ("table", "live", "dead", "dead %", "autovacuums", "autoanalyzes",
-              "table size", "index size", "grew by")
-    lines = [header]
-    for name in TABLES:
-        b, a = before[name], after[name]
-        live, dead = a["live"], a["dead"]
-        lines.append((name, f"{live:,}", f"{dead:,}",
-                      f"{100 * dead / max(live + dead, 1):.1f}",
-                      f"{a['autovacuums'] - b['autovacuums']}",
-                      f"{a['autoanalyzes'] - b['autoanalyzes']}",
-                      _mb(a["table"]), _mb(a["indexes"]),
-                      _mb(a["table"] + a["indexes"] - b["table"] - b["indexes"])))
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    for n, line in enumerate(lines):
-        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                        for i, (c, w) in enumerate(zip(line, widths, strict=True))))
-        if n == 0:
-            print("  ".join("-" * w for w in widths))
-    with bench.connect(autocommit=True) as conn:
-        for name, size, scans in conn.execute(
-                "SELECT indexrelname, pg_relation_size(indexrelid), idx_scan"
-                " FROM pg_stat_user_indexes WHERE relname = 'aa_job' ORDER BY 1").fetchall():
-            print(f"    {name:26} {_mb(size):>10}  scans {scans:,}")
-
-
-def _table_stats(bench: BenchDatabase) -> dict[str, dict[str, int]]:
-    with bench.connect(autocommit=True) as conn:
-        rows = conn.execute(
-            "SELECT relname, n_live_tup, n_dead_tup, autovacuum_count, autoanalyze_count,"
-            " pg_table_size(relid), pg_indexes_size(relid) FROM pg_stat_user_tables"
-            " WHERE schemaname = 'mdm' AND relname = ANY(%s)", (list(TABLES),)).fetchall()
-    return {r[0]: {"live": r[1], "dead": r[2], "autovacuums": r[3], "autoanalyzes": r[4],
-                   "table": r[5], "indexes": r[6]} for r in rows}
-
-
-def _mb(size: int) -> str:
-    return f"{size / 1024 / 1024:,.1f} MB"
 
 
 if __name__ == "__main__":

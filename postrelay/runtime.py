@@ -29,6 +29,7 @@ from postrelay.orchestrator import (
     email_feedback_delete_batch,
     email_log_delete_batch,
     email_registry,
+    email_suppression_audit_delete_batch,
     feedback_retention_days,
 )
 from postrelay.queue import (
@@ -36,6 +37,7 @@ from postrelay.queue import (
     RETENTION_KIND,
     Cleaner,
     CronScheduler,
+    DoneRollup,
     Maintenance,
     Registry,
     Rescuer,
@@ -146,7 +148,8 @@ def build_worker(
         engine, settings.job_retention_days,
         {OUTBOX_TARGET: outbox, "webhook_attempts": attempts, EMAIL_LOG_TARGET: email_log,
          EMAIL_FEEDBACK_TARGET: feedback,
-         AUDIT_TARGET: audit_cleaner(settings.audit_retention_days)}))
+         AUDIT_TARGET: audit_cleaner(settings.audit_retention_days,
+                                     [email_suppression_audit_delete_batch])}))
     handlers = builtin.merged(registry if registry is not None else default_registry)
     config = WorkerConfig(
         concurrency=concurrency,
@@ -177,6 +180,7 @@ def build_worker(
         interval_secs=maintenance_interval(settings.maintenance_interval_secs,
                                            settings.job_lease_secs),
         rescuer=Rescuer(engine, lease_secs=settings.job_lease_secs, actor=worker.id),
+        rollup=DoneRollup(engine),
     )
     scheduler = CronScheduler(engine, interval_secs=settings.cron_interval_secs)
     return WorkerProcess(worker, keeper, scheduler, [*handlers.closers, smtp.close],

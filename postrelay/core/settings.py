@@ -48,7 +48,8 @@ class Settings(BaseSettings):
     job_backoff_max_secs: float = Field(default=3600.0, gt=0)
     job_lease_secs: float = Field(default=450.0, gt=0)
     job_retention_days: float = Field(default=14.0, gt=0)
-    # The email log, the job and cron audits: kept unless a window is set (docs/operations.md).
+    # The email log and the audits (jobs, cron, pauses and limits, lifted suppressions): kept
+    # unless a window is set (docs/operations.md).
     email_log_retention_days: float | None = Field(default=None, gt=0)
     audit_retention_days: float | None = Field(default=None, gt=0)
     job_timeout_secs: float | None = Field(default=None, gt=0)

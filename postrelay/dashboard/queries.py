@@ -59,7 +59,8 @@ class Overview:
 
     @property
     def done_last_hour(self) -> int:
-        """Exact: the chart's minutes, this one and the 59 before it."""
+        """The chart's minutes, this one and the 59 before it: closed minutes from the
+        done rollup (queue/maintenance/rollup.py), the last minute or so counted live."""
         return sum(done for _, done, _ in self.minutes)
 
 
@@ -84,15 +85,17 @@ def job_done_estimate(conn: Connection) -> int | None:
 
 
 def overview(conn: Connection, tenant_id: UUID | None, *, minutes: int = 60) -> Overview:
-    """Everything on the overview page, in seven statements that each read an index (or the
-    catalogue) and none of which reads the done history beyond the chart's hour."""
+    """Everything on the overview page, in eight statements that each read an index (or the
+    catalogue) and none of which reads the done history beyond the minutes the done
+    rollup has not tallied yet (normally the last minute or so)."""
     scope = {"tenant_id": tenant_id}
     counts = job_counts(conn, tenant_id)
     pending = conn.execute(DASHBOARD_SQL["job_pending_oldest"], scope).one()
     this_minute: datetime = pending.this_minute
     since = this_minute - timedelta(minutes=minutes - 1)
+    until = conn.execute(DASHBOARD_SQL["job_done_rollup_until"]).scalar_one()
     done = dict(conn.execute(DASHBOARD_SQL["job_done_per_minute"],
-                             {**scope, "since": since}).all())
+                             {**scope, "since": since, "until": until}).all())
     failed = dict(conn.execute(DASHBOARD_SQL["job_failed_per_minute"],
                                {**scope, "since": since}).all())
     series = [(m, done.get(m, 0), failed.get(m, 0))

@@ -44,6 +44,7 @@ from postrelay.orchestrator.retention import (
     EMAIL_LOG_TARGET,
     email_feedback_delete_batch,
     email_log_delete_batch,
+    email_suppression_audit_delete_batch,
     feedback_retention_days,
 )
 from postrelay.orchestrator.routes import email_route
@@ -60,6 +61,7 @@ __all__ = [
     "email_feedback_delete_batch",
     "email_list",
     "email_log_delete_batch",
+    "email_suppression_audit_delete_batch",
     "email_registry",
     "email_route",
     "email_story",

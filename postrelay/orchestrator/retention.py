@@ -6,7 +6,8 @@ what was sent to whom is the operator's decision (bounces and complaints, legal 
 Delivery feedback (aa_email_feedback) goes the same way under its own entry,
 `postrelay.email-feedback-retention`: by default with the log rows it names, so that
 feedback does not outlive them; never sooner than the soft-bounce window, whose count reads
-it. The suppression list has no window: it is what stops mail to bad addresses.
+it. The suppression list has no window: it is what stops mail to bad addresses; the audit
+of lifted suppressions goes with the other audits (POSTRELAY_AUDIT_RETENTION_DAYS).
 
 Deleted rows leave dead tuples that autovacuum turns into free space which the next
 messages fill, so with a window the table stops growing at about the window's worth of
@@ -46,5 +47,15 @@ async def email_feedback_delete_batch(engine: AsyncEngine, before: datetime, bat
     """Delete at most `batch` feedback rows received before `before`; returns how many."""
     async with engine.begin() as conn:
         result = await conn.execute(FEEDBACK_SQL["email_feedback_delete_before"],
+                                    {"before": before, "batch": batch})
+    return result.rowcount
+
+
+async def email_suppression_audit_delete_batch(engine: AsyncEngine, before: datetime,
+                                               batch: int) -> int:
+    """Delete at most `batch` suppression audit rows created before `before` (the `audit`
+    target's, with the queue's audits); returns how many."""
+    async with engine.begin() as conn:
+        result = await conn.execute(FEEDBACK_SQL["email_suppression_audit_delete_before"],
                                     {"before": before, "batch": batch})
     return result.rowcount

@@ -192,5 +192,6 @@ email_suppression_audit = Table(
     Column("created_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
     CheckConstraint("action IN ('unsuppress')", name="email_suppression_audit_action_chk"),
     Index("ix_email_suppression_audit_address", "tenant_id", "address", "created_at"),
+    Index("ix_email_suppression_audit_time", "created_at"),  # retention (migration 0018)
 )
 

@@ -237,6 +237,13 @@ async def cron_audit_delete_before(conn: AsyncConnection, *, before: datetime,
     return result.rowcount
 
 
+async def flow_audit_delete_before(conn: AsyncConnection, *, before: datetime,
+                                   batch: int) -> int:
+    result = await conn.execute(JOB_SQL["flow_audit_delete_before"],
+                                {"before": before, "batch": batch})
+    return result.rowcount
+
+
 async def worker_register(
     conn: AsyncConnection,
     *,

@@ -5,6 +5,7 @@ import uuid
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     Float,
@@ -115,6 +116,27 @@ job_audit = Table(
     Column("created_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
     Index("ix_job_audit_job", "job_id"),
     Index("ix_job_audit_time", "created_at"),  # retention (POSTRELAY_AUDIT_RETENTION_DAYS)
+)
+
+# Done jobs per minute and tenant, for minutes that have closed (queue/maintenance/rollup.py):
+# the overview's last hour sums these instead of counting every done job of the hour.
+job_done_minute = Table(
+    "aa_job_done_minute",
+    metadata,
+    Column("minute", TIMESTAMPTZ, primary_key=True),
+    Column("tenant_id", UUID(as_uuid=True), ForeignKey("mdm.aa_tenant.id", ondelete="CASCADE"),
+           primary_key=True),
+    Column("done", BigInteger, nullable=False),
+)
+
+# The rollup's mark, one row: every minute before `until` is in aa_job_done_minute, and a
+# round locks the row, so two leaders never tally the same minutes at once.
+job_done_rollup = Table(
+    "aa_job_done_rollup",
+    metadata,
+    Column("id", Boolean, primary_key=True, server_default=text("true")),
+    Column("until", TIMESTAMPTZ),
+    CheckConstraint("id", name="job_done_rollup_one_row_chk"),
 )
 
 # Live workers and their heartbeats: the rescuer leaves a job alone while its worker beats.

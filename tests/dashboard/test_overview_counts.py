@@ -153,6 +153,7 @@ def test_the_page_says_what_done_counts(admin: httpx.Client, acme: httpx.Client,
     assert 'data-count="status-done">4<' in page  # the last hour only, every tenant
     assert 'data-count="done-estimate">504<' in page  # from the statistics
     assert "an estimate from the table statistics" in page
+    assert "each minute's count is tallied once it has closed" in page
     assert 'data-count="not-done">1<' in page
     # No done column per kind or tenant: those would be counts of the whole history.
     assert f'data-count="tenant-{tenant}-pending">1<' in page

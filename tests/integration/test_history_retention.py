@@ -1,7 +1,7 @@
 """Retention of what grows besides done jobs: the email log, its delivery feedback, webhook
-attempts and the job and cron audits, deleted in bounded batches by `cleanup_jobs` targets
-whose windows come from the settings (kept when unset); and the time-ordered ids the
-growing tables get by default."""
+attempts and the audits (jobs, cron, pauses and limits, lifted suppressions), deleted in
+bounded batches by `cleanup_jobs` targets whose windows come from the settings (kept when
+unset); and the time-ordered ids the growing tables get by default."""
 
 from __future__ import annotations
 
@@ -12,22 +12,25 @@ import pytest
 from sqlalchemy import text
 
 from postrelay.core.clock import utcnow
+from postrelay.core.db import Database, sqlalchemy_url
 from postrelay.core.errors import ConfigError
-from postrelay.core.settings import load_settings
+from postrelay.core.settings import Settings, load_settings
 from postrelay.orchestrator.retention import (
     EMAIL_FEEDBACK_TARGET,
     EMAIL_LOG_TARGET,
     email_feedback_delete_batch,
     email_log_delete_batch,
+    email_suppression_audit_delete_batch,
     feedback_retention_days,
 )
-from postrelay.queue import ensure_tenant
+from postrelay.queue import Registry, ensure_tenant
 from postrelay.queue.maintenance import AUDIT_TARGET, Cleaner, audit_cleaner, cleanup_handler
 from postrelay.queue.maintenance.retention import DELETE_BATCH
 from postrelay.queue.model import Job
 from postrelay.queue.schema import SYSTEM_TENANT_ID
 from postrelay.relay.webhooks import webhook_attempt_delete_batch
 from postrelay.relay.webhooks.endpoints import WEBHOOK_SQL
+from postrelay.runtime import build_worker
 
 LOG_ROWS = """
 INSERT INTO mdm.aa_email_log (tenant_id, template, from_address, recipients, to_addresses,
@@ -80,28 +83,59 @@ async def test_without_a_window_the_email_log_is_kept(engine, async_engine, tena
     assert _log_counts(engine) == {("acme", True): 4}
 
 
-async def test_audit_rows_older_than_the_window_go_from_both_audits(engine, async_engine,
+AUDITS = ("aa_job_audit", "aa_cron_audit", "aa_flow_audit", "aa_email_suppression_audit")
+
+
+async def test_audit_rows_older_than_the_window_go_from_every_audit(database_url, engine,
                                                                     tenant):
     now = utcnow()
     with engine.begin() as conn:
         for days, n in ((100, DELETE_BATCH + 5), (1, 2)):
+            at = {"t": tenant, "at": now - timedelta(days=days), "n": n}
             conn.execute(text(
                 "INSERT INTO mdm.aa_job_audit (job_id, tenant_id, job_kind, action, actor,"
                 " created_at) SELECT gen_random_uuid(), :t, 'reindex', 'job_dlq', 'test', :at"
-                " FROM generate_series(1, :n)"), {"t": tenant, "at": now - timedelta(days=days),
-                                                  "n": n})
+                " FROM generate_series(1, :n)"), at)
             conn.execute(text(
                 "INSERT INTO mdm.aa_cron_audit (cron_id, name, tenant_id, action, actor,"
                 " created_at) SELECT gen_random_uuid(), 'nightly', :t, 'created', 'test', :at"
-                " FROM generate_series(1, :n)"), {"t": tenant, "at": now - timedelta(days=days),
-                                                  "n": 3})
-    handler = cleanup_handler(async_engine, 14, {AUDIT_TARGET: audit_cleaner(90)})
-    await handler(_cleanup_job(AUDIT_TARGET))
+                " FROM generate_series(1, 3)"), at)
+            conn.execute(text(
+                "INSERT INTO mdm.aa_flow_audit (action, tenant_id, job_kind, actor, created_at)"
+                " SELECT 'paused', :t, 'reindex', 'test', :at FROM generate_series(1, 4)"), at)
+            conn.execute(text(
+                "INSERT INTO mdm.aa_email_suppression_audit (tenant_id, address, action, actor,"
+                " detail, created_at) SELECT :t, 'a' || g || '@example.com', 'unsuppress',"
+                " 'test', '[]', :at FROM generate_series(1, :n) g"), at)
+    # The target as a worker builds it from the settings: the queue's audits and the
+    # suppression audit, under POSTRELAY_AUDIT_RETENTION_DAYS.
+    process = build_worker(Settings(database_url=database_url, audit_retention_days=90),
+                           Database(url=sqlalchemy_url(database_url)), registry=Registry(),
+                           maintenance=False)
+    cleanup = process.worker.registry.get("cleanup_jobs")
+    assert cleanup is not None
+    try:
+        await cleanup.fn(_cleanup_job(AUDIT_TARGET))
+    finally:
+        await process.worker.engine.dispose()
     with engine.connect() as conn:
         left = [conn.execute(text(
             f"SELECT count(*), bool_and(created_at > now() - interval '2 days') FROM mdm.{t}"
-        )).one() for t in ("aa_job_audit", "aa_cron_audit")]
-    assert left == [(2, True), (3, True)]
+        )).one() for t in AUDITS]
+    assert left == [(2, True), (3, True), (4, True), (2, True)]
+
+
+async def test_without_a_window_every_audit_is_kept(engine, async_engine, tenant):
+    with engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO mdm.aa_flow_audit (action, tenant_id, job_kind, actor, created_at)"
+            " VALUES ('paused', :t, 'reindex', 'test', now() - interval '10 years')"),
+                     {"t": tenant})
+    handler = cleanup_handler(async_engine, 14, {AUDIT_TARGET: audit_cleaner(
+        None, [email_suppression_audit_delete_batch])})
+    await handler(_cleanup_job(AUDIT_TARGET))
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM mdm.aa_flow_audit")).scalar_one() == 1
 
 
 def test_the_windows_are_settings_and_the_log_and_audits_are_kept_by_default(monkeypatch):

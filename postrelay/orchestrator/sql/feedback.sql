@@ -153,6 +153,17 @@ WHERE id IN (SELECT id FROM mdm.aa_email_feedback
              WHERE received_at < CAST(:before AS timestamptz)
              ORDER BY received_at
              LIMIT :batch);
+
+-- name: email_suppression_audit_delete_before
+-- Retention of the suppression audit (POSTRELAY_AUDIT_RETENTION_DAYS, with the other
+-- audits; kept when unset): one bounded batch, the oldest first, through
+-- ix_email_suppression_audit_time (migration 0018). The suppressions themselves stay.
+DELETE FROM mdm.aa_email_suppression_audit
+WHERE id IN (SELECT id FROM mdm.aa_email_suppression_audit
+             WHERE created_at < CAST(:before AS timestamptz)
+             ORDER BY created_at
+             LIMIT :batch);
+
 -- name: email_suppression_lift
 -- An operator lets an address receive a tenant's mail again: every category's row goes,
 -- and one audit row keeps what was lifted and by whom. Nothing is audited when nothing

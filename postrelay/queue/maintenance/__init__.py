@@ -1,7 +1,7 @@
-"""Background work inside workers: stale-claim rescue (once across all workers, by a
-leader's lock or lease), the cron scheduler (in every worker; a slot still fires once) and the
-retention handler. Leases are for efficiency; guarded statements and unique keys make an
-accidental double run harmless (correctness)."""
+"""Background work inside workers: stale-claim rescue and the done rollup (once across all
+workers, by a leader's lock or lease), the cron scheduler (in every worker; a slot still
+fires once) and the retention handler. Leases are for efficiency; guarded statements and
+unique keys make an accidental double run harmless (correctness)."""
 
 from postrelay.queue.maintenance.leader import Maintenance, maintenance_interval
 from postrelay.queue.maintenance.rescuer import Rescuer
@@ -12,6 +12,7 @@ from postrelay.queue.maintenance.retention import (
     audit_cleaner,
     cleanup_handler,
 )
+from postrelay.queue.maintenance.rollup import DoneRollup
 from postrelay.queue.maintenance.scheduler import CronScheduler
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "RETENTION_KIND",
     "Cleaner",
     "CronScheduler",
+    "DoneRollup",
     "Maintenance",
     "Rescuer",
     "audit_cleaner",

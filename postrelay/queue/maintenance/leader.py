@@ -1,5 +1,5 @@
-"""The maintenance loop: one worker at a time leads and runs the rescuer; the others only
-try to take the lead, every round.
+"""The maintenance loop: one worker at a time leads and runs the rescuer, then the done
+rollup (maintenance/rollup.py); the others only try to take the lead, every round.
 
 On a direct connection leadership is a session-level advisory lock, held on a connection of
 the leader's own: PostgreSQL frees it the moment that connection drops, so when the leader
@@ -26,6 +26,7 @@ from postrelay.core.heldconn import HeldConnection
 from postrelay.core.service import Looper
 from postrelay.queue import queries
 from postrelay.queue.maintenance.rescuer import Rescuer
+from postrelay.queue.maintenance.rollup import DoneRollup
 
 LEASE_NAME = "maintenance"
 # The advisory lock of the maintenance leader, in the database's own lock space: any
@@ -51,11 +52,13 @@ class Maintenance(Looper):
         holder: str,
         interval_secs: float,
         rescuer: Rescuer,
+        rollup: DoneRollup | None = None,
     ) -> None:
         super().__init__(interval_secs)
         self.engine = engine
         self.holder = holder
         self.rescuer = rescuer
+        self.rollup = rollup
         # The connection that holds the leader's lock; None behind a pooler (row lease).
         self._lock = None if behind_pooler(engine) else HeldConnection(engine)
         self._locked = False
@@ -64,7 +67,9 @@ class Maintenance(Looper):
         """One round; returns whether this process was the leader."""
         if not await self._lead():
             return False
-        await self.rescuer.run_once()
+        await self.rescuer.run_once()  # first: a failing rollup must not delay a rescue
+        if self.rollup is not None:
+            await self.rollup.run_once()
         return True
 
     async def _lead(self) -> bool:

@@ -10,7 +10,7 @@ target's window is configured (the settings), never taken from a payload.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -45,18 +45,33 @@ async def _delete_done_batch(engine: AsyncEngine, before: datetime, batch: int) 
 
 
 async def _delete_audit_batch(engine: AsyncEngine, before: datetime, batch: int) -> int:
-    """One batch from the job audit, topped up from the cron audit."""
+    """One batch from the job audit, topped up from the cron audit, then the flow audit."""
+    deleted = 0
     async with engine.begin() as conn:
-        deleted = await queries.job_audit_delete_before(conn, before=before, batch=batch)
-        if deleted < batch:
-            deleted += await queries.cron_audit_delete_before(conn, before=before,
-                                                              batch=batch - deleted)
+        for delete in (queries.job_audit_delete_before, queries.cron_audit_delete_before,
+                       queries.flow_audit_delete_before):
+            deleted += await delete(conn, before=before, batch=batch - deleted)
+            if deleted >= batch:
+                break
     return deleted
 
 
-def audit_cleaner(days: float | None) -> Cleaner:
-    """The `audit` target: aa_job_audit and aa_cron_audit rows older than `days`."""
-    return Cleaner(_delete_audit_batch, days)
+def audit_cleaner(days: float | None, more: Sequence[DeleteBatch] = ()) -> Cleaner:
+    """The `audit` target: aa_job_audit, aa_cron_audit and aa_flow_audit rows older than
+    `days`, and what `more` deletes: the audits of the layers above (the suppression
+    audit), under the same window. A batch is topped up from one audit after another, so
+    it is short only when every audit is done."""
+    batches = (_delete_audit_batch, *more)
+
+    async def delete_batch(engine: AsyncEngine, before: datetime, batch: int) -> int:
+        deleted = 0
+        for delete in batches:
+            deleted += await delete(engine, before, batch - deleted)
+            if deleted >= batch:
+                break
+        return deleted
+
+    return Cleaner(delete_batch, days)
 
 
 async def delete_in_batches(engine: AsyncEngine, delete_batch: DeleteBatch,

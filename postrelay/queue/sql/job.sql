@@ -597,6 +597,14 @@ WHERE id IN (SELECT id FROM mdm.aa_cron_audit
              ORDER BY created_at
              LIMIT :batch);
 
+-- name: flow_audit_delete_before
+-- The same for the flow audit (pauses, resumes, limits), by ix_flow_audit_time.
+DELETE FROM mdm.aa_flow_audit
+WHERE id IN (SELECT id FROM mdm.aa_flow_audit
+             WHERE created_at < CAST(:before AS timestamptz)
+             ORDER BY created_at
+             LIMIT :batch);
+
 -- name: worker_register
 INSERT INTO mdm.aa_worker (id, host, pid, tenants, kinds, concurrency)
 VALUES (:id, :host, :pid, CAST(:tenants AS uuid[]), CAST(:kinds AS text[]), :concurrency)

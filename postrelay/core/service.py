@@ -22,7 +22,7 @@ does the rest, the same way for every component:
 - a round that raises is logged and the next one waits out an `ErrorBackoff`, which only
   `stop()` cuts short: wake-ups must not turn retries into a storm against a database
   that is down;
-- `stop()` cancels it, mid-round if need be (a round is a transaction: it rolls back).
+- `stop()` cancels it, mid-round if need be (a round's transaction rolls back).
 
 Tests call `run_once()` directly. `Service` is what a process runs until it is signalled
 (a worker with its maintenance and cron, a relay with its webhook directory).

@@ -98,7 +98,7 @@ class WorkerProcess:
         await self.worker.start()
         for service in (self.maintenance, self.scheduler):
             if service is not None:
-                service.start()
+                await service.start()
 
     async def stop(self) -> None:
         # First of all stop claiming: the services below may take a round trip each.

@@ -12,7 +12,11 @@ from collections.abc import Callable
 
 import psycopg
 
+from postrelay.core.service import ErrorBackoff
 from postrelay.core.telemetry import event
+
+RECONNECT_BASE_SECS = 0.1
+RECONNECT_MAX_SECS = 5.0
 
 
 class Listener:
@@ -32,7 +36,9 @@ class Listener:
             await asyncio.gather(self._task, return_exceptions=True)
 
     async def _loop(self) -> None:
-        delay = 0.1
+        """Not a ServiceLoop: a round is a connection's life, which lasts while it is up;
+        only the reconnect waits out the shared ErrorBackoff."""
+        backoff = ErrorBackoff(RECONNECT_BASE_SECS, RECONNECT_MAX_SECS)
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(
@@ -40,7 +46,7 @@ class Listener:
                 ) as conn:
                     await conn.execute(f"LISTEN {self.channel}")
                     self.connected.set()
-                    delay = 0.1
+                    backoff.succeeded()
                     # Anything may have been enqueued while we were not listening.
                     self.on_notify()
                     async for _ in conn.notifies():
@@ -49,7 +55,7 @@ class Listener:
                 raise
             except Exception as exc:
                 self.connected.clear()
+                delay = backoff.failed()
                 event("postrelay.listener.disconnected", logging.WARNING, error=repr(exc),
                       retry_in=delay)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)

@@ -22,6 +22,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from postrelay.core.heldconn import HeldConnection
+from postrelay.core.service import ErrorBackoff, ServiceLoop
 from postrelay.core.telemetry import event
 from postrelay.queue import queries
 from postrelay.queue.effects import write_effects
@@ -44,6 +45,8 @@ LINGER_SECS = 0.002
 
 
 class Completer:
+    """A write (`run_once`) whenever outcomes are queued; failed writes back off."""
+
     def __init__(
         self, engine: AsyncEngine, worker_id: str, on_written: Callable[[], None] | None = None
     ) -> None:
@@ -55,10 +58,13 @@ class Completer:
         self.on_written = on_written  # the worker claims again once a backlog shrinks
         self._queue: list[tuple[Job, Transition]] = []
         self._writing: list[tuple[Job, Transition]] = []
-        self._ready = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
-        self._task: asyncio.Task[None] | None = None
+        self._busy = False  # the last write carried more than one outcome
+        self._loop = ServiceLoop("completer", self.run_once, self._next_wait,
+                                 backoff=ErrorBackoff(RETRY_BASE_SECS, RETRY_MAX_SECS),
+                                 first_wait=None, failed_event="postrelay.completer.write_failed")
+        self._ready = self._loop.wake  # set by add(): outcomes are queued
         self.written = 0
         self.skipped = 0  # outcomes whose guard failed: the job was rescued meanwhile
 
@@ -67,8 +73,8 @@ class Completer:
         self._idle.clear()
         self._ready.set()
 
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="postrelay-completer")
+    async def start(self) -> None:
+        self._loop.start()
 
     async def stop(self, timeout_secs: float = 30.0) -> None:
         """Write everything still queued (trying for up to `timeout_secs` while the
@@ -80,45 +86,38 @@ class Completer:
         except TimeoutError:
             event("postrelay.completer.abandoned", logging.ERROR, unwritten=len(self._queue),
                   reason="database unreachable at shutdown; the rescuer will recover them")
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await self._loop.stop()
         await self._held.close()
 
-    async def _loop(self) -> None:
-        delay = RETRY_BASE_SECS
-        busy = False  # the last write carried more than one outcome
-        while True:
-            await self._ready.wait()
-            if busy:  # let the outcomes about to arrive join this write
-                await asyncio.sleep(LINGER_SECS)
-            self._ready.clear()
-            batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
-            busy = len(batch) > 1
-            self._writing = batch
-            try:
-                await self._write(batch)
-                delay = RETRY_BASE_SECS
-                if self.on_written is not None:
-                    self.on_written()
-            except Exception as exc:  # keep the batch and try again
-                self._queue[:0] = batch
-                event("postrelay.completer.write_failed", logging.WARNING, error=repr(exc),
-                      pending=len(self._queue), retry_in=delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_SECS)
-                self._ready.set()
-                continue
-            finally:
-                self._writing = []
-            if self._queue:
-                self._ready.set()
-            else:
-                self._idle.set()
+    async def run_once(self) -> int:
+        """Write the queued outcomes (up to MAX_BATCH); returns how many were written. A
+        batch that fails to write goes back to the front of the queue, and raises."""
+        if self._busy:  # let the outcomes about to arrive join this write
+            await asyncio.sleep(LINGER_SECS)
+        self._ready.clear()  # what arrived during the linger is in this batch
+        batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+        self._busy = len(batch) > 1
+        self._writing = batch
+        try:
+            written = await self._write(batch)
+        except Exception:  # keep the batch and try again after the backoff
+            self._queue[:0] = batch
+            raise
+        finally:
+            self._writing = []
+        if batch and self.on_written is not None:
+            self.on_written()
+        if not self._queue:
+            self._idle.set()
+        return written
 
-    async def _write(self, batch: list[tuple[Job, Transition]]) -> None:
+    def _next_wait(self, _: int) -> float | None:
+        """At once while outcomes are queued; else until add() queues one."""
+        return 0.0 if self._queue else None
+
+    async def _write(self, batch: list[tuple[Job, Transition]]) -> int:
         if not batch:
-            return
+            return 0
         effects = [effect for _, t in batch for effect in t.effects]
         if effects:
             async with self.tx_engine.begin() as conn:
@@ -135,6 +134,7 @@ class Completer:
             for job in lost:
                 event("postrelay.job.finalize_skipped", logging.WARNING, job_id=str(job.id),
                       reason="no longer running under this worker's claim (rescued)")
+        return len(written)
 
     async def _finalize(
         self,

@@ -29,14 +29,16 @@ from uuid import UUID
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from postrelay.core.listener import Listener
-from postrelay.core.service import sleep_until_woken
+from postrelay.core.service import ErrorBackoff, sleep_until_woken
 from postrelay.core.telemetry import event
 from postrelay.queue import queries
 from postrelay.queue.backoff import Backoff, FixedBackoff
+from postrelay.queue.cancelcheck import CancelCheck
 from postrelay.queue.claimer import ClaimConnection
 from postrelay.queue.completer import Completer
 from postrelay.queue.enqueue import job_kinds_async
 from postrelay.queue.executor import Executor
+from postrelay.queue.heartbeat import Heartbeat
 from postrelay.queue.metrics import WorkerMetrics
 from postrelay.queue.model import Job
 from postrelay.queue.outcome import Returned, decide
@@ -64,10 +66,6 @@ CLAIM_AHEAD_MAX_PER_SLOT = 9
 CLAIM_AHEAD_MAX_JOBS = 100
 HOLD_LIMIT_FACTOR = 100
 RUN_TIME_WEIGHT = 0.1  # of the newest run in the moving average of run times
-# How often a worker holding jobs asks whether any was cancelled (mdm.aa_job_cancel): a
-# poll, not LISTEN, so that it works behind a transaction pooler too. One indexed DELETE
-# of no rows, and only while the worker holds jobs.
-CANCEL_CHECK_SECS = 0.5
 # Limits (aa_job_limit): a worker learns which kinds have one at most this long after a
 # change, and claims those kinds through job_claim_limited. While their due jobs are
 # throttled it asks again this often (each ask draws what the buckets refilled).
@@ -147,7 +145,13 @@ class Worker:
         self._mean_run_secs: float | None = None  # moving average; None before any run
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._claiming: asyncio.Task[None] | None = None
+        self.heartbeat = Heartbeat(
+            self._auto, self.id, interval_secs=config.heartbeat_secs, register=self._register,
+            held_ids=lambda: self.running_ids | self.completer.pending_ids(),
+            on_released=self.wake)
+        self.cancel_check = CancelCheck(self._auto, held_ids=lambda: self.running_ids,
+                                        cancel=self._cancel_held)
         # Whether the last claim filled every free slot: only then is there likely more
         # work, and only then does a finishing job wake the claim loop (NOTIFY does else).
         self._saturated = False
@@ -191,14 +195,12 @@ class Worker:
     async def start(self) -> None:
         await self._drop_unknown_kinds()
         await self._register()
-        self.completer.start()
+        await self.completer.start()
         if self._listener is not None:
             self._listener.start()
-        self._tasks = [
-            asyncio.create_task(self._claim_loop(), name="postrelay-claim"),
-            asyncio.create_task(self._heartbeat_loop(), name="postrelay-heartbeat"),
-            asyncio.create_task(self._cancel_loop(), name="postrelay-cancel"),
-        ]
+        self._claiming = asyncio.create_task(self._claim_loop(), name="postrelay-claim")
+        await self.heartbeat.start()
+        await self.cancel_check.start()
         event("postrelay.worker.started", worker=self.id, kinds=",".join(self.kinds),
               concurrency=self.config.concurrency)
 
@@ -222,9 +224,11 @@ class Worker:
         for job, _ in list(self._running.values()):
             self._hand_back(job)
         self._running.clear()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._claiming is not None:
+            self._claiming.cancel()
+            await asyncio.gather(self._claiming, return_exceptions=True)
+        await self.heartbeat.stop()
+        await self.cancel_check.stop()
         await self._claim_conn.close()
         await self.completer.stop()
         if self._listener is not None:
@@ -256,7 +260,11 @@ class Worker:
             )
 
     async def _claim_loop(self) -> None:
-        delay = RECONNECT_BASE_SECS
+        """Claim for the free slots, again and again until stop_claiming(). Not a
+        ServiceLoop: its wait depends on the slots, not on a round's result alone, and a
+        claim in flight must finish (its rows would be lost to the rescuer) where a
+        ServiceLoop is cancelled."""
+        backoff = ErrorBackoff(RECONNECT_BASE_SECS, RECONNECT_MAX_SECS)
         while not self._stopping.is_set():
             self._release_long_holds()
             # Outcomes not yet written hold their slot once they pile up beyond one round
@@ -280,15 +288,15 @@ class Worker:
             self._wake.clear()
             try:
                 jobs, due_in = await self._claim(free)
-                delay = RECONNECT_BASE_SECS
+                backoff.succeeded()
             except Exception as exc:
+                delay = backoff.failed()
                 event("postrelay.worker.claim_failed", logging.WARNING, error=repr(exc),
                       retry_in=delay)
                 # Only a stop cuts the backoff short; finishing jobs and NOTIFYs must not
                 # turn it into a retry storm against a database that is down.
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stopping.wait(), delay)
-                delay = min(delay * 2, RECONNECT_MAX_SECS)
                 continue
             if jobs and self.metrics is not None:
                 self.metrics.claimed_batch(jobs)
@@ -410,34 +418,6 @@ class Worker:
         if self._saturated:
             self._wake.set()
 
-    async def _heartbeat_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.heartbeat_secs)
-            try:
-                async with self._auto.connect() as conn:
-                    if not await queries.worker_heartbeat(conn, id=self.id):
-                        # Our row was pruned (e.g. the database was gone longer than the
-                        # lease); come back, so our remaining jobs are not rescued.
-                        await self._register()
-                await self._release_orphans()
-            except Exception as exc:
-                event("postrelay.worker.heartbeat_failed", logging.WARNING, error=repr(exc))
-
-    async def _cancel_loop(self) -> None:
-        while True:
-            await asyncio.sleep(CANCEL_CHECK_SECS)
-            held = self.running_ids
-            if not held:
-                continue
-            try:
-                async with self._auto.connect() as conn:
-                    taken = await queries.job_cancel_take(conn, ids=list(held))
-            except Exception as exc:  # the next check asks again; the job is failed already
-                event("postrelay.worker.cancel_check_failed", logging.WARNING, error=repr(exc))
-                continue
-            for job_id, actor in taken:
-                self._cancel_held(job_id, actor)
-
     def _cancel_held(self, job_id: UUID, actor: str) -> None:
         """Stop a job an operator cancelled: it is `failed` in the database already, so no
         outcome is written for it (its run's is dropped, see _run)."""
@@ -449,13 +429,3 @@ class Worker:
         event("postrelay.worker.job_cancelled", job_id=str(job_id), actor=actor,
               worker=self.id)
         self._wake.set()  # its slot is free
-
-    async def _release_orphans(self) -> None:
-        known = list(self.running_ids | self.completer.pending_ids())
-        async with self._auto.connect() as conn:
-            released = await queries.job_release_orphans(
-                conn, worker=self.id, known=known, min_age_secs=self.config.heartbeat_secs)
-        if released:
-            event("postrelay.worker.orphans_released", logging.WARNING, count=len(released),
-                  reason="claimed in the database but not held by this worker")
-            self.wake()

@@ -28,7 +28,7 @@ from postrelay.core.dbcall import driver_fetch, psycopg_beneath
 from postrelay.core.errors import ValidationError
 from postrelay.core.limits import max_payload_bytes
 from postrelay.core.listener import Listener
-from postrelay.core.service import sleep_until_woken
+from postrelay.core.service import ErrorBackoff, ServiceLoop, until_woken
 from postrelay.core.telemetry import event as log_event
 from postrelay.queue import (
     Backoff,
@@ -88,12 +88,22 @@ class Relay:
         self.config = config or RelayConfig()
         self.backoff = backoff or ExponentialBackoff(base_secs=1.0, cap_secs=300.0)
         self._kinds: frozenset[str] = frozenset()
-        self._wake = asyncio.Event()
-        # Set while batches come back full: the extra batch loops run only then.
+        # The relay's own loop: woken by NOTIFY, polling adaptively as the fallback.
+        self._idle = self.config.poll_min_secs  # its next wait while there is no backlog
+        self._loop = ServiceLoop("relay", self._batch, self._next_wait,
+                                 backoff=self._error_backoff(),
+                                 failed_event="postrelay.relay.batch_failed")
+        # Set while batches come back full: the extra batch loops run only then, so that
+        # a quiet relay costs the database no more than one loop would.
         self._backlog = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._backlog_loops = [
+            ServiceLoop(f"relay-{n}", self._batch, until_woken, wake=self._backlog,
+                        backoff=self._error_backoff(),
+                        failed_event="postrelay.relay.batch_failed")
+            for n in range(1, self.config.concurrency)
+        ]
         self._listener = (
-            Listener(listen_url, OUTBOX_CHANNEL, self._wake.set)
+            Listener(listen_url, OUTBOX_CHANNEL, self._loop.wake.set)
             if self.config.listen and listen_url else None
         )
 
@@ -221,66 +231,44 @@ class Relay:
     async def start(self) -> None:
         if self._listener is not None:
             self._listener.start()
-        self._tasks = [asyncio.create_task(self._loop(), name="postrelay-relay")]
-        self._tasks += [
-            asyncio.create_task(self._backlog_loop(), name=f"postrelay-relay-{n}")
-            for n in range(1, self.config.concurrency)
-        ]
+        for loop in (self._loop, *self._backlog_loops):
+            loop.start()
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
+        await asyncio.gather(*(loop.stop() for loop in (self._loop, *self._backlog_loops)))
         if self._listener is not None:
             await self._listener.stop()
 
-    def _track_backlog(self, result: BatchResult) -> bool:
-        """Whether the batch took all it could (then there is probably more); the extra
-        batch loops run while that holds."""
-        full = result.handled + result.failed + result.deferred >= self.config.batch_size
-        if full:
+    def _error_backoff(self) -> ErrorBackoff:
+        return ErrorBackoff(self.config.poll_min_secs, self.config.poll_max_secs)
+
+    async def _batch(self) -> BatchResult:
+        """A round of any of the relay's loops: a batch, and whether a backlog is left."""
+        try:
+            result = await self.run_once()
+        except Exception:  # connection lost, server restarting: the main loop backs off
+            self._backlog.clear()
+            raise
+        if self._full(result):
             self._backlog.set()
         else:
             self._backlog.clear()
-        return full
+        return result
 
-    async def _loop(self) -> None:
-        """The relay's own loop: woken by NOTIFY, polling adaptively as the fallback."""
-        idle = self.config.poll_min_secs
-        while True:
-            self._wake.clear()  # before the batch: a wake-up during it is kept
-            try:
-                result = await self.run_once()
-            except Exception as exc:  # connection lost, server restarting: back off
-                log_event("postrelay.relay.batch_failed", logging.WARNING, error=repr(exc))
-                self._backlog.clear()
-                await self._sleep(idle)
-                idle = min(idle * 2, self.config.poll_max_secs)
-                continue
-            if self._track_backlog(result):
-                idle = self.config.poll_min_secs
-                continue
-            if result.deferred:
-                idle = self.config.poll_min_secs  # ordered events wait on their aggregate
-            await self._sleep(idle)
-            idle = min(idle * 2, self.config.poll_max_secs)
+    def _full(self, result: BatchResult) -> bool:
+        """Whether the batch took all it could (then there is probably more)."""
+        return result.handled + result.failed + result.deferred >= self.config.batch_size
 
-    async def _backlog_loop(self) -> None:
-        """One more batch in flight while the backlog lasts; idle (no queries) otherwise, so
-        that a quiet relay costs the database no more than one loop would."""
-        while True:
-            await self._backlog.wait()
-            try:
-                result = await self.run_once()
-            except Exception as exc:  # the main loop backs off and retries
-                log_event("postrelay.relay.batch_failed", logging.WARNING, error=repr(exc))
-                self._backlog.clear()
-                continue
-            self._track_backlog(result)
-
-    async def _sleep(self, secs: float) -> None:
-        await sleep_until_woken(self._wake, secs)
+    def _next_wait(self, result: BatchResult) -> float:
+        """The main loop's schedule: at once while there is a backlog; else from
+        `poll_min_secs`, doubling while idle up to `poll_max_secs` (NOTIFY wakes it)."""
+        if self._full(result):
+            self._idle = self.config.poll_min_secs
+            return 0.0
+        if result.deferred:
+            self._idle = self.config.poll_min_secs  # ordered events wait on their aggregate
+        wait, self._idle = self._idle, min(self._idle * 2, self.config.poll_max_secs)
+        return wait
 
 
 def _event(row: tuple[Any, ...]) -> Event:

@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from postrelay.core.db import behind_pooler
 from postrelay.core.heldconn import HeldConnection
-from postrelay.core.service import Looper
+from postrelay.core.service import periodic
 from postrelay.queue import queries
 from postrelay.queue.maintenance.rescuer import Rescuer
 from postrelay.queue.maintenance.rollup import DoneRollup
@@ -42,8 +42,8 @@ def maintenance_interval(configured_secs: float, job_lease_secs: float) -> float
     return min(configured_secs, job_lease_secs / ROUNDS_PER_JOB_LEASE)
 
 
-class Maintenance(Looper):
-    name = "maintenance"
+class Maintenance:
+    """The maintenance round (`run_once`) every `interval_secs`."""
 
     def __init__(
         self,
@@ -54,14 +54,15 @@ class Maintenance(Looper):
         rescuer: Rescuer,
         rollup: DoneRollup | None = None,
     ) -> None:
-        super().__init__(interval_secs)
         self.engine = engine
+        self.interval_secs = interval_secs
         self.holder = holder
         self.rescuer = rescuer
         self.rollup = rollup
         # The connection that holds the leader's lock; None behind a pooler (row lease).
         self._lock = None if behind_pooler(engine) else HeldConnection(engine)
         self._locked = False
+        self._loop = periodic("maintenance", self.run_once, interval_secs)
 
     async def run_once(self) -> bool:
         """One round; returns whether this process was the leader."""
@@ -91,8 +92,11 @@ class Maintenance(Looper):
             raise
         return self._locked
 
+    async def start(self) -> None:
+        self._loop.start()
+
     async def stop(self) -> None:
-        await super().stop()
+        await self._loop.stop()
         try:
             async with self.engine.begin() as conn:
                 await queries.lease_release(conn, name=LEASE_NAME, holder=self.holder)

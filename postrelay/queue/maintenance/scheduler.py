@@ -16,7 +16,7 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from postrelay.core.clock import utcnow
-from postrelay.core.service import Looper
+from postrelay.core.service import periodic
 from postrelay.core.telemetry import event
 from postrelay.queue.cron import CRON_SQL, slots_between
 from postrelay.queue.enqueue import enqueue_async
@@ -28,12 +28,19 @@ class Fired:
     slot: datetime
 
 
-class CronScheduler(Looper):
-    name = "cron"
+class CronScheduler:
+    """The cron round (`run_once`: the slots it fired) every `interval_secs`."""
 
     def __init__(self, engine: AsyncEngine, *, interval_secs: float = 1.0) -> None:
-        super().__init__(interval_secs)
         self.engine = engine
+        self.interval_secs = interval_secs
+        self._loop = periodic("cron", self.run_once, interval_secs)
+
+    async def start(self) -> None:
+        self._loop.start()
+
+    async def stop(self) -> None:
+        await self._loop.stop()
 
     async def run_once(self, now: datetime | None = None) -> list[Fired]:
         now = now or utcnow()

@@ -16,9 +16,7 @@ data, so the relay retries those events with backoff rather than mis-route them.
 
 from __future__ import annotations
 
-import asyncio
 import fnmatch
-import logging
 import time
 from dataclasses import dataclass
 from uuid import UUID
@@ -27,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from postrelay.core.errors import PostrelayError
 from postrelay.core.listener import Listener
-from postrelay.core.telemetry import event as log_event
+from postrelay.core.service import periodic
 from postrelay.relay.webhooks.endpoints import WEBHOOK_SQL
 
 WEBHOOKS_CHANNEL = "postrelay_webhooks"
@@ -50,7 +48,7 @@ class EndpointFilter:
 
 
 class EndpointDirectory:
-    name = "webhook_directory"
+    """The snapshot; `run_once` reloads it, every `refresh_secs` and when NOTIFY wakes it."""
 
     def __init__(
         self,
@@ -65,10 +63,12 @@ class EndpointDirectory:
         self.max_stale_secs = max_stale_secs
         self._by_tenant: dict[UUID, tuple[EndpointFilter, ...]] = {}
         self._loaded_at: float | None = None  # time.monotonic() of the last good load
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        # After a failed reload, the next is a refresh later: the last snapshot serves
+        # until then, and matching() refuses it once it is too old.
+        self._loop = periodic("webhook_directory", self.run_once, refresh_secs,
+                              first_wait=refresh_secs)  # start() loads the first snapshot
         self._listener = (
-            Listener(listen_url, WEBHOOKS_CHANNEL, self._wake.set) if listen_url else None
+            Listener(listen_url, WEBHOOKS_CHANNEL, self._loop.wake.set) if listen_url else None
         )
 
     def matching(self, tenant_id: UUID, event_type: str) -> list[EndpointFilter]:
@@ -104,27 +104,9 @@ class EndpointDirectory:
         await self.run_once()
         if self._listener is not None:
             self._listener.start()
-        self._task = asyncio.create_task(self._loop(), name="postrelay-webhook-directory")
+        self._loop.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await self._loop.stop()
         if self._listener is not None:
             await self._listener.stop()
-
-    async def _loop(self) -> None:
-        while True:
-            try:
-                async with asyncio.timeout(self.refresh_secs):
-                    await self._wake.wait()
-            except TimeoutError:
-                pass
-            self._wake.clear()  # before the reload: a change during it triggers another
-            try:
-                await self.run_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # keep the last snapshot; matching() refuses it when old
-                log_event("postrelay.webhook_directory.error", logging.WARNING, error=repr(exc))

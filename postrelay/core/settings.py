@@ -116,6 +116,10 @@ class Settings(BaseSettings):
     # The most email_send jobs claimed per second across every worker ("14/s", "1000/min"):
     # workers set the kind-wide email_send limit's rate to it as they start (queue/limits.py).
     smtp_rate: str | None = None
+    # A destination that refused work (SMTP 421/454, webhook 429/503) is throttled for every
+    # worker; after its pause its rate doubles every this many seconds until it is back to
+    # its configured limit (or unlimited) (queue/throttles.py).
+    throttle_step_secs: float = Field(default=10.0, gt=0, le=3600)
     # Delivery feedback (README "Delivery feedback"). With a bounce domain, each message's
     # envelope sender is a signed VERP address on it (the From header is unchanged), and
     # the feedback secret signs it: required then, at least 16 characters.

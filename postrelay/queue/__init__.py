@@ -55,6 +55,7 @@ from postrelay.queue.maintenance import (
     RETENTION_KIND,
     Cleaner,
     CronScheduler,
+    FlowKeeper,
     Maintenance,
     Rescuer,
     audit_cleaner,
@@ -68,6 +69,13 @@ from postrelay.queue.pauses import Pause, pause, pause_list, resume
 from postrelay.queue.registry import Registry, default_registry, handler
 from postrelay.queue.reserved import RESERVED_CRON_PREFIX, TENANT_FORBIDDEN_KINDS, check_kind
 from postrelay.queue.schema import STATUSES, SYSTEM_TENANT_ID
+from postrelay.queue.throttles import (
+    Throttle,
+    ThrottlePolicy,
+    throttle_end,
+    throttle_list,
+    throttle_refused,
+)
 from postrelay.queue.tenants import ensure_tenant, ensure_tenant_async
 from postrelay.queue.worker import Worker, WorkerConfig
 
@@ -80,6 +88,7 @@ __all__ = [
     "CronEntry",
     "CronScheduler",
     "EffectWriter",
+    "FlowKeeper",
     "ExponentialBackoff",
     "FixedBackoff",
     "INT_MAX",
@@ -105,6 +114,8 @@ __all__ = [
     "Snooze",
     "StopJob",
     "TENANT_FORBIDDEN_KINDS",
+    "Throttle",
+    "ThrottlePolicy",
     "ValidatedJob",
     "Worker",
     "WorkerConfig",
@@ -149,5 +160,8 @@ __all__ = [
     "resume",
     "serve_metrics",
     "tenant_list",
+    "throttle_end",
+    "throttle_list",
+    "throttle_refused",
     "validated_job",
 ]

@@ -1,5 +1,5 @@
-"""The maintenance loop: one worker at a time leads and runs the rescuer; the others only
-try to take the lead, every round.
+"""The maintenance loop: one worker at a time leads and runs the rescuer and the flow keeper
+(ended throttles, idle limit buckets); the others only try to take the lead, every round.
 
 On a direct connection leadership is a session-level advisory lock, held on a connection of
 the leader's own: PostgreSQL frees it the moment that connection drops, so when the leader
@@ -25,6 +25,7 @@ from postrelay.core.db import behind_pooler
 from postrelay.core.heldconn import HeldConnection
 from postrelay.core.service import Looper
 from postrelay.queue import queries
+from postrelay.queue.maintenance.flowkeeper import FlowKeeper
 from postrelay.queue.maintenance.rescuer import Rescuer
 
 LEASE_NAME = "maintenance"
@@ -51,11 +52,13 @@ class Maintenance(Looper):
         holder: str,
         interval_secs: float,
         rescuer: Rescuer,
+        flow: FlowKeeper | None = None,
     ) -> None:
         super().__init__(interval_secs)
         self.engine = engine
         self.holder = holder
         self.rescuer = rescuer
+        self.flow = flow or FlowKeeper(engine)
         # The connection that holds the leader's lock; None behind a pooler (row lease).
         self._lock = None if behind_pooler(engine) else HeldConnection(engine)
         self._locked = False
@@ -65,6 +68,7 @@ class Maintenance(Looper):
         if not await self._lead():
             return False
         await self.rescuer.run_once()
+        await self.flow.run_once()
         return True
 
     async def _lead(self) -> bool:

@@ -69,6 +69,7 @@ from postrelay.queue.pauses import Pause, pause, pause_list, resume
 from postrelay.queue.registry import Registry, default_registry, handler
 from postrelay.queue.reserved import RESERVED_CRON_PREFIX, TENANT_FORBIDDEN_KINDS, check_kind
 from postrelay.queue.schema import STATUSES, SYSTEM_TENANT_ID
+from postrelay.queue.tenants import ensure_tenant, ensure_tenant_async
 from postrelay.queue.throttles import (
     Throttle,
     ThrottlePolicy,
@@ -76,7 +77,6 @@ from postrelay.queue.throttles import (
     throttle_list,
     throttle_refused,
 )
-from postrelay.queue.tenants import ensure_tenant, ensure_tenant_async
 from postrelay.queue.worker import Worker, WorkerConfig
 
 __all__ = [

@@ -56,7 +56,8 @@ def shift(engine, secs: float) -> None:
     """As if `secs` had passed for every throttle and bucket."""
     with engine.begin() as conn:
         conn.execute(text(
-            "UPDATE mdm.aa_job_throttle SET paused_until = paused_until - make_interval(secs => :s),"
+            "UPDATE mdm.aa_job_throttle"
+            " SET paused_until = paused_until - make_interval(secs => :s),"
             " ends_at = ends_at - make_interval(secs => :s),"
             " refilled_at = refilled_at - make_interval(secs => :s),"
             " started_at = started_at - make_interval(secs => :s),"

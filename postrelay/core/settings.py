@@ -109,7 +109,8 @@ class Settings(BaseSettings):
     smtp_pool_size: int = Field(default=10, ge=1, le=1000)  # reused connections per worker
     smtp_validate_certs: bool = True
     smtp_ca_file: Path | None = None  # trust this CA bundle (a private relay's certificate)
-    # After a 421/454 the sender waits this long; after a 535 it stops sending for
+    # After a 421/454 the sender waits this long, and every worker pauses email_send as long
+    # (queue/throttles.py); after a 535 it stops sending for
     # smtp_auth_pause_secs instead of failing every job against bad credentials.
     smtp_throttle_secs: float = Field(default=5.0, ge=0)
     smtp_auth_pause_secs: float = Field(default=60.0, ge=0)

@@ -121,34 +121,44 @@ def test_a_429_with_retry_after_holds_that_endpoint_while_another_goes_on(
         slow_id, slow.secret = add_endpoint(engine, tenant, slow.url())
         fine_id, fine.secret = add_endpoint(engine, tenant, fine.url())
         slow.program(Answer(429, {"Retry-After": "2"}))
+        events = [emit_event(engine, tenant) for _ in range(16)]
         proc = workers.start(concurrency=4,
                              env={"POSTRELAY_WEBHOOK_ALLOW_PRIVATE": "true"})
         wait_registered(engine, proc)
-        _deliveries(engine, tenant, slow_id, 1)
+        _deliveries(engine, tenant, [(slow_id, events[0], None)])
         wait_for(lambda: _listed(engine), what="the endpoint's throttle")
         with engine.connect() as conn:
             [shown] = throttle_list(conn, tenant_id=tenant)
-            paused_until = shown.paused_until
         assert shown.key == str(slow_id) and shown.reason == "HTTP 429, Retry-After 2 s"
-        # Due once every worker has read the throttle (within a second), before it ends.
-        _deliveries(engine, tenant, slow_id, 5, delay=1.5)
-        _deliveries(engine, tenant, fine_id, 10, delay=1.5)
+        # The held endpoint's jobs are due once every worker has read the throttle (within
+        # a second) and before the pause ends; the other endpoint's at once.
+        held_at = shown.started_at + timedelta(seconds=1.5)
+        free_at = shown.started_at + timedelta(seconds=0.3)
+        _deliveries(engine, tenant, [(slow_id, e, held_at) for e in events[1:6]]
+                    + [(fine_id, e, free_at) for e in events[6:]])
         wait_for(lambda: done(engine, "outbox_dispatch") == 16, timeout=60,
                  what="every delivery")
     finally:
         slow.stop()
         fine.stop()
     assert [r.verified for r in slow.requests] == [True] * 7  # the 429, its retry, 5 more
-    held = [r.received_at for r in slow.requests[1:]]
-    assert min(held) >= paused_until.timestamp()  # none before the pause was over
     assert len(fine.requests) == 10
-    assert min(r.received_at for r in fine.requests) < min(held)  # the other one went on
+    with engine.connect() as conn:
+        claimed = conn.execute(text(
+            "SELECT payload->>'endpoint_id', claimed_at FROM mdm.aa_job "
+            "WHERE job_kind = 'outbox_dispatch' AND available_at > :s"),
+            {"s": shown.started_at}).all()
+    held = [at for endpoint, at in claimed if endpoint == str(slow_id)]
+    went_on = [at for endpoint, at in claimed if endpoint == str(fine_id)]
+    assert len(held) == 6 and len(went_on) == 10  # the 429's retry and 5 more; the others
+    assert min(held) >= shown.paused_until  # none claimed before the pause was over
+    assert max(went_on) <= min(held)  # the other endpoint's went first, unheld
     assert [a["detail"]["key"] for a in audit(engine, "throttle_started")] == [str(slow_id)]
 
 
-def _deliveries(engine: Engine, tenant, endpoint_id, n: int, delay: float = 0.0) -> None:
-    events = [emit_event(engine, tenant) for _ in range(n)]
+def _deliveries(engine: Engine, tenant, jobs) -> None:
+    """One outbox_dispatch job per (endpoint, event, due time)."""
     with engine.begin() as conn:
         enqueue_many(conn, [JobSpec("outbox_dispatch", {
-            "channel": "webhook", "event_id": str(e), "endpoint_id": str(endpoint_id)},
-            tenant_id=tenant, delay=delay) for e in events])
+            "channel": "webhook", "event_id": str(event), "endpoint_id": str(endpoint)},
+            tenant_id=tenant, run_at=due) for endpoint, event, due in jobs])

@@ -417,18 +417,14 @@ WITH clock AS MATERIALIZED (
     LEFT JOIN running r ON r.limit_id = k.limit_id AND r.key = k.key
 ), throttle_allowance AS MATERIALIZED (
     -- A throttle's bucket holds about one second's worth (at least one job).
-    SELECT t.id, t.rate,
-           LEAST(GREATEST(1.0, round(t.rate)),
-                 t.tokens + t.rate * GREATEST(CAST(EXTRACT(EPOCH FROM c.now - t.refilled_at)
-                                                   AS float8), 0.0)) AS tokens,
-           CASE WHEN t.paused THEN 0
-                ELSE floor(LEAST(GREATEST(1.0, round(t.rate)),
-                                 t.tokens + t.rate
-                                            * GREATEST(CAST(EXTRACT(EPOCH FROM
-                                                                    c.now - t.refilled_at)
-                                                            AS float8), 0.0))) END AS allowed
-    FROM thr t CROSS JOIN clock c
-    WHERE t.id IN (SELECT throttle_id FROM candidate)
+    SELECT id, rate, tokens, CASE WHEN paused THEN 0 ELSE floor(tokens) END AS allowed
+    FROM (SELECT t.id, t.rate, t.paused,
+                 LEAST(GREATEST(1.0, round(t.rate)),
+                       t.tokens + t.rate
+                                  * GREATEST(CAST(EXTRACT(EPOCH FROM c.now - t.refilled_at)
+                                                  AS float8), 0.0)) AS tokens
+          FROM thr t CROSS JOIN clock c
+          WHERE t.id IN (SELECT throttle_id FROM candidate)) AS b
 ), ranked AS MATERIALIZED (
     SELECT c.id, c.limit_id, c.key, c.throttle_id, c.priority, c.available_at,
            row_number() OVER (PARTITION BY c.limit_id, c.key

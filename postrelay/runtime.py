@@ -41,6 +41,7 @@ from postrelay.queue import (
     Maintenance,
     Registry,
     Rescuer,
+    ThrottlePolicy,
     Worker,
     WorkerConfig,
     WorkerMetrics,
@@ -131,14 +132,16 @@ def build_worker(
                              max_overflow=10,
                              connect_args={"options": "-c plan_cache_mode=force_custom_plan"})
     # Built-in handlers first (retention, webhooks, email); the application's on top.
-    builtin = webhook_registry(engine, allow_private=settings.webhook_allow_private)
+    throttle = ThrottlePolicy(step_secs=settings.throttle_step_secs)
+    builtin = webhook_registry(engine, allow_private=settings.webhook_allow_private,
+                               throttle=throttle)
     # The pool connects on the first message, so a worker that sends none opens nothing.
     smtp = SmtpPool(SmtpConfig.from_settings(settings))
     builtin = builtin.merged(email_registry(
         engine, Templates(settings.email_templates_dir), smtp,
         default_from=settings.email_from, message_id_domain=settings.email_message_id_domain,
         return_path=ReturnPath.from_settings(settings),
-        unsubscribe=UnsubscribeLinks.from_settings(settings)))
+        unsubscribe=UnsubscribeLinks.from_settings(settings), throttle=throttle))
     outbox = Cleaner(delete_handled_batch, settings.outbox_retention_days)
     attempts = Cleaner(webhook_attempt_delete_batch, settings.webhook_attempt_retention_days)
     # Every window from the settings: the handler takes none from a job's payload.

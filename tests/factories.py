@@ -14,7 +14,7 @@ TABLES_TO_CLEAN = ("mdm.aa_job", "mdm.aa_job_audit", "mdm.aa_worker", "mdm.aa_le
                    "mdm.aa_email_log", "mdm.aa_email_sending", "mdm.aa_email_suppression",
                    "mdm.aa_email_feedback", "mdm.aa_job_cancel", "mdm.aa_job_pause",
                    "mdm.aa_flow_audit", "mdm.aa_job_limit", "mdm.aa_job_limit_bucket",
-                   "mdm.aa_job_done_minute", "mdm.aa_job_done_rollup")
+                   "mdm.aa_job_done_minute", "mdm.aa_job_done_rollup", "mdm.aa_job_throttle")
 
 
 def insert_job(
@@ -87,3 +87,19 @@ def scalar(engine: Engine, sql: str, **params: Any) -> Any:
     """The one value `sql` selects, read on a connection of its own."""
     with engine.connect() as conn:
         return conn.execute(text(sql), params).scalar_one()
+
+
+def insert_throttle(conn: Connection, *, kind: str = "email_send",
+                    key_path: list[str] | None = None, key: str = "",
+                    tenant_id: uuid.UUID | None = None, reason: str = "454 4.7.0 slow down",
+                    rate: float = 7.0, ceiling: float | None = 14.0,
+                    paused_secs: float = 5.0, ends_in_secs: float = 15.0) -> None:
+    """A destination throttled now (as queue/throttles.py leaves one after a refusal)."""
+    conn.execute(text(
+        "INSERT INTO mdm.aa_job_throttle (job_kind, key_path, key, tenant_id, rate_per_sec,"
+        " ceiling_per_sec, step_secs, paused_until, ends_at, tokens, refilled_at, reason)"
+        " VALUES (CAST(:kind AS mdm.job_kind), :key_path, :key, :tenant_id, :rate, :ceiling,"
+        " 10, now() + make_interval(secs => :paused), now() + make_interval(secs => :ends),"
+        " 1, now() + make_interval(secs => :paused), :reason)"),
+        {"kind": kind, "key_path": key_path, "key": key, "tenant_id": tenant_id, "rate": rate,
+         "ceiling": ceiling, "paused": paused_secs, "ends": ends_in_secs, "reason": reason})

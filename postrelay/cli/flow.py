@@ -1,5 +1,5 @@
 """Flow control: `pause`, `resume` (what is paused shows in `postrelay status`) and
-`limits set|list|rm`.
+`limits set|list|rm` (`list` also shows the destinations throttled after refusing work).
 
 A scope is `--kind`, `--tenant`, both (that kind within that tenant), or `--all` (every
 job). Workers claim no job of a paused scope from their next claim on; running jobs finish.
@@ -77,20 +77,36 @@ def limits_set(
 
 
 @limits_app.command("list")
-def limits_list(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Every limit."""
+def limits_list(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    only_throttled: bool = typer.Option(False, "--throttled",
+                                        help="Only the destinations throttled now."),
+) -> None:
+    """Every limit, and the destinations throttled now after refusing work."""
     with transaction() as conn:
-        found = pq.limit_list(conn)
+        found = [] if only_throttled else pq.limit_list(conn)
+        throttled = pq.throttle_list(conn)
     if as_json:
-        print_json(found)
+        print_json(throttled if only_throttled else found)
         return
     rows = [[f.kind, f.tenant_id or "(every tenant)", f.key or "-",
              "-" if f.rate_per_sec is None else f"{f.rate_per_sec:g}/s",
              "-" if f.burst is None else f.burst,
              "-" if f.concurrency is None else f.concurrency, f.created_by, f.created_at]
             for f in found]
-    echo(table(["KIND", "TENANT", "KEY", "RATE", "BURST", "CONCURRENCY", "BY", "SINCE"], rows)
-         if rows else "no limits")
+    if not only_throttled:
+        echo(table(["KIND", "TENANT", "KEY", "RATE", "BURST", "CONCURRENCY", "BY", "SINCE"],
+                   rows) if rows else "no limits")
+    if only_throttled and not throttled:
+        echo("no destination is throttled")
+    if throttled:
+        echo("\nthrottled (refused by the destination; every worker slows down):")
+        echo(table(["DESTINATION", "RATE NOW", "BACK TO", "SINCE", "PAUSED UNTIL", "UNTIL",
+                    "REFUSALS", "WHY"],
+                   [[t.destination, "paused" if t.rate_now == 0 else f"{t.rate_now:.3g}/s",
+                     "unlimited" if t.recovers_to is None else f"{t.recovers_to:g}/s",
+                     t.started_at, t.paused_until, t.ends_at, t.refusals, t.reason]
+                    for t in throttled]))
 
 
 @limits_app.command("rm")

@@ -110,13 +110,18 @@ class Settings(BaseSettings):
     smtp_pool_size: int = Field(default=10, ge=1, le=1000)  # reused connections per worker
     smtp_validate_certs: bool = True
     smtp_ca_file: Path | None = None  # trust this CA bundle (a private relay's certificate)
-    # After a 421/454 the sender waits this long; after a 535 it stops sending for
+    # After a 421/454 the sender waits this long, and every worker pauses email_send as long
+    # (queue/throttles.py); after a 535 it stops sending for
     # smtp_auth_pause_secs instead of failing every job against bad credentials.
     smtp_throttle_secs: float = Field(default=5.0, ge=0)
     smtp_auth_pause_secs: float = Field(default=60.0, ge=0)
     # The most email_send jobs claimed per second across every worker ("14/s", "1000/min"):
     # workers set the kind-wide email_send limit's rate to it as they start (queue/limits.py).
     smtp_rate: str | None = None
+    # A destination that refused work (SMTP 421/454, webhook 429/503) is throttled for every
+    # worker; after its pause its rate doubles every this many seconds until it is back to
+    # its configured limit (or unlimited) (queue/throttles.py).
+    throttle_step_secs: float = Field(default=10.0, gt=0, le=3600)
     # Delivery feedback (README "Delivery feedback"). With a bounce domain, each message's
     # envelope sender is a signed VERP address on it (the From header is unchanged), and
     # the feedback secret signs it: required then, at least 16 characters.

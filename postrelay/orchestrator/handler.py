@@ -14,7 +14,8 @@ One attempt, in order:
    message over and recording the reply — it is logged `unknown`, and the template's
    policy decides: resend (the default) or hold the job in the DLQ for an operator.
    Suppressed recipients are left out; when none is left, nothing is sent.
-4. Hand the message to the SMTP pool.
+4. Hand the message to the SMTP pool. A 421/454 throttles the email_send kind for every
+   worker (queue/throttles.py) before the job is retried as any transient failure is.
 5. Record the outcome with `record_with_outcome`: it commits in the same transaction as
    the job's next state, so the log and the job never disagree.
 """
@@ -52,11 +53,20 @@ from postrelay.orchestrator.replies import (
     SmtpError,
     SmtpPaused,
     SmtpPermanent,
+    SmtpThrottled,
 )
 from postrelay.orchestrator.sending import SendingBatcher
 from postrelay.orchestrator.templates import TemplateError, Templates
 from postrelay.orchestrator.transport import SmtpPool
-from postrelay.queue import Job, PermanentError, Registry, Snooze, record_with_outcome
+from postrelay.queue import (
+    Job,
+    PermanentError,
+    Registry,
+    Snooze,
+    ThrottlePolicy,
+    record_with_outcome,
+    throttle_refused,
+)
 
 SENT = frozenset({"sent", "partial"})
 TENANT_CACHE_SECS = 60.0
@@ -86,13 +96,15 @@ def email_registry(
     timeout_secs: float = DEFAULT_TIMEOUT_SECS,
     return_path: ReturnPath | None = None,
     unsubscribe: UnsubscribeLinks | None = None,
+    throttle: ThrottlePolicy | None = None,
 ) -> Registry:
     """A Registry with the `email_send` handler, to merge into the worker's. With a
-    `return_path`, each message's envelope sender is its signed VERP address."""
+    `return_path`, each message's envelope sender is its signed VERP address. A 421/454
+    throttles sending for every worker by `throttle` (default: ThrottlePolicy())."""
     registry = Registry()
     sender = EmailSender(engine, templates, pool, default_from=default_from,
                          message_id_domain=message_id_domain, return_path=return_path,
-                         unsubscribe=unsubscribe)
+                         unsubscribe=unsubscribe, throttle=throttle)
     registry.register(EMAIL_KIND, sender.send, timeout=timeout_secs)
     registry.closers.append(sender.close)
     return registry
@@ -109,9 +121,12 @@ class EmailSender:
         message_id_domain: str | None,
         return_path: ReturnPath | None = None,
         unsubscribe: UnsubscribeLinks | None = None,
+        throttle: ThrottlePolicy | None = None,
     ) -> None:
         # The sending mark must be committed before the message leaves: autocommit.
         self.engine = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._throttle_engine = engine
+        self.throttle = throttle or ThrottlePolicy()
         self.sending = SendingBatcher(engine)
         self.templates = templates
         self.pool = pool
@@ -221,6 +236,8 @@ class EmailSender:
             status = "bounced" if isinstance(exc, SmtpPermanent) else "deferred"
             log.record(status, reply=exc.reply, recipient_results=results, error=str(exc))
             _suppress(job, log, exc.refused)
+            if isinstance(exc, SmtpThrottled):
+                await self._throttled(exc)
             if isinstance(exc, SmtpPaused | SmtpAuthFailed):
                 # Bad credentials are not this message's fault: wait out the pause unburnt.
                 raise Snooze(max(self.pool.paused_for(), 1.0), str(exc)) from None
@@ -236,6 +253,15 @@ class EmailSender:
         log.record("partial" if partial else "sent", reply=delivery.reply,
                    queue_id=delivery.queue_id, recipient_results=results)
         _suppress(job, log, delivery.refused)
+
+    async def _throttled(self, exc: SmtpThrottled) -> None:
+        """The SMTP server (one for the installation: settings, not tenants, name it) said
+        421/454: slow email_send down for every worker, not only this one's pool."""
+        server = f"{self.pool.config.host}:{self.pool.config.port}"
+        await throttle_refused(
+            self._throttle_engine, self.throttle, kind=EMAIL_KIND, key_path=None, key="",
+            tenant_id=None, pause_secs=self.pool.config.throttle_secs,
+            reason=f"SMTP {server} said {exc}", actor=f"smtp {server}")
 
     def _addresses(self, spec: EmailJob) -> tuple[
         Address, tuple[Address, ...], tuple[Address, ...], tuple[Address, ...],

@@ -56,6 +56,7 @@ from postrelay.queue.maintenance import (
     Cleaner,
     CronScheduler,
     DoneRollup,
+    FlowKeeper,
     Maintenance,
     Rescuer,
     audit_cleaner,
@@ -70,6 +71,13 @@ from postrelay.queue.registry import Registry, default_registry, handler
 from postrelay.queue.reserved import RESERVED_CRON_PREFIX, TENANT_FORBIDDEN_KINDS, check_kind
 from postrelay.queue.schema import STATUSES, SYSTEM_TENANT_ID
 from postrelay.queue.tenants import ensure_tenant, ensure_tenant_async
+from postrelay.queue.throttles import (
+    Throttle,
+    ThrottlePolicy,
+    throttle_end,
+    throttle_list,
+    throttle_refused,
+)
 from postrelay.queue.worker import Worker, WorkerConfig
 
 __all__ = [
@@ -82,6 +90,7 @@ __all__ = [
     "DoneRollup",
     "CronScheduler",
     "EffectWriter",
+    "FlowKeeper",
     "ExponentialBackoff",
     "FixedBackoff",
     "INT_MAX",
@@ -107,6 +116,8 @@ __all__ = [
     "Snooze",
     "StopJob",
     "TENANT_FORBIDDEN_KINDS",
+    "Throttle",
+    "ThrottlePolicy",
     "ValidatedJob",
     "Worker",
     "WorkerConfig",
@@ -151,5 +162,8 @@ __all__ = [
     "resume",
     "serve_metrics",
     "tenant_list",
+    "throttle_end",
+    "throttle_list",
+    "throttle_refused",
     "validated_job",
 ]

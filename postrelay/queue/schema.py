@@ -217,6 +217,35 @@ job_limit_bucket = Table(
     Column("refilled_at", TIMESTAMPTZ, nullable=False),
 )
 
+# Throttled destinations (migration 0019): a kind (key_path NULL, key '') or one value of
+# a payload field that refused work (SMTP 421/454, HTTP 429/503). The limited claim takes
+# none of its jobs before paused_until, then rate_per_sec doubled every step_secs, capped
+# at ceiling_per_sec (the configured rate; NULL: none), from its own token bucket; the row
+# counts until ends_at, then maintenance deletes it (queue/throttles.py).
+job_throttle = Table(
+    "aa_job_throttle",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column("job_kind", job_kind, nullable=False),
+    Column("key_path", ARRAY(Text)),
+    Column("key", Text, nullable=False, server_default=text("''")),
+    Column("tenant_id", UUID(as_uuid=True), ForeignKey("mdm.aa_tenant.id", ondelete="CASCADE")),
+    Column("rate_per_sec", Float, nullable=False),
+    Column("ceiling_per_sec", Float),
+    Column("step_secs", Float, nullable=False),
+    Column("paused_until", TIMESTAMPTZ, nullable=False),
+    Column("ends_at", TIMESTAMPTZ, nullable=False),
+    Column("tokens", Float, nullable=False),
+    Column("refilled_at", TIMESTAMPTZ, nullable=False),
+    Column("refusals", Integer, nullable=False, server_default=text("1")),
+    Column("reason", Text, nullable=False),
+    Column("started_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+    Column("changed_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+    UniqueConstraint("job_kind", "key_path", "key", name="job_throttle_scope_uk",
+                     postgresql_nulls_not_distinct=True),
+    CheckConstraint("rate_per_sec > 0 AND step_secs > 0", name="job_throttle_rate_chk"),
+)
+
 # Who paused and resumed what (and, later, set limits): scopes that need not name a job,
 # which aa_job_audit's rows must.
 flow_audit = Table(

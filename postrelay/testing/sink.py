@@ -138,6 +138,7 @@ class ScriptedHandler:
         self._lock = threading.Lock()
         self._received: list[Received] = []
         self._refusals: list[Refusal] = []
+        self._refuse_next: list[str] = []
 
     @property
     def received(self) -> list[Received]:
@@ -153,6 +154,14 @@ class ScriptedHandler:
         """How many accepted messages had `address` among their envelope recipients."""
         wanted = address.lower()
         return sum(wanted in (r.lower() for r in m.recipients) for m in self.received)
+
+    def refuse_next(self, status: str, count: int = 1) -> None:
+        """Refuse the next `count` recipients at RCPT with `status`, whoever they are and
+        ahead of the rules: a server that throttles its clients on demand, such as
+        `refuse_next("454 4.7.0 Too many messages, slow down")`."""
+        checked = _checked(status)
+        with self._lock:
+            self._refuse_next.extend([checked] * count)
 
     def clear(self) -> None:
         with self._lock:
@@ -170,6 +179,11 @@ class ScriptedHandler:
         self, server: SMTP, session: Session, envelope: Envelope, address: str,
         rcpt_options: list[str],
     ) -> str:
+        with self._lock:
+            refusal = self._refuse_next.pop(0) if self._refuse_next else None
+        if refusal is not None:
+            self._note(Refusal("rcpt", (address,), refusal, time.monotonic()))
+            return refusal
         behaviour = self.behaviour_for(address)
         while isinstance(behaviour, Slow):
             await asyncio.sleep(behaviour.secs)  # cancelled if the client hangs up first

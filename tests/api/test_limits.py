@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy import text
 
 from tests.api.conftest import data, error
+from tests.factories import insert_throttle
 
 
 def test_set_list_and_remove(api, engine, tenant):
@@ -54,3 +55,20 @@ def test_a_tenant_key_limits_and_sees_its_own_tenant_only(api, acme_client, engi
     seen = {(lim["kind"], lim["tenantId"]) for lim in data(acme_client.get(
         "/v1/functions/limits"))}
     assert seen == {("email_send", None), ("reindex", str(tenant))}
+
+
+def test_the_listing_shows_throttled_destinations_in_meta(api, engine, tenant):
+    with engine.begin() as conn:
+        insert_throttle(conn, reason="SMTP localhost:25 said mail: 454 4.7.0 slow down")
+        insert_throttle(conn, kind="outbox_dispatch", key_path=["endpoint_id"], key="ep-1",
+                        tenant_id=tenant, reason="HTTP 429, Retry-After 2 s", ceiling=None,
+                        paused_secs=0, rate=1.0)
+    answer = api.get("/v1/functions/limits")
+    assert answer.status_code == 200 and answer.json()["data"] == []
+    smtp, hook = answer.json()["meta"]["throttled"]
+    assert (smtp["kind"], smtp["key"], smtp["ratePerSec"], smtp["recoversTo"]) == (
+        "email_send", None, 0.0, 14.0)  # paused
+    assert "454 4.7.0" in smtp["reason"] and smtp["since"] < smtp["pausedUntil"] < smtp["until"]
+    assert (hook["key"], hook["value"], hook["tenantId"], hook["recoversTo"]) == (
+        "endpoint_id", "ep-1", str(tenant), None)
+    assert hook["ratePerSec"] >= 1.0 and hook["reason"] == "HTTP 429, Retry-After 2 s"

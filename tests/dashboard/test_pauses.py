@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy import text
 
 from tests.dashboard.conftest import csrf_of
+from tests.factories import insert_throttle
 
 
 def test_pause_then_resume_a_kind_from_the_page(admin, engine, tenant):
@@ -71,3 +72,13 @@ def test_a_tenant_session_limits_its_own_tenant_only(acme, engine, tenant, other
     with engine.connect() as conn:
         rows = conn.execute(text("SELECT tenant_id FROM mdm.aa_job_limit")).all()
     assert rows == [(tenant,)]
+
+
+def test_the_page_shows_a_throttled_destination_and_why(admin, engine, tenant):
+    assert "No destination is throttled." in admin.get("/dashboard/pauses").text
+    with engine.begin() as conn:
+        insert_throttle(conn, reason="SMTP localhost:25 said mail: 454 4.7.0 slow down")
+    page = admin.get("/dashboard/pauses").text
+    assert 'data-throttle="email_send/"' in page
+    row = page.split('data-throttle="email_send/"')[1].split("</tr>")[0]
+    assert "paused" in row and "14/s" in row and "454 4.7.0 slow down" in row

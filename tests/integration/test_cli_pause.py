@@ -5,6 +5,7 @@ import uuid
 
 from sqlalchemy import text
 
+from tests.factories import insert_throttle
 from tests.integration.test_cli_admin import run
 
 
@@ -69,3 +70,22 @@ def test_limits_set_list_rm(worker_env, engine, tenant):
         assert done.returncode == 1 and message in done.stderr, done.stderr
     gone = run(worker_env, "limits", "rm", "--kind", "reindex", ok=False)
     assert gone.returncode == 1 and "no limit for kind reindex" in gone.stderr
+
+
+def test_limits_list_shows_throttled_destinations(worker_env, engine, tenant):
+    assert run(worker_env, "limits", "list", "--throttled").stdout.strip() == (
+        "no destination is throttled")
+    with engine.begin() as conn:
+        insert_throttle(conn, kind="outbox_dispatch", key_path=["endpoint_id"], key="ep-1",
+                        tenant_id=tenant, reason="HTTP 503", ceiling=None, paused_secs=0,
+                        rate=2.0)
+    out = run(worker_env, "limits", "list").stdout
+    assert out.startswith("no limits") and "throttled (refused by the destination" in out
+    row = [line for line in out.splitlines() if "endpoint_id=ep-1" in line][0]
+    destination, key, rate_now, back_to = row.split()[:4]
+    assert (destination, key, back_to) == ("outbox_dispatch", "endpoint_id=ep-1", "unlimited")
+    assert float(rate_now.removesuffix("/s")) >= 2.0  # from 2/s, doubling every 10 s
+    assert row.rstrip().endswith("HTTP 503")
+    [listed] = json.loads(run(worker_env, "limits", "list", "--throttled", "--json").stdout)
+    assert (listed["kind"], listed["key"], listed["reason"]) == ("outbox_dispatch", "ep-1",
+                                                                 "HTTP 503")

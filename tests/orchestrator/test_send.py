@@ -156,6 +156,13 @@ async def test_throttling_replies_are_retried(
     rows = rig.log(throttled)
     assert rows[0]["status"] == "deferred" and rows[0]["smtp_code"] == 421
     assert rows[-1]["status"] == "sent"
+    # Every worker was told to slow down: email_send as a whole, with the reply as reason.
+    with rig.engine.connect() as conn:
+        audit = conn.execute(text(
+            "SELECT job_kind::text, detail->>'key', detail->>'reason' FROM mdm.aa_flow_audit "
+            "WHERE action = 'throttle_started'")).all()
+    [(kind, key, reason)] = audit
+    assert (kind, key) == ("email_send", "") and "421 4.7.0 Too many connections" in reason
 
 
 async def test_invalid_addresses_and_header_injection_fail_permanently_unsent(

@@ -33,6 +33,14 @@ def setup(engine, wh_tenant, receiver):
     return wh_tenant, event_id, endpoint_id
 
 
+def throttles(engine) -> list[tuple[str, str, float]]:
+    """(key, reason, pause in seconds) of each throttled destination."""
+    with engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(text(  # type: ignore[misc]
+            "SELECT key, reason, EXTRACT(EPOCH FROM paused_until - started_at)::float8 "
+            "FROM mdm.aa_job_throttle WHERE job_kind = 'outbox_dispatch'"))]
+
+
 def handler_for(async_engine, **kwargs):
     kwargs.setdefault("allow_private", True)  # the receiver is on loopback
     return webhook_handler(async_engine, **kwargs)
@@ -87,6 +95,9 @@ async def test_retryable_statuses_honour_retry_after_seconds(engine, async_engin
     assert info.value.delay_secs == 17.0
     (attempt,) = attempts_of(engine, endpoint_id)
     assert (attempt["status_code"], attempt["response_body"]) == (status, "slow down")
+    # 429 and 503 ask senders to slow down: the endpoint is throttled for every worker.
+    expected = [(str(endpoint_id), f"HTTP {status}, Retry-After 17 s", pytest.approx(17.0))]
+    assert throttles(engine) == (expected if status in (429, 503) else [])
 
 
 async def test_retry_after_as_an_http_date(engine, async_engine, setup, receiver):
@@ -98,6 +109,8 @@ async def test_retry_after_as_an_http_date(engine, async_engine, setup, receiver
             dispatch_job(tenant, event_id, endpoint_id))
     # The clock read start + 1 when the answer was judged (its second reading).
     assert info.value.delay_secs == 59.0
+    assert throttles(engine) == [(str(endpoint_id), "HTTP 429, Retry-After 59 s",
+                                  pytest.approx(59.0))]
 
 
 async def test_503_without_retry_after_uses_the_backoff(engine, async_engine, setup, receiver):
@@ -106,6 +119,8 @@ async def test_503_without_retry_after_uses_the_backoff(engine, async_engine, se
     with pytest.raises(WebhookDeliveryError, match="HTTP 503") as info:
         await handler_for(async_engine)(dispatch_job(tenant, event_id, endpoint_id))
     assert not isinstance(info.value, RetryAfter | PermanentError)
+    # No Retry-After: the endpoint's deliveries pause for the shortest pause, a second.
+    assert throttles(engine) == [(str(endpoint_id), "HTTP 503", pytest.approx(1.0))]
 
 
 async def test_500_is_retried(engine, async_engine, setup, receiver):

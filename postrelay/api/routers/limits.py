@@ -14,7 +14,7 @@ from postrelay.api.auth import Caller, Principal
 from postrelay.api.common import Db, errors
 from postrelay.api.errors import ApiError
 from postrelay.api.models import Envelope, _Body
-from postrelay.queue import Limit, limit_list, limit_remove, limit_set
+from postrelay.queue import Limit, Throttle, limit_list, limit_remove, limit_set, throttle_list
 
 router = APIRouter(prefix="/v1/functions/limits", tags=["limits"])
 
@@ -53,13 +53,46 @@ class LimitOut(BaseModel):
                    created_at=found.created_at)
 
 
+class ThrottleOut(BaseModel):
+    """A destination throttled now, after it refused work (SMTP 421/454, HTTP 429/503)."""
+
+    kind: str
+    key: str | None = Field(description="The payload field naming the destination; null: "
+                                        "the kind as a whole (the SMTP server).")
+    value: str = Field(description="That field's value, e.g. the webhook endpoint's id.")
+    tenant_id: UUID | None = Field(serialization_alias="tenantId")
+    rate_per_sec: float = Field(serialization_alias="ratePerSec",
+                                description="What it allows now; 0 while paused.")
+    recovers_to: float | None = Field(serialization_alias="recoversTo",
+                                      description="The configured rate it steps back up "
+                                                  "to; null: unlimited.")
+    reason: str = Field(description="The reply that caused it, the latest if several.")
+    refusals: int
+    since: datetime
+    paused_until: datetime = Field(serialization_alias="pausedUntil")
+    until: datetime = Field(description="When it ends, if refused no more.")
+
+    @classmethod
+    def of(cls, found: Throttle) -> ThrottleOut:
+        return cls(kind=found.kind, key=".".join(found.key_path) if found.key_path else None,
+                   value=found.key, tenant_id=found.tenant_id, rate_per_sec=found.rate_now,
+                   recovers_to=found.recovers_to, reason=found.reason,
+                   refusals=found.refusals, since=found.started_at,
+                   paused_until=found.paused_until, until=found.ends_at)
+
+
 @router.get("", response_model=Envelope[list[LimitOut]], response_model_by_alias=True,
             responses=errors(401))
 def limits_list(caller: Caller, engine: Db) -> Envelope[list[LimitOut]]:
-    """Every limit (for a tenant key: its own and the kind-wide ones)."""
+    """Every limit (for a tenant key: its own and the kind-wide ones). `meta.throttled`
+    lists the destinations throttled now (ThrottleOut: for a tenant key, its own and the
+    shared SMTP server)."""
     with engine.begin() as conn:
         found = limit_list(conn, tenant_id=caller.tenant_id)
-    return Envelope(data=[LimitOut.of(f) for f in found])
+        throttled = throttle_list(conn, tenant_id=caller.tenant_id)
+    return Envelope(data=[LimitOut.of(f) for f in found],
+                    meta={"throttled": [ThrottleOut.of(t).model_dump(mode="json", by_alias=True)
+                                        for t in throttled]})
 
 
 @router.post("", response_model=Envelope[LimitOut], response_model_by_alias=True,

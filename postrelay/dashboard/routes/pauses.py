@@ -1,8 +1,9 @@
-"""Flow control: what is paused, since when and by whom, and the rate and concurrency
-limits; pause a kind, a tenant, a kind within a tenant, or everything, and resume; set and
-remove limits. Through queue.pauses and queue.limits, as the CLI and the API do, so the
-audit rows and the messages are theirs. A tenant session sees its own pauses and limits
-and the installation-wide ones, and changes them only within its own tenant."""
+"""Flow control: what is paused, since when and by whom, the rate and concurrency limits,
+and the destinations throttled after refusing work; pause a kind, a tenant, a kind within a
+tenant, or everything, and resume; set and remove limits. Through queue.pauses and
+queue.limits, as the CLI and the API do, so the audit rows and the messages are theirs. A
+tenant session sees its own pauses and limits and the installation-wide ones, and changes
+them only within its own tenant."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from postrelay.queue import (
     pause,
     pause_list,
     resume,
+    throttle_list,
 )
 
 router = APIRouter()
@@ -122,9 +124,11 @@ def _page(request: Request, user: User, engine: Engine, values: dict[str, str],
     with engine.begin() as conn:
         pauses = pause_list(conn, tenant_id=user.tenant_id)
         limits = limit_list(conn, tenant_id=user.tenant_id)
+        throttled = throttle_list(conn, tenant_id=user.tenant_id)
         kinds = job_kinds(conn)
         tenants = tenant_names(conn, user)
     return render(request, "pauses.html", {
-        "pauses": pauses, "limits": limits, "kinds": kinds, "tenants": tenants, "values": values,
+        "pauses": pauses, "limits": limits, "throttled": throttled, "kinds": kinds,
+        "tenants": tenants, "values": values,
         "flash": flash, "error": error,
     }, user=user, status=status)

@@ -1,5 +1,6 @@
-"""The maintenance loop: one worker at a time leads and runs the rescuer, then the done
-rollup (maintenance/rollup.py); the others only try to take the lead, every round.
+"""The maintenance loop: one worker at a time leads and runs the rescuer, the flow keeper
+(ended throttles, idle limit buckets) and the done rollup (maintenance/rollup.py); the others
+only try to take the lead, every round.
 
 On a direct connection leadership is a session-level advisory lock, held on a connection of
 the leader's own: PostgreSQL frees it the moment that connection drops, so when the leader
@@ -25,6 +26,7 @@ from postrelay.core.db import behind_pooler
 from postrelay.core.heldconn import HeldConnection
 from postrelay.core.service import periodic
 from postrelay.queue import queries
+from postrelay.queue.maintenance.flowkeeper import FlowKeeper
 from postrelay.queue.maintenance.rescuer import Rescuer
 from postrelay.queue.maintenance.rollup import DoneRollup
 
@@ -52,12 +54,14 @@ class Maintenance:
         holder: str,
         interval_secs: float,
         rescuer: Rescuer,
+        flow: FlowKeeper | None = None,
         rollup: DoneRollup | None = None,
     ) -> None:
         self.engine = engine
         self.interval_secs = interval_secs
         self.holder = holder
         self.rescuer = rescuer
+        self.flow = flow or FlowKeeper(engine)
         self.rollup = rollup
         # The connection that holds the leader's lock; None behind a pooler (row lease).
         self._lock = None if behind_pooler(engine) else HeldConnection(engine)
@@ -69,6 +73,7 @@ class Maintenance:
         if not await self._lead():
             return False
         await self.rescuer.run_once()  # first: a failing rollup must not delay a rescue
+        await self.flow.run_once()
         if self.rollup is not None:
             await self.rollup.run_once()
         return True

@@ -338,19 +338,31 @@ RETURNING j.id, j.tenant_id, j.job_kind::text AS kind, CAST(j.payload AS text) A
           j.idempotency_key;
 
 -- name: job_limit_kinds
--- The kinds that have a limit: a worker asks at most once a second, and claims those kinds
--- by job_claim_limited only.
-SELECT DISTINCT job_kind::text AS kind FROM mdm.aa_job_limit;
+-- The kinds that have a limit or a throttled destination (sql/throttles.sql): a worker asks
+-- at most once a second, and claims those kinds by job_claim_limited only. A throttle whose
+-- time is up no longer counts, so its kind goes back to job_claim on time.
+SELECT job_kind::text AS kind FROM mdm.aa_job_limit
+UNION
+SELECT job_kind::text FROM mdm.aa_job_throttle WHERE ends_at > now();
 
 -- name: job_limit_lock
 -- The first statement of a limited claim's transaction: the limits of the kinds it claims,
--- locked in id order (no deadlock between claimers), so that limited claims of the same
--- kinds take turns. job_claim_limited then runs as a statement of its own, whose snapshot
--- sees the jobs and buckets that the claim before it committed.
-SELECT id FROM mdm.aa_job_limit
-WHERE job_kind = ANY(CAST(:kinds AS mdm.job_kind[]))
-ORDER BY id
-FOR UPDATE;
+-- then their live throttles, each locked in id order (no deadlock between claimers), so
+-- that limited claims of the same kinds take turns, also where a throttle is all there
+-- is. job_claim_limited then runs as a statement of its own, whose snapshot sees the jobs
+-- and buckets that the claim before it committed.
+WITH limits AS (
+    SELECT id FROM mdm.aa_job_limit
+    WHERE job_kind = ANY(CAST(:kinds AS mdm.job_kind[]))
+    ORDER BY id
+    FOR UPDATE
+), throttles AS (
+    SELECT id FROM mdm.aa_job_throttle
+    WHERE job_kind = ANY(CAST(:kinds AS mdm.job_kind[])) AND ends_at > now()
+    ORDER BY id
+    FOR UPDATE
+)
+SELECT (SELECT count(*) FROM limits) AS limits, (SELECT count(*) FROM throttles) AS throttles;
 
 -- name: job_claim_limited
 -- Claims up to :demand jobs of limited kinds, as many as their limits allow now. A job is
@@ -362,15 +374,29 @@ FOR UPDATE;
 -- a key throttled at the head of the queue holds back the others beyond them. `clock` is
 -- read once, after job_limit_lock was granted, so buckets are drawn in the order they are
 -- locked. A throttled job is never claimed, so no attempt is spent on it.
+-- A throttled destination (sql/throttles.sql: a kind, or a value of a payload field, that
+-- refused work) caps its jobs the same way, with a bucket of its own at the rate it allows
+-- now (none while it is paused): a job must fit both its limit's allowance and its
+-- throttle's, each counted in its own order of priority and due time.
 WITH clock AS MATERIALIZED (
     SELECT clock_timestamp() AS now
 ), lim AS MATERIALIZED (
     SELECT id, job_kind, tenant_id, key_path, rate_per_sec, burst, concurrency
     FROM mdm.aa_job_limit
     WHERE job_kind = ANY(CAST(:kinds AS mdm.job_kind[]))
+), thr AS MATERIALIZED (
+    SELECT t.id, t.job_kind, t.key_path, t.key, t.tokens, t.refilled_at,
+           c.now < t.paused_until AS paused,
+           CASE WHEN c.now < t.paused_until THEN 0.0
+                ELSE LEAST(COALESCE(t.ceiling_per_sec, CAST('Infinity' AS float8)),
+                           t.rate_per_sec
+                           * power(2.0, CAST(EXTRACT(EPOCH FROM c.now - t.paused_until)
+                                             AS float8) / t.step_secs)) END AS rate
+    FROM mdm.aa_job_throttle t CROSS JOIN clock c
+    WHERE t.job_kind = ANY(CAST(:kinds AS mdm.job_kind[])) AND t.ends_at > c.now
 ), candidate AS MATERIALIZED (
     SELECT j.id, j.priority, j.available_at, l.id AS limit_id,
-           COALESCE(j.payload #>> l.key_path, '') AS key
+           COALESCE(j.payload #>> l.key_path, '') AS key, t.id AS throttle_id
     FROM mdm.aa_job j
     LEFT JOIN LATERAL (
         SELECT lim.id, lim.key_path FROM lim
@@ -378,6 +404,14 @@ WITH clock AS MATERIALIZED (
         ORDER BY lim.tenant_id NULLS LAST
         LIMIT 1
     ) l ON true
+    -- Its destination's throttle, the slowest if two match (the kind's and its key's).
+    LEFT JOIN LATERAL (
+        SELECT thr.id FROM thr
+        WHERE thr.job_kind = j.job_kind
+          AND (thr.key_path IS NULL OR j.payload #>> thr.key_path = thr.key)
+        ORDER BY thr.rate, thr.id
+        LIMIT 1
+    ) t ON true
     WHERE j.status = 'pending'
       AND j.available_at <= now()
       AND j.job_kind = ANY(CAST(:kinds AS mdm.job_kind[]))
@@ -419,21 +453,35 @@ WITH clock AS MATERIALIZED (
     JOIN lim l ON l.id = k.limit_id
     LEFT JOIN mdm.aa_job_limit_bucket b ON b.limit_id = k.limit_id AND b.key = k.key
     LEFT JOIN running r ON r.limit_id = k.limit_id AND r.key = k.key
+), throttle_allowance AS MATERIALIZED (
+    -- A throttle's bucket holds about one second's worth (at least one job).
+    SELECT id, rate, tokens, CASE WHEN paused THEN 0 ELSE floor(tokens) END AS allowed
+    FROM (SELECT t.id, t.rate, t.paused,
+                 LEAST(GREATEST(1.0, round(t.rate)),
+                       t.tokens + t.rate
+                                  * GREATEST(CAST(EXTRACT(EPOCH FROM c.now - t.refilled_at)
+                                                  AS float8), 0.0)) AS tokens
+          FROM thr t CROSS JOIN clock c
+          WHERE t.id IN (SELECT throttle_id FROM candidate)) AS b
 ), ranked AS MATERIALIZED (
-    SELECT c.id, c.limit_id, c.key, c.priority, c.available_at,
+    SELECT c.id, c.limit_id, c.key, c.throttle_id, c.priority, c.available_at,
            row_number() OVER (PARTITION BY c.limit_id, c.key
-                              ORDER BY c.priority, c.available_at) AS rank
+                              ORDER BY c.priority, c.available_at) AS rank,
+           row_number() OVER (PARTITION BY c.throttle_id
+                              ORDER BY c.priority, c.available_at) AS throttle_rank
     FROM candidate c
 ), picked AS MATERIALIZED (
     SELECT r.id
     FROM ranked r
     LEFT JOIN allowance a ON a.limit_id = r.limit_id AND a.key = r.key
-    WHERE r.limit_id IS NULL OR r.rank <= a.allowed
+    LEFT JOIN throttle_allowance ta ON ta.id = r.throttle_id
+    WHERE (r.limit_id IS NULL OR r.rank <= a.allowed)
+      AND (r.throttle_id IS NULL OR r.throttle_rank <= ta.allowed)
     ORDER BY r.priority, r.available_at
     LIMIT :demand
 ), locked AS MATERIALIZED (
     -- Rechecked under the row lock: a job cancelled or claimed meanwhile is passed by.
-    SELECT j.id, c.limit_id, c.key
+    SELECT j.id, c.limit_id, c.key, c.throttle_id
     FROM mdm.aa_job j JOIN candidate c ON c.id = j.id
     WHERE j.id = ANY(ARRAY(SELECT id FROM picked)) AND j.status = 'pending'
     FOR UPDATE OF j SKIP LOCKED
@@ -447,6 +495,12 @@ WITH clock AS MATERIALIZED (
     WHERE a.rate_per_sec IS NOT NULL
     ON CONFLICT (limit_id, key) DO UPDATE
     SET tokens = EXCLUDED.tokens, refilled_at = EXCLUDED.refilled_at
+), throttle_drawn AS (
+    UPDATE mdm.aa_job_throttle t
+    SET tokens = ta.tokens - (SELECT count(*) FROM locked k WHERE k.throttle_id = t.id),
+        refilled_at = c.now
+    FROM throttle_allowance ta CROSS JOIN clock c
+    WHERE t.id = ta.id AND ta.rate > 0
 )
 -- claimed_at is the moment the buckets were drawn (not the transaction's start, which
 -- came before the wait for job_limit_lock): claims per second read from it keep to the rate.

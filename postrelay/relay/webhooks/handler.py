@@ -31,14 +31,23 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from postrelay.core.errors import PostrelayError
 from postrelay.core.telemetry import event as log_event
-from postrelay.queue import Job, PermanentError, Registry, RetryAfter, StopJob
+from postrelay.queue import (
+    Job,
+    PermanentError,
+    Registry,
+    RetryAfter,
+    StopJob,
+    ThrottlePolicy,
+    throttle_refused,
+)
 from postrelay.relay.webhooks import signing
 from postrelay.relay.webhooks.endpoints import WEBHOOK_SQL
 from postrelay.relay.webhooks.netguard import AddressRefused, Target, resolve
-from postrelay.relay.webhooks.responses import RETRY_AFTER_CAP_SECS, verdict
+from postrelay.relay.webhooks.responses import RETRY_AFTER_CAP_SECS, THROTTLE_STATUSES, verdict
 from postrelay.relay.webhooks.route import CHANNEL, DISPATCH_KIND
 
 DEFAULT_TIMEOUT_SECS = 10.0
+ENDPOINT_KEY = "endpoint_id"  # the payload field that names a delivery's endpoint
 BODY_LIMIT = 2048  # bytes of the response body kept in aa_webhook_attempt
 ERROR_LIMIT = 2048
 USER_AGENT = "postrelay-webhooks/1"
@@ -60,11 +69,13 @@ def webhook_registry(
     timeout_secs: float = DEFAULT_TIMEOUT_SECS,
     clock: Callable[[], float] = time.time,
     retry_after_cap_secs: float = RETRY_AFTER_CAP_SECS,
+    throttle: ThrottlePolicy | None = None,
 ) -> Registry:
     """A Registry with the `outbox_dispatch` handler, to merge into the worker's."""
     registry = Registry()
     fn = webhook_handler(engine, allow_private=allow_private, timeout_secs=timeout_secs,
-                         clock=clock, retry_after_cap_secs=retry_after_cap_secs)
+                         clock=clock, retry_after_cap_secs=retry_after_cap_secs,
+                         throttle=throttle)
     # The request has its own deadline; the rest is two short database round trips.
     registry.register(DISPATCH_KIND, fn, timeout=timeout_secs + 30.0)
     return registry
@@ -77,11 +88,15 @@ def webhook_handler(
     timeout_secs: float = DEFAULT_TIMEOUT_SECS,
     clock: Callable[[], float] = time.time,
     retry_after_cap_secs: float = RETRY_AFTER_CAP_SECS,
+    throttle: ThrottlePolicy | None = None,
 ) -> Callable[[Job], Any]:
     """The handler coroutine. `allow_private` comes from POSTRELAY_WEBHOOK_ALLOW_PRIVATE;
-    `clock` gives the unix time for webhook-timestamp (tests pass their own)."""
+    `clock` gives the unix time for webhook-timestamp (tests pass their own). A 429 or 503
+    throttles the endpoint's deliveries for every worker by `throttle` (default:
+    ThrottlePolicy()); the delivery itself is retried as any other."""
     if timeout_secs <= 0:
         raise ValueError("timeout_secs must be positive")
+    policy = throttle or ThrottlePolicy()
 
     async def outbox_dispatch(job: Job) -> None:
         event_id, endpoint_id = _parse_payload(job.payload)
@@ -121,6 +136,14 @@ def webhook_handler(
         await attempt.record(status=status, body=text)
         if answer.action == "delivered":
             return
+        if status in THROTTLE_STATUSES:
+            wait = "" if answer.delay_secs is None else f", Retry-After {answer.delay_secs:g} s"
+            # The key as the claim reads it from the payload (sql/job.sql, job_claim_limited).
+            await throttle_refused(
+                engine, policy, kind=DISPATCH_KIND, key_path=[ENDPOINT_KEY],
+                key=str(job.payload[ENDPOINT_KEY]), tenant_id=job.tenant_id,
+                pause_secs=answer.delay_secs, reason=f"HTTP {status}{wait}",
+                actor=f"webhook endpoint {endpoint_id}")
         if answer.action == "permanent":
             raise PermanentError(excerpt)
         if answer.delay_secs is not None:

@@ -3,7 +3,8 @@
     2xx                 delivered
     410 Gone            the endpoint is disabled; the job stops (`failed`), not retried
     429, 502, 503, 504  retry after the receiver's Retry-After (seconds or HTTP date), or
-                        with the worker's backoff when it sends none
+                        with the worker's backoff when it sends none; a 429 or 503 also
+                        throttles the endpoint for every worker (handler.py)
     other 5xx           retry with backoff
     3xx                 permanent: redirects are not followed (the URL must be fixed)
     other 4xx           permanent: straight to the DLQ, no retries burnt
@@ -17,6 +18,9 @@ from datetime import UTC, datetime
 from typing import Literal
 
 RETRY_AFTER_STATUSES = frozenset({429, 502, 503, 504})
+# The receiver asks senders to slow down: its endpoint is throttled for every worker
+# (queue/throttles.py), as well as this delivery retried.
+THROTTLE_STATUSES = frozenset({429, 503})
 RETRY_AFTER_CAP_SECS = 3600.0  # a receiver cannot park a delivery for longer than this
 
 Action = Literal["delivered", "gone", "retry", "permanent"]

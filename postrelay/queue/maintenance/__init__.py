@@ -1,7 +1,7 @@
 """Background work inside workers: stale-claim rescue, flow-control tidying and the done
 rollup (once across all workers, by a leader's lock or lease), the cron scheduler (in every
-worker; a slot still fires once) and the retention handler. Leases are for efficiency; guarded statements and
-unique keys make an accidental double run harmless (correctness)."""
+worker; a slot still fires once) and the retention handler. Leases are for efficiency;
+guarded statements and unique keys make an accidental double run harmless (correctness)."""
 
 from postrelay.queue.maintenance.flowkeeper import FlowKeeper, FlowResult
 from postrelay.queue.maintenance.leader import Maintenance, maintenance_interval

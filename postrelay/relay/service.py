@@ -34,7 +34,6 @@ from postrelay.queue import (
     Backoff,
     ExponentialBackoff,
     ValidatedJob,
-    default_max_attempts,
     enqueue_validated_async,
     job_kinds_async,
     validated_job,
@@ -99,14 +98,6 @@ class Relay:
 
     async def run_once(self) -> BatchResult:
         """Relay one batch in one transaction."""
-        try:
-            return await self._relay_batch(resolve_taken_keys=False)
-        except psycopg.errors.UniqueViolation:
-            # A job's idempotency key is taken (a replayed event whose jobs still exist):
-            # the batch rolled back; again, the jobs that exist are linked, not copied.
-            return await self._relay_batch(resolve_taken_keys=True)
-
-    async def _relay_batch(self, *, resolve_taken_keys: bool) -> BatchResult:
         async with self.engine.begin() as transaction:
             # Every statement runs on the psycopg connection beneath the transaction:
             # SQLAlchemy's execution and result layers would cost more CPU than the
@@ -124,7 +115,7 @@ class Relay:
                 plans = self._drop_unknown_kinds(plans, failures)
             plans, waiting = await hold_back(conn, plans)
             await defer(conn, waiting)
-            plans, jobs = await self._insert_jobs(conn, plans, resolve_taken_keys)
+            plans, jobs = await self._insert_jobs(conn, plans)
             dead = await self._record_failures(conn, events, failures)
         result = BatchResult(len(plans), jobs, len(failures), dead, len(waiting))
         log_event("postrelay.relay.batch", logging.DEBUG, handled=result.handled,
@@ -134,19 +125,17 @@ class Relay:
     def _plan(self, events: list[Event]) -> tuple[list[_Plan], dict[Any, str]]:
         plans: list[_Plan] = []
         failures: dict[Any, str] = {}
-        default_attempts = default_max_attempts()  # once per batch: the environment is slow
-        max_bytes = max_payload_bytes()
+        max_bytes = max_payload_bytes()  # once per batch, not per job
         for event in events:
             try:
-                jobs = self._jobs_for(event, default_attempts, max_bytes)
+                jobs = self._jobs_for(event, max_bytes)
             except Exception as exc:  # isolate the event; the batch goes on
                 failures[event.id] = f"{type(exc).__name__}: {exc}"[:4096]
                 continue
             plans.append(_Plan(event, jobs, any(ordered for _, _, ordered in jobs)))
         return plans, failures
 
-    def _jobs_for(self, event: Event, default_attempts: int, max_bytes: int
-                  ) -> list[tuple[str, ValidatedJob, bool]]:
+    def _jobs_for(self, event: Event, max_bytes: int) -> list[tuple[str, ValidatedJob, bool]]:
         """The jobs the routes ask for, each checked here: a job a route got wrong fails
         its own event, not the batch."""
         jobs = []
@@ -156,9 +145,7 @@ class Relay:
                 try:
                     job = validated_job(
                         request.kind, request.payload, event.tenant_id, request.priority,
-                        request.delay, None,
-                        default_attempts if request.max_attempts is None
-                        else request.max_attempts,
+                        request.delay, None, request.max_attempts,
                         f"outbox:{event.id}:{name}", max_bytes=max_bytes)
                 except ValidationError as exc:
                     raise ValidationError(
@@ -178,18 +165,15 @@ class Relay:
         return kept
 
     async def _insert_jobs(
-        self, conn: psycopg.AsyncConnection[Any], plans: list[_Plan], resolve_taken_keys: bool
+        self, conn: psycopg.AsyncConnection[Any], plans: list[_Plan]
     ) -> tuple[list[_Plan], int]:
         """Insert every plan's jobs, link them to their events and mark the events handled;
-        returns the plans that went in and the job count. Unless `resolve_taken_keys`, a
-        taken idempotency key raises UniqueViolation: a savepoint in every batch would cost
-        the relay about 7% of its throughput with three batches in flight, so the rare
-        batch with a replayed event is done twice instead."""
+        returns the plans that went in and the job count. A job whose idempotency key is
+        taken (a replayed event whose jobs still exist) is linked, not copied."""
         rows = [(plan.event.id, name, job, ordered)
                 for plan in plans for name, job, ordered in plan.jobs]
         job_ids = await enqueue_validated_async(
-            conn, [job for _, _, job, _ in rows], created_by="postrelay.relay",
-            resolve_taken_keys=resolve_taken_keys) if rows else []
+            conn, [job for _, _, job, _ in rows], created_by="postrelay.relay") if rows else []
         if plans:
             await driver_fetch(conn, OUTBOX_SQL["outbox_mark_handled_many"], {
                 "event_ids": [e for e, _, _, _ in rows],
@@ -287,6 +271,9 @@ def _event(row: tuple[Any, ...]) -> Event:
     """An Event from an outbox_claim_batch row, whose payload and headers are JSON text."""
     (event_id, tenant_id, aggregate_type, aggregate_id, event_type, payload, headers,
      created_at, attempts, seq) = row
-    return Event(event_id, tenant_id, aggregate_type, aggregate_id, event_type,
-                 jsontext.decode(payload), {} if headers is None else jsontext.decode(headers),
-                 created_at, attempts, seq)
+    return Event(
+        id=event_id, tenant_id=tenant_id, aggregate_type=aggregate_type,
+        aggregate_id=aggregate_id, event_type=event_type, payload=jsontext.decode(payload),
+        headers={} if headers is None else jsontext.decode(headers), created_at=created_at,
+        attempts=attempts, seq=seq,
+    )

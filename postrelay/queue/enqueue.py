@@ -228,16 +228,23 @@ async def enqueue_validated_async(
     *,
     created_by: str | None = None,
     notify: bool = True,
+    resolve_taken_keys: bool = True,
 ) -> list[UUID]:
     """`enqueue_many_async` for jobs that `validated_job` has already checked one by one: a
     writer that must set a bad job aside, not refuse the whole batch (the relay), checks
-    each itself. Unknown tenants and kinds are still refused here, and nothing written."""
+    each itself. Unknown tenants and kinds are still refused here, and nothing written.
+
+    With `resolve_taken_keys=False`, a taken idempotency key raises
+    `psycopg.errors.UniqueViolation` and aborts the caller's transaction, instead of
+    costing every batch a savepoint: for a writer that owns its transaction and would
+    rather redo it, rarely, with the keys resolved (the relay)."""
     return await run_async(conn, _enqueue_many_steps(
-        conn, rows, _created_by(created_by), _wakeup.wanted(conn, notify)))
+        conn, rows, _created_by(created_by), _wakeup.wanted(conn, notify), resolve_taken_keys))
 
 
 def _enqueue_many_steps(
     conn: AnyConnection, rows: list[ValidatedJob], created_by: str | None, send_notify: bool,
+    resolve_taken_keys: bool = True,
 ) -> Steps[list[UUID]]:
     if not rows:
         return []
@@ -254,7 +261,7 @@ def _enqueue_many_steps(
     if unknown_kinds:
         raise ValidationError("kind", f"unknown job kind {unknown_kinds[0]!r}")
     ids = new_uuids(len(rows))
-    guarded = any(r["idempotency_key"] is not None for r in rows)
+    guarded = resolve_taken_keys and any(r["idempotency_key"] is not None for r in rows)
     copied = yield Copy(JOB_SQL["job_copy_in"].text, JOB_COPY_TYPES,
                         _copy_rows(ids, rows, now, created_by), guarded=guarded)
     if copied is not None:

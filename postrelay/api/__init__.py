@@ -4,7 +4,10 @@ One router per resource (jobs, dlq, cron, health, metrics); every answer is
 `{"data": ..., "meta": ...}` and every error `{"data": null, "error": {"code", "message"}}`.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what __getattr__ returns, for a type checker
+    from postrelay.api.app import create_app
 
 __all__ = ["create_app"]
 

@@ -70,6 +70,7 @@ def create_app(settings: Settings, db: Database) -> FastAPI:
     # SendGrid posts batches of up to 768 KB, whatever the payload limit.
     app.add_middleware(BodyLimit, limit=settings.max_payload_bytes + BODY_ROOM,
                        wider={feedback.PREFIX + "/": FEEDBACK_BODY_BYTES})
+    # FastAPI's documented way to replace the schema is to assign the method.
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 

@@ -44,7 +44,7 @@ class Principal:
 
 
 def engine_of(request: Request) -> Engine:
-    return request.app.state.engine  # type: ignore[no-any-return]
+    return request.app.state.engine  # type: ignore[no-any-return]  # Starlette's untyped app.state
 
 
 def principal(

@@ -112,6 +112,7 @@ class JobOut(BaseModel):
 
     @classmethod
     def of(cls, job: JobView) -> JobOut:
+        # status: the database's text, which pydantic checks against JobStatus here.
         return cls(
             id=job.id, kind=job.kind, tenant_id=job.tenant_id, priority=job.priority,
             payload=job.payload, status=job.status,  # type: ignore[arg-type]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 from typing import Any, NoReturn
 
-import click
 import typer
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from typer.core import TyperGroup
@@ -19,15 +18,19 @@ from postrelay.cli.output import terminal_text
 from postrelay.core.errors import ConfigError, PostrelayError
 
 _logger = logging.getLogger("postrelay.cli")
-# Raised by typer and click to end a command on purpose: theirs to handle.
-_PASS_THROUGH = (typer.Exit, typer.Abort, click.exceptions.Exit, click.ClickException,
-                 click.Abort)
+# Raised by typer to end a command on purpose, a usage error (an unknown option, a value
+# of the wrong type) among them: typer's to handle, with its usage message and exit 2.
+# TyperException is the base of the click exceptions typer carries inside (since 0.26 it
+# has its own copy of click, whose classes are not the `click` package's).
+_PASS_THROUGH = (typer.Exit, typer.Abort, typer.TyperException)
 
 
 class GuardedGroup(TyperGroup):
     """The root command group: runs the command and turns what it raises into `fail`."""
 
-    def invoke(self, ctx: click.Context) -> Any:
+    # `ctx: Any`: typer declares it with the context class of its private copy of click,
+    # which it does not export; nothing here depends on it.
+    def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
         except _PASS_THROUGH:

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 import httpx
 
 from postrelay.client import _calls as c
+from postrelay.client._calls import CronEntry, Job
 
-Job = dict[str, Any]
-CronEntry = dict[str, Any]
+T = TypeVar("T")
 
 
 class AsyncClient:
@@ -23,7 +23,7 @@ class AsyncClient:
         self._http = httpx.AsyncClient(base_url=url.rstrip("/"), headers=c.headers(key),
                                        timeout=timeout, transport=transport)
 
-    async def _send(self, call: c.Call) -> Any:
+    async def _send(self, call: c.Call[T]) -> T:
         response = await self._http.request(call.method, call.path,
                                             params=call.params or None, json=call.json)
         return c.result(call, response)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 from uuid import UUID
 
@@ -17,6 +17,11 @@ from postrelay.core.errors import PostrelayError
 
 JOBS = "/v1/functions/jobs"
 CRON = "/v1/functions/cron"
+
+T = TypeVar("T")
+# A job and a cron entry as the API returns them: JSON objects with the API's field names.
+Job = dict[str, Any]
+CronEntry = dict[str, Any]
 
 
 class ApiError(PostrelayError):
@@ -31,12 +36,35 @@ class ApiError(PostrelayError):
 
 
 @dataclass(frozen=True, slots=True)
-class Call:
+class Call(Generic[T]):
+    """One request, and `pick`: the value of the answer's `data`, or ValueError when the
+    data is not of the shape the call expects."""
+
     method: str
     path: str
+    pick: Callable[[Any], T]
     params: dict[str, Any] = field(default_factory=dict)
     json: dict[str, Any] | None = None
-    pick: Callable[[Any], Any] = lambda data: data
+
+
+def _object(data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _objects(data: Any) -> list[dict[str, Any]]:
+    if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
+        raise ValueError("expected a list of JSON objects")
+    return data
+
+
+def _nothing(data: Any) -> None:
+    return None
+
+
+def _requeued(data: Any) -> int:
+    return int(_object(data)["requeued"])
 
 
 def _id(value: UUID | str) -> str:
@@ -50,65 +78,67 @@ def _body(**fields: Any) -> dict[str, Any]:
 
 def enqueue_job(kind: str, payload: Mapping[str, Any], *, delay_secs: float | None,
                 max_attempts: int | None, priority: int | None, idempotency_key: str | None,
-                tenant_id: UUID | str | None) -> Call:
-    return Call("POST", JOBS, json=_body(
+                tenant_id: UUID | str | None) -> Call[Job]:
+    return Call("POST", JOBS, _object, json=_body(
         kind=kind, payload=dict(payload), delaySecs=delay_secs, maxAttempts=max_attempts,
         priority=priority, idempotencyKey=idempotency_key,
         tenantId=str(tenant_id) if tenant_id is not None else None))
 
 
-def get_job(job_id: UUID | str) -> Call:
-    return Call("GET", f"{JOBS}/{_id(job_id)}")
+def get_job(job_id: UUID | str) -> Call[Job]:
+    return Call("GET", f"{JOBS}/{_id(job_id)}", _object)
 
 
-def list_jobs(status: str | None, limit: int) -> Call:
-    return Call("GET", JOBS, params=_body(status=status, limit=limit))
+def list_jobs(status: str | None, limit: int) -> Call[list[Job]]:
+    return Call("GET", JOBS, _objects, params=_body(status=status, limit=limit))
 
 
-def list_dlq(limit: int) -> Call:
-    return Call("GET", f"{JOBS}/dlq", params={"limit": limit})
+def list_dlq(limit: int) -> Call[list[Job]]:
+    return Call("GET", f"{JOBS}/dlq", _objects, params={"limit": limit})
 
 
-def retry_job(job_id: UUID | str) -> Call:
-    return Call("POST", f"{JOBS}/{_id(job_id)}/retry")
+def retry_job(job_id: UUID | str) -> Call[Job]:
+    return Call("POST", f"{JOBS}/{_id(job_id)}/retry", _object)
 
 
-def requeue_dlq(limit: int | None) -> Call:
-    return Call("POST", f"{JOBS}/dlq/requeue", params=_body(limit=limit),
-                pick=lambda data: int(data["requeued"]))
+def requeue_dlq(limit: int | None) -> Call[int]:
+    return Call("POST", f"{JOBS}/dlq/requeue", _requeued, params=_body(limit=limit))
 
 
-def discard_job(job_id: UUID | str) -> Call:
-    return Call("DELETE", f"{JOBS}/{_id(job_id)}", pick=lambda data: None)
+def discard_job(job_id: UUID | str) -> Call[None]:
+    return Call("DELETE", f"{JOBS}/{_id(job_id)}", _nothing)
 
 
 def create_cron_job(name: str, schedule: str, kind: str, payload: Mapping[str, Any] | None,
                     tenant_id: UUID | str | None, priority: int | None,
-                    max_attempts: int | None) -> Call:
-    return Call("POST", CRON, json=_body(
+                    max_attempts: int | None) -> Call[CronEntry]:
+    return Call("POST", CRON, _object, json=_body(
         name=name, schedule=schedule, kind=kind, payload=dict(payload or {}),
         tenantId=str(tenant_id) if tenant_id is not None else None, priority=priority,
         maxAttempts=max_attempts))
 
 
-def list_cron_jobs() -> Call:
-    return Call("GET", CRON)
+def list_cron_jobs() -> Call[list[CronEntry]]:
+    return Call("GET", CRON, _objects)
 
 
-def delete_cron_job(name: str, tenant_id: UUID | str | None) -> Call:
-    return Call("DELETE", f"{CRON}/{_id(name)}",
-                params=_body(tenantId=str(tenant_id) if tenant_id is not None else None),
-                pick=lambda data: None)
+def delete_cron_job(name: str, tenant_id: UUID | str | None) -> Call[None]:
+    return Call("DELETE", f"{CRON}/{_id(name)}", _nothing,
+                params=_body(tenantId=str(tenant_id) if tenant_id is not None else None))
 
 
-def result(call: Call, response: httpx.Response) -> Any:
-    """The answer's `data`, shaped by `call.pick`; an error answer raises ApiError."""
+def result(call: Call[T], response: httpx.Response) -> T:
+    """The answer's `data`, shaped by `call.pick`; an error answer, or data not of the
+    shape the call expects, raises ApiError."""
     try:
         body = response.json()
     except ValueError:
         body = None
     if response.is_success and isinstance(body, dict) and "data" in body:
-        return call.pick(body["data"])
+        try:
+            return call.pick(body["data"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ApiError(response.status_code, "unexpected_answer", str(exc)) from None
     error = body.get("error") if isinstance(body, dict) else None
     if isinstance(error, dict):
         raise ApiError(response.status_code, str(error.get("code", "error")),

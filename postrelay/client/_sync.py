@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 import httpx
 
 from postrelay.client import _calls as c
+from postrelay.client._calls import CronEntry, Job
 
-Job = dict[str, Any]
-CronEntry = dict[str, Any]
+T = TypeVar("T")
 
 
 class Client:
@@ -23,7 +23,7 @@ class Client:
         self._http = httpx.Client(base_url=url.rstrip("/"), headers=c.headers(key),
                                   timeout=timeout, transport=transport)
 
-    def _send(self, call: c.Call) -> Any:
+    def _send(self, call: c.Call[T]) -> T:
         response = self._http.request(call.method, call.path, params=call.params or None,
                                       json=call.json)
         return c.result(call, response)

@@ -16,33 +16,23 @@ from __future__ import annotations
 
 import os
 import time
-from uuid import UUID, SafeUUID
+from uuid import UUID
 
 _VERSION_7 = (7 << 76) | (0x8000 << 48)  # version 7 and the RFC 4122 variant bits
 _RAND_A = 0xFFF << 64  # 12 random bits after the version nibble
 _RAND_B = (1 << 62) - 1  # 62 random bits after the variant
-_new = object.__new__
-_set = object.__setattr__
 
 
 def new_uuids(n: int) -> list[UUID]:
-    """n time-ordered UUIDs (version 7: this millisecond, then random bits), made from one
-    read of the system's random source.
-
-    Each UUID is filled in the way `UUID.__setstate__` (unpickling) fills one, skipping
-    the constructor's argument checks: an id then costs about half a microsecond instead
-    of 1.26 µs for uuid4(), which was a tenth of the client's time per job in
-    `enqueue_many`. Ids made in the same millisecond are not ordered among themselves,
-    which costs nothing: they share the index's pages all the same."""
+    """n time-ordered UUIDs (version 7: this millisecond, then 74 random bits), from one
+    read of the system's random source. Ids made in the same millisecond are not ordered
+    among themselves, which costs nothing: they share the index's pages all the same."""
     stamp = (time.time_ns() // 1_000_000) << 80 | _VERSION_7
     random = os.urandom(16 * n)
     ids = []
     for start in range(0, 16 * n, 16):
         bits = int.from_bytes(random[start:start + 16])
-        uuid = _new(UUID)
-        _set(uuid, "int", stamp | (bits & _RAND_A) | (bits & _RAND_B))
-        _set(uuid, "is_safe", SafeUUID.unknown)
-        ids.append(uuid)
+        ids.append(UUID(int=stamp | bits & _RAND_A | bits & _RAND_B))
     return ids
 
 

@@ -4,6 +4,7 @@ Every field reads from the environment with the `POSTRELAY_` prefix, e.g.
 `POSTRELAY_JOB_RETRY_DELAY_SECS=10`.
 """
 
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -260,3 +261,11 @@ def load_settings(**overrides: object) -> Settings:
             else:
                 problems.append(f"{name}: {err['msg']} (got {err.get('input')!r})")
         raise ConfigError("invalid settings: " + "; ".join(problems)) from None
+
+
+@functools.cache
+def environment_settings() -> Settings:
+    """The settings of this process's environment, built on first use and kept: for the
+    library functions called without settings in hand, such as `enqueue`'s default
+    `max_attempts`. A service builds its own with `load_settings` and passes them down."""
+    return load_settings()

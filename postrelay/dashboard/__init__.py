@@ -7,7 +7,10 @@ build step). See docs/dashboard.md.
     app.mount("/dashboard", create_dashboard(settings, db))
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what __getattr__ returns, for a type checker
+    from postrelay.dashboard.app import create_dashboard
 
 __all__ = ["create_dashboard"]
 

@@ -39,7 +39,9 @@ def of(templates: Templates, log: dict[str, Any], job: dict[str, Any] | None,
         return Preview(log.get("subject"), log["template"], None,
                        note="The job is gone (job retention), and with it the context the "
                             "template was rendered with.")
-    context = payload.get("context") if isinstance(payload.get("context"), dict) else {}
+    context = payload.get("context")
+    if not isinstance(context, dict):
+        context = {}
     shown = pretty_json(context)
     try:
         rendered = templates.render(log["template"], context,

@@ -14,6 +14,7 @@ from uuid import UUID
 
 from sqlalchemy import Connection
 
+from postrelay.core.dbcall import Rows
 from postrelay.core.sqlfiles import load_queries
 from postrelay.queue import STATUSES
 
@@ -94,10 +95,10 @@ def overview(conn: Connection, tenant_id: UUID | None, *, minutes: int = 60) -> 
     this_minute: datetime = pending.this_minute
     since = this_minute - timedelta(minutes=minutes - 1)
     until = conn.execute(DASHBOARD_SQL["job_done_rollup_until"]).scalar_one()
-    done = dict(conn.execute(DASHBOARD_SQL["job_done_per_minute"],
-                             {**scope, "since": since, "until": until}).all())
-    failed = dict(conn.execute(DASHBOARD_SQL["job_failed_per_minute"],
-                               {**scope, "since": since}).all())
+    done: dict[datetime, int] = {minute: n for minute, n in conn.execute(
+        DASHBOARD_SQL["job_done_per_minute"], {**scope, "since": since, "until": until})}
+    failed: dict[datetime, int] = {minute: n for minute, n in conn.execute(
+        DASHBOARD_SQL["job_failed_per_minute"], {**scope, "since": since})}
     series = [(m, done.get(m, 0), failed.get(m, 0))
               for m in (since + timedelta(minutes=i) for i in range(minutes))]
     outbox = conn.execute(DASHBOARD_SQL["outbox_backlog"], scope).one()
@@ -113,7 +114,7 @@ def overview(conn: Connection, tenant_id: UUID | None, *, minutes: int = 60) -> 
 
 
 def job_list(conn: Connection, *, status: str, tenant_id: UUID | None, kind: str | None,
-             since: datetime | None, until: datetime | None, page: int) -> list[Any]:
+             since: datetime | None, until: datetime | None, page: int) -> Rows:
     """One page of jobs in one status, in that status's natural order (see the SQL)."""
     params = {"tenant_id": tenant_id, "kind": kind, "since": since, "until": until,
               "limit": PAGE_SIZE + 1, "offset": (page - 1) * PAGE_SIZE}
@@ -124,24 +125,24 @@ def job_list(conn: Connection, *, status: str, tenant_id: UUID | None, kind: str
     return conn.execute(DASHBOARD_SQL["job_list_finished"], {**params, "status": status}).all()
 
 
-def job_find_by_key(conn: Connection, key: str, tenant_id: UUID | None) -> list[Any]:
+def job_find_by_key(conn: Connection, key: str, tenant_id: UUID | None) -> Rows:
     return conn.execute(DASHBOARD_SQL["job_find_by_key"],
                         {"key": key, "tenant_id": tenant_id}).all()
 
 
-def job_audit(conn: Connection, job_id: UUID, tenant_id: UUID | None) -> list[Any]:
+def job_audit(conn: Connection, job_id: UUID, tenant_id: UUID | None) -> Rows:
     return conn.execute(DASHBOARD_SQL["job_audit_list"],
                         {"job_id": job_id, "tenant_id": tenant_id}).all()
 
 
-def job_origin(conn: Connection, job_id: UUID, tenant_id: UUID | None) -> list[Any]:
+def job_origin(conn: Connection, job_id: UUID, tenant_id: UUID | None) -> Rows:
     """The outbox deliveries that made this job, with events of the job's tenant only."""
     return conn.execute(DASHBOARD_SQL["job_origin"],
                         {"job_id": job_id, "tenant_id": tenant_id}).all()
 
 
 def dlq_matching(conn: Connection, *, tenant_id: UUID | None, kind: str | None,
-                 since: datetime | None, until: datetime | None, limit: int) -> list[Any]:
+                 since: datetime | None, until: datetime | None, limit: int) -> Rows:
     return conn.execute(DASHBOARD_SQL["dlq_list_matching"], {
         "tenant_id": tenant_id, "kind": kind, "since": since, "until": until, "limit": limit,
     }).all()
@@ -162,11 +163,11 @@ def api_key_active(conn: Connection, key_id: UUID) -> Any:
     return conn.execute(DASHBOARD_SQL["api_key_get_active"], {"id": key_id}).first()
 
 
-def job_emails(conn: Connection, job_id: UUID, tenant_id: UUID | None) -> list[Any]:
+def job_emails(conn: Connection, job_id: UUID, tenant_id: UUID | None) -> Rows:
     """The email log rows of a job."""
     return conn.execute(DASHBOARD_SQL["email_log_of_job"],
                         {"job_id": job_id, "tenant_id": tenant_id}).all()
 
 
-def dlq_by_ids(conn: Connection, ids: list[UUID], tenant_id: UUID | None) -> list[Any]:
+def dlq_by_ids(conn: Connection, ids: list[UUID], tenant_id: UUID | None) -> Rows:
     return conn.execute(DASHBOARD_SQL["dlq_list_ids"], {"ids": ids, "tenant_id": tenant_id}).all()

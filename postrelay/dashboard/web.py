@@ -62,12 +62,13 @@ def tenant_names(conn: Connection, user: User) -> dict[UUID, str]:
     return {t.id: t.name for t in tenant_list(conn)}
 
 
+# Starlette's app.state holds untyped attributes: what create_dashboard put there.
 def engine_of(request: Request) -> Engine:
-    return request.app.state.engine  # type: ignore[no-any-return]
+    return request.app.state.engine  # type: ignore[no-any-return]  # untyped app.state
 
 
 def signer_of(request: Request) -> Signer:
-    return request.app.state.signer  # type: ignore[no-any-return]
+    return request.app.state.signer  # type: ignore[no-any-return]  # untyped app.state
 
 
 def current_user(request: Request) -> User:

@@ -48,7 +48,8 @@ def sample_events(tenant_id: UUID, tenant: str) -> list[EventSpec]:
         for name, email in users
     ]
     for n, email in enumerate((f"billing@{tenant}.example", BLOCKED), start=1):
-        invoice = {"number": f"{tenant[:3].upper()}-{n:04d}", "total": f"€{120 * n},00",
+        number = f"{tenant[:3].upper()}-{n:04d}"
+        invoice = {"number": number, "total": f"€{120 * n},00",
                    "due": "2026-12-31",
                    "lines": [{"item": "Subscription", "amount": f"€{100 * n},00"},
                              {"item": "Support", "amount": f"€{20 * n},00"}]}
@@ -56,7 +57,7 @@ def sample_events(tenant_id: UUID, tenant: str) -> list[EventSpec]:
             "invoice.issued",
             {**common, "customer": {"name": f"{tenant.title()} Billing", "email": email},
              "invoice": invoice},
-            tenant_id=tenant_id, aggregate_type="invoice", aggregate_id=invoice["number"]))
+            tenant_id=tenant_id, aggregate_type="invoice", aggregate_id=number))
     if tenant == TENANTS[0]:  # one digest, whose template needs what the event lacks
         events.append(EventSpec(
             "digest.due", {**common, "user": {"name": "User 1", "email": users[0][1]}},

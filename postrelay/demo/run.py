@@ -16,6 +16,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,6 +42,7 @@ from postrelay.runtime import build_relay, build_worker
 from postrelay.testing import SmtpSink
 
 DEMO_SQL = load_queries("postrelay.demo", "sql/demo.sql")
+Echo = Callable[[str], object]  # where the demo prints its progress (print, typer.echo)
 SETTLED_POLL_SECS = 0.1
 
 
@@ -62,7 +64,7 @@ class DemoReport:
         return Counter(row["status"] for row in self.emails)
 
 
-def run_demo(settings: Settings, db: Database, echo=print) -> DemoReport:  # noqa: ANN001
+def run_demo(settings: Settings, db: Database, echo: Echo = print) -> DemoReport:
     started = time.perf_counter()
     since = datetime.now(UTC)
     upgrade(db.url)
@@ -100,7 +102,7 @@ def run_demo(settings: Settings, db: Database, echo=print) -> DemoReport:  # noq
     return report
 
 
-def emit_demo_events(db: Database, echo=print) -> int:  # noqa: ANN001
+def emit_demo_events(db: Database, echo: Echo = print) -> int:
     """Emit the demo's outbox events and return: a relay and worker already running with
     `--app postrelay.demo.app` (docker compose) send them to the configured SMTP server."""
     upgrade(db.url)
@@ -161,7 +163,7 @@ def _report(engine: Engine, tenants: list[UUID], since: datetime, *, received: i
     return report
 
 
-def _print(report: DemoReport, echo, elapsed: float) -> None:  # noqa: ANN001
+def _print(report: DemoReport, echo: Echo, elapsed: float) -> None:
     echo(f"\nsettled in {elapsed:.1f} s")
     statuses = ("pending", "running", "done", "failed", "dlq")
     echo("jobs by status: " + ", ".join(f"{s}={report.by_status[s]}" for s in statuses))

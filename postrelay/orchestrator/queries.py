@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -12,6 +11,7 @@ import psycopg
 from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from postrelay.core import jsontext
 from postrelay.core.dbcall import driver_fetch
 from postrelay.core.sqlfiles import load_queries
 
@@ -32,7 +32,7 @@ async def email_send_begin_many(
     """Each row's `SendStart`, by its `job_id` (as text). Each row carries `resend_unknown`
     beside the log row's columns."""
     result = await driver_fetch(conn, EMAIL_SQL["email_send_begin_many"],
-                                {"rows": json.dumps(rows, default=str)})
+                                {"rows": jsontext.encode_rows(rows)})
     return {str(job_id): SendStart(unknown_now, tuple(earlier), frozenset(suppressed), sending)
             for job_id, unknown_now, earlier, suppressed, sending in result}
 
@@ -52,14 +52,14 @@ async def tenant_name(conn: AsyncConnection, *, tenant_id: UUID) -> str | None:
 # writing a batch of outcomes.
 async def email_log_upsert_many(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> None:
     await driver_fetch(conn, EMAIL_SQL["email_log_upsert_many"],
-                       {"rows": json.dumps(rows, default=str)})
+                       {"rows": jsontext.encode_rows(rows)})
 
 
 async def email_suppression_add_many(
     conn: AsyncConnection, rows: Sequence[dict[str, Any]]
 ) -> None:
     await driver_fetch(conn, EMAIL_SQL["email_suppression_add_many"],
-                       {"rows": json.dumps(rows, default=str)})
+                       {"rows": jsontext.encode_rows(rows)})
 
 
 def email_suppression_list(conn: Connection, *, tenant_id: str | None, limit: int

@@ -15,7 +15,8 @@ describes what happened, which stays true.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -48,24 +49,19 @@ def record_with_outcome(writer: EffectWriter, row: Any) -> None:
     effects.append(Effect(writer, row))
 
 
-class collecting:  # noqa: N801 - used as the context manager it is
+@contextmanager
+def collecting() -> Iterator[list[Effect]]:
     """Collect the effects recorded by the handler run inside this block:
 
         with collecting() as effects:
             await handler(job)
-
-    A class rather than a @contextmanager generator: it is entered once per job run, and
-    the generator machinery cost three times as much."""
-
-    __slots__ = ("_effects", "_token")
-
-    def __enter__(self) -> list[Effect]:
-        self._effects: list[Effect] = []
-        self._token = _recorded.set(self._effects)
-        return self._effects
-
-    def __exit__(self, *exc_info: object) -> None:
-        _recorded.reset(self._token)
+    """
+    effects: list[Effect] = []
+    token = _recorded.set(effects)
+    try:
+        yield effects
+    finally:
+        _recorded.reset(token)
 
 
 async def write_effects(conn: AsyncConnection, effects: Sequence[Effect]) -> None:

@@ -15,8 +15,6 @@ async ones. Both kinds run the same steps (`_enqueue_steps`, `_enqueue_many_step
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -35,10 +33,11 @@ from postrelay.core.dbcall import (
     run_async,
     run_sync_or_deprecated_async,
 )
-from postrelay.core.errors import ConfigError, ValidationError
+from postrelay.core.errors import ValidationError
 from postrelay.core.ids import new_uuid, new_uuids
 from postrelay.core.limits import MAX_KEY_CHARS, checked_text, max_payload_bytes
 from postrelay.core.notify import NotifyOnce
+from postrelay.core.settings import environment_settings
 from postrelay.queue.queries import JOB_SQL
 
 SMALLINT_MIN, SMALLINT_MAX = -32768, 32767
@@ -47,8 +46,6 @@ INT_MAX = 2**31 - 1
 # database's timestamp range ends; refuse it as bad input instead.
 MAX_DELAY_SECS = 10 * 365 * 24 * 3600
 MAX_KIND_CHARS = 63  # an enum label's limit (NAMEDATALEN - 1)
-DEFAULT_MAX_ATTEMPTS = 8  # the AA_JOB column default
-MAX_ATTEMPTS_ENV = "POSTRELAY_JOB_MAX_RETRIES"
 
 _wakeup = NotifyOnce("postrelay_jobs")
 # A job as validated_job leaves it: kind, payload (JSON text), tenant_id, priority, delay,
@@ -199,7 +196,7 @@ def enqueue_many(
     `await enqueue_many_async(...)`.
     """
     steps = _enqueue_many_steps(conn, _validated_specs(jobs), _created_by(created_by),
-                                _wakeup.wanted(conn, notify), True)
+                                _wakeup.wanted(conn, notify))
     return run_sync_or_deprecated_async(conn, steps, async_name="enqueue_many_async")
 
 
@@ -212,17 +209,15 @@ async def enqueue_many_async(
 ) -> list[UUID]:
     """`enqueue_many` on an async connection or session."""
     steps = _enqueue_many_steps(conn, _validated_specs(jobs), _created_by(created_by),
-                                _wakeup.wanted(conn, notify), True)
+                                _wakeup.wanted(conn, notify))
     return await run_async(conn, steps)
 
 
 def _validated_specs(jobs: Iterable[JobSpec]) -> list[ValidatedJob]:
-    default_attempts = default_max_attempts()  # read once: the environment is slow to ask
-    max_bytes = max_payload_bytes()
+    max_bytes = max_payload_bytes()  # once per batch, not per job
     return [
         validated_job(s.kind, s.payload, s.tenant_id, s.priority, s.delay, s.run_at,
-                      default_attempts if s.max_attempts is None else s.max_attempts,
-                      s.idempotency_key, index=i, max_bytes=max_bytes)
+                      s.max_attempts, s.idempotency_key, index=i, max_bytes=max_bytes)
         for i, s in enumerate(jobs)
     ]
 
@@ -249,7 +244,7 @@ async def enqueue_validated_async(
 
 def _enqueue_many_steps(
     conn: AnyConnection, rows: list[ValidatedJob], created_by: str | None, send_notify: bool,
-    resolve_taken_keys: bool,
+    resolve_taken_keys: bool = True,
 ) -> Steps[list[UUID]]:
     if not rows:
         return []
@@ -281,15 +276,13 @@ def _enqueue_many_steps(
 
 
 def _rows_document(ids: list[UUID], rows: list[ValidatedJob]) -> str:
-    """The batch as one JSON array for job_insert_many. Each payload is already JSON text,
-    so it is spliced in as the last element instead of being parsed and encoded again."""
-    parts = []
-    for job_id, r in zip(ids, rows, strict=True):
-        run_at = r["run_at"].isoformat() if r["run_at"] is not None else None
-        head = json.dumps([str(job_id), str(r["tenant_id"]), r["kind"], r["priority"], run_at,
-                           r["delay"], r["max_attempts"], r["idempotency_key"]])
-        parts.append(f"{head[:-1]},{r['payload']}]")
-    return f"[{','.join(parts)}]"
+    """The batch as one JSON array of arrays for job_insert_many, in its column order."""
+    return jsontext.encode([
+        [str(job_id), str(r["tenant_id"]), r["kind"], r["priority"],
+         None if r["run_at"] is None else r["run_at"].isoformat(), r["delay"],
+         r["max_attempts"], r["idempotency_key"], jsontext.decode(r["payload"])]
+        for job_id, r in zip(ids, rows, strict=True)
+    ])
 
 
 def _copy_rows(ids: list[UUID], rows: list[ValidatedJob], now: datetime,
@@ -343,17 +336,9 @@ def _kinds_steps() -> Steps[list[str]]:
 
 
 def default_max_attempts() -> int:
-    """POSTRELAY_JOB_MAX_RETRIES from the environment, read at call time (default 8)."""
-    raw = os.environ.get(MAX_ATTEMPTS_ENV)
-    if raw is None or raw.strip() == "":
-        return DEFAULT_MAX_ATTEMPTS
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{MAX_ATTEMPTS_ENV}: must be a whole number, got {raw!r}") from None
-    if not 1 <= value <= INT_MAX:
-        raise ConfigError(f"{MAX_ATTEMPTS_ENV}: must be at least 1, got {value}")
-    return value
+    """`max_attempts` of a job enqueued without one: the job_max_retries setting
+    (POSTRELAY_JOB_MAX_RETRIES, default 8)."""
+    return environment_settings().job_max_retries
 
 
 def _created_by(created_by: str | None) -> str | None:

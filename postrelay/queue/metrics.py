@@ -10,7 +10,7 @@ numbers are taken where the worker's events are: after a claim statement, and wh
 outcome goes to the completer (the point of `postrelay.job.finished`, whose `kind` and
 `status` fields are the labels here).
 
-The hot path pays about 2 µs per job: one counter increment per kind per claim batch, and a
+The hot path pays little per job: one counter increment per kind per claim batch, and a
 counter increment and a histogram observation per finished run, on label-bound children
 created once per kind (and per kind and status) and cached, never `.labels()` per job.
 `postrelay_worker_running_jobs` and `postrelay_worker_held_jobs` are read from the worker at

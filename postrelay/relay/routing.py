@@ -16,15 +16,15 @@ import fnmatch
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 from uuid import UUID
 
 from postrelay.core.errors import ValidationError
 
 
-class Event(NamedTuple):
-    """One outbox event as the routes see it. A NamedTuple rather than a frozen dataclass:
-    the relay builds one per event, and a frozen dataclass took 1.3 µs to build, this 0.2."""
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One outbox event as the routes see it."""
 
     id: UUID
     tenant_id: UUID

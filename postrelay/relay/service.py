@@ -34,7 +34,6 @@ from postrelay.queue import (
     Backoff,
     ExponentialBackoff,
     ValidatedJob,
-    default_max_attempts,
     enqueue_validated_async,
     job_kinds_async,
     validated_job,
@@ -144,19 +143,17 @@ class Relay:
     def _plan(self, events: list[Event]) -> tuple[list[_Plan], dict[Any, str]]:
         plans: list[_Plan] = []
         failures: dict[Any, str] = {}
-        default_attempts = default_max_attempts()  # once per batch: the environment is slow
-        max_bytes = max_payload_bytes()
+        max_bytes = max_payload_bytes()  # once per batch, not per job
         for event in events:
             try:
-                jobs = self._jobs_for(event, default_attempts, max_bytes)
+                jobs = self._jobs_for(event, max_bytes)
             except Exception as exc:  # isolate the event; the batch goes on
                 failures[event.id] = f"{type(exc).__name__}: {exc}"[:4096]
                 continue
             plans.append(_Plan(event, jobs, any(ordered for _, _, ordered in jobs)))
         return plans, failures
 
-    def _jobs_for(self, event: Event, default_attempts: int, max_bytes: int
-                  ) -> list[tuple[str, ValidatedJob, bool]]:
+    def _jobs_for(self, event: Event, max_bytes: int) -> list[tuple[str, ValidatedJob, bool]]:
         """The jobs the routes ask for, each checked here: a job a route got wrong fails
         its own event, not the batch."""
         jobs = []
@@ -166,9 +163,7 @@ class Relay:
                 try:
                     job = validated_job(
                         request.kind, request.payload, event.tenant_id, request.priority,
-                        request.delay, None,
-                        default_attempts if request.max_attempts is None
-                        else request.max_attempts,
+                        request.delay, None, request.max_attempts,
                         f"outbox:{event.id}:{name}", max_bytes=max_bytes)
                 except ValidationError as exc:
                     raise ValidationError(
@@ -192,9 +187,9 @@ class Relay:
     ) -> tuple[list[_Plan], int]:
         """Insert every plan's jobs, link them to their events and mark the events handled;
         returns the plans that went in and the job count. Unless `resolve_taken_keys`, a
-        taken idempotency key raises UniqueViolation: a savepoint in every batch would cost
-        the relay about 7% of its throughput with three batches in flight, so the rare
-        batch with a replayed event is done twice instead."""
+        taken idempotency key raises UniqueViolation: a savepoint in every batch costs the
+        relay throughput with batches in flight (bench/README.md, "Figures behind the
+        code"), so the rare batch with a replayed event is done twice instead."""
         rows = [(plan.event.id, name, job, ordered)
                 for plan in plans for name, job, ordered in plan.jobs]
         job_ids = await enqueue_validated_async(
@@ -275,6 +270,9 @@ def _event(row: tuple[Any, ...]) -> Event:
     """An Event from an outbox_claim_batch row, whose payload and headers are JSON text."""
     (event_id, tenant_id, aggregate_type, aggregate_id, event_type, payload, headers,
      created_at, attempts, seq) = row
-    return Event(event_id, tenant_id, aggregate_type, aggregate_id, event_type,
-                 jsontext.decode(payload), {} if headers is None else jsontext.decode(headers),
-                 created_at, attempts, seq)
+    return Event(
+        id=event_id, tenant_id=tenant_id, aggregate_type=aggregate_type,
+        aggregate_id=aggregate_id, event_type=event_type, payload=jsontext.decode(payload),
+        headers={} if headers is None else jsontext.decode(headers), created_at=created_at,
+        attempts=attempts, seq=seq,
+    )

@@ -37,6 +37,19 @@ def test_cron_add_refuses_a_nul_and_a_5000_level_payload_in_one_line(worker_env,
     assert not names & {"n1", "n2", "n3"}
 
 
+@pytest.mark.parametrize(("args", "option"), [
+    (("kinds", "--bogus"), "--bogus"),
+    (("jobs", "list", "--limit", "many"), "--limit"),
+])
+def test_a_usage_error_is_typers_usage_message_and_exit_2(worker_env, args, option):
+    """An unknown option or a value of the wrong type is a usage error, shown as typer
+    shows it (the usage line, the option at fault), not taken for a failed command."""
+    done = run(worker_env, *args, ok=False)
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert "Usage: postrelay" in done.stderr and option in done.stderr
+    assert "error: unexpected" not in done.stderr and "Traceback" not in done.stderr
+
+
 @pytest.mark.parametrize("args", [
     ("outbox", "replay", "--event", "abc"),
     ("outbox", "status", "--tenant", "abc"),

@@ -40,7 +40,7 @@ def enqueue_job(
             delay=body.delay_secs, max_attempts=max_attempts,
             idempotency_key=body.idempotency_key, created_by=caller.actor,
         )
-        job = job_get(conn, job_id)  # type: ignore[arg-type]
+        job = job_get(conn, job_id)
     assert job is not None  # written (or found) in this very transaction
     return Envelope(data=JobOut.of(job))
 

@@ -4,6 +4,7 @@ last error and audit trail."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict
 from types import SimpleNamespace
 from typing import Any
@@ -11,6 +12,7 @@ from uuid import UUID
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
+from sqlalchemy import Connection
 
 from postrelay.core.errors import NotFoundError, ValidationError
 from postrelay.dashboard import queries
@@ -101,7 +103,7 @@ def job_cancel_action(request: Request, job_id: str, user: CurrentUser, engine: 
     return redirect(request, f"/jobs/{ident}")
 
 
-def _search(conn: Any, text: str, tenant_id: UUID | None) -> list[Any]:
+def _search(conn: Connection, text: str, tenant_id: UUID | None) -> Sequence[Any]:
     """A job id, else an idempotency key (which may name jobs of several kinds)."""
     try:
         ident = UUID(text)

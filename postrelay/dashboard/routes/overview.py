@@ -3,6 +3,7 @@ fetches the `/panels` fragment and swaps it in; no reload)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -53,7 +54,7 @@ def _panels(user: User, engine: Engine) -> dict[str, Any]:
     }
 
 
-def _busy(counts: dict[str, int]) -> tuple[int, int]:
+def _busy(counts: Mapping[str, int]) -> tuple[int, int]:
     """Tenants with work waiting or dead first, then by size."""
     return (counts.get("pending", 0) + counts.get("running", 0) + counts.get("dlq", 0),
             sum(counts.values()))

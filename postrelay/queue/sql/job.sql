@@ -102,7 +102,7 @@ SELECT pg_notify('postrelay_jobs', '');
 -- (not its text), so the planner can estimate it and keep to ix_job_dispatch; the worker
 -- passes only kinds the enum has. The UPDATE finds the claimed rows by primary key from
 -- an array, never by a join: a generic plan reckons LIMIT as a tenth of the table and
--- joined a hash of every row in it (26 ms per claim beside 57,000 jobs), while this shape
+-- joined a hash of every row in it, so a claim grew with the table, while this shape
 -- is the same plan whatever the estimates, so the claim connection plans it once
 -- (queue/claimer.py). Its rows come back in key order; the worker sorts them.
 -- With :fair (fair claiming on), the claim is made only when no other tenant has due work

@@ -16,13 +16,19 @@ import re
 from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, overload
 from urllib.parse import urlsplit
 from uuid import UUID
 
 import httpx
 
-from postrelay.core.dbcall import AnyConnection, Steps, drive
+from postrelay.core.dbcall import (
+    AnyConnection,
+    AsyncAnyConnection,
+    Steps,
+    SyncConnection,
+    drive,
+)
 from postrelay.core.errors import NotFoundError, ValidationError
 from postrelay.core.sqlfiles import load_queries
 from postrelay.relay.webhooks.netguard import IPAddress, is_public
@@ -55,6 +61,18 @@ class WebhookEndpoint:
                    m["disabled_reason"], m["created_at"], m["updated_at"])
 
 
+# Each function returns its value on a sync connection and an awaitable of it on an async
+# one; the overloads tell a type checker which.
+@overload
+def webhook_add(
+    conn: SyncConnection, tenant_id: UUID | str, url: str, *,
+    event_types: Iterable[str] | None = ..., allow_private: bool = ...,
+) -> tuple[WebhookEndpoint, str]: ...
+@overload
+def webhook_add(
+    conn: AsyncAnyConnection, tenant_id: UUID | str, url: str, *,
+    event_types: Iterable[str] | None = ..., allow_private: bool = ...,
+) -> Awaitable[tuple[WebhookEndpoint, str]]: ...
 def webhook_add(
     conn: AnyConnection,
     tenant_id: UUID | str,
@@ -82,6 +100,14 @@ def _add_steps(params: dict[str, Any]) -> Steps[tuple[WebhookEndpoint, str]]:
     return WebhookEndpoint.from_row(rows[0]), params["secret"]
 
 
+@overload
+def webhook_list(
+    conn: SyncConnection, *, tenant_id: UUID | str | None = ...
+) -> list[WebhookEndpoint]: ...
+@overload
+def webhook_list(
+    conn: AsyncAnyConnection, *, tenant_id: UUID | str | None = ...
+) -> Awaitable[list[WebhookEndpoint]]: ...
 def webhook_list(
     conn: AnyConnection, *, tenant_id: UUID | str | None = None
 ) -> list[WebhookEndpoint] | Awaitable[list[WebhookEndpoint]]:
@@ -95,6 +121,16 @@ def _list_steps(tenant: UUID | None) -> Steps[list[WebhookEndpoint]]:
     return [WebhookEndpoint.from_row(r) for r in rows]
 
 
+@overload
+def webhook_disable(
+    conn: SyncConnection, endpoint_id: UUID | str, *, reason: str = ...,
+    tenant_id: UUID | str | None = ...,
+) -> WebhookEndpoint: ...
+@overload
+def webhook_disable(
+    conn: AsyncAnyConnection, endpoint_id: UUID | str, *, reason: str = ...,
+    tenant_id: UUID | str | None = ...,
+) -> Awaitable[WebhookEndpoint]: ...
 def webhook_disable(
     conn: AnyConnection, endpoint_id: UUID | str, *, reason: str = "disabled by an operator",
     tenant_id: UUID | str | None = None,
@@ -105,6 +141,14 @@ def webhook_disable(
     return _set_enabled(conn, endpoint_id, False, reason.strip(), tenant_id)
 
 
+@overload
+def webhook_enable(
+    conn: SyncConnection, endpoint_id: UUID | str, *, tenant_id: UUID | str | None = ...
+) -> WebhookEndpoint: ...
+@overload
+def webhook_enable(
+    conn: AsyncAnyConnection, endpoint_id: UUID | str, *, tenant_id: UUID | str | None = ...
+) -> Awaitable[WebhookEndpoint]: ...
 def webhook_enable(
     conn: AnyConnection, endpoint_id: UUID | str, *, tenant_id: UUID | str | None = None
 ) -> WebhookEndpoint | Awaitable[WebhookEndpoint]:
@@ -128,6 +172,14 @@ def _set_enabled_steps(params: dict[str, Any]) -> Steps[WebhookEndpoint]:
     return WebhookEndpoint.from_row(rows[0])
 
 
+@overload
+def webhook_remove(
+    conn: SyncConnection, endpoint_id: UUID | str, *, tenant_id: UUID | str | None = ...
+) -> None: ...
+@overload
+def webhook_remove(
+    conn: AsyncAnyConnection, endpoint_id: UUID | str, *, tenant_id: UUID | str | None = ...
+) -> Awaitable[None]: ...
 def webhook_remove(
     conn: AnyConnection, endpoint_id: UUID | str, *, tenant_id: UUID | str | None = None
 ) -> None | Awaitable[None]:
@@ -296,6 +348,16 @@ class WebhookAttempt:
     created_at: datetime
 
 
+@overload
+def webhook_attempts(
+    conn: SyncConnection, *, endpoint_id: UUID | str | None = ...,
+    event_id: UUID | str | None = ..., limit: int = ...,
+) -> list[WebhookAttempt]: ...
+@overload
+def webhook_attempts(
+    conn: AsyncAnyConnection, *, endpoint_id: UUID | str | None = ...,
+    event_id: UUID | str | None = ..., limit: int = ...,
+) -> Awaitable[list[WebhookAttempt]]: ...
 def webhook_attempts(
     conn: AnyConnection, *, endpoint_id: UUID | str | None = None,
     event_id: UUID | str | None = None, limit: int = 50,

@@ -58,15 +58,18 @@ def _port() -> int:
 
 
 def _sent_rows(bench: BenchDatabase, n: int, prefix: str) -> list[tuple[uuid.UUID, str, str]]:
-    """n `sent` log rows, one recipient each: (log id, recipient, Message-ID)."""
-    rows = [(uuid.uuid4(), f"{prefix}{i}@example.com",
-             f"<{uuid.uuid4()}@mail.bench.example>") for i in range(n)]
+    """n `sent` log rows, one recipient each: (log id, recipient, Message-ID). The
+    Message-ID has postrelay's own form, `<job id@domain>`, by which feedback finds a row."""
+    jobs = [uuid.uuid4() for _ in range(n)]
+    rows = [(uuid.uuid4(), f"{prefix}{i}@example.com", f"<{job}@mail.bench.example>")
+            for i, job in enumerate(jobs)]
     with bench.engine.begin() as conn:
         conn.execute(text(
-            "INSERT INTO mdm.aa_email_log (id, tenant_id, template, from_address, "
-            "recipients, to_addresses, message_id, status, attempt) VALUES (:id, :t, "
+            "INSERT INTO mdm.aa_email_log (id, tenant_id, job_id, template, from_address, "
+            "recipients, to_addresses, message_id, status, attempt) VALUES (:id, :t, :j, "
             "'welcome', 'noreply@bench.example', ARRAY[:r], ARRAY[:r], :m, 'sent', 1)"),
-            [{"id": i, "t": bench.tenant_id, "r": r, "m": m} for i, r, m in rows])
+            [{"id": i, "t": bench.tenant_id, "j": j, "r": r, "m": m}
+             for (i, r, m), j in zip(rows, jobs, strict=True)])
     return rows
 
 

@@ -147,6 +147,10 @@ class EmailSender:
             rendered = self.templates.render(spec.template, spec.context,
                                              tenant_keys=tenant_keys)
             log.update(template_version=rendered.version, subject=rendered.subject)
+            if (rendered.unsubscribe or spec.unsubscribe) and not spec.category:
+                # Bulk mail's category is what its unsubscribe link names: the send-time
+                # suppression check reads it from the log row.
+                log.update(category=spec.template)
             message = build_message(rendered=rendered, sender=sender, to=to, cc=cc,
                                     reply_to=reply_to, message_id=log.row["message_id"],
                                     headers=self._list_headers(job, spec, rendered, to))

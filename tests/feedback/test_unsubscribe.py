@@ -115,7 +115,8 @@ async def test_a_route_marks_its_mail_bulk_and_an_unsubscribe_stops_only_its_cat
         rig, tenant, sink, engine, async_engine, served, look):
     """The same transactional template through three routes: the two marked bulk carry the
     one-click headers with their own category, the unmarked one does not; unsubscribing
-    through the link (real HTTP) stops that category's route only."""
+    through the link (real HTTP) stops that category's route only. A marked route without
+    a category unsubscribes by its template's name, and that stops it too."""
     from postrelay.orchestrator import email_route
     from postrelay.relay import Relay, RouteRegistry, emit
 
@@ -126,13 +127,16 @@ async def test_a_route_marks_its_mail_bulk_and_an_unsubscribe_stops_only_its_cat
                 unsubscribe=True, sender=SENDER, name="offers", routes=routes)
     email_route("post.published", template="welcome", to="user.email", sender=SENDER,
                 name="notice", routes=routes)
+    email_route("post.published", template="invoice", to="user.email", sender=SENDER,
+                unsubscribe=True, name="digest", routes=routes)  # category: the template's
     relay = Relay(async_engine, routes)
 
     async def publish() -> dict[str, uuid.UUID]:
         with engine.begin() as conn:
-            event_id = emit(conn, "post.published", {"user": {"name": "Ann", "email": ANN}},
+            event_id = emit(conn, "post.published", {"user": {"name": "Ann", "email": ANN},
+                                                     "number": "I-1"},
                             tenant_id=tenant, aggregate_type="post", aggregate_id="p-1")
-        assert (await relay.run_once()).jobs == 3
+        assert (await relay.run_once()).jobs == 4
         jobs = route_jobs(engine, event_id)
         await rig.settle(*jobs.values())
         return jobs
@@ -142,23 +146,26 @@ async def test_a_route_marks_its_mail_bulk_and_an_unsubscribe_stops_only_its_cat
     first = await publish()
     by_job = {rig.log(job)[0]["message_id"]: name for name, job in first.items()}
     received = {by_job[m.message["Message-ID"]]: m.message for m in sink.handler.received}
-    assert set(received) == {"newsletter", "offers", "notice"}
-    for name in ("newsletter", "offers"):
-        token = links.token(tenant, ANN, name)
+    assert set(received) == {"newsletter", "offers", "notice", "digest"}
+    for name, category in (("newsletter", "newsletter"), ("offers", "offers"),
+                           ("digest", "invoice")):
+        token = links.token(tenant, ANN, category)
         assert received[name]["List-Unsubscribe"].strip() == f"<{served}/u/{token}>"
         assert received[name]["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
     assert received["notice"]["List-Unsubscribe"] is None
     assert received["notice"]["List-Unsubscribe-Post"] is None
 
-    link = received["newsletter"]["List-Unsubscribe"].strip().strip("<>")
     async with httpx.AsyncClient(timeout=30) as client:
-        answer = await client.post(link, content="List-Unsubscribe=One-Click", headers={
-            "Content-Type": "application/x-www-form-urlencoded"})
-    assert answer.status_code == 200
-    assert set(look.suppressed(tenant)) == {(ANN, "newsletter")}
+        for name in ("newsletter", "digest"):
+            link = received[name]["List-Unsubscribe"].strip().strip("<>")
+            answer = await client.post(link, content="List-Unsubscribe=One-Click", headers={
+                "Content-Type": "application/x-www-form-urlencoded"})
+            assert answer.status_code == 200
+    assert set(look.suppressed(tenant)) == {(ANN, "newsletter"), (ANN, "invoice")}
 
     again = await publish()
     assert [r["status"] for r in rig.log(again["newsletter"])] == ["suppressed"]
+    assert [r["status"] for r in rig.log(again["digest"])] == ["suppressed"]
     assert [r["status"] for r in rig.log(again["offers"])] == ["sent"]
     assert [r["status"] for r in rig.log(again["notice"])] == ["sent"]
 

@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import base64
 import json
+import os
 import socket
 import string
 import time
@@ -29,7 +30,6 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from sqlalchemy import text
 
-from bench.cpu import CpuMeter
 from bench.email_bench import end_to_end_rate, sink_process
 from bench.harness import (
     WORKER_MAIN,
@@ -58,15 +58,18 @@ def _port() -> int:
 
 
 def _sent_rows(bench: BenchDatabase, n: int, prefix: str) -> list[tuple[uuid.UUID, str, str]]:
-    """n `sent` log rows, one recipient each: (log id, recipient, Message-ID)."""
-    rows = [(uuid.uuid4(), f"{prefix}{i}@example.com",
-             f"<{uuid.uuid4()}@mail.bench.example>") for i in range(n)]
+    """n `sent` log rows, one recipient each: (log id, recipient, Message-ID). The
+    Message-ID has postrelay's own form, `<job id@domain>`, by which feedback finds a row."""
+    jobs = [uuid.uuid4() for _ in range(n)]
+    rows = [(uuid.uuid4(), f"{prefix}{i}@example.com", f"<{job}@mail.bench.example>")
+            for i, job in enumerate(jobs)]
     with bench.engine.begin() as conn:
         conn.execute(text(
-            "INSERT INTO mdm.aa_email_log (id, tenant_id, template, from_address, "
-            "recipients, to_addresses, message_id, status, attempt) VALUES (:id, :t, "
+            "INSERT INTO mdm.aa_email_log (id, tenant_id, job_id, template, from_address, "
+            "recipients, to_addresses, message_id, status, attempt) VALUES (:id, :t, :j, "
             "'welcome', 'noreply@bench.example', ARRAY[:r], ARRAY[:r], :m, 'sent', 1)"),
-            [{"id": i, "t": bench.tenant_id, "r": r, "m": m} for i, r, m in rows])
+            [{"id": i, "t": bench.tenant_id, "j": j, "r": r, "m": m}
+             for (i, r, m), j in zip(rows, jobs, strict=True)])
     return rows
 
 
@@ -110,7 +113,7 @@ def dsn_rate(bench: BenchDatabase, n: int, connections: int,
         wait_until(lambda: _listening(port), timeout=60, worker=inbound,
                    what="postrelay inbound to listen")
         assert inbound.proc is not None
-        meter = CpuMeter({"inbound": inbound.proc.pid})
+        meter = bench.cpu_meter({"inbound": inbound.proc.pid, "bench": os.getpid()})
         meter.start()
         started = time.perf_counter()
         asyncio.run(_smtp(port, mails, connections))
@@ -171,7 +174,7 @@ def sendgrid_rate(bench: BenchDatabase, n: int, connections: int,
                 await asyncio.gather(*(one() for _ in range(connections)))
 
         assert api.proc is not None
-        meter = CpuMeter({"api": api.proc.pid})
+        meter = bench.cpu_meter({"api": api.proc.pid, "bench": os.getpid()})
         meter.start()
         started = time.perf_counter()
         asyncio.run(post_all())
@@ -232,8 +235,9 @@ def main() -> None:
           "bounced, suppressed and emitted an outbox event)")
     print()
     # CPU per item says where the time went whatever else the machine was doing; the
-    # "postgres" figure is every postgres process on the machine, so a lower bound at best
-    # and inflated when other work shares the server.
+    # "postgres" figure is the run's server alone (every client of it, so inflated when
+    # other work shares the server); "bench" is this process: the SMTP sender of the DSNs
+    # and the poster of the webhooks.
     print(_cpu_line("email sent", send_cpu, emails))
     print(_cpu_line("DSN", dsn_cpu, dsns))
     print(_cpu_line("SendGrid event", sendgrid_cpu, events))

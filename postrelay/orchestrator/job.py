@@ -50,14 +50,20 @@ class EmailJob:
     reply_to: tuple[str, ...] = ()
     category: str | None = None
     event_id: UUID | None = None
+    # Bulk mail: carries a one-click unsubscribe link for its category (the category, else
+    # the template's name), whatever its template says.
+    unsubscribe: bool = False
 
     def to_payload(self) -> dict[str, Any]:
-        return {
+        payload: dict[str, Any] = {
             "template": self.template, "to": list(self.to), "cc": list(self.cc),
             "bcc": list(self.bcc), "from": self.sender, "reply_to": list(self.reply_to),
             "category": self.category, "context": dict(self.context),
             "event_id": str(self.event_id) if self.event_id else None,
         }
+        if self.unsubscribe:  # absent otherwise: the payload jobs had before the flag
+            payload["unsubscribe"] = True
+        return payload
 
     @classmethod
     def from_payload(cls, payload: Mapping[str, Any]) -> EmailJob:
@@ -72,6 +78,9 @@ class EmailJob:
         if sender is not None and not isinstance(sender, str):
             raise ValidationError("from", "must be a string")
         event_id = payload.get("event_id")
+        unsubscribe = payload.get("unsubscribe", False)
+        if not isinstance(unsubscribe, bool):
+            raise ValidationError("unsubscribe", "must be true or false")
         return cls(
             template=template,
             to=_strings(payload, "to"),
@@ -82,6 +91,7 @@ class EmailJob:
             reply_to=_strings(payload, "reply_to"),
             category=payload.get("category"),
             event_id=UUID(event_id) if event_id else None,
+            unsubscribe=unsubscribe,
         )
 
 
@@ -168,7 +178,22 @@ def _checked_payload(message: EmailJob) -> dict[str, Any]:
         parse_addresses([message.sender], field="from")
     if message.category is not None:
         check_header_value(message.category, field="category")
+    check_unsubscribe(message.unsubscribe, message.category)
     return message.to_payload()
+
+
+def check_unsubscribe(unsubscribe: object, category: object) -> None:
+    """A message marked bulk: the flag is a bool, and the category it names (the token's,
+    which one unsubscribe stops) a non-empty string when given."""
+    if not isinstance(unsubscribe, bool):
+        raise ValidationError("unsubscribe", f"must be True or False, not {unsubscribe!r} "
+                                             "(the category to unsubscribe from is the "
+                                             "`category`, else the template's name)")
+    if unsubscribe and category is not None and (
+            not isinstance(category, str) or not category.strip()):
+        raise ValidationError("category", "must be a non-empty string when the mail "
+                                          "carries an unsubscribe link (it names what one "
+                                          "unsubscribe stops)")
 
 
 @contextmanager

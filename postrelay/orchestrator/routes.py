@@ -4,6 +4,8 @@
                 category="onboarding", priority=50)
     email_route("invoice.issued", template="invoice", to=lambda e: e.payload["billing"],
                 bcc="archive@example.com", tenants=[ACME])
+    email_route("post.published", template="post", to="reader.email",
+                category="newsletter", unsubscribe=True)
 
 Each route is an ordinary relay route (named `email:<template>` unless given a name), so
 the relay turns a matching event into `email_send` jobs in the transaction that marks the
@@ -12,6 +14,12 @@ never makes a second message. Recipients come from a dotted path into the payloa
 literal address (anything with an `@`), or a function of the event. The template's
 context is the event's payload, plus `event` (its id, type, aggregate and time) unless
 the payload has a key of that name.
+
+`unsubscribe=True` marks the route's mail bulk, as `unsubscribe = true` in a template's
+template.toml does: each message carries List-Unsubscribe and List-Unsubscribe-Post (RFC
+8058) with a signed token for its recipient and category (the route's `category`, else the
+template's name), and an unsubscribe stops that category's mail to that address only. The
+same template sent by an unmarked route stays transactional.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from typing import Any
 from uuid import UUID
 
 from postrelay.core.errors import ValidationError
-from postrelay.orchestrator.job import EMAIL_KIND, EmailJob
+from postrelay.orchestrator.job import EMAIL_KIND, EmailJob, check_unsubscribe
 from postrelay.relay import Event, JobRequest, Route, RouteRegistry, default_routes
 
 Recipients = str | Sequence[str] | Callable[[Event], str | Sequence[str] | None] | None
@@ -37,6 +45,7 @@ def email_route(
     sender: str | None = None,
     reply_to: Recipients = None,
     category: str | None = None,
+    unsubscribe: bool = False,
     priority: int = 100,
     max_attempts: int | None = None,
     tenants: Iterable[UUID | str] | None = None,
@@ -46,11 +55,12 @@ def email_route(
 ) -> Route:
     """Register an email route. `split=True` sends one message per To address (each with
     the same Cc/Bcc) instead of one message to all of them; `tenants` limits the route to
-    those tenants' events."""
+    those tenants' events; `unsubscribe=True` marks its mail bulk (see above)."""
     if not template:
         raise ValidationError("template", "an email route needs a template name")
     if to is None:
         raise ValidationError("to", "an email route needs recipients")
+    check_unsubscribe(unsubscribe, category)
     only = frozenset(UUID(str(t)) for t in tenants) if tenants is not None else None
 
     def route(event: Event) -> list[JobRequest]:
@@ -70,7 +80,7 @@ def email_route(
                 EMAIL_KIND,
                 EmailJob(template=template, to=group, context=template_context(event),
                          sender=sender, category=category, event_id=event.id,
-                         **common).to_payload(),
+                         unsubscribe=unsubscribe, **common).to_payload(),
                 priority=priority,
                 max_attempts=max_attempts,
                 key=key,

@@ -137,3 +137,22 @@ async def test_connections_past_the_cap_are_turned_away(inbound):
     finally:
         for smtp in held:
             smtp.close()
+
+
+@pytest.mark.parametrize("arg", [
+    "<>", "<> SIZE=5", "<ann@example.com>", "<ann@example.com> SIZE=12 BODY=8BITMIME",
+    " <ann@example.com>", "<a.b+c@mx.example.com>  ", '<"x y"@example.com>',
+    "<@route:ann@example.com>", "<ann@[192.0.2.1]>", "ann@example.com",
+    "<ann@example.com> (comment) SIZE=1", "<ann@example.com>x", "<a..b@example.com>",
+])
+def test_the_receiver_reads_smtp_paths_as_aiosmtpd_does(arg):
+    """The plain `<local@domain>` path is read without email's full parser; every path
+    reads the same as aiosmtpd's own reading."""
+    from aiosmtpd.smtp import SMTP
+
+    from postrelay.orchestrator.feedback.inbound import _Server
+
+    server = _Server.__new__(_Server)
+    for limit in (0, 3):
+        server.local_part_limit = limit
+        assert server._getaddr(arg) == SMTP._getaddr(server, arg)

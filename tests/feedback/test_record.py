@@ -264,3 +264,32 @@ def test_a_batch_keeps_every_rule_of_one_by_one(engine, tenant, look):
         ("email.delivered", str(sent[0]["id"])), ("email.bounced", str(sent[0]["id"])),
         ("email.bounced", str(sent[1]["id"])), ("email.bounced", str(sent[2]["id"]))])
     assert {e["tenant_id"] for e in look.events()} == {tenant}
+
+
+def test_a_batch_with_several_reports_about_one_row_applies_them_in_order(engine, tenant, look):
+    """record_many: reports about one `unknown` row, in one batch — the first resolves it,
+    the highest delivery outcome stays; two that suppress one address: the first does."""
+    from postrelay.orchestrator.feedback import record_many
+
+    with engine.begin() as conn:
+        row = insert_log(conn, tenant_id=tenant, recipients=(ANN, "bob@example.com"),
+                         status="unknown")
+    delayed = Feedback(kind="delayed", source="mail", recipient=ANN, status="4.4.1",
+                       source_event_id="dsn-1", log_id=row["id"])
+    bounced = Feedback(kind="bounced", source="mail", recipient=ANN, status="5.1.1",
+                       source_event_id="dsn-2", log_id=row["id"])
+    complaint = Feedback(kind="complaint", source="mail", recipient=ANN,
+                         source_event_id="arf-1", log_id=row["id"])
+    delivered = Feedback(kind="delivered", source="mail", recipient="bob@example.com",
+                         source_event_id="dsn-3", log_id=row["id"])
+    with engine.begin() as conn:
+        done = record_many(conn, [delayed, bounced, complaint, delivered])
+    assert [d.resolved_unknown for d in done] == [True, False, False, False]
+    assert [d.suppressed for d in done] == [False, True, False, False]
+    log = look.log(row["id"])
+    assert (log["status"], log["delivery"]) == ("sent", "complained")
+    assert f"resolved as sent by feedback {done[0].feedback_id}" in log["error"]
+    suppression = look.suppressed(tenant)[(ANN, "")]
+    assert suppression["feedback_id"] == done[1].feedback_id
+    flags = {r["id"]: r["suppressed"] for r in look.feedback()}
+    assert [flags[d.feedback_id] for d in done] == [False, True, False, False]

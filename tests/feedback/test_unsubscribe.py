@@ -13,7 +13,7 @@ from postrelay.orchestrator import UnsubscribeLinks
 from postrelay.orchestrator.feedback.unsubscribe import UnsubscribeTokenError
 from tests.api.server import serve_database
 from tests.feedback.conftest import SECRET
-from tests.orchestrator.conftest import write_template
+from tests.orchestrator.conftest import SENDER, write_template
 
 ANN = "ann@example.com"
 
@@ -98,3 +98,90 @@ async def test_bulk_mail_carries_the_link_and_an_unsubscribe_stops_only_its_cate
     await rig.settle(stopped, flowing)
     assert [r["status"] for r in rig.log(stopped)] == ["suppressed"]
     assert [r["status"] for r in rig.log(flowing)] == ["sent"]
+
+
+def route_jobs(engine, event_id) -> dict[str, uuid.UUID]:
+    """The email_send jobs the relay made of one event, by route name."""
+    from sqlalchemy import text
+
+    with engine.connect() as conn:
+        rows = conn.execute(text(
+            "SELECT idempotency_key, id FROM mdm.aa_job WHERE job_kind = 'email_send' "
+            "AND idempotency_key LIKE :key"), {"key": f"outbox:{event_id}:%"}).all()
+    return {key.split(":", 2)[2]: job_id for key, job_id in rows}
+
+
+async def test_a_route_marks_its_mail_bulk_and_an_unsubscribe_stops_only_its_category(
+        rig, tenant, sink, engine, async_engine, served, look):
+    """The same transactional template through three routes: the two marked bulk carry the
+    one-click headers with their own category, the unmarked one does not; unsubscribing
+    through the link (real HTTP) stops that category's route only. A marked route without
+    a category unsubscribes by its template's name, and that stops it too."""
+    from postrelay.orchestrator import email_route
+    from postrelay.relay import Relay, RouteRegistry, emit
+
+    routes = RouteRegistry()
+    email_route("post.published", template="welcome", to="user.email", category="newsletter",
+                unsubscribe=True, sender=SENDER, name="newsletter", routes=routes)
+    email_route("post.published", template="welcome", to="user.email", category="offers",
+                unsubscribe=True, sender=SENDER, name="offers", routes=routes)
+    email_route("post.published", template="welcome", to="user.email", sender=SENDER,
+                name="notice", routes=routes)
+    email_route("post.published", template="invoice", to="user.email", sender=SENDER,
+                unsubscribe=True, name="digest", routes=routes)  # category: the template's
+    relay = Relay(async_engine, routes)
+
+    async def publish() -> dict[str, uuid.UUID]:
+        with engine.begin() as conn:
+            event_id = emit(conn, "post.published", {"user": {"name": "Ann", "email": ANN},
+                                                     "number": "I-1"},
+                            tenant_id=tenant, aggregate_type="post", aggregate_id="p-1")
+        assert (await relay.run_once()).jobs == 4
+        jobs = route_jobs(engine, event_id)
+        await rig.settle(*jobs.values())
+        return jobs
+
+    links = UnsubscribeLinks(served, SECRET)
+    await rig.start(unsubscribe=links)
+    first = await publish()
+    by_job = {rig.log(job)[0]["message_id"]: name for name, job in first.items()}
+    received = {by_job[m.message["Message-ID"]]: m.message for m in sink.handler.received}
+    assert set(received) == {"newsletter", "offers", "notice", "digest"}
+    for name, category in (("newsletter", "newsletter"), ("offers", "offers"),
+                           ("digest", "invoice")):
+        token = links.token(tenant, ANN, category)
+        assert received[name]["List-Unsubscribe"].strip() == f"<{served}/u/{token}>"
+        assert received[name]["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
+    assert received["notice"]["List-Unsubscribe"] is None
+    assert received["notice"]["List-Unsubscribe-Post"] is None
+
+    async with httpx.AsyncClient(timeout=30) as client:
+        for name in ("newsletter", "digest"):
+            link = received[name]["List-Unsubscribe"].strip().strip("<>")
+            answer = await client.post(link, content="List-Unsubscribe=One-Click", headers={
+                "Content-Type": "application/x-www-form-urlencoded"})
+            assert answer.status_code == 200
+    assert set(look.suppressed(tenant)) == {(ANN, "newsletter"), (ANN, "invoice")}
+
+    again = await publish()
+    assert [r["status"] for r in rig.log(again["newsletter"])] == ["suppressed"]
+    assert [r["status"] for r in rig.log(again["digest"])] == ["suppressed"]
+    assert [r["status"] for r in rig.log(again["offers"])] == ["sent"]
+    assert [r["status"] for r in rig.log(again["notice"])] == ["sent"]
+
+
+def test_a_route_refuses_an_unsubscribe_mark_it_cannot_keep():
+    from postrelay.orchestrator import EmailJob, email_route
+    from postrelay.relay import RouteRegistry
+
+    with pytest.raises(ValidationError, match="unsubscribe: must be True or False"):
+        email_route("x", template="t", to="a@example.com", unsubscribe="newsletter",  # type: ignore[arg-type]
+                    routes=RouteRegistry())
+    with pytest.raises(ValidationError, match="category: must be a non-empty string"):
+        email_route("x", template="t", to="a@example.com", category=" ", unsubscribe=True,
+                    routes=RouteRegistry())
+    with pytest.raises(ValidationError, match="unsubscribe: must be true or false"):
+        EmailJob.from_payload({"template": "t", "to": ["a@example.com"], "unsubscribe": "yes"})
+    payload = EmailJob(template="t", to=("a@example.com",)).to_payload()
+    assert "unsubscribe" not in payload  # unmarked: the payload as before the flag
+    assert EmailJob.from_payload({**payload, "unsubscribe": True}).unsubscribe is True

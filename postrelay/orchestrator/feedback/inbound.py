@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import ssl
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from aiosmtpd.controller import Controller
@@ -28,6 +30,14 @@ from postrelay.orchestrator.feedback.verp import PREFIX, ReturnPath, TokenError
 
 DEFAULT_MAX_BYTES = 5 * 1024 * 1024
 DEFAULT_MAX_CONNECTIONS = 50
+# Smaller messages are parsed on the event loop: handing a DSN of a few kB to a thread costs
+# about what parsing it does, and the GIL lets no two parses run at once anyway.
+INLINE_PARSE_BYTES = 256 * 1024
+# `<local@domain>` as every MTA writes MAIL FROM and RCPT TO: a dot-atom local part and a
+# host name (or `<>`, the null sender of every bounce), optionally followed by parameters.
+PLAIN_PATH = re.compile(
+    r"<(?:([A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*)"
+    r"@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*)?>(?=\s|$)")
 
 
 @dataclass(frozen=True)
@@ -76,12 +86,13 @@ class FeedbackHandler:
         raw = envelope.original_content or envelope.content or b""
         if isinstance(raw, str):
             raw = raw.encode("utf-8", "surrogateescape")
-        # Parsed in a thread (the event loop keeps serving the other sessions), recorded
-        # with whatever else arrived meanwhile, answered once committed.
-        reports = await asyncio.to_thread(
-            read_mail, raw, envelope_to=list(envelope.rcpt_tos),
-            return_path=self.return_path, max_bytes=self.max_bytes,
-            unsubscribe=self.unsubscribe)
+        # A large message is parsed in a thread (the event loop keeps serving the other
+        # sessions meanwhile); it is recorded with whatever else arrived meanwhile, and
+        # answered once committed.
+        read = partial(read_mail, raw, envelope_to=list(envelope.rcpt_tos),
+                       return_path=self.return_path, max_bytes=self.max_bytes,
+                       unsubscribe=self.unsubscribe)
+        reports = read() if len(raw) <= INLINE_PARSE_BYTES else await asyncio.to_thread(read)
         try:
             done = await self.commits.record(reports)
         except Exception as exc:  # the database: the sender keeps the message and retries
@@ -113,6 +124,21 @@ class _Server(SMTP):
             self._gate.open -= 1
             self._counted = False
         super().connection_lost(error)
+
+    def _getaddr(self, arg: str) -> tuple[str | None, str | None]:
+        # aiosmtpd reads every path with email's full RFC 5322 parser (and defines a class
+        # per call); the plain form every MTA writes is read here, anything else by it.
+        match = PLAIN_PATH.match(arg)
+        rest = arg[match.end():] if match else "("
+        if "(" in rest:  # a comment: email's parser knows where it ends
+            return super()._getaddr(arg)
+        assert match is not None
+        local = match.group(1)
+        if local is None:  # `<>`, parameters as aiosmtpd leaves them
+            return "<>", rest
+        if self.local_part_limit and len(local) > self.local_part_limit:
+            return None, None
+        return match.group(0)[1:-1], rest.lstrip()
 
 
 @dataclass

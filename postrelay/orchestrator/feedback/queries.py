@@ -21,14 +21,32 @@ def email_feedback_match_many(conn: Connection, *, log_ids: list[str | None],
     return [dict(r) if r["id"] is not None else None for r in rows]
 
 
-def email_feedback_insert(conn: Connection, **row: Any) -> dict[str, Any] | None:
-    """The new row's id, received_at and soft_before; None when it was recorded before."""
-    inserted = conn.execute(FEEDBACK_SQL["email_feedback_insert"], row).mappings().first()
-    return dict(inserted) if inserted else None
+def email_feedback_insert_many(conn: Connection, rows: list[dict[str, Any]], *,
+                               soft_window_secs: float) -> dict[str, dict[str, Any]]:
+    """The new rows' id and soft_before by dedupe_key; a row recorded before is absent."""
+    if not rows:
+        return {}
+    params: dict[str, Any] = {_plural(key): [r[key] for r in rows] for key in rows[0]}
+    params["soft_window_secs"] = soft_window_secs
+    result = conn.execute(FEEDBACK_SQL["email_feedback_insert_many"], params).mappings()
+    return {r["dedupe_key"]: dict(r) for r in result}
 
 
-def email_feedback_apply(conn: Connection, **params: Any) -> dict[str, Any]:
-    return dict(conn.execute(FEEDBACK_SQL["email_feedback_apply"], params).mappings().one())
+def email_feedback_apply_many(conn: Connection, rows: list[dict[str, Any]], *,
+                              ranks: list[str]) -> list[dict[str, Any]]:
+    """Per row, in order: old_status (the log row's, for the first report about it),
+    completed_job and suppressed."""
+    if not rows:
+        return []
+    params: dict[str, Any] = {_plural(key): [r[key] for r in rows] for key in rows[0]}
+    params["ranks"] = ranks
+    return [dict(r) for r in conn.execute(FEEDBACK_SQL["email_feedback_apply_many"],
+                                          params).mappings()]
+
+
+def _plural(key: str) -> str:
+    return {"delivery": "deliveries", "category": "categories", "status": "statuses",
+            "suppress": "suppress"}.get(key, f"{key}s")
 
 
 def email_feedback_list(conn: Connection, **filters: Any) -> list[dict[str, Any]]:

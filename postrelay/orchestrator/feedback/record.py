@@ -6,7 +6,8 @@
                                               log_id=token_log_id))
     done.suppressed, done.event_type          # True, "email.bounced"
 
-`record_many` does the same for a batch (a provider's webhook delivery) in fewer round trips.
+`record_many` does the same for a batch (a provider's webhook delivery, the mail of a group
+commit) in four statements whatever its size.
 
 In order: match the log row (VERP token, Message-ID, queue id); insert the feedback row,
 which stops here when the same feedback was recorded before; raise the log row's delivery
@@ -52,93 +53,162 @@ def record_feedback(conn: Connection, feedback: Feedback,
 def record_many(conn: Connection, reports: Sequence[Feedback],
                 policy: SuppressionPolicy = DEFAULT_POLICY) -> list[Recorded]:
     """`record_feedback` for each report, in order, in the caller's transaction: the same
-    rules and effects, in fewer round trips (one match for the batch, one write of its
-    outbox events). A report later in the batch sees what earlier ones did (a duplicate,
-    a soft bounce counted)."""
+    rules and effects as one after the other (a report later in the batch sees what
+    earlier ones did: a duplicate, a soft bounce counted), in four statements whatever the
+    batch's size: match, insert, apply, outbox events."""
     if not reports:
         return []
     matches = queries.email_feedback_match_many(
         conn, log_ids=[_text(f.log_id) for f in reports],
         message_ids=[f.message_id for f in reports], queue_ids=[f.queue_id for f in reports],
         recipients=[f.recipient for f in reports])
-    done: list[Recorded] = []
+    rows = [_Row.of(feedback, match) for feedback, match in zip(reports, matches, strict=True)]
+    seen: set[str] = set()
+    fresh = []  # each dedupe_key once: a report repeated within the batch is a duplicate
+    for row in rows:
+        if row.dedupe_key not in seen:
+            seen.add(row.dedupe_key)
+            fresh.append(row)
+    inserted = queries.email_feedback_insert_many(conn, [r.insert_params() for r in fresh],
+                                                  soft_window_secs=policy.soft_window_secs)
+    recorded = [r for r in fresh if r.take_insert(inserted)]
+    soft_seen: dict[tuple[Any, str | None], int] = {}
+    for row in recorded:
+        row.decide(policy, soft_seen)
+    applied = queries.email_feedback_apply_many(
+        conn, [r.apply_params() for r in recorded], ranks=list(DELIVERY_OUTCOMES))
     events: list[tuple[str, relay.EventSpec]] = []
-    for feedback, match in zip(reports, matches, strict=True):
-        recorded, spec = _record_one(conn, feedback, match, policy)
-        done.append(recorded)
+    for row, effect in zip(recorded, applied, strict=True):
+        spec = row.take_effect(effect)
         if spec is not None:
-            events.append((f"feedback:{feedback.source}", spec))
+            events.append((f"feedback:{row.feedback.source}", spec))
     _emit(conn, events)
-    return done
+    return [row.result() for row in rows]
 
 
-def _record_one(conn: Connection, feedback: Feedback, match: dict[str, Any] | None,
-                policy: SuppressionPolicy) -> tuple[Recorded, relay.EventSpec | None]:
-    recipient = feedback.recipient
-    if match is not None and recipient is None and len(match["recipients"]) == 1:
-        # Complaint reports often withhold the recipient; a message to one address names it.
-        recipient = match["recipients"][0]
-    tenant_id = match["tenant_id"] if match else feedback.tenant_id
-    # A report names a message postrelay sent to this recipient, or an unsubscribe token
-    # postrelay signed names the recipient: only then may it suppress. Anything else may
-    # be forged, and is recorded for an operator without effect on the address.
-    sent_to = match is not None and recipient is not None and recipient in match["recipients"]
-    trusted = sent_to or feedback.vouched
-    # The log row takes the report's word when the report names a recipient of it, or came
-    # back to the signed VERP address (which only postrelay can make).
-    about_row = match is not None and (sent_to or match["matched_by"] == "verp")
-    detail = dict(feedback.detail)
-    if match is not None and not about_row:
-        # Kept unmatched: the report names this row, but not a recipient it had.
-        detail["claimed_log_id"] = str(match["id"])
-        match = None
-    inserted = queries.email_feedback_insert(
-        conn, tenant_id=_text(tenant_id), email_log_id=_text(match["id"] if match else None),
-        matched_by=match["matched_by"] if match else None, recipient=recipient,
-        kind=feedback.kind, status=feedback.status, diagnostic=feedback.diagnostic,
-        source=feedback.source, source_event_id=feedback.source_event_id,
-        dedupe_key=feedback.dedupe_key(), detail=jsontext.encode(detail),
-        occurred_at=feedback.occurred_at, soft_window_secs=policy.soft_window_secs)
-    if inserted is None:
-        log_event("postrelay.feedback.duplicate", logging.DEBUG, kind=feedback.kind,
-                  source=feedback.source, source_event_id=feedback.source_event_id)
+class _Row:
+    """One report on its way through record_many: what the match made of it, then what
+    the insert and the apply did."""
+
+    def __init__(self, feedback: Feedback, match: dict[str, Any] | None,
+                 recipient: str | None, tenant_id: UUID | None, sent_to: bool,
+                 about_row: bool, detail: dict[str, Any]) -> None:
+        self.feedback = feedback
+        self.match = match
+        self.recipient = recipient
+        self.tenant_id = tenant_id
+        self.sent_to = sent_to
+        self.about_row = about_row
+        self.detail = detail
+        self.dedupe_key = feedback.dedupe_key()
+        self.feedback_id: UUID | None = None
+        self.soft_before = 0
+        self.suppress = False
+        self.category = ""
+        self.done: Recorded | None = None
+
+    @classmethod
+    def of(cls, feedback: Feedback, match: dict[str, Any] | None) -> _Row:
+        recipient = feedback.recipient
+        if match is not None and recipient is None and len(match["recipients"]) == 1:
+            # Complaint reports often withhold the recipient; a message to one address
+            # names it.
+            recipient = match["recipients"][0]
+        tenant_id = match["tenant_id"] if match else feedback.tenant_id
+        # A report names a message postrelay sent to this recipient, or an unsubscribe
+        # token postrelay signed names the recipient: only then may it suppress. Anything
+        # else may be forged, and is recorded for an operator without effect on the address.
+        sent_to = match is not None and recipient is not None and \
+            recipient in match["recipients"]
+        # The log row takes the report's word when the report names a recipient of it, or
+        # came back to the signed VERP address (which only postrelay can make).
+        about_row = match is not None and (sent_to or match["matched_by"] == "verp")
+        detail = dict(feedback.detail)
+        if match is not None and not about_row:
+            # Kept unmatched: the report names this row, but not a recipient it had.
+            detail["claimed_log_id"] = str(match["id"])
+            match = None
+        return cls(feedback, match, recipient, tenant_id, sent_to, about_row, detail)
+
+    def insert_params(self) -> dict[str, Any]:
+        f, match = self.feedback, self.match
+        return {"tenant_id": _text(self.tenant_id),
+                "email_log_id": _text(match["id"] if match else None),
+                "matched_by": match["matched_by"] if match else None,
+                "recipient": self.recipient, "kind": f.kind, "status": f.status,
+                "diagnostic": f.diagnostic, "source": f.source,
+                "source_event_id": f.source_event_id, "dedupe_key": self.dedupe_key,
+                "detail": jsontext.encode(self.detail), "occurred_at": f.occurred_at}
+
+    def take_insert(self, inserted: dict[str, dict[str, Any]]) -> bool:
+        """Whether this report's row was inserted (else it was recorded before)."""
+        row = inserted.get(self.dedupe_key)
+        if row is None:
+            return False
+        self.feedback_id, self.soft_before = row["id"], row["soft_before"]
+        return True
+
+    def decide(self, policy: SuppressionPolicy,
+               soft_seen: dict[tuple[Any, str | None], int]) -> None:
+        """Whether this report suppresses; soft bounces count the batch's earlier ones
+        (matched to a message sent to the recipient), which the insert could not see."""
+        f = self.feedback
+        key = (self.tenant_id, self.recipient)
+        soft_before = self.soft_before + soft_seen.get(key, 0)
+        if f.kind == "soft-bounced" and self.sent_to and self.tenant_id is not None:
+            soft_seen[key] = soft_seen.get(key, 0) + 1
+        trusted = self.sent_to or f.vouched
+        self.suppress = bool(trusted and self.tenant_id is not None and (
+            suppresses(f.kind, f.status)
+            or (f.kind == "soft-bounced" and soft_before + 1 >= policy.soft_limit)))
+        self.category = (f.category or (self.match or {}).get("category") or "") \
+            if f.kind == "unsubscribe" else ""
+
+    def apply_params(self) -> dict[str, Any]:
+        f = self.feedback
+        return {"email_log_id": _text(self.match["id"] if self.match else None),
+                "feedback_id": str(self.feedback_id), "delivery": DELIVERY.get(f.kind),
+                "tenant_id": _text(self.tenant_id), "recipient": self.recipient,
+                "category": self.category, "reason": _reason(f), "source": f.source,
+                "status": f.status, "suppress": self.suppress}
+
+    def take_effect(self, applied: dict[str, Any]) -> relay.EventSpec | None:
+        """Records what the apply did; the outbox event to emit, if any."""
+        f, match = self.feedback, self.match
+        assert self.feedback_id is not None
+        event_type = EVENTS.get(f.kind) if self.about_row or f.vouched else None
+        spec = None
+        if event_type is not None and self.tenant_id is not None:  # a matched or vouched one
+            spec = relay.EventSpec(
+                event_type, _payload(f, self.feedback_id, match, self.recipient,
+                                     applied["suppressed"], self.category),
+                tenant_id=self.tenant_id, aggregate_type="email",
+                aggregate_id=str(match["id"]) if match else str(self.recipient))
+        self.done = Recorded(
+            feedback_id=self.feedback_id, duplicate=False,
+            email_log_id=match["id"] if match else None, tenant_id=self.tenant_id,
+            matched_by=match["matched_by"] if match else None,
+            suppressed=applied["suppressed"],
+            resolved_unknown=applied["old_status"] == "unknown",
+            completed_job=applied["completed_job"], event_type=event_type)
+        log_event(f"postrelay.feedback.{f.kind}",
+                  logging.INFO if match else logging.WARNING,
+                  feedback_id=str(self.feedback_id), source=f.source,
+                  matched_by=self.done.matched_by, recipient=self.recipient, status=f.status,
+                  suppressed=self.done.suppressed,
+                  completed_job=str(self.done.completed_job) if self.done.completed_job
+                  else None)
+        return spec
+
+    def result(self) -> Recorded:
+        if self.done is not None:
+            return self.done
+        f, match = self.feedback, self.match
+        log_event("postrelay.feedback.duplicate", logging.DEBUG, kind=f.kind,
+                  source=f.source, source_event_id=f.source_event_id)
         return Recorded(feedback_id=None, duplicate=True,
-                        email_log_id=match["id"] if match else None, tenant_id=tenant_id,
-                        matched_by=match["matched_by"] if match else None), None
-    feedback_id: UUID = inserted["id"]
-
-    suppress = trusted and tenant_id is not None and (
-        suppresses(feedback.kind, feedback.status)
-        or (feedback.kind == "soft-bounced" and inserted["soft_before"] + 1 >= policy.soft_limit))
-    category = (feedback.category or (match or {}).get("category") or "") \
-        if feedback.kind == "unsubscribe" else ""
-    applied = queries.email_feedback_apply(
-        conn, email_log_id=_text(match["id"] if match else None),
-        feedback_id=str(feedback_id), delivery=DELIVERY.get(feedback.kind),
-        ranks=list(DELIVERY_OUTCOMES), tenant_id=_text(tenant_id), recipient=recipient,
-        category=category, reason=_reason(feedback), source=feedback.source,
-        status=feedback.status, suppress=bool(suppress))
-
-    event_type = EVENTS.get(feedback.kind) if about_row or feedback.vouched else None
-    spec = None
-    if event_type is not None and tenant_id is not None:  # a matched row's or vouched one's
-        spec = relay.EventSpec(
-            event_type, _payload(feedback, feedback_id, match, recipient,
-                                 applied["suppressed"], category),
-            tenant_id=tenant_id, aggregate_type="email",
-            aggregate_id=str(match["id"]) if match else str(recipient))
-    done = Recorded(
-        feedback_id=feedback_id, duplicate=False,
-        email_log_id=match["id"] if match else None, tenant_id=tenant_id,
-        matched_by=match["matched_by"] if match else None, suppressed=applied["suppressed"],
-        resolved_unknown=applied["old_status"] == "unknown",
-        completed_job=applied["completed_job"], event_type=event_type)
-    log_event(f"postrelay.feedback.{feedback.kind}",
-              logging.INFO if match else logging.WARNING, feedback_id=str(feedback_id),
-              source=feedback.source, matched_by=done.matched_by, recipient=recipient,
-              status=feedback.status, suppressed=done.suppressed,
-              completed_job=str(done.completed_job) if done.completed_job else None)
-    return done, spec
+                        email_log_id=match["id"] if match else None, tenant_id=self.tenant_id,
+                        matched_by=match["matched_by"] if match else None)
 
 
 def _emit(conn: Connection, events: list[tuple[str, relay.EventSpec]]) -> None:

@@ -46,56 +46,92 @@ LEFT JOIN LATERAL (
 ) m ON true
 ORDER BY w.n;
 
--- name: email_feedback_insert
--- The feedback row, unless the same feedback was recorded before (dedupe_key): then
--- nothing is returned and nothing else happens. `soft_before` counts this recipient's
--- earlier matched soft bounces within the window (the statement's snapshot does not see
--- the row it inserts); only those about a message sent to the recipient count, so forged
--- reports cannot add up.
+-- name: email_feedback_insert_many
+-- The feedback rows of a batch (one per report, in the order given; the caller passes each
+-- dedupe_key once), except those recorded before (dedupe_key): those return nothing and
+-- nothing else happens for them. `soft_before` counts the recipient's earlier matched soft
+-- bounces within the window (the statement's snapshot sees none of the rows it inserts, so
+-- the caller adds the batch's own); only those about a message sent to the recipient
+-- count, so forged reports cannot add up.
 INSERT INTO mdm.aa_email_feedback (tenant_id, email_log_id, matched_by, recipient, kind,
                                    status, diagnostic, source, source_event_id, dedupe_key,
                                    detail, occurred_at)
-VALUES (CAST(:tenant_id AS uuid), CAST(:email_log_id AS uuid), :matched_by, :recipient,
-        :kind, :status, :diagnostic, :source, :source_event_id, :dedupe_key,
-        CAST(:detail AS jsonb), CAST(:occurred_at AS timestamptz))
+SELECT w.tenant_id, w.email_log_id, w.matched_by, w.recipient, w.kind, w.status,
+       w.diagnostic, w.source, w.source_event_id, w.dedupe_key, CAST(w.detail AS jsonb),
+       w.occurred_at
+FROM unnest(CAST(:tenant_ids AS uuid[]), CAST(:email_log_ids AS uuid[]),
+            CAST(:matched_bys AS text[]), CAST(:recipients AS text[]),
+            CAST(:kinds AS text[]), CAST(:statuses AS text[]), CAST(:diagnostics AS text[]),
+            CAST(:sources AS text[]), CAST(:source_event_ids AS text[]),
+            CAST(:dedupe_keys AS text[]), CAST(:details AS text[]),
+            CAST(:occurred_ats AS timestamptz[]))
+     WITH ORDINALITY AS w(tenant_id, email_log_id, matched_by, recipient, kind, status,
+                          diagnostic, source, source_event_id, dedupe_key, detail,
+                          occurred_at, n)
+ORDER BY w.n
 ON CONFLICT (dedupe_key) DO NOTHING
-RETURNING id, received_at,
+RETURNING id, dedupe_key,
     (SELECT count(*) FROM mdm.aa_email_feedback f
-     WHERE f.tenant_id = CAST(:tenant_id AS uuid) AND f.recipient = :recipient
+     WHERE f.tenant_id = aa_email_feedback.tenant_id
+       AND f.recipient = aa_email_feedback.recipient
        AND f.kind = 'soft-bounced'
        AND EXISTS (SELECT 1 FROM mdm.aa_email_log l
                    WHERE l.id = f.email_log_id AND f.recipient = ANY(l.recipients))
        AND f.received_at > now() - make_interval(secs => :soft_window_secs)) AS soft_before;
 
--- name: email_feedback_apply
--- The effects of one recorded piece of feedback, in its transaction:
--- * the log row's delivery outcome, raised only (a delay report after the bounce keeps
---   the bounce): DELIVERY_OUTCOMES is in rank order;
+-- name: email_feedback_apply_many
+-- The effects of a batch of recorded feedback (one entry per new feedback row, in the
+-- order recorded), in its transaction, as if applied one after the other:
+-- * each log row's delivery outcome, raised only (a delay report after the bounce keeps
+--   the bounce): DELIVERY_OUTCOMES is in rank order, the batch's highest wins;
 -- * an `unknown` row becomes `sent`: the feedback proves the message left (a report about
---   it came back), so a later attempt will not send it again;
+--   it came back), so a later attempt will not send it again. The batch's first report
+--   about the row is the one that resolved it;
 -- * a job held in the DLQ for that unknown outcome (the template's on_unknown = "hold")
 --   is completed without a second send, with an audit row; only when that row is the
 --   job's last attempt (a later attempt's failure is another story);
--- * the suppression, when the caller decided on one.
-WITH before AS (
-    SELECT id, status, job_id, attempt, created_at,
-           CAST(:delivery AS text) IS NOT NULL
-           AND COALESCE(array_position(CAST(:ranks AS text[]), delivery), 0)
-               < array_position(CAST(:ranks AS text[]), CAST(:delivery AS text)) AS raise_it
-    FROM mdm.aa_email_log
-    WHERE id = CAST(:email_log_id AS uuid)
-    FOR UPDATE
+-- * the suppressions the caller decided on: the first report of the batch for an address
+--   and category makes it, unless one was there already.
+-- Log rows are locked in id order, so concurrent batches cannot deadlock on them.
+WITH w AS (
+    SELECT *
+    FROM unnest(CAST(:email_log_ids AS uuid[]), CAST(:feedback_ids AS uuid[]),
+                CAST(:deliveries AS text[]), CAST(:tenant_ids AS uuid[]),
+                CAST(:recipients AS text[]), CAST(:categories AS text[]),
+                CAST(:reasons AS text[]), CAST(:sources AS text[]),
+                CAST(:statuses AS text[]), CAST(:suppress AS boolean[]))
+         WITH ORDINALITY AS w(email_log_id, feedback_id, delivery, tenant_id, recipient,
+                              category, reason, source, status, suppress, n)
+), per_row AS (
+    SELECT w.email_log_id, min(w.n) AS first_n,
+           max(array_position(CAST(:ranks AS text[]), w.delivery)) AS top_rank
+    FROM w
+    WHERE w.email_log_id IS NOT NULL
+    GROUP BY w.email_log_id
+), before AS (
+    SELECT l.id, l.status, l.job_id, l.attempt, l.created_at, p.first_n, f.feedback_id,
+           (CAST(:ranks AS text[]))[p.top_rank] AS delivery,
+           p.top_rank IS NOT NULL
+           AND COALESCE(array_position(CAST(:ranks AS text[]), l.delivery), 0) < p.top_rank
+               AS raise_it
+    FROM mdm.aa_email_log l
+    JOIN per_row p ON p.email_log_id = l.id
+    JOIN w f ON f.n = p.first_n
+    ORDER BY l.id
+    FOR UPDATE OF l
 ), logged AS (
     UPDATE mdm.aa_email_log l
-    SET delivery = CASE WHEN b.raise_it THEN CAST(:delivery AS text) ELSE l.delivery END,
+    SET delivery = CASE WHEN b.raise_it THEN b.delivery ELSE l.delivery END,
         delivery_at = CASE WHEN b.raise_it THEN now() ELSE l.delivery_at END,
         status = CASE WHEN b.status = 'unknown' THEN 'sent' ELSE l.status END,
         error = CASE WHEN b.status = 'unknown'
-                     THEN concat_ws('; ', l.error, 'resolved as sent by feedback ' || :feedback_id)
+                     THEN concat_ws('; ', l.error,
+                                    'resolved as sent by feedback ' || b.feedback_id)
                      ELSE l.error END
     FROM before b
     WHERE l.id = b.id
-    RETURNING b.id, b.status AS old_status, b.job_id, b.attempt, b.created_at
+    RETURNING b.id, b.status AS old_status, b.job_id, b.attempt, b.created_at, b.first_n,
+              b.feedback_id
 ), held AS (
     UPDATE mdm.aa_job j
     SET status = 'done', completed_at = now()
@@ -104,29 +140,36 @@ WITH before AS (
       AND NOT EXISTS (SELECT 1 FROM mdm.aa_email_log later
                       WHERE later.job_id = g.job_id AND later.id <> g.id
                         AND (later.attempt, later.created_at) >= (g.attempt, g.created_at))
-    RETURNING j.id, j.tenant_id, j.job_kind, j.attempts, j.last_error
+    RETURNING j.id, j.tenant_id, j.job_kind, j.attempts, j.last_error, g.first_n,
+              g.feedback_id
 ), audited AS (
     INSERT INTO mdm.aa_job_audit (job_id, tenant_id, job_kind, action, actor, detail)
     SELECT h.id, h.tenant_id, h.job_kind, 'job_complete', 'feedback',
            jsonb_build_object('reason', 'feedback proved the held message was sent',
-                              'feedback_id', :feedback_id, 'attempts', h.attempts,
+                              'feedback_id', h.feedback_id, 'attempts', h.attempts,
                               'last_error', h.last_error)
     FROM held h
 ), suppressed AS (
     INSERT INTO mdm.aa_email_suppression (tenant_id, address, category, reason, source,
                                           smtp_enhanced, email_log_id, feedback_id)
-    SELECT CAST(:tenant_id AS uuid), :recipient, :category, :reason, :source, :status,
-           CAST(:email_log_id AS uuid), CAST(:feedback_id AS uuid)
-    WHERE CAST(:suppress AS boolean)
+    SELECT DISTINCT ON (w.tenant_id, w.recipient, w.category)
+           w.tenant_id, w.recipient, w.category, w.reason, w.source, w.status,
+           w.email_log_id, w.feedback_id
+    FROM w
+    WHERE w.suppress
+    ORDER BY w.tenant_id, w.recipient, w.category, w.n
     ON CONFLICT (tenant_id, address, category) DO NOTHING
-    RETURNING address
+    RETURNING feedback_id
 ), marked AS (
     UPDATE mdm.aa_email_feedback SET suppressed = true
-    WHERE id = CAST(:feedback_id AS uuid) AND EXISTS (SELECT 1 FROM suppressed)
+    WHERE id IN (SELECT feedback_id FROM suppressed)
 )
-SELECT (SELECT old_status FROM logged) AS old_status,
-       (SELECT id FROM held) AS completed_job,
-       EXISTS (SELECT 1 FROM suppressed) AS suppressed;
+SELECT w.n, g.old_status, h.id AS completed_job,
+       w.feedback_id IN (SELECT feedback_id FROM suppressed) AS suppressed
+FROM w
+LEFT JOIN logged g ON g.first_n = w.n
+LEFT JOIN held h ON h.first_n = w.n
+ORDER BY w.n;
 
 -- name: email_feedback_list
 -- Feedback, newest first, narrowed by tenant, kind, source, time, or to the unmatched

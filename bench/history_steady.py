@@ -18,7 +18,7 @@ import psycopg
 from sqlalchemy import create_engine
 
 from bench.dashboard_bench import _sign_in
-from bench.harness import BenchDatabase, WorkerProcess
+from bench.harness import BenchDatabase, WorkerProcess, unfinished_count
 from postrelay.core.db import sqlalchemy_url
 from postrelay.dashboard import queries
 from postrelay.queue import JobSpec, enqueue_many
@@ -76,9 +76,7 @@ def steady(bench: BenchDatabase, args: argparse.Namespace, *, page_target_ms: fl
             ends = time.monotonic() + seconds
             while time.monotonic() < ends:
                 worker.check_alive()
-                backlog.append(watch.execute(
-                    "SELECT count(*) FROM mdm.aa_job WHERE status IN ('pending', 'running')"
-                ).fetchone()[0])  # type: ignore[index]
+                backlog.append(unfinished_count(watch))
                 lags.append(_rollup_lag(watch))
                 began = time.perf_counter()
                 with dashboard.begin() as conn:

@@ -20,7 +20,7 @@ from bench.harness import (
     wait_until,
 )
 
-# The claim postrelay makes (queue/sql/job.sql: job_claim) without the tenant/kind filters
+# The claim postrelay makes (queue/sql/claim.sql: job_claim) without the tenant/kind filters
 # and the wide RETURNING; the MATERIALIZED fence keeps LIMIT the number of rows locked.
 BASELINE_CLAIM = """
 WITH c AS MATERIALIZED (

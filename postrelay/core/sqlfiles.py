@@ -26,6 +26,14 @@ def parse_named_sql(source: str) -> dict[str, str]:
     return statements
 
 
-def load_queries(package: str, filename: str) -> Mapping[str, TextClause]:
-    source = resources.files(package).joinpath(filename).read_text(encoding="utf-8")
-    return MappingProxyType({name: text(sql) for name, sql in parse_named_sql(source).items()})
+def load_queries(package: str, *filenames: str) -> Mapping[str, TextClause]:
+    """The named statements of one or more files of `package`, as one mapping; a name may
+    appear only once across them."""
+    statements: dict[str, TextClause] = {}
+    for filename in filenames:
+        source = resources.files(package).joinpath(filename).read_text(encoding="utf-8")
+        for name, sql in parse_named_sql(source).items():
+            if name in statements:
+                raise ValueError(f"duplicate SQL name {name!r} in {filename}")
+            statements[name] = text(sql)
+    return MappingProxyType(statements)

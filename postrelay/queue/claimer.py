@@ -6,7 +6,7 @@ claim would add a pool round and greenlet switches to the pickup latency of ever
 On a direct connection the settings below are the session's own: the connection serves
 the claim loop alone and is closed, never pooled, when it is let go. Behind a transaction
 pooler each claim sets them for its own transaction instead (`local_settings`;
-job_claim_local_settings in sql/job.sql), in the same round trip: that costs a pipeline
+job_claim_local_settings in sql/claim.sql), in the same round trip: that costs a pipeline
 and a statement in every claim, which the direct path is spared.
 """
 
@@ -20,7 +20,7 @@ from postrelay.core.heldconn import HeldConnection
 # The claim connection's own session settings:
 # - plan_cache_mode = force_generic_plan: the claim runs on every wake-up, and planning it
 #   afresh would add server time to every pickup's latency. Its plan does not depend on
-#   estimates (sql/job.sql, job_claim). The worker's engine forces custom plans for the
+#   estimates (sql/claim.sql, job_claim). The worker's engine forces custom plans for the
 #   sake of job_finalize_many.
 # - synchronous_commit = off: a claim does not wait for its WAL to reach disk. Should the
 #   server crash before that, the claim is forgotten and the job is pending again, to run

@@ -2,7 +2,7 @@
 
 A scope is every job, one kind, one tenant, or one kind within one tenant. Paused jobs stay
 `pending` with their attempts; running ones finish. The claim itself reads the pauses
-(sql/job.sql, job_claim), so every worker honours a pause from its next claim on, behind a
+(sql/claim.sql, job_claim), so every worker honours a pause from its next claim on, behind a
 transaction pooler too. Plain functions on the caller's sync Connection; they never commit.
 
     with engine.begin() as conn:

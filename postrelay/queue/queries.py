@@ -1,6 +1,7 @@
 """The queue's SQL, by name, and one thin typed function per hot-path statement.
 
-The statements themselves live in `sql/job.sql`; nothing here builds SQL.
+The statements themselves live in `sql/job.sql` and `sql/claim.sql`; nothing here builds
+SQL.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from postrelay.core.dbcall import driver_fetch, driver_fetch_after, psycopg_sql
 from postrelay.core.sqlfiles import load_queries
 from postrelay.queue.model import Job
 
-JOB_SQL = load_queries("postrelay.queue", "sql/job.sql")
+JOB_SQL = load_queries("postrelay.queue", "sql/job.sql", "sql/claim.sql")
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +86,7 @@ async def _fetch_claim(conn: AsyncConnection | psycopg.AsyncConnection[Any], nam
 
 
 # Candidates a limited claim considers per claim: beyond them, a job of a key that has
-# tokens waits behind the throttled keys ahead of it (sql/job.sql, job_claim_limited).
+# tokens waits behind the throttled keys ahead of it (sql/claim.sql, job_claim_limited).
 LIMITED_CLAIM_SCAN = 1000
 
 

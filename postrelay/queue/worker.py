@@ -90,7 +90,7 @@ class WorkerConfig:
     listen: bool = True
     claim_ahead_secs: float = 0.01  # 0: claim only for free slots
     # Share each claim across the tenants waiting at the most urgent priority level
-    # (sql/job.sql, job_claim_fair); False: strictly by priority and due time.
+    # (sql/claim.sql, job_claim_fair); False: strictly by priority and due time.
     fair: bool = True
     tenant_weights: dict[UUID, int] | None = None  # a tenant not named weighs 1
 

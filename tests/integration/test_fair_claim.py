@@ -1,4 +1,4 @@
-"""Fair claiming (sql/job.sql, job_claim_fair) on a real PostgreSQL: within the most urgent
+"""Fair claiming (sql/claim.sql, job_claim_fair) on a real PostgreSQL: within the most urgent
 priority level a claim is shared across the tenants with due work, by weight; priority
 still comes first; without fairness the claim is strictly by priority and due time."""
 

@@ -45,9 +45,14 @@ def test_named_sql_blocks() -> None:
 
 
 def test_queue_sql_files_load() -> None:
-    queries = load_queries("postrelay.queue", "sql/job.sql")
+    queries = load_queries("postrelay.queue", "sql/job.sql", "sql/claim.sql")
     assert {"job_claim", "job_finalize_many", "job_rescue_stale", "job_delete_done_before"} <= set(
         queries)
+
+
+def test_a_name_may_appear_only_once_across_the_files_loaded_together() -> None:
+    with pytest.raises(ValueError, match="job_claim"):
+        load_queries("postrelay.queue", "sql/claim.sql", "sql/claim.sql")
 
 
 def test_repr_and_str_of_settings_never_show_a_secret():

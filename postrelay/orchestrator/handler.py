@@ -7,15 +7,15 @@ One attempt, in order:
 1. Parse the addresses strictly (a bad one fails the job permanently, logged `failed`).
 2. Render (at run time, so a fixed template and a DLQ retry send the fixed mail) and build
    the MIME message; its Message-ID is derived from the job, the same on every attempt.
-3. One round trip (shared with the other attempts that reach this step at the same time)
-   learns what earlier attempts left and commits this attempt's sending mark when the
-   message is to go: a `sent` row means the message went out and the job completes
-   without sending again; a mark left behind means a worker died between handing the
-   message over and recording the reply — it is logged `unknown`, and the template's
-   policy decides: resend (the default) or hold the job in the DLQ for an operator.
-   Suppressed recipients are left out; when none is left, nothing is sent.
+3. One read (shared with the other attempts that reach this step at the same time) learns
+   what earlier attempts left (orchestrator/attempts.py): a `sent` row means the message
+   went out and the job completes without sending again; an attempt whose worker died (the
+   job's claim is the record that its message may have left) is logged `unknown`, and
+   the template's policy decides: resend (the default) or hold the job in the DLQ for an
+   operator. Suppressed recipients are left out; when none is left, nothing is sent.
 4. Hand the message to the SMTP pool. A 421/454 throttles the email_send kind for every
    worker (queue/throttles.py) before the job is retried as any transient failure is.
+   Stopped meanwhile (a timeout, a cancel, a shutdown), the attempt is logged `unknown`.
 5. Record the outcome with `record_with_outcome`: it commits in the same transaction as
    the job's next state, so the log and the job never disagree.
 """
@@ -33,10 +33,10 @@ from uuid import UUID
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from postrelay.core.errors import ValidationError
-from postrelay.core.ids import new_uuid
 from postrelay.core.telemetry import event as log_event
 from postrelay.orchestrator import queries
 from postrelay.orchestrator.addresses import parse_address, parse_addresses
+from postrelay.orchestrator.attempts import SENT, LostAttempt, attempt_log_id
 from postrelay.orchestrator.feedback.unsubscribe import UnsubscribeLinks
 from postrelay.orchestrator.feedback.verp import ReturnPath
 from postrelay.orchestrator.job import EMAIL_KIND, EmailJob
@@ -55,7 +55,7 @@ from postrelay.orchestrator.replies import (
     SmtpPermanent,
     SmtpThrottled,
 )
-from postrelay.orchestrator.sending import SendingBatcher
+from postrelay.orchestrator.sending import SendCheckBatcher
 from postrelay.orchestrator.templates import TemplateError, Templates
 from postrelay.orchestrator.transport import SmtpPool
 from postrelay.queue import (
@@ -68,7 +68,6 @@ from postrelay.queue import (
     throttle_refused,
 )
 
-SENT = frozenset({"sent", "partial"})
 TENANT_CACHE_SECS = 60.0
 DEFAULT_TIMEOUT_SECS = 120.0  # rendering plus one SMTP transaction
 
@@ -83,6 +82,7 @@ class _RowWriter:
 
 
 EMAIL_LOG = _RowWriter("email_log", queries.email_log_upsert_many)
+LOST_ATTEMPTS = _RowWriter("email_log_lost", queries.email_log_add_lost_many)
 SUPPRESSIONS = _RowWriter("email_suppression", queries.email_suppression_add_many)
 
 
@@ -123,11 +123,10 @@ class EmailSender:
         unsubscribe: UnsubscribeLinks | None = None,
         throttle: ThrottlePolicy | None = None,
     ) -> None:
-        # The sending mark must be committed before the message leaves: autocommit.
-        self.engine = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self.engine = engine.execution_options(isolation_level="AUTOCOMMIT")  # reads only
         self._throttle_engine = engine
         self.throttle = throttle or ThrottlePolicy()
-        self.sending = SendingBatcher(engine)
+        self.checks = SendCheckBatcher(engine)
         self.templates = templates
         self.pool = pool
         self.default_from = default_from
@@ -181,25 +180,27 @@ class EmailSender:
             log.record("failed", error=str(exc))
             raise PermanentError(str(exc)) from None
 
-        start = await self.sending.begin(log.sending_row(),
-                                         resend_unknown=rendered.on_unknown == "resend")
-        if SENT & set(start.earlier):
+        check = await self.checks.check(log.row)
+        lost = check.lost_attempts(job.id)
+        for attempt in lost:
+            log.record_lost(attempt)
+        if check.already_sent:
             return _already_sent(job)
-        if start.unknown_now and rendered.on_unknown == "hold":
+        if rendered.on_unknown == "hold" and check.unknown_undecided(lost):
             raise PermanentError(
-                "the outcome of the previous attempt is unknown (its worker was lost after "
-                "handing the message over); held for an operator by the template's policy: "
-                "retry the job from the DLQ to send it again")
-        results = {r: {"status": "suppressed"} for r in recipients if r in start.suppressed}
-        if not start.sending:
+                "the outcome of an earlier attempt is unknown (its worker was lost, or it "
+                "was stopped, while handing the message over); held for an operator by the "
+                "template's policy: retry the job from the DLQ to send it again")
+        results = {r: {"status": "suppressed"} for r in recipients if r in check.suppressed}
+        live = [r for r in recipients if r not in check.suppressed]
+        if not live:
             log.record("suppressed", recipient_results=results,
                        error="every recipient is on the tenant's suppression list")
             return
-        live = [r for r in recipients if r not in start.suppressed]
         await self._deliver(job, log, sender, live, data, results)
 
     async def close(self) -> None:
-        await self.sending.close()
+        await self.checks.close()
 
     async def _tenant_name(self, tenant_id: UUID) -> str:
         """The tenant's name, for its template folder; cached (names rarely change).
@@ -235,6 +236,14 @@ class EmailSender:
                          else sender.addr_spec)
         try:
             delivery = await self.pool.send(envelope_from, live, data)
+        except asyncio.CancelledError:
+            # A timeout, a cancel or a shutdown while the pool had the message: the server
+            # may have accepted it, and nothing else would say so.
+            log.record("unknown", recipient_results=results,
+                       error="stopped while handing the message to the SMTP server (a "
+                             "timeout, a cancel or a shutdown): whether it was accepted "
+                             "is not known")
+            raise
         except SmtpError as exc:
             results.update(_refusals(exc.refused))
             status = "bounced" if isinstance(exc, SmtpPermanent) else "deferred"
@@ -304,7 +313,8 @@ class _LogRow:
     def __init__(self, job: Job, spec: EmailJob) -> None:
         self.job = job
         self.row: dict[str, Any] = {
-            "id": str(new_uuid()), "tenant_id": str(job.tenant_id), "job_id": str(job.id),
+            "id": str(attempt_log_id(job.id, job.claimed_at)), "tenant_id": str(job.tenant_id),
+            "job_id": str(job.id),
             "event_id": str(spec.event_id) if spec.event_id else None,
             "template": spec.template, "template_version": None, "category": spec.category,
             "from_address": spec.sender or "", "recipients": [r.lower() for r in spec.to],
@@ -315,9 +325,6 @@ class _LogRow:
 
     def update(self, **values: Any) -> None:
         self.row.update(values)
-
-    def sending_row(self) -> dict[str, Any]:
-        return {k: v for k, v in self.row.items() if k not in ("status",)}
 
     def record(self, status: str, *, reply: Reply | None = None, queue_id: str | None = None,
                recipient_results: Mapping[str, Any] | None = None,
@@ -337,6 +344,17 @@ class _LogRow:
         log_event(f"postrelay.email.{status}", level, job_id=str(self.job.id),
                   template=row["template"], attempt=row["attempt"],
                   smtp_code=row.get("smtp_code"), error=error)
+
+
+    def record_lost(self, lost: LostAttempt) -> None:
+        """An earlier attempt of this job whose worker died: `unknown`, under the id that
+        attempt gave its own row."""
+        row = {**self.row, "id": str(lost.log_id), "attempt": lost.attempt,
+               "created_at": lost.rescued_at.isoformat(),
+               "error": "the worker sending this attempt was lost before it recorded the reply"}
+        record_with_outcome(LOST_ATTEMPTS, row)
+        log_event("postrelay.email.unknown", logging.WARNING, job_id=str(self.job.id),
+                  template=row["template"], attempt=lost.attempt, error=row["error"])
 
 
 def _already_sent(job: Job) -> None:

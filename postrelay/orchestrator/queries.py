@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -14,27 +14,29 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from postrelay.core import jsontext
 from postrelay.core.dbcall import driver_fetch
 from postrelay.core.sqlfiles import load_queries
+from postrelay.orchestrator.attempts import Logged, Rescue, SendCheck
 
 EMAIL_SQL = load_queries("postrelay.orchestrator", "sql/email.sql")
 
 
-@dataclass(frozen=True, slots=True)
-class SendStart:
-    unknown_now: int  # sending marks of earlier attempts logged `unknown` just now
-    earlier: tuple[str, ...]  # statuses of the job's other rows
-    suppressed: frozenset[str]
-    sending: bool  # this attempt's sending mark is committed: send the message
-
-
-async def email_send_begin_many(
+async def email_send_check_many(
     conn: AsyncConnection | psycopg.AsyncConnection[Any], rows: Sequence[dict[str, Any]]
-) -> dict[str, SendStart]:
-    """Each row's `SendStart`, by its `job_id` (as text). Each row carries `resend_unknown`
-    beside the log row's columns."""
-    result = await driver_fetch(conn, EMAIL_SQL["email_send_begin_many"],
+) -> dict[str, SendCheck]:
+    """Each row's `SendCheck`, by its `job_id` (as text). A row carries the log row's
+    `job_id`, `tenant_id`, `category` and `recipients`."""
+    result = await driver_fetch(conn, EMAIL_SQL["email_send_check_many"],
                                 {"rows": jsontext.encode_rows(rows)})
-    return {str(job_id): SendStart(unknown_now, tuple(earlier), frozenset(suppressed), sending)
-            for job_id, unknown_now, earlier, suppressed, sending in result}
+    return {str(job_id): SendCheck(
+                logged=tuple(Logged(UUID(r["id"]), r["attempt"], r["status"],
+                                    datetime.fromisoformat(r["created_at"])) for r in logged),
+                rescues=tuple(Rescue(int(r["attempt"]), _moment(r["claimed_at"]),
+                                     datetime.fromisoformat(r["created_at"])) for r in lost),
+                released_at=released_at, suppressed=frozenset(suppressed))
+            for job_id, logged, lost, released_at, suppressed, _ in result}
+
+
+def _moment(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value is not None else None
 
 
 async def email_send_history(conn: AsyncConnection, *, job_id: UUID) -> tuple[str, ...]:
@@ -52,6 +54,12 @@ async def tenant_name(conn: AsyncConnection, *, tenant_id: UUID) -> str | None:
 # writing a batch of outcomes.
 async def email_log_upsert_many(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> None:
     await driver_fetch(conn, EMAIL_SQL["email_log_upsert_many"],
+                       {"rows": jsontext.encode_rows(rows)})
+
+
+async def email_log_add_lost_many(conn: AsyncConnection, rows: Sequence[dict[str, Any]]
+                                  ) -> None:
+    await driver_fetch(conn, EMAIL_SQL["email_log_add_lost_many"],
                        {"rows": jsontext.encode_rows(rows)})
 
 

@@ -1,15 +1,14 @@
 """The email tables as SQLAlchemy metadata (created by migration 0007).
 
 `aa_email_log` is the long-term record of every message attempt: one row per attempt,
-inserted with its outcome in the same transaction that completes the job. Before the
-message is handed to the SMTP server, the attempt commits a narrow mark in
-`aa_email_sending` (migration 0017), deleted in that same transaction: a mark that outlives
-its attempt says the worker died while the message may have gone out, and becomes an
-`unknown` log row. The log has no foreign keys (each would lock a tenant's or a job's row
-per message written): `job_id` and `event_id` join it to jobs and events while those are
-kept, and the log outlives both. `aa_email_suppression` is the per-tenant list of addresses
-not to send to: those that do not exist (category ''), and those that unsubscribed from one
-category.
+inserted with its outcome in the same transaction that completes the job. Nothing else is
+written before the message goes out: the job's claim is the record that it may have
+(orchestrator/attempts.py; until migration 0020 a mark in `aa_email_sending`), and an
+attempt whose worker died becomes an `unknown` log row. The log has no foreign keys (each
+would lock a tenant's or a job's row per message written): `job_id` and `event_id` join it
+to jobs and events while those are kept, and the log outlives both.
+`aa_email_suppression` is the per-tenant list of addresses not to send to: those that do
+not exist (category ''), and those that unsubscribed from one category.
 `aa_email_feedback` (migration 0012) keeps what arrived after the SMTP handoff: bounces,
 complaints, delivery reports and unsubscribes, matched to the log row or kept unmatched.
 """
@@ -34,14 +33,14 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from postrelay.core.db import TIMESTAMPTZ, metadata
 
 EMAIL_STATUSES = (
-    "sending",  # before 0017: committed before DATA (now a mark in aa_email_sending)
+    "sending",  # before 0017: committed before DATA (the job's claim records it now)
     "sent",  # the server accepted the message for every recipient
     "partial",  # accepted for some recipients, refused for others (see recipient_results)
     "deferred",  # a transient failure (4xx, connection lost, timeout): the job retries
     "bounced",  # refused permanently (5xx): the job is dead-lettered
     "failed",  # could not be attempted (bad address, header injection, template error)
     "suppressed",  # every recipient is on the tenant's suppression list: nothing sent
-    "unknown",  # a sending mark found by a later attempt: the outcome was never learnt
+    "unknown",  # its worker died or it was stopped at the server: the outcome was never learnt
     "cancelled",  # the job was cancelled before it ran: nothing sent (migration 0013)
 )
 
@@ -111,20 +110,6 @@ email_log = Table(
     Index("ix_email_log_queue_id", "queue_id"),
     Index("ix_email_log_delivery_time", "delivery", "created_at",
           postgresql_where=text("delivery IS NOT NULL")),
-)
-
-# The attempts whose message may be on its way: a mark committed before DATA and deleted
-# with the attempt's log row. `row` is the log row as it would read `sending`.
-email_sending = Table(
-    "aa_email_sending",
-    metadata,
-    Column("job_id", UUID(as_uuid=True), nullable=False),
-    Column("id", UUID(as_uuid=True), nullable=False),  # the attempt's log row id
-    Column("tenant_id", UUID(as_uuid=True), nullable=False),
-    Column("attempt", Integer, nullable=False),
-    Column("created_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
-    Column("row", JSONB, nullable=False),
-    PrimaryKeyConstraint("job_id", "id", name="aa_email_sending_pkey"),
 )
 
 email_suppression = Table(

@@ -32,9 +32,9 @@ from postrelay.queue.outcome import Transition
 # The outcomes and their effects commit without waiting for the WAL flush. Should the server
 # crash before it, the transaction is lost whole: the job is rescued and runs again, as
 # after any crash mid-job (delivery is at least once), and what the effects recorded is
-# learnt again by that run. An email's sending mark, committed durably before DATA, is what
-# tells the next attempt that its message may have left. The next durable commit of any
-# connection flushes these with it.
+# learnt again by that run. An email's claim, made durable before DATA, is what tells the
+# next attempt that its message may have left. The next durable commit of any connection
+# flushes these with it.
 _NO_FLUSH = text("SELECT set_config('synchronous_commit', 'off', true)")
 RETRY_BASE_SECS = 0.05
 MAX_BATCH = 1000  # outcomes per statement: bounded work per write

@@ -4,8 +4,9 @@ a real PostgreSQL and a real SMTP server (aiosmtpd, in this test process).
 - 1,000 events through one relay and four workers: every recipient gets exactly one
   message, counted at the server.
 - A worker SIGKILLed after the server accepted the message (its 250 sent) and before the
-  outcome was committed: the next attempt finds the sending mark, records `unknown`, and
-  the template's policy decides — resend by default, hold in the DLQ for invoices.
+  outcome was committed: the rescuer takes the job back, the next attempt records the lost
+  attempt `unknown` under the id that attempt gave its row, and the template's policy
+  decides — resend by default, hold in the DLQ for invoices.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ from __future__ import annotations
 import signal
 from collections import Counter
 from collections.abc import Iterator
+from datetime import datetime
 from uuid import UUID
 
 import pytest
 from sqlalchemy import Engine, text
 
+from postrelay.orchestrator.attempts import attempt_log_id
 from postrelay.queue.admin import dlq_retry
 from postrelay.relay import EventSpec, emit, emit_many
 from postrelay.testing import ScriptedHandler, SmtpSink, slow
@@ -83,23 +86,17 @@ def test_a_thousand_events_through_a_relay_and_four_workers_send_each_message_on
     assert message_ids == 1000
 
 
-def sending_marks(engine: Engine, job_id: UUID) -> int:
-    with engine.connect() as conn:
-        return conn.execute(text("SELECT count(*) FROM mdm.aa_email_sending WHERE job_id = :j"),
-                            {"j": job_id}).scalar_one()
-
-
 def kill_between_accept_and_commit(
     workers: WorkerPool, engine: Engine, sink: SmtpSink, mail_env: dict[str, str],
     job_id: UUID, address: str,
-) -> None:
+) -> datetime:
     """Run the job in a worker that is SIGKILLed after the server accepted the message and
     before the outcome commits: the test holds the job's row lock, so the worker's outcome
-    transaction waits on it, and is killed while it waits."""
+    transaction waits on it, and is killed while it waits. Returns the lost claim's moment."""
     sink.handler.rules = [(address, slow(1.0))]  # time to take the lock before DATA
     doomed = workers.start(app=MAIL_APP, concurrency=1, env=mail_env)
-    # Only once the sending mark is committed: the message may go out from then on.
-    wait_for(lambda: sending_marks(engine, job_id) == 1, what="the attempt's sending mark")
+    # Only once the claim is committed: the message may go out from then on.
+    wait_for(lambda: _status(engine, job_id) == "running", what="the job's claim")
     with engine.connect() as locker:
         locker.execute(text("SELECT 1 FROM mdm.aa_job WHERE id = :id FOR UPDATE"),
                        {"id": job_id})
@@ -109,9 +106,11 @@ def kill_between_accept_and_commit(
         assert doomed.wait() == -signal.SIGKILL
         locker.rollback()
     sink.handler.rules = []
-    # The outcome died with the worker: the mark is all that says the message may have left.
+    # The outcome died with the worker: the claim is all that says the message may have left.
     assert email_statuses(engine, job_id) == []
-    assert sending_marks(engine, job_id) == 1
+    with engine.connect() as conn:
+        return conn.execute(text("SELECT claimed_at FROM mdm.aa_job WHERE id = :id"),
+                            {"id": job_id}).scalar_one()
 
 
 def _status(engine: Engine, job_id: UUID) -> str:
@@ -147,11 +146,16 @@ def test_a_message_whose_outcome_was_lost_is_resent_by_default(
     workers.start_command(["relay", "--app", MAIL_APP], "relay", env=mail_env)
     wait_for(lambda: email_jobs(engine), what="the relay to make the job")
     job_id = only_email_job(engine)
-    kill_between_accept_and_commit(workers, engine, sink, mail_env, job_id, address)
+    claimed_at = kill_between_accept_and_commit(workers, engine, sink, mail_env, job_id,
+                                                address)
 
     workers.start(app=MAIL_APP, env=mail_env)  # rescues the job once its lease is over
     wait_for(lambda: _status(engine, job_id) == "done", what="the job to be resent")
     assert email_statuses(engine, job_id) == ["unknown", "sent"]
+    with engine.connect() as conn:  # under the id the lost attempt's VERP address carried
+        unknown = conn.execute(text("SELECT id FROM mdm.aa_email_log WHERE job_id = :j "
+                                    "AND status = 'unknown'"), {"j": job_id}).scalar_one()
+    assert unknown == attempt_log_id(job_id, claimed_at)
     assert sink.handler.count_for(address) == 2  # at least once: the policy chose to resend
     messages = {m.message["Message-ID"] for m in sink.handler.received}
     assert messages == {f"<{job_id}@acme.example>"}  # one Message-ID: receivers can dedupe

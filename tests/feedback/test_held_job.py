@@ -3,12 +3,11 @@ holds it, feedback proves the message left, and nothing is sent again."""
 
 from __future__ import annotations
 
-import json
-
 from sqlalchemy import text
 
 from postrelay.orchestrator.feedback import Feedback, record_feedback
 from postrelay.orchestrator.message import message_id_for
+from postrelay.queue.maintenance.rescuer import Rescuer
 
 ADDRESS = "billing@example.com"
 
@@ -19,12 +18,9 @@ async def test_feedback_for_a_held_message_completes_its_job_without_sending_it_
     message_id = message_id_for(job_id, "mail.acme.example")
     with engine.begin() as conn:  # a worker died after handing the message over
         conn.execute(text(
-            "INSERT INTO mdm.aa_email_sending (job_id, id, tenant_id, attempt, row) "
-            "VALUES (:j, gen_random_uuid(), :t, 1, CAST(:row AS jsonb))"),
-            {"t": tenant, "j": job_id, "row": json.dumps({
-                "tenant_id": str(tenant), "job_id": str(job_id), "template": "invoice",
-                "from_address": "noreply@acme.example", "recipients": [ADDRESS],
-                "to_addresses": [ADDRESS], "message_id": message_id, "attempt": 1})})
+            "UPDATE mdm.aa_job SET status = 'running', attempts = 1, claimed_by = 'gone', "
+            "claimed_at = now() - interval '1 hour' WHERE id = :id"), {"id": job_id})
+    assert (await Rescuer(rig.async_engine, lease_secs=60, actor="test").run_once()).pending
     await rig.start()
     await rig.settle(job_id)
     assert rig.job(job_id)["status"] == "dlq"

@@ -456,3 +456,35 @@ def test_0017_moves_sending_rows_to_marks_and_back(empty_url: str, empty_engine:
     upgrade(empty_url)
     with empty_engine.connect() as conn:
         assert schema_diff(conn) == []
+
+
+def test_0020_logs_the_marks_left_behind_unknown_and_drops_them(
+        empty_url: str, empty_engine: Engine) -> None:
+    """A sending mark left by a worker that died becomes the `unknown` log row the next
+    attempt would have written, under the attempt's own id; the table goes, and comes back
+    empty on downgrade."""
+    upgrade(empty_url, "0019")
+    with empty_engine.begin() as conn:
+        tenant = conn.execute(text("INSERT INTO mdm.aa_tenant (name) VALUES ('acme') "
+                                   "RETURNING id")).scalar_one()
+        job = conn.execute(text("INSERT INTO mdm.aa_job (tenant_id, job_kind, payload) "
+                                "VALUES (:t, 'email_send', '{}') RETURNING id"),
+                           {"t": tenant}).scalar_one()
+        mark = conn.execute(text(
+            "INSERT INTO mdm.aa_email_sending (job_id, id, tenant_id, attempt, row) "
+            "VALUES (:j, gen_random_uuid(), :t, 2, jsonb_build_object('template', 'welcome', "
+            "'from_address', 'noreply@acme.example', 'recipients', ARRAY['a@example.com'], "
+            "'to_addresses', ARRAY['a@example.com'], 'message_id', '<m@acme.example>')) "
+            "RETURNING id"), {"j": job, "t": tenant}).scalar_one()
+    upgrade(empty_url, "0020")
+    with empty_engine.connect() as conn:
+        rows = conn.execute(text("SELECT id, job_id, attempt, status, recipients "
+                                 "FROM mdm.aa_email_log")).all()
+        assert conn.execute(text("SELECT to_regclass('mdm.aa_email_sending')")).scalar() is None
+    assert rows == [(mark, job, 2, "unknown", ["a@example.com"])]
+    downgrade(empty_url, "0019")
+    with empty_engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM mdm.aa_email_sending")).scalar() == 0
+    upgrade(empty_url)
+    with empty_engine.connect() as conn:
+        assert schema_diff(conn) == []

@@ -1,65 +1,44 @@
 -- Statements of the email layer: aa_email_log and aa_email_suppression.
 
--- name: email_send_begin_many
--- The one round trip before messages go out, for the attempts of several jobs at once (the
--- worker gathers the attempts that reach this point together). For each job it logs as
--- `unknown` any sending mark an earlier attempt left (its worker died between handing the
--- message over and recording the reply), reads the statuses of the job's logged attempts
--- and which recipients the tenant has suppressed, and — only when the message is to go
--- out — commits this attempt's sending mark. It goes out when no earlier attempt was
--- accepted, when an unknown outcome is to be resent (`resend_unknown`), and when a
--- recipient is left. Committed (autocommit) before DATA: if this worker dies before the
--- reply is recorded, the mark is what tells the next attempt that a copy may have been
--- delivered. A mark is one narrow row under one index; the attempt's log row, with its
--- indexes, is written once, with the outcome (email_log_upsert_many). The rows come as
--- one JSON document: binding is the costly part here. A job is held by one worker at a
--- time, so a mark of its own is an earlier attempt's.
+-- name: email_send_check_many
+-- The one read before messages go out, for the attempts of several jobs at once (the
+-- worker gathers the attempts that reach this point together). For each job: its logged
+-- attempts, the attempts the rescuer took back from a lost worker (its audit rows name the
+-- lost claim: they carry `claimed_by`), when an operator last sent it back from the DLQ,
+-- and which recipients the tenant has suppressed. The record that a message may be on its
+-- way is the job's claim (orchestrator/attempts.py says how a lost attempt becomes an
+-- `unknown` log row), which commits without waiting for the disk. So this statement writes
+-- one WAL record (a transactional logical message, prefix `postrelay`, which logical
+-- decoding consumers may see and ignore): its commit waits for the WAL flush, and so for
+-- the claims of these attempts, committed before it, before any of their messages leaves.
+-- A commit that wrote nothing would not wait. It writes no row.
 WITH r AS (
-    SELECT d.row - 'resend_unknown' AS row, CAST(d.row->>'job_id' AS uuid) AS job_id,
-           CAST(d.row->>'id' AS uuid) AS id, CAST(d.row->>'tenant_id' AS uuid) AS tenant_id,
-           CAST(d.row->>'attempt' AS integer) AS attempt, d.row->>'category' AS category,
-           ARRAY(SELECT jsonb_array_elements_text(d.row->'recipients')) AS recipients,
-           CAST(d.row->>'resend_unknown' AS boolean) AS resend_unknown
+    SELECT CAST(d.row->>'job_id' AS uuid) AS job_id,
+           CAST(d.row->>'tenant_id' AS uuid) AS tenant_id, d.row->>'category' AS category,
+           ARRAY(SELECT jsonb_array_elements_text(d.row->'recipients')) AS recipients
     FROM jsonb_array_elements(CAST(:rows AS jsonb)) AS d(row)
-), lost AS (
-    -- By the primary key, job by job: marks come and go with every message, so between
-    -- two vacuums most of the table is dead rows that a scan would read.
-    DELETE FROM mdm.aa_email_sending s
-    WHERE s.job_id = ANY(ARRAY(SELECT r.job_id FROM r))
-    RETURNING s.*
-), unknown AS (
-    -- ON CONFLICT: the lost attempt's outcome may have been written after all (its worker
-    -- was slow, not dead); that row says more than `unknown`.
-    INSERT INTO mdm.aa_email_log
-    SELECT (jsonb_populate_record(NULL::mdm.aa_email_log, lost.row || jsonb_build_object(
-        'id', lost.id, 'job_id', lost.job_id, 'tenant_id', lost.tenant_id,
-        'attempt', lost.attempt, 'created_at', lost.created_at,
-        'status', 'unknown', 'finished_at', now(),
-        'error', 'the worker sending this attempt was lost before it recorded the reply'))).*
-    FROM lost
-    ON CONFLICT (id) DO NOTHING
-), looked AS (
-    SELECT r.*,
-           (SELECT count(*) FROM lost WHERE lost.job_id = r.job_id) AS unknown_now,
-           ARRAY(SELECT l.status FROM mdm.aa_email_log l WHERE l.job_id = r.job_id) AS earlier,
-           ARRAY(SELECT s.address FROM mdm.aa_email_suppression s
-                 WHERE s.tenant_id = r.tenant_id
-                   AND s.address = ANY(r.recipients)
-                   AND s.category IN ('', COALESCE(r.category, ''))) AS suppressed
-    FROM r
-), decided AS (
-    SELECT looked.*,
-           NOT (earlier && ARRAY['sent', 'partial'])
-           AND (unknown_now = 0 OR resend_unknown)
-           AND cardinality(suppressed) < cardinality(recipients) AS send
-    FROM looked
-), marked AS (
-    INSERT INTO mdm.aa_email_sending (job_id, id, tenant_id, attempt, row)
-    SELECT d.job_id, d.id, d.tenant_id, d.attempt, d.row
-    FROM decided d WHERE d.send
+), flush AS (
+    SELECT pg_logical_emit_message(true, 'postrelay', 'send') AS lsn
 )
-SELECT d.job_id, d.unknown_now, d.earlier, d.suppressed, d.send AS sending
-FROM decided d;
+SELECT r.job_id,
+       (SELECT COALESCE(jsonb_agg(jsonb_build_object(
+                   'id', l.id, 'attempt', l.attempt, 'status', l.status,
+                   'created_at', l.created_at)), '[]')
+        FROM mdm.aa_email_log l WHERE l.job_id = r.job_id) AS logged,
+       (SELECT COALESCE(jsonb_agg(jsonb_build_object(
+                   'attempt', a.detail->'attempts', 'claimed_at', a.detail->'claimed_at',
+                   'created_at', a.created_at)), '[]')
+        FROM mdm.aa_job_audit a
+        WHERE a.job_id = r.job_id AND a.action IN ('job_rescued', 'job_dlq')
+          AND a.detail ? 'claimed_by') AS lost,
+       (SELECT max(a.created_at) FROM mdm.aa_job_audit a
+        WHERE a.job_id = r.job_id AND a.action IN ('job_retry', 'job_requeue')) AS released_at,
+       ARRAY(SELECT s.address FROM mdm.aa_email_suppression s
+             WHERE s.tenant_id = r.tenant_id
+               AND s.address = ANY(r.recipients)
+               AND s.category IN ('', COALESCE(r.category, ''))) AS suppressed,
+       (SELECT lsn FROM flush) AS flushed_to
+FROM r;
 
 -- name: email_send_history
 -- What earlier attempts of a job left, changing nothing: asked when this attempt cannot be
@@ -71,9 +50,9 @@ SELECT name FROM mdm.aa_tenant WHERE id = :tenant_id;
 
 -- name: email_log_upsert_many
 -- The outcomes of a batch of attempts, written with the jobs' completion (queue effects):
--- each attempt's one log row, and the sending mark of those that reached the server goes.
--- A row is there already only when a later attempt logged this one `unknown` (its worker
--- was slow, not dead): the outcome replaces it.
+-- each attempt's one log row. A row is there already only when a later attempt logged
+-- this one `unknown` (its worker was slow, not dead; both name the attempt by the same
+-- id): the outcome replaces it.
 WITH r AS (
     SELECT * FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(
         id uuid, tenant_id uuid, job_id uuid, event_id uuid, template text,
@@ -82,10 +61,6 @@ WITH r AS (
         message_id text, status text, smtp_code integer, smtp_enhanced text,
         smtp_response text, queue_id text, recipient_results jsonb, error text,
         attempt integer)
-), marks AS (
-    DELETE FROM mdm.aa_email_sending s
-    WHERE s.job_id = ANY(ARRAY(SELECT r.job_id FROM r))
-      AND s.id = ANY(ARRAY(SELECT r.id FROM r))
 )
 INSERT INTO mdm.aa_email_log AS l (
     id, tenant_id, job_id, event_id, template, template_version, category, from_address,
@@ -106,6 +81,25 @@ SET status = EXCLUDED.status,
     recipient_results = EXCLUDED.recipient_results,
     error = EXCLUDED.error,
     finished_at = now();
+
+-- name: email_log_add_lost_many
+-- `unknown` rows for attempts whose worker was lost (orchestrator/attempts.py), written with
+-- the outcome of the attempt that found them. Each names its attempt by the id that
+-- attempt gave its own row: if that outcome was written after all (the worker was slow,
+-- not dead), it says more than `unknown`, and stays.
+INSERT INTO mdm.aa_email_log (
+    id, tenant_id, job_id, event_id, template, template_version, category, from_address,
+    recipients, to_addresses, cc_addresses, bcc_addresses, subject, message_id, status,
+    error, attempt, created_at, finished_at)
+SELECT r.id, r.tenant_id, r.job_id, r.event_id, r.template, r.template_version, r.category,
+       r.from_address, r.recipients, r.to_addresses, r.cc_addresses, r.bcc_addresses,
+       r.subject, r.message_id, 'unknown', r.error, r.attempt, r.created_at, now()
+FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(
+    id uuid, tenant_id uuid, job_id uuid, event_id uuid, template text,
+    template_version text, category text, from_address text, recipients text[],
+    to_addresses text[], cc_addresses text[], bcc_addresses text[], subject text,
+    message_id text, error text, attempt integer, created_at timestamptz)
+ON CONFLICT (id) DO NOTHING;
 
 -- name: email_suppression_add_many
 -- An address the server said does not exist (5.1.x) is not tried again for this tenant.

@@ -167,13 +167,16 @@ WITH stale AS (
                      || ' stopped heartbeating; claimed at ' || j.claimed_at::text
     FROM stale
     WHERE j.id = stale.id
-    RETURNING j.id, j.tenant_id, j.job_kind, j.status, j.attempts, j.claimed_by, j.last_error
+    RETURNING j.id, j.tenant_id, j.job_kind, j.status, j.attempts, j.claimed_by, j.claimed_at,
+              j.last_error
 ), audited AS (
+    -- The lost claim is named whole (worker, attempt, moment): a handler that must know
+    -- whether its job's earlier attempt got anywhere reads it (orchestrator/attempts.py).
     INSERT INTO mdm.aa_job_audit (job_id, tenant_id, job_kind, action, actor, detail)
     SELECT r.id, r.tenant_id, r.job_kind,
            CASE WHEN r.status = 'dlq' THEN 'job_dlq' ELSE 'job_rescued' END, :actor,
            jsonb_build_object('attempts', r.attempts, 'claimed_by', r.claimed_by,
-                              'last_error', r.last_error)
+                              'claimed_at', r.claimed_at, 'last_error', r.last_error)
     FROM rescued r
 )
 SELECT id, status::text AS status FROM rescued;

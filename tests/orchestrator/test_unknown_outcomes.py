@@ -1,0 +1,78 @@
+"""An attempt stopped while the SMTP server had its message logs `unknown`; the next attempt
+follows the template's policy. A lost worker's attempt is logged under its own id."""
+
+from __future__ import annotations
+
+import asyncio
+
+from sqlalchemy import text
+
+from postrelay.orchestrator.attempts import attempt_log_id
+from postrelay.queue.maintenance.rescuer import Rescuer
+from postrelay.testing import slow
+from tests.orchestrator.conftest import eventually
+
+
+async def stop_during_data(rig, address: str, job_id) -> None:  # noqa: ANN001
+    """Stop the worker (grace 0.5 s) while the server takes 3 s to answer."""
+    rig.sink.handler.rules = [(address, slow(3.0))]
+    await rig.start(grace_secs=0.5)
+    await eventually(lambda: rig.job(job_id)["status"] == "running")
+    await asyncio.sleep(1.0)  # the message is with the server, which has not answered
+    stopped, registry = rig.workers.pop()
+    await stopped.stop()
+    for close in registry.closers:
+        await close()
+    rig.sink.handler.rules = []
+
+
+async def test_a_message_stopped_at_the_server_is_unknown_then_resent(rig, tenant, sink):
+    job_id = rig.enqueue(tenant)
+    await stop_during_data(rig, "ann@example.com", job_id)
+    [row] = rig.log(job_id)
+    assert row["status"] == "unknown" and "whether it was accepted" in row["error"]
+    assert rig.job(job_id)["status"] == "pending"  # handed back at shutdown, uncounted
+
+    await rig.start()
+    await rig.settle(job_id)
+    assert rig.job(job_id)["status"] == "done"
+    assert [r["status"] for r in rig.log(job_id)] == ["unknown", "sent"]
+
+
+async def test_a_held_template_waits_for_an_operator_after_an_unknown_outcome(
+        rig, tenant, sink):
+    from postrelay.queue.admin import dlq_retry
+
+    job_id = rig.enqueue(tenant, to=["billing@example.com"], template="invoice")
+    await stop_during_data(rig, "billing@example.com", job_id)
+    await rig.start()
+    await rig.settle(job_id)
+    assert rig.job(job_id)["status"] == "dlq"
+    assert "held for an operator" in rig.job(job_id)["last_error"]
+    assert [r["status"] for r in rig.log(job_id)] == ["unknown"]
+
+    with rig.engine.begin() as conn:
+        dlq_retry(conn, job_id, actor="operator")
+    await rig.settle(job_id)
+    assert rig.job(job_id)["status"] == "done"
+    assert [r["status"] for r in rig.log(job_id)] == ["unknown", "sent"]
+
+
+async def test_a_lost_workers_attempt_is_logged_under_the_id_it_would_have_used(
+        rig, tenant, sink):
+    """The rescuer's audit row names the lost claim; the next attempt logs it `unknown`
+    under the id that attempt's VERP address carried, and resends (the default policy)."""
+    job_id = rig.enqueue(tenant)
+    with rig.engine.begin() as conn:  # claimed by a worker that then died
+        claimed_at = conn.execute(text(
+            "UPDATE mdm.aa_job SET status = 'running', attempts = 1, claimed_by = 'gone', "
+            "claimed_at = now() - interval '1 hour' WHERE id = :id RETURNING claimed_at"),
+            {"id": job_id}).scalar_one()
+    rescued = await Rescuer(rig.async_engine, lease_secs=60, actor="test").run_once()
+    assert rescued.pending == 1
+    await rig.start()
+    await rig.settle(job_id)
+    rows = rig.log(job_id)
+    assert [(r["attempt"], r["status"]) for r in rows] == [(1, "unknown"), (2, "sent")]
+    assert rows[0]["id"] == attempt_log_id(job_id, claimed_at)
+    assert sink.handler.count_for("ann@example.com") == 1

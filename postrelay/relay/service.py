@@ -192,9 +192,13 @@ class Relay:
         code"), so the rare batch with a replayed event is done twice instead."""
         rows = [(plan.event.id, name, job, ordered)
                 for plan in plans for name, job, ordered in plan.jobs]
-        job_ids = await enqueue_validated_async(
-            conn, [job for _, _, job, _ in rows], created_by="postrelay.relay",
-            resolve_taken_keys=resolve_taken_keys) if rows else []
+        job_ids = []
+        if rows:
+            await driver_fetch(conn, OUTBOX_SQL["outbox_server_plans"], {})
+            job_ids = await enqueue_validated_async(
+                conn, [job for _, _, job, _ in rows], created_by="postrelay.relay",
+                resolve_taken_keys=resolve_taken_keys)
+            await driver_fetch(conn, OUTBOX_SQL["outbox_custom_plans"], {})
         if plans:
             await driver_fetch(conn, OUTBOX_SQL["outbox_mark_handled_many"], {
                 "event_ids": [e for e, _, _, _ in rows],

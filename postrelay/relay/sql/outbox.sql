@@ -60,6 +60,15 @@ UPDATE mdm.aa_outbox_event
 SET available_at = now() + make_interval(secs => :delay)
 WHERE id = ANY(CAST(:ids AS uuid[]));
 
+-- name: outbox_server_plans
+-- Each job row's foreign-key check is a cached plan of the server's own, planned afresh for
+-- every row under the relay engine's custom plans (runtime.build_relay): the jobs are
+-- copied in with the server's default, and outbox_custom_plans restores the engine's.
+SELECT set_config('plan_cache_mode', 'auto', true);
+
+-- name: outbox_custom_plans
+SET LOCAL plan_cache_mode TO DEFAULT;
+
 -- name: outbox_mark_handled_many
 -- Link each (event, route) to its job and mark the events handled, in one round trip.
 WITH linked AS (

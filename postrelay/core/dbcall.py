@@ -246,16 +246,19 @@ async def driver_fetch_after(
     first: TextClause,
     statement: TextClause,
     params: Any,
+    *,
+    binary: bool = False,
 ) -> list[tuple[Any, ...]]:
     """`driver_fetch` of `statement`, with `first` (a statement without parameters) sent
     ahead of it in the same round trip (a pipeline, synced once). On a connection in
     autocommit mode both run in one implicit transaction, so what `first` sets with
     `set_config(..., true)` holds for `statement` and ends with its commit: settings
-    without session state, for a transaction pooler, at no extra round trip."""
+    without session state, for a transaction pooler, at no extra round trip. Inside a
+    transaction, they hold until it ends."""
     raw = await psycopg_beneath(conn) if isinstance(conn, AsyncConnection) else conn
     async with raw.pipeline():
         await raw.execute(psycopg_sql(first))
-        cursor = await raw.execute(psycopg_sql(statement), params)
+        cursor = await raw.execute(psycopg_sql(statement, binary), params)
     return await cursor.fetchall() if cursor.description else []
 
 

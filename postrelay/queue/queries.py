@@ -201,10 +201,10 @@ async def job_complete_many(
     ids: list[UUID],
     attempts: list[int],
 ) -> set[UUID]:
-    """`job_finalize_many` for a batch of successes only."""
-    rows = await driver_fetch(
-        conn, JOB_SQL["job_complete_many"], {"worker": worker, "ids": ids, "attempts": attempts},
-        binary=True,
+    """`job_finalize_many` for a batch of successes only, on one plan per connection."""
+    rows = await driver_fetch_after(
+        conn, JOB_SQL["job_complete_plan"], JOB_SQL["job_complete_many"],
+        {"worker": worker, "ids": ids, "attempts": attempts}, binary=True,
     )
     return {row[0] for row in rows}
 

@@ -130,15 +130,27 @@ SELECT id FROM finalized;
 
 -- name: job_complete_many
 -- job_finalize_many for a batch whose runs all succeeded, the usual case: two arrays to
--- send instead of six, no per-row CASEs, no audit. Guarded the same way.
+-- send instead of six, no per-row CASEs, no audit. Guarded the same way. Planned once per
+-- connection (job_complete_plan), not for every batch: the rows are found by primary key
+-- from the array whatever the estimates, since the status is compared as text, which no
+-- partial index's predicate matches (`status = 'running'` made a generic plan walk every
+-- running job of every worker).
 UPDATE mdm.aa_job j
 SET status = 'done', completed_at = now()
 FROM unnest(CAST(:ids AS uuid[]), CAST(:attempts AS integer[])) AS o(id, attempts)
-WHERE j.id = o.id
-  AND j.status = 'running'
+WHERE j.id = ANY(CAST(:ids AS uuid[])) AND j.id = o.id
+  AND CAST(j.status AS text) = 'running'
   AND j.claimed_by = :worker
   AND j.attempts = o.attempts
 RETURNING j.id;
+
+-- name: job_complete_plan
+-- Sent ahead of job_complete_many, in its transaction: keep one plan (the worker's
+-- connections otherwise force custom plans, for job_finalize_many's sake), and never a
+-- sequential scan, which a plan made while the table was empty (a fresh install, a
+-- truncate) would otherwise keep once the table is large.
+SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
+       set_config('enable_seqscan', 'off', true);
 
 -- name: job_rescue_stale
 -- A running job whose claim is older than the lease and whose worker has stopped

@@ -12,7 +12,7 @@ from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from postrelay.core import jsontext
-from postrelay.core.dbcall import driver_fetch
+from postrelay.core.dbcall import driver_fetch, psycopg_beneath, psycopg_sql
 from postrelay.core.sqlfiles import load_queries
 from postrelay.orchestrator.attempts import Logged, Rescue, SendCheck
 
@@ -53,8 +53,14 @@ async def tenant_name(conn: AsyncConnection, *, tenant_id: UUID) -> str | None:
 # the psycopg connection beneath: SQLAlchemy's async execute cost more CPU than the rest of
 # writing a batch of outcomes.
 async def email_log_upsert_many(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> None:
-    await driver_fetch(conn, EMAIL_SQL["email_log_upsert_many"],
-                       {"rows": jsontext.encode_rows(rows)})
+    """On one plan per connection (email_log_plan_once); the three statements go in one
+    round trip."""
+    raw = await psycopg_beneath(conn)
+    async with raw.pipeline():
+        await raw.execute(psycopg_sql(EMAIL_SQL["email_log_plan_once"]))
+        await raw.execute(psycopg_sql(EMAIL_SQL["email_log_upsert_many"]),
+                          {"rows": jsontext.encode_rows(rows)})
+        await raw.execute(psycopg_sql(EMAIL_SQL["email_log_plan_default"]))
 
 
 async def email_log_add_lost_many(conn: AsyncConnection, rows: Sequence[dict[str, Any]]

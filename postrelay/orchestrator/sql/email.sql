@@ -82,6 +82,16 @@ SET status = EXCLUDED.status,
     error = EXCLUDED.error,
     finished_at = now();
 
+-- name: email_log_plan_once
+-- Around email_log_upsert_many, in the completer's transaction: its plan is the same
+-- whatever the estimates (rows from a JSON document into the log), so it keeps one per
+-- connection; the worker's connections force custom plans for job_finalize_many's sake,
+-- and email_log_plan_default gives them back for the statements after it.
+SELECT set_config('plan_cache_mode', 'force_generic_plan', true);
+
+-- name: email_log_plan_default
+SET LOCAL plan_cache_mode TO DEFAULT;
+
 -- name: email_log_add_lost_many
 -- `unknown` rows for attempts whose worker was lost (orchestrator/attempts.py), written with
 -- the outcome of the attempt that found them. Each names its attempt by the id that

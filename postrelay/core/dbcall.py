@@ -243,18 +243,21 @@ async def driver_fetch(
 
 async def driver_fetch_after(
     conn: AsyncConnection | psycopg.AsyncConnection[Any],
-    first: TextClause,
+    first: TextClause | None,
     statement: TextClause,
     params: Any,
     *,
     binary: bool = False,
 ) -> list[tuple[Any, ...]]:
-    """`driver_fetch` of `statement`, with `first` (a statement without parameters) sent
-    ahead of it in the same round trip (a pipeline, synced once). On a connection in
+    """`driver_fetch` of `statement`, with `first` (a statement without parameters; None:
+    `driver_fetch` itself) sent ahead of it in the same round trip (a pipeline, synced
+    once). On a connection in
     autocommit mode both run in one implicit transaction, so what `first` sets with
     `set_config(..., true)` holds for `statement` and ends with its commit: settings
     without session state, for a transaction pooler, at no extra round trip. Inside a
     transaction, they hold until it ends."""
+    if first is None:
+        return await driver_fetch(conn, statement, params, binary=binary)
     raw = await psycopg_beneath(conn) if isinstance(conn, AsyncConnection) else conn
     async with raw.pipeline():
         await raw.execute(psycopg_sql(first))

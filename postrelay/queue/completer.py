@@ -18,7 +18,6 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from postrelay.core.heldconn import HeldConnection
@@ -29,13 +28,13 @@ from postrelay.queue.effects import write_effects
 from postrelay.queue.model import Job
 from postrelay.queue.outcome import Transition
 
-# The outcomes and their effects commit without waiting for the WAL flush. Should the server
-# crash before it, the transaction is lost whole: the job is rescued and runs again, as
-# after any crash mid-job (delivery is at least once), and what the effects recorded is
-# learnt again by that run. An email's claim, made durable before DATA, is what tells the
-# next attempt that its message may have left. The next durable commit of any connection
-# flushes these with it.
-_NO_FLUSH = text("SELECT set_config('synchronous_commit', 'off', true)")
+# The outcomes and their effects commit without waiting for the WAL flush (the setting
+# rides with the outcome's statement: queries.job_complete_many, job_finalize_many). Should
+# the server crash before it, the transaction is lost whole: the job is rescued and runs
+# again, as after any crash mid-job (delivery is at least once), and what the effects
+# recorded is learnt again by that run. An email's claim, made durable before DATA, is what
+# tells the next attempt that its message may have left. The next durable commit of any
+# connection flushes these with it.
 RETRY_BASE_SECS = 0.05
 MAX_BATCH = 1000  # outcomes per statement: bounded work per write
 RETRY_MAX_SECS = 2.0
@@ -121,9 +120,8 @@ class Completer:
         effects = [effect for _, t in batch for effect in t.effects]
         if effects:
             async with self.tx_engine.begin() as conn:
-                await conn.execute(_NO_FLUSH)
                 await write_effects(conn, effects)
-                written = await self._finalize(conn, batch)
+                written = await self._finalize(conn, batch, flush=False)
         else:
             async with self._held.use() as conn:
                 written = await self._finalize(conn, batch)
@@ -140,6 +138,8 @@ class Completer:
         self,
         conn: AsyncConnection | psycopg.AsyncConnection[Any],
         batch: list[tuple[Job, Transition]],
+        *,
+        flush: bool = True,
     ) -> set[UUID]:
         if all(t.status == "done" and t.error is None for _, t in batch):
             return await queries.job_complete_many(
@@ -147,9 +147,11 @@ class Completer:
                 worker=self.worker_id,
                 ids=[job.id for job, _ in batch],
                 attempts=[job.attempts for job, _ in batch],
+                flush=flush,
             )
         return await queries.job_finalize_many(
             conn,
+            flush=flush,
             worker=self.worker_id,
             ids=[job.id for job, _ in batch],
             attempts=[job.attempts for job, _ in batch],

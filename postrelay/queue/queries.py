@@ -172,13 +172,17 @@ async def job_finalize_many(
     delays: list[float | None],
     errors: list[str | None],
     refunds: list[bool],
+    flush: bool = True,
 ) -> set[UUID]:
     """Write a batch of outcomes; returns the ids whose guard held (the rest were rescued).
+    Without `flush`, the transaction's commit does not wait for the WAL flush.
 
     On the psycopg connection beneath `conn`, with binary parameters: dumping its six
     arrays in text cost more than the rest of a no-op job's run."""
-    rows = await driver_fetch(
+    first = None if flush else JOB_SQL["job_outcome_no_flush"]
+    rows = await driver_fetch_after(
         conn,
+        first,
         JOB_SQL["job_finalize_many"],
         {
             "worker": worker,
@@ -200,10 +204,12 @@ async def job_complete_many(
     worker: str,
     ids: list[UUID],
     attempts: list[int],
+    flush: bool = True,
 ) -> set[UUID]:
     """`job_finalize_many` for a batch of successes only, on one plan per connection."""
+    plan = "job_complete_plan" if flush else "job_complete_plan_no_flush"
     rows = await driver_fetch_after(
-        conn, JOB_SQL["job_complete_plan"], JOB_SQL["job_complete_many"],
+        conn, JOB_SQL[plan], JOB_SQL["job_complete_many"],
         {"worker": worker, "ids": ids, "attempts": attempts}, binary=True,
     )
     return {row[0] for row in rows}

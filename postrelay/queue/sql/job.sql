@@ -152,6 +152,18 @@ RETURNING j.id;
 SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
        set_config('enable_seqscan', 'off', true);
 
+-- name: job_complete_plan_no_flush
+-- job_complete_plan in a transaction whose commit does not wait for the WAL flush (outcomes
+-- with effects: queue/completer.py says why); the setting counts at the commit, wherever
+-- in the transaction it is made.
+SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
+       set_config('enable_seqscan', 'off', true),
+       set_config('synchronous_commit', 'off', true);
+
+-- name: job_outcome_no_flush
+-- The same for job_finalize_many's transaction.
+SELECT set_config('synchronous_commit', 'off', true);
+
 -- name: job_rescue_stale
 -- A running job whose claim is older than the lease and whose worker has stopped
 -- heartbeating was lost with its worker: back to pending, or to the DLQ when that claim

@@ -6,7 +6,9 @@ from __future__ import annotations
 import psycopg
 from sqlalchemy import text
 
+from postrelay.core.dbcall import psycopg_sql
 from postrelay.queue import JobSpec, enqueue_many, queries
+from postrelay.queue.queries import JOB_SQL
 
 
 def _claimed(engine, tenant, n: int) -> list:  # noqa: ANN001
@@ -36,12 +38,13 @@ async def test_one_plan_per_connection_by_primary_key(engine, tenant, libpq):
 
         _claimed(engine, tenant, 2000)  # the table is large now, its statistics stale
         async with conn.transaction():
-            await conn.execute("SELECT set_config('plan_cache_mode', 'force_generic_plan', "
-                               "true), set_config('enable_seqscan', 'off', true)")
+            await conn.execute(psycopg_sql(JOB_SQL["job_complete_plan"]))
             cursor = await conn.execute(
                 f"EXPLAIN (FORMAT JSON) EXECUTE {name}('{{}}', '{{}}', 'w')")
             [(plan,)] = await cursor.fetchall()
-    assert "aa_job_pkey" in str(plan) and "Seq Scan" not in str(plan)
+    # By primary key, the arrays hashed: no scan of the table, no loop over the batch squared.
+    assert "aa_job_pkey" in str(plan) and "Hash Join" in str(plan)
+    assert "Seq Scan" not in str(plan) and "Nested Loop" not in str(plan)
 
 
 async def test_only_the_jobs_still_held_at_their_attempt_complete(engine, tenant, libpq):

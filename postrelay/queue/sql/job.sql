@@ -146,11 +146,14 @@ RETURNING j.id;
 
 -- name: job_complete_plan
 -- Sent ahead of job_complete_many, in its transaction: keep one plan (the worker's
--- connections otherwise force custom plans, for job_finalize_many's sake), and never a
+-- connections otherwise force custom plans, for job_finalize_many's sake); never a
 -- sequential scan, which a plan made while the table was empty (a fresh install, a
--- truncate) would otherwise keep once the table is large.
+-- truncate) would otherwise keep once the table is large; and never a nested loop, which a
+-- plan that expects ten rows from the arrays takes and which grows with the square of the
+-- batch (the arrays are hashed instead).
 SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
-       set_config('enable_seqscan', 'off', true);
+       set_config('enable_seqscan', 'off', true),
+       set_config('enable_nestloop', 'off', true);
 
 -- name: job_complete_plan_no_flush
 -- job_complete_plan in a transaction whose commit does not wait for the WAL flush (outcomes
@@ -158,6 +161,7 @@ SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
 -- in the transaction it is made.
 SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
        set_config('enable_seqscan', 'off', true),
+       set_config('enable_nestloop', 'off', true),
        set_config('synchronous_commit', 'off', true);
 
 -- name: job_outcome_no_flush

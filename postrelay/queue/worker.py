@@ -48,10 +48,11 @@ from postrelay.queue.registry import Registry
 JOBS_CHANNEL = "postrelay_jobs"  # enqueue's NOTIFY (sql/job.sql)
 RECONNECT_BASE_SECS = 0.1
 RECONNECT_MAX_SECS = 5.0
-# A saturated worker lets freed slots gather, up to a tenth of its concurrency or for at
-# most this long, before it claims: its jobs end one at a time, and a claim per job costs a
-# round trip per job. An unsaturated worker claims at once, so pickup latency is untouched.
-CLAIM_GATHER_SECS = 0.01
+# A saturated worker lets freed slots gather, up to a quarter of its concurrency or for at
+# most this long, before it claims: its jobs end one at a time, and a claim's cost is mostly
+# the same for one job or twenty. An unsaturated worker claims at once, so pickup latency
+# is untouched.
+CLAIM_GATHER_SECS = 0.025
 # Claiming ahead: a worker whose recent runs were short claims, beyond its free slots, as
 # many jobs as it would start within `claim_ahead_secs` at that pace: at most nine per slot
 # and CLAIM_AHEAD_MAX_JOBS in all. A claim then carries tens of jobs where free slots alone
@@ -277,7 +278,7 @@ class Worker:
                 self._wake.clear()  # a finishing job sets it again
                 await self._sleep(self.config.poll_interval_secs)
                 continue
-            if self._saturated and free < max(1, capacity // 10):
+            if self._saturated and free < max(1, capacity // 4):
                 gather = self._gather_for()
                 if gather > 0:
                     self._wake.clear()

@@ -33,7 +33,7 @@ MAX_BATCH = 500  # rows per statement: bounded work per read
 # Under load, a read waits this long for more attempts before it starts: a round trip
 # costs the worker and the server more than a row in it. An idle worker, whose last read
 # carried one attempt, reads at once.
-LINGER_SECS = 0.002
+LINGER_SECS = 0.005
 _READ = ("job_id", "tenant_id", "category", "recipients")  # what the read needs of a row
 
 

@@ -323,6 +323,8 @@ def check_header_lines(data: bytes) -> None:
     is longer than RFC 5322's 998 octets: such a message is never handed to a server (it
     would refuse it, and the refusal would read as the recipient's)."""
     head = data.split(b"\r\n\r\n", 1)[0]
+    if len(head) <= LINE_LIMIT:  # no line of it can be longer: the usual message
+        return
     current = "headers"
     for line in head.split(b"\r\n"):
         if line[:1] not in (b" ", b"\t"):

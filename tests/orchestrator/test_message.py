@@ -374,3 +374,18 @@ def test_the_sender_header_and_the_date_are_cached_but_what_they_write_is_unchan
     with pytest.raises(ValidationError) as caught:  # a refusal is never cached
         _sender(Address("Ada\u2028Bcc", "ada", "example.com"))
     assert caught.value.field == "from"
+
+
+@pytest.mark.parametrize(("length", "refused"), [(998, False), (999, True)])
+def test_check_header_lines_at_the_limit(length: int, refused: bool) -> None:
+    from postrelay.orchestrator.message import check_header_lines
+
+    line = b"Subject: " + b"s" * (length - len(b"Subject: "))
+    for head in (line, b"From: a@example.com\r\n" + line, line + b"\r\nTo: b@example.com"):
+        data = head + b"\r\n\r\nbody\r\n"
+        if refused:
+            with pytest.raises(ValidationError, match=f"{length} octets"):
+                check_header_lines(data)
+        else:
+            check_header_lines(data)
+    check_header_lines(b"\r\n".join([b"X-A: " + b"a" * 900] * 5) + b"\r\n\r\n")  # short lines

@@ -101,8 +101,6 @@ def _strings(payload: Mapping[str, Any], name: str) -> tuple[str, ...]:
         return ()
     if isinstance(value, str):
         return (value,)
-    if type(value) is list and all(type(v) is str for v in value):  # a decoded JSON list
-        return tuple(value)
     if isinstance(value, Sequence) and all(isinstance(v, str) for v in value):
         return tuple(value)
     raise ValidationError(name, "must be an address or a list of addresses")

@@ -43,6 +43,14 @@ _ENCODED_WORD = re.compile(r"=\?([^?\s]+)\?([qQbB])\?([^?\s]*)\?=")
 _SPECIALS = frozenset('()<>[]:;@\\,"')
 _ANGLE = re.compile(r"(?P<name>.*?)\s*<(?P<addr>[^<>]*)>", re.DOTALL)
 _QUOTED = re.compile(r'"(?P<text>(?:[^"\\]|\\.)*)"', re.DOTALL)
+# The addr-specs _check_addr_spec may accept without parsing the whole address again: a
+# lower-case dot-atom local part, which email-validator returns as it is (RFC 2142's
+# case-insensitive names such as `Postmaster` are lower-cased by it, and are not in this
+# set), at a domain of ASCII letters, digits, dots and hyphens.
+_SIMPLE_LOCAL = re.compile(r"[a-z0-9_+-]+(?:\.[a-z0-9_+-]+)*")
+_SIMPLE_DOMAIN = re.compile(r"[A-Za-z0-9.-]+")
+_LOCAL_MAX = 64  # RFC 5321 4.5.3.1.1, as email-validator counts it
+_ADDRESS_MAX = 254  # RFC 3696 errata 1690, as email-validator counts it
 
 _VALIDATOR_OPTIONS = {
     "check_deliverability": False,  # no DNS at render time
@@ -67,6 +75,14 @@ def check_header_value(value: str, *, field: str) -> str:
     """
     if not isinstance(value, str):
         raise ValidationError(field, f"must be a string, not {type(value).__name__}")
+    if value.isascii() and value.isprintable() and "%" not in value and "=?" not in value:
+        # Printable ASCII with nothing to decode: no line break in any form. Most values
+        # (addresses, Message-IDs, subjects) are such, and are checked several times.
+        return value
+    return _check_header_value_strictly(value, field)
+
+
+def _check_header_value_strictly(value: str, field: str) -> str:
     for text in _decodings(value, field):
         if isinstance(text, bytes):
             if _BREAK_BYTES.intersection(text):
@@ -146,24 +162,58 @@ def _display_name(raw: str, value: str, field: str) -> str:
 
 
 def _check_addr_spec(spec: str, value: str, field: str) -> tuple[str, str]:
+    """(ASCII local part, ASCII domain) of `spec`, or AddressError naming `field`.
+
+    A simple address takes a shortcut: its domain's verdict is cached (a worker sees the
+    same few domains all day, and the domain is most of email-validator's work), and its
+    local part is one email-validator returns unchanged. Everything else, and every
+    refusal, goes through email-validator whole, so the errors are its own."""
+    local, at, domain = spec.rpartition("@")
+    if (at and len(local) <= _LOCAL_MAX and _SIMPLE_LOCAL.fullmatch(local)
+            and _SIMPLE_DOMAIN.fullmatch(domain)):
+        verdict = _domain_verdict(domain)
+        if verdict is not None and len(local) + 1 + verdict[1] <= _ADDRESS_MAX:
+            return local, verdict[0]
+    return _check_addr_spec_strictly(spec, value, field)
+
+
+@functools.lru_cache(maxsize=1024)
+def _domain_verdict(domain: str) -> tuple[str, int] | None:
+    """(the ASCII domain, the longest of its forms in octets) as email-validator judges
+    `domain` after a plain local part, or None if it refuses it. Pure: safe to cache."""
+    try:
+        checked, ascii_domain = _validated(f"a@{domain}")
+    except EmailNotValidError:
+        return None
+    forms = (domain, ascii_domain, checked.domain)
+    return ascii_domain, max(len(form.encode("utf-8")) for form in forms)
+
+
+def _check_addr_spec_strictly(spec: str, value: str, field: str) -> tuple[str, str]:
+    try:
+        checked, ascii_domain = _validated(spec)
+    except EmailNotValidError as exc:
+        raise AddressError(field, f"{value!r} is not a valid email address: {exc}") from None
+    local = checked.ascii_local_part
+    assert local is not None  # allow_smtputf8 is off: every accepted local part is ASCII
+    return local, ascii_domain
+
+
+def _validated(spec: str) -> tuple[email_validator.ValidatedEmail, str]:
+    """email-validator's verdict on `spec`, and its ASCII domain (special-use kept)."""
     domain = spec.rpartition("@")[2].lower()
     special = _special_use_suffix(domain)
     probe = spec
     if special:
-        # email-validator refuses special-use names (localhost, .local, .invalid, ...) with no
-        # option to allow them short of editing its module-wide list. Deliverability is the
-        # SMTP server's call, so check the syntax with a same-shaped stand-in suffix instead.
+        # email-validator refuses special-use names (localhost, .local, .invalid, ...) with
+        # no option to allow them short of editing its module-wide list. Deliverability is
+        # the SMTP server's call, so check the syntax with a same-shaped stand-in suffix.
         probe = spec[: len(spec) - len(special)] + re.sub(r"[^.]", "x", special)
-    try:
-        checked = validate_email(probe, **_VALIDATOR_OPTIONS)  # type: ignore[arg-type]
-    except EmailNotValidError as exc:
-        raise AddressError(field, f"{value!r} is not a valid email address: {exc}") from None
+    checked = validate_email(probe, **_VALIDATOR_OPTIONS)  # type: ignore[arg-type]
     ascii_domain = checked.ascii_domain
     if special:
         ascii_domain = ascii_domain[: len(ascii_domain) - len(special)] + special
-    local = checked.ascii_local_part
-    assert local is not None  # allow_smtputf8 is off: every accepted local part is ASCII
-    return local, ascii_domain
+    return checked, ascii_domain
 
 
 def _special_use_suffix(domain: str) -> str | None:

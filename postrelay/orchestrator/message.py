@@ -13,7 +13,9 @@ envelope-only; they never reach this module (see `envelope_recipients`).
 from __future__ import annotations
 
 import base64
+import functools
 import re
+import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -21,7 +23,6 @@ from email.charset import QP, Charset
 from email.headerregistry import Address
 from email.message import Message
 from email.mime.multipart import MIMEMultipart
-from email.mime.nonmultipart import MIMENonMultipart
 from email.policy import Compat32
 from email.utils import format_datetime, formataddr
 from typing import Any
@@ -108,6 +109,15 @@ _RESERVED_PREFIXES = ("content-", "resent-")
 def message_id_for(job_id: uuid.UUID, domain: str) -> str:
     """`<job_id@domain>`: the same on every attempt of the job, so a message resent after
     an unknown outcome carries the Message-ID of the first try and receivers can drop it."""
+    _check_message_id_domain(domain)
+    if type(job_id) is not uuid.UUID:  # a string, say: written in the canonical form
+        job_id = uuid.UUID(str(job_id))
+    return f"<{job_id}@{domain}>"
+
+
+# Pure, and the same domain for every message of a route; refusals are not cached.
+@functools.lru_cache(maxsize=256)
+def _check_message_id_domain(domain: str) -> None:
     check_header_value(domain, field="message_id_domain")
     if len(domain) > MAX_DOMAIN:
         raise ValidationError("message_id_domain", f"is {len(domain)} characters: a domain "
@@ -115,7 +125,6 @@ def message_id_for(job_id: uuid.UUID, domain: str) -> str:
     if not _DOMAIN.fullmatch(domain):
         raise ValidationError("message_id_domain", f"{domain!r} is not an ASCII domain name "
                                                    "(use the IDNA form of a non-ASCII one)")
-    return f"<{uuid.UUID(str(job_id))}@{domain}>"
 
 
 def message_id_domain(settings_domain: str | None, from_address: Address) -> str:
@@ -132,7 +141,7 @@ def build_message(*, rendered: Rendered, sender: Address, to: Sequence[Address],
     """The message to hand to the SMTP server: text/plain, or multipart/alternative with
     text/html when the template has a body.html. Raises ValidationError naming the field
     (`subject`, `to[1]`, `headers.X-Foo`, ...) for anything that could inject a header."""
-    fields: list[tuple[str, str]] = [("From", _addresses("From", [sender], "from"))]
+    fields: list[tuple[str, str]] = [("From", _sender(sender))]
     if to:  # an all-Bcc message has no To header
         fields.append(("To", _addresses("To", to, "to")))
     if cc:
@@ -141,7 +150,7 @@ def build_message(*, rendered: Rendered, sender: Address, to: Sequence[Address],
         fields.append(("Reply-To", _addresses("Reply-To", reply_to, "reply_to")))
     fields.append(("Subject", _unstructured(
         "Subject", check_header_value(rendered.subject, field="subject"), "subject")))
-    fields.append(("Date", format_datetime(_aware(date))))
+    fields.append(("Date", _date_now() if date is None else format_datetime(_aware(date))))
     check_header_value(message_id, field="message_id")
     if not _MESSAGE_ID.fullmatch(message_id):
         raise ValidationError("message_id", f"{message_id!r} is not '<id@domain>'")
@@ -176,6 +185,19 @@ def envelope_recipients(to: Iterable[Address], cc: Iterable[Address] = (),
             seen.add(spec.lower())
             result.append(spec)
     return result
+
+
+def _sender(sender: Address) -> str:
+    """The From header's value: the same for every message of a route, so cached."""
+    if not isinstance(sender, Address):
+        return _addresses("From", [sender], "from")  # refused there, naming the field
+    return _one_sender(sender.display_name, sender.username, sender.domain)
+
+
+# Keyed by the strings an Address is made of (pure); refusals are not cached.
+@functools.lru_cache(maxsize=256)
+def _one_sender(display_name: str, username: str, domain: str) -> str:
+    return _addresses("From", [Address(display_name, username, domain)], "from")
 
 
 def _addresses(name: str, addresses: Sequence[Address], field: str) -> str:
@@ -301,6 +323,8 @@ def check_header_lines(data: bytes) -> None:
     is longer than RFC 5322's 998 octets: such a message is never handed to a server (it
     would refuse it, and the refusal would read as the recipient's)."""
     head = data.split(b"\r\n\r\n", 1)[0]
+    if len(head) <= LINE_LIMIT:  # no line of it can be longer: the usual message
+        return
     current = "headers"
     for line in head.split(b"\r\n"):
         if line[:1] not in (b" ", b"\t"):
@@ -311,8 +335,13 @@ def check_header_lines(data: bytes) -> None:
 
 
 def _text_part(body: str, subtype: str) -> Message:
-    part = MIMENonMultipart("text", subtype, policy=POLICY)
-    part.set_payload(body, UTF8)
+    """The part MIMENonMultipart("text", subtype) and set_payload(body, UTF8) make, header
+    for header and byte for byte, without their parsing and rewriting of Content-Type."""
+    part = Message(policy=POLICY)
+    part["MIME-Version"] = "1.0"
+    part["Content-Type"] = f'text/{subtype}; charset="utf-8"'
+    part["Content-Transfer-Encoding"] = "quoted-printable"
+    part.set_payload(UTF8.body_encode(body))
     return part
 
 
@@ -329,6 +358,16 @@ def _header_name(name: str) -> str:
     if lowered in _RESERVED or lowered.startswith(_RESERVED_PREFIXES):
         raise ValidationError(f"headers.{name}", "is set by postrelay and cannot be overridden")
     return name
+
+
+def _date_now() -> str:
+    return _date_of(int(time.time()))
+
+
+@functools.lru_cache(maxsize=2)
+def _date_of(second: int) -> str:
+    """The Date header of a message built in this second (written once a second)."""
+    return format_datetime(datetime.fromtimestamp(second, UTC))
 
 
 def _aware(date: datetime | None) -> datetime:

@@ -228,7 +228,10 @@ class Templates:
             return cached[1]
         # What Environment.from_string does, plus a name and a filename for error messages.
         code = env.compile(source, name=self._rel(path), filename=str(path))
-        template = env.template_class.from_code(env, code, env.make_globals(None))
+        # A plain dict of the environment's globals, not the ChainMap make_globals returns:
+        # every render copies the globals into a new context, and copying a ChainMap was
+        # most of the cost of rendering a short template. Nothing changes them after start.
+        template = env.template_class.from_code(env, code, dict(env.make_globals(None)))
         self._compiled[key] = (source, template)
         return template
 

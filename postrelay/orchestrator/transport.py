@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import socket
 import ssl
 import time
@@ -47,6 +48,11 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 Security = Literal["none", "starttls", "tls"]
+# An envelope address that aiosmtplib's own quoting (email.utils.parseaddr, then a check
+# for characters that could smuggle in a parameter) would send as `<address>` unchanged:
+# a dot-atom local part of the usual characters and a domain of LDH labels.
+_PLAIN_ADDRESS = re.compile(
+    r"[A-Za-z0-9_+=-]+(?:\.[A-Za-z0-9_+=-]+)*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*")
 @dataclass(frozen=True)
 class SmtpConfig:
     """Where and how to reach the SMTP server; `from_settings` reads the `smtp_*` settings."""
@@ -210,7 +216,7 @@ class SmtpPool:
     ) -> Delivery:
         options, encoding = _mail_options(smtp, sender, recipients)
         try:
-            await _step("mail", smtp.mail(sender, options=options, encoding=encoding))
+            await _step("mail", _mail(smtp, sender, options, encoding))
         except SmtpTransient as exc:
             # The server closed the idle connection (or said 421 while closing it) while it
             # sat in the pool: not a verdict on this message.
@@ -222,7 +228,7 @@ class SmtpPool:
         refused: dict[str, Reply] = {}
         for rcpt in recipients:
             try:
-                await smtp.rcpt(rcpt, encoding=encoding)
+                await _rcpt(smtp, rcpt, encoding)
             except aiosmtplib.SMTPRecipientRefused as exc:
                 refused[rcpt] = Reply.parse(exc.code, exc.message)
                 error = classify(exc, "rcpt", refused)
@@ -283,6 +289,29 @@ async def _step(stage: Stage, op: Awaitable[_T]) -> _T:
         return await op
     except (aiosmtplib.SMTPException, OSError) as exc:
         raise classify(exc, stage) from exc
+
+
+async def _mail(smtp: aiosmtplib.SMTP, sender: str, options: list[str],
+                encoding: str) -> aiosmtplib.SMTPResponse:
+    """smtp.mail(sender), without parsing a plain address again on every message."""
+    if options or smtp.is_ehlo_or_helo_needed or not _PLAIN_ADDRESS.fullmatch(sender):
+        return await smtp.mail(sender, options=options, encoding=encoding)
+    response = await smtp.execute_command(b"MAIL", b"FROM:<" + sender.encode("ascii") + b">")
+    if response.code != aiosmtplib.SMTPStatus.completed:
+        raise aiosmtplib.SMTPSenderRefused(response.code, response.message, sender)
+    return response
+
+
+async def _rcpt(smtp: aiosmtplib.SMTP, recipient: str,
+                encoding: str) -> aiosmtplib.SMTPResponse:
+    """smtp.rcpt(recipient), without parsing a plain address again on every message."""
+    if smtp.is_ehlo_or_helo_needed or not _PLAIN_ADDRESS.fullmatch(recipient):
+        return await smtp.rcpt(recipient, encoding=encoding)
+    response = await smtp.execute_command(b"RCPT", b"TO:<" + recipient.encode("ascii") + b">")
+    if response.code not in (aiosmtplib.SMTPStatus.completed,
+                             aiosmtplib.SMTPStatus.will_forward):
+        raise aiosmtplib.SMTPRecipientRefused(response.code, response.message, recipient)
+    return response
 
 
 async def _reset(smtp: aiosmtplib.SMTP) -> bool:

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import string
+from collections.abc import Callable
 from email.headerregistry import Address
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from postrelay.core.errors import ValidationError
 from postrelay.orchestrator.addresses import (
     AddressError,
+    _check_addr_spec,
+    _check_addr_spec_strictly,
+    _check_header_value_strictly,
     check_header_value,
     parse_address,
     parse_addresses,
@@ -130,3 +137,65 @@ def test_ordinary_header_values_pass_unchanged(value: str) -> None:
 def test_other_control_characters_are_refused() -> None:
     with pytest.raises(ValidationError, match="control characters"):
         check_header_value("bell\x07", field="headers.X-Foo")
+
+
+# The shortcuts below must agree with the strict paths on every input: the same result, or
+# the same refusal (field and rule).
+
+def _outcome(check: Callable[[], object]) -> object:
+    try:
+        return check()
+    except ValidationError as exc:
+        return (type(exc), exc.field, exc.rule)
+
+
+_LABELS = st.one_of(
+    st.sampled_from(["example", "com", "mail", "xn--mnchen-3ya", "xn--bcher-kva", "localhost",
+                     "local", "invalid", "test", "123", "a-b", "-ab", "ab-", "x" * 63, "y" * 64,
+                     "EXAMPLE", "Ünal", ""]),
+    st.text(alphabet="abcXYZ019-_", min_size=0, max_size=12),
+)
+_DOMAINS = st.lists(_LABELS, min_size=1, max_size=6).map(".".join) | st.sampled_from(
+    ["example.com", "mailhost", "example.com.", ".example.com", "a..b", "1.2.3.4", "[1.2.3.4]",
+     ".".join(["a" * 60] * 4), ".".join(["b" * 63] * 4)])
+_LOCALS = st.one_of(
+    st.text(alphabet="abcz09._+-", min_size=0, max_size=70),
+    st.text(alphabet="abcXYZ09._+-!#$%&'*/=?^`{|}~\"\\ (),:;<>@[]é", min_size=0, max_size=20),
+    st.sampled_from(["postmaster", "Postmaster", "abuse", "ABUSE", "a" * 64, "a" * 65,
+                     "first.last", ".a", "a.", "a..b", '"quoted"', "jü"]),
+)
+
+
+@given(local=_LOCALS, domain=_DOMAINS)
+@settings(max_examples=3000, deadline=None)
+def test_the_addr_spec_shortcut_agrees_with_email_validator(local: str, domain: str) -> None:
+    spec = f"{local}@{domain}"
+    assert _outcome(lambda: _check_addr_spec(spec, spec, "to[3]")) == _outcome(
+        lambda: _check_addr_spec_strictly(spec, spec, "to[3]"))
+
+
+@given(value=st.one_of(
+    st.text(max_size=40),
+    st.text(alphabet=string.printable, max_size=40),
+    st.text(alphabet="ab =?%qQbB0dDaA_\r\n\t\x00\x07\u2028é", max_size=40),
+    st.sampled_from(["=?utf-8?q?a=0D=0Ab?=", "a%0d%0ab", "a%250d%250ab", "100% off",
+                     "=?utf-8?b?YQ0KYg==?=", "tab\there", "x" * 200]),
+))
+@settings(max_examples=3000, deadline=None)
+def test_the_header_value_shortcut_agrees_with_the_full_check(value: str) -> None:
+    assert _outcome(lambda: check_header_value(value, field="subject")) == _outcome(
+        lambda: _check_header_value_strictly(value, "subject"))
+
+
+def test_a_cached_address_is_the_same_address_and_bad_input_is_refused_every_time() -> None:
+    first = parse_address("Shop <shop@example.com>", field="from")
+    assert parse_address("Shop <shop@example.com>", field="from") is first
+    assert parse_address("user@example.com", field="to") == Address("", "user",
+                                                                     "example.com")
+    for _ in range(3):  # refusals are not cached: the same field and rule each time
+        with pytest.raises(AddressError) as caught:
+            parse_address("user@exa_mple.com", field="to[1]")
+        assert caught.value.field == "to[1]" and "not a valid email address" in caught.value.rule
+    # A domain the shortcut has seen still gets email-validator's full check of the whole.
+    with pytest.raises(AddressError, match="too long"):
+        parse_address("a" * 250 + "@example.com", field="to")

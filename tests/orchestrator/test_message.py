@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import email
 import email.policy
+import email.utils
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
 from email.headerregistry import Address
 from email.message import EmailMessage
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from postrelay.core.errors import ValidationError
 from postrelay.orchestrator.addresses import parse_address
@@ -334,3 +337,55 @@ def test_check_header_lines_names_the_header_of_a_long_line() -> None:
     with pytest.raises(ValidationError) as info:
         check_header_lines(long)
     assert info.value.field == "subject" and "998" in info.value.rule
+
+
+@given(body=st.one_of(st.text(max_size=300),
+                      st.text(alphabet="ab =.\t\r\n\u00e9\u20ac", max_size=300),
+                      st.text(alphabet="x ", min_size=70, max_size=200)),
+       subtype=st.sampled_from(["plain", "html"]))
+@settings(max_examples=500, deadline=None)
+def test_a_text_part_is_what_the_email_package_builds(body: str, subtype: str) -> None:
+    """The part is built without MIMENonMultipart's header parsing: the same bytes."""
+    from email.mime.nonmultipart import MIMENonMultipart
+
+    from postrelay.orchestrator.message import POLICY, UTF8, _text_part
+
+    reference = MIMENonMultipart("text", subtype, policy=POLICY)
+    reference.set_payload(body, UTF8)
+    part = _text_part(body, subtype)
+    assert part.as_bytes() == reference.as_bytes()
+    assert part.get_payload(decode=True) == reference.get_payload(decode=True)
+    assert part.get_content_charset() == "utf-8"
+
+
+def test_the_sender_header_and_the_date_are_cached_but_what_they_write_is_unchanged() -> None:
+    from postrelay.orchestrator.message import _addresses, _date_now, _sender
+
+    for sender in (SENDER, parse_address("Shop <shop@example.com>", field="from"),
+                   Address("Support Team " * 8, "help", "example.com")):
+        assert _sender(sender) == _addresses("From", [sender], "from")
+        assert _sender(sender) == _sender(sender)
+    while True:  # what format_datetime writes for now, read twice in the same second
+        uncached = email.utils.format_datetime(datetime.now(UTC))
+        cached = _date_now()
+        if email.utils.format_datetime(datetime.now(UTC)) == uncached:
+            break
+    assert cached == uncached
+    with pytest.raises(ValidationError) as caught:  # a refusal is never cached
+        _sender(Address("Ada\u2028Bcc", "ada", "example.com"))
+    assert caught.value.field == "from"
+
+
+@pytest.mark.parametrize(("length", "refused"), [(998, False), (999, True)])
+def test_check_header_lines_at_the_limit(length: int, refused: bool) -> None:
+    from postrelay.orchestrator.message import check_header_lines
+
+    line = b"Subject: " + b"s" * (length - len(b"Subject: "))
+    for head in (line, b"From: a@example.com\r\n" + line, line + b"\r\nTo: b@example.com"):
+        data = head + b"\r\n\r\nbody\r\n"
+        if refused:
+            with pytest.raises(ValidationError, match=f"{length} octets"):
+                check_header_lines(data)
+        else:
+            check_header_lines(data)
+    check_header_lines(b"\r\n".join([b"X-A: " + b"a" * 900] * 5) + b"\r\n\r\n")  # short lines

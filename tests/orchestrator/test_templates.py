@@ -230,3 +230,15 @@ def test_include_works_and_trailing_newline_of_the_subject_is_stripped(root: Pat
     rendered = Templates(root).render("welcome", CONTEXT)
     assert rendered.text == "Hi Ada\n-- \nThe Shop"
     assert rendered.subject == "Welcome, Ada!"
+
+
+def test_jinja_globals_are_there_for_templates_and_a_context_never_leaks(root: Path) -> None:
+    """The compiled templates keep their own copy of the environment's globals."""
+    write(root, "globals/subject.txt", "{% for i in range(3) %}{{ i }}{% endfor %}")
+    write(root, "globals/body.txt", "{{ dict(a=name) }} {{ namespace(n=1).n }} {{ name }}")
+    templates = Templates(root)
+    first = templates.render("globals", {"name": "Ada"})
+    assert (first.subject, first.text) == ("012", "{'a': 'Ada'} 1 Ada")
+    with pytest.raises(TemplateError, match="undefined variable"):
+        templates.render("globals", {})  # Ada is not left behind for the next message
+    assert templates.render("globals", {"name": "Bo"}).text == "{'a': 'Bo'} 1 Bo"

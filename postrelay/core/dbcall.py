@@ -3,9 +3,10 @@
 Writes that join the caller's transaction (`enqueue`, `emit`) accept a sync or async
 SQLAlchemy Connection or Session, or a plain psycopg (3) connection. The logic is written
 once, as a generator that yields `(statement, params)` (or a `Copy`) and receives the rows
-(for a statement that returns none, the number of rows it wrote). `run_sync` runs it on a
-sync connection, `run_async` on an async one; each public write has one entry point of each
-kind (`enqueue`, `enqueue_async`) over the same generator.
+(for a statement that returns none, the number of rows it wrote), read by index or by
+column name alike (SQLAlchemy's `Row`; named tuples on a psycopg connection). `run_sync`
+runs it on a sync connection, `run_async` on an async one; each public write has one entry
+point of each kind (`enqueue`, `enqueue_async`) over the same generator.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from collections.abc import Awaitable, Coroutine, Generator, Sequence
 from typing import Any, TypeAlias, TypeVar, cast
 
 import psycopg
+from psycopg import pq
+from psycopg.rows import namedtuple_row
 from sqlalchemy import Connection, CursorResult, Row, TextClause
 from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -118,7 +121,8 @@ def _drive_psycopg(conn: psycopg.Connection[Any], steps: Steps[T]) -> T:
                 step = steps.send([] if copy_rows(conn, step) else None)
                 continue
             statement, params = step
-            cursor = conn.execute(psycopg_sql(statement), params)
+            cursor = conn.cursor(row_factory=namedtuple_row)
+            cursor.execute(psycopg_sql(statement), params)
             rows = cursor.fetchall() if cursor.description else cursor.rowcount
             step = steps.send(rows)
     except StopIteration as stop:
@@ -135,7 +139,13 @@ async def _drive_psycopg_async(conn: psycopg.AsyncConnection[Any], steps: Steps[
                 step = steps.send([] if copied else None)
                 continue
             statement, params = step
-            cursor = await conn.execute(psycopg_sql(statement), params)
+            cursor = conn.cursor(row_factory=namedtuple_row)
+            await cursor.execute(psycopg_sql(statement), params)
+            if conn.pgconn.pipeline_status != pq.PipelineStatus.OFF:
+                # In a pipeline (which sends a transaction's BEGIN along with its first
+                # statement), a statement's results come with the sync that follows it.
+                async with conn.pipeline() as pipeline:
+                    await pipeline.sync()
             rows = await cursor.fetchall() if cursor.description else cursor.rowcount
             step = steps.send(rows)
     except StopIteration as stop:

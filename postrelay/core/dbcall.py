@@ -18,7 +18,6 @@ from collections.abc import Awaitable, Coroutine, Generator, Sequence
 from typing import Any, TypeAlias, TypeVar, cast
 
 import psycopg
-from psycopg import pq
 from psycopg.rows import namedtuple_row
 from sqlalchemy import Connection, CursorResult, Row, TextClause
 from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
@@ -105,6 +104,14 @@ def _wrong_connection(conn: object, wanted: str = "a") -> TypeError:
     )
 
 
+class BinaryParams(dict[str, Any]):
+    """A step's parameters to send in binary on a psycopg connection (a plain dict to
+    SQLAlchemy). psycopg writes a list in text one element at a time, escaping each with a
+    regular expression: for a statement that carries a batch as arrays (JSON text among
+    them) that costs more CPU than the rest of its round trip. Every parameter of such a
+    statement must be cast to the type it is used as (see `driver_fetch`)."""
+
+
 @functools.cache
 def psycopg_sql(statement: TextClause, binary: bool = False) -> str:
     """The statement in psycopg's `%(name)s` style, compiled once per statement; with
@@ -122,7 +129,7 @@ def _drive_psycopg(conn: psycopg.Connection[Any], steps: Steps[T]) -> T:
                 continue
             statement, params = step
             cursor = conn.cursor(row_factory=namedtuple_row)
-            cursor.execute(psycopg_sql(statement), params)
+            cursor.execute(psycopg_sql(statement, isinstance(params, BinaryParams)), params)
             rows = cursor.fetchall() if cursor.description else cursor.rowcount
             step = steps.send(rows)
     except StopIteration as stop:
@@ -140,12 +147,8 @@ async def _drive_psycopg_async(conn: psycopg.AsyncConnection[Any], steps: Steps[
                 continue
             statement, params = step
             cursor = conn.cursor(row_factory=namedtuple_row)
-            await cursor.execute(psycopg_sql(statement), params)
-            if conn.pgconn.pipeline_status != pq.PipelineStatus.OFF:
-                # In a pipeline (which sends a transaction's BEGIN along with its first
-                # statement), a statement's results come with the sync that follows it.
-                async with conn.pipeline() as pipeline:
-                    await pipeline.sync()
+            await cursor.execute(psycopg_sql(statement, isinstance(params, BinaryParams)),
+                                 params)
             rows = await cursor.fetchall() if cursor.description else cursor.rowcount
             step = steps.send(rows)
     except StopIteration as stop:

@@ -94,8 +94,7 @@ class GroupCommit:
             # costs about as much CPU per statement as the driver does.
             raw = await psycopg_beneath(conn)
             try:
-                # A pipeline sends the BEGIN with the first statement: a round trip less.
-                async with raw.pipeline(), raw.transaction():
+                async with raw.transaction():
                     flat = await record_many_async(raw, reports, self.policy)
             except BaseException:
                 if raw.closed or raw.broken:  # lost: the pool must not hand it out again

@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from postrelay.core.dbcall import Steps
+from postrelay.core.dbcall import BinaryParams, Steps
 from postrelay.core.sqlfiles import load_queries
 
 FEEDBACK_SQL = load_queries("postrelay.orchestrator", "sql/feedback.sql")
@@ -18,9 +18,8 @@ def email_feedback_match_many(*, log_ids: list[str | None], message_ids: list[st
                               queue_ids: list[str | None], recipients: list[str | None]
                               ) -> Steps[list[dict[str, Any] | None]]:
     """The matched log row of each report, in order; None where nothing matched."""
-    rows = yield FEEDBACK_SQL["email_feedback_match_many"], {
-        "log_ids": log_ids, "message_ids": message_ids, "queue_ids": queue_ids,
-        "recipients": recipients}
+    rows = yield FEEDBACK_SQL["email_feedback_match_many"], BinaryParams(
+        log_ids=log_ids, message_ids=message_ids, queue_ids=queue_ids, recipients=recipients)
     return [r._asdict() if r.id is not None else None for r in rows]
 
 
@@ -29,8 +28,8 @@ def email_feedback_insert_many(rows: list[dict[str, Any]], *, soft_window_secs: 
     """The new rows' id and soft_before by dedupe_key; a row recorded before is absent."""
     if not rows:
         return {}
-    params: dict[str, Any] = {_plural(key): [r[key] for r in rows] for key in rows[0]}
-    params["soft_window_secs"] = soft_window_secs
+    params = BinaryParams({_plural(key): [r[key] for r in rows] for key in rows[0]})
+    params["soft_window_secs"] = float(soft_window_secs)
     result = yield FEEDBACK_SQL["email_feedback_insert_many"], params
     return {r.dedupe_key: r._asdict() for r in result}
 
@@ -41,7 +40,7 @@ def email_feedback_apply_many(rows: list[dict[str, Any]], *, ranks: list[str]
     completed_job and suppressed."""
     if not rows:
         return []
-    params: dict[str, Any] = {_plural(key): [r[key] for r in rows] for key in rows[0]}
+    params = BinaryParams({_plural(key): [r[key] for r in rows] for key in rows[0]})
     params["ranks"] = ranks
     result = yield FEEDBACK_SQL["email_feedback_apply_many"], params
     return [r._asdict() for r in result]

@@ -156,7 +156,7 @@ WITH w AS (
         (id, tenant_id, aggregate_type, aggregate_id, event_type, payload, headers,
          created_by)
     SELECT w.id, w.tenant_id, w.aggregate_type, w.aggregate_id, w.event_type,
-           CAST(w.payload AS jsonb), CAST(w.headers AS jsonb), :created_by
+           CAST(w.payload AS jsonb), CAST(w.headers AS jsonb), CAST(:created_by AS text)
     FROM w CROSS JOIN wake
     ORDER BY w.n
 )

@@ -115,8 +115,11 @@ class BinaryParams(dict[str, Any]):
 @functools.cache
 def psycopg_sql(statement: TextClause, binary: bool = False) -> str:
     """The statement in psycopg's `%(name)s` style, compiled once per statement; with
-    `binary`, every parameter is sent in binary (`%(name)b`)."""
-    sql = str(statement.compile(dialect=_DIALECT))
+    `binary`, every parameter is sent in binary (`%(name)b`). Its comment lines stay in the
+    .sql file: psycopg keeps its conversion of a statement only up to 4 kB of text, and
+    reads a longer one again at every execution."""
+    sql = "\n".join(line for line in str(statement.compile(dialect=_DIALECT)).splitlines()
+                    if not line.lstrip().startswith("--"))
     return _PLACEHOLDER.sub(r"%(\1)b", sql) if binary else sql
 
 

@@ -102,7 +102,13 @@ def inbound(
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
-        with InboundServer(db.sync_engine(), return_path, policy, config):
+        # No pre-ping: it would cost a round trip per transaction, and the receiver retries
+        # a batch that met a lost connection on new ones anyway. Generic plans: the
+        # receiver's statements take their batch as arrays, which a plan made for one
+        # batch fits as well as any other, so the planner need not run at every execution.
+        engine = db.async_engine(pool_pre_ping=False, connect_args={
+            "options": "-c plan_cache_mode=force_generic_plan"})
+        with InboundServer(engine, return_path, policy, config):
             typer.echo(f"inbound: mail for {return_path.domain} on {config.host}:"
                        f"{config.port}" + (" (STARTTLS)" if config.tls else ""))
             stop.wait()

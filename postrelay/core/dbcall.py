@@ -3,9 +3,10 @@
 Writes that join the caller's transaction (`enqueue`, `emit`) accept a sync or async
 SQLAlchemy Connection or Session, or a plain psycopg (3) connection. The logic is written
 once, as a generator that yields `(statement, params)` (or a `Copy`) and receives the rows
-(for a statement that returns none, the number of rows it wrote). `run_sync` runs it on a
-sync connection, `run_async` on an async one; each public write has one entry point of each
-kind (`enqueue`, `enqueue_async`) over the same generator.
+(for a statement that returns none, the number of rows it wrote), read by index or by
+column name alike (SQLAlchemy's `Row`; named tuples on a psycopg connection). `run_sync`
+runs it on a sync connection, `run_async` on an async one; each public write has one entry
+point of each kind (`enqueue`, `enqueue_async`) over the same generator.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Awaitable, Coroutine, Generator, Sequence
 from typing import Any, TypeAlias, TypeVar, cast
 
 import psycopg
+from psycopg.rows import namedtuple_row
 from sqlalchemy import Connection, CursorResult, Row, TextClause
 from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -102,11 +104,22 @@ def _wrong_connection(conn: object, wanted: str = "a") -> TypeError:
     )
 
 
+class BinaryParams(dict[str, Any]):
+    """A step's parameters to send in binary on a psycopg connection (a plain dict to
+    SQLAlchemy). psycopg writes a list in text one element at a time, escaping each with a
+    regular expression: for a statement that carries a batch as arrays (JSON text among
+    them) that costs more CPU than the rest of its round trip. Every parameter of such a
+    statement must be cast to the type it is used as (see `driver_fetch`)."""
+
+
 @functools.cache
 def psycopg_sql(statement: TextClause, binary: bool = False) -> str:
     """The statement in psycopg's `%(name)s` style, compiled once per statement; with
-    `binary`, every parameter is sent in binary (`%(name)b`)."""
-    sql = str(statement.compile(dialect=_DIALECT))
+    `binary`, every parameter is sent in binary (`%(name)b`). Its comment lines stay in the
+    .sql file: psycopg keeps its conversion of a statement only up to 4 kB of text, and
+    reads a longer one again at every execution."""
+    sql = "\n".join(line for line in str(statement.compile(dialect=_DIALECT)).splitlines()
+                    if not line.lstrip().startswith("--"))
     return _PLACEHOLDER.sub(r"%(\1)b", sql) if binary else sql
 
 
@@ -118,7 +131,8 @@ def _drive_psycopg(conn: psycopg.Connection[Any], steps: Steps[T]) -> T:
                 step = steps.send([] if copy_rows(conn, step) else None)
                 continue
             statement, params = step
-            cursor = conn.execute(psycopg_sql(statement), params)
+            cursor = conn.cursor(row_factory=namedtuple_row)
+            cursor.execute(psycopg_sql(statement, isinstance(params, BinaryParams)), params)
             rows = cursor.fetchall() if cursor.description else cursor.rowcount
             step = steps.send(rows)
     except StopIteration as stop:
@@ -135,7 +149,9 @@ async def _drive_psycopg_async(conn: psycopg.AsyncConnection[Any], steps: Steps[
                 step = steps.send([] if copied else None)
                 continue
             statement, params = step
-            cursor = await conn.execute(psycopg_sql(statement), params)
+            cursor = conn.cursor(row_factory=namedtuple_row)
+            await cursor.execute(psycopg_sql(statement, isinstance(params, BinaryParams)),
+                                 params)
             rows = await cursor.fetchall() if cursor.description else cursor.rowcount
             step = steps.send(rows)
     except StopIteration as stop:

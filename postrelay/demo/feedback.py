@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from email.utils import format_datetime, make_msgid
 
 import aiosmtplib
-from sqlalchemy import Engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from postrelay.orchestrator import (
     InboundConfig,
@@ -38,10 +38,11 @@ def return_path() -> ReturnPath:
     return ReturnPath(BOUNCE_DOMAIN, SECRET.encode())
 
 
-def send_late_feedback(engine: Engine, received: Sequence[Received],
+def send_late_feedback(engine: AsyncEngine, received: Sequence[Received],
                        policy: SuppressionPolicy) -> int:
     """Deliver the demo's DSNs and complaint for the messages in `received` to an inbound
-    listener of its own; returns how many reports went."""
+    listener of its own (the engine serves that listener's loop alone); returns how many
+    reports went."""
     mails = []
     for message in received:
         for recipient in message.recipients:

@@ -24,6 +24,7 @@ from postrelay.core.bulkcopy import Copy
 from postrelay.core.dbcall import (
     AnyConnection,
     AsyncAnyConnection,
+    BinaryParams,
     Steps,
     SyncConnection,
     run_async,
@@ -38,6 +39,8 @@ from postrelay.relay.queries import OUTBOX_SQL
 _wakeup = NotifyOnce("postrelay_outbox")
 # The columns of outbox_copy_in.
 OUTBOX_COPY_TYPES = ("uuid", "uuid", "text", "text", "text", "jsonb", "jsonb", "text")
+# Smaller batches go in with one INSERT (outbox_insert_many), larger ones with COPY.
+COPY_MIN_EVENTS = 20
 
 
 @overload
@@ -141,8 +144,9 @@ def emit_many(
     notify: bool = True,
 ) -> list[UUID] | Coroutine[Any, Any, list[UUID]]:
     """Insert many events, in order, and return their ids. If any event is invalid or names
-    an unknown tenant, nothing is written. The events stream in with binary COPY on the
-    psycopg connection beneath `conn`, in its transaction. On an async connection,
+    an unknown tenant, nothing is written. A batch of COPY_MIN_EVENTS or more streams in
+    with binary COPY on the psycopg connection beneath `conn`, in its transaction; a
+    smaller one goes in with one INSERT. On an async connection,
     `await emit_many_async(...)`."""
     steps = _emit_many_steps(conn, _validated_specs(events, created_by), created_by,
                              _wakeup.wanted(conn, notify))
@@ -180,6 +184,20 @@ def _emit_many_steps(
     if not rows:
         return []
     with_notify = send_notify and _wakeup.needed(conn)
+    ids = new_uuids(len(rows))
+    if len(rows) < COPY_MIN_EVENTS:
+        ((missing,),) = yield OUTBOX_SQL["outbox_insert_many"], BinaryParams(
+            ids=ids, tenant_ids=[r["tenant_id"] for r in rows],
+            aggregate_types=[r["aggregate_type"] for r in rows],
+            aggregate_ids=[r["aggregate_id"] for r in rows],
+            event_types=[r["event_type"] for r in rows],
+            payloads=[r["payload"] for r in rows], headers=[r["headers"] for r in rows],
+            created_by=created_by, notify=with_notify)
+        if missing:
+            raise ValidationError("tenant_id", f"no tenant with id {missing[0]}")
+        if with_notify:
+            _wakeup.mark(conn)
+        return ids
     ((missing, _notified),) = yield OUTBOX_SQL["outbox_batch_check"], {
         "tenant_ids": list({r["tenant_id"] for r in rows}), "notify": with_notify,
     }
@@ -187,7 +205,6 @@ def _emit_many_steps(
         _wakeup.mark(conn)
     if missing:
         raise ValidationError("tenant_id", f"no tenant with id {missing[0]}")
-    ids = new_uuids(len(rows))
     yield Copy(OUTBOX_SQL["outbox_copy_in"].text, OUTBOX_COPY_TYPES, (
         (event_id, r["tenant_id"], r["aggregate_type"], r["aggregate_id"], r["event_type"],
          r["payload"], r["headers"], created_by)

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import string
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import Connection, Engine, text
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from postrelay.core.db import sqlalchemy_url
 
 # The email rig (templates, an SMTP sink, workers with the real handler).
 from tests.orchestrator.conftest import rig, sink, templates_dir  # noqa: F401
@@ -89,3 +93,12 @@ def other_tenant(engine: Engine, tenant: uuid.UUID) -> uuid.UUID:
 
     with engine.begin() as conn:
         return ensure_tenant(conn, "globex")  # type: ignore[return-value]
+
+
+@pytest.fixture
+def receiver_engine(database_url: str) -> Iterator[AsyncEngine]:
+    """An async engine for an inbound listener: used on the listener's own event loop, so
+    its connections are dropped, not closed, afterwards (that loop is gone by then)."""
+    eng = create_async_engine(sqlalchemy_url(database_url), pool_pre_ping=False)
+    yield eng
+    eng.sync_engine.dispose(close=False)

@@ -9,7 +9,10 @@ import uuid
 
 import aiosmtplib
 import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
 
+from postrelay.core.db import sqlalchemy_url
 from postrelay.orchestrator.feedback import SuppressionPolicy
 from postrelay.orchestrator.feedback.inbound import InboundConfig, InboundServer
 from tests.feedback.conftest import bounce_mail, insert_log
@@ -24,10 +27,10 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def inbound(engine, return_path, clean_db):
+def inbound(receiver_engine, return_path, clean_db):
     config = InboundConfig(host="127.0.0.1", port=free_port(), max_bytes=1024 * 1024,
                            max_connections=2)
-    with InboundServer(engine, return_path, SuppressionPolicy(), config) as server:
+    with InboundServer(receiver_engine, return_path, SuppressionPolicy(), config) as server:
         yield server
 
 
@@ -156,3 +159,35 @@ def test_the_receiver_reads_smtp_paths_as_aiosmtpd_does(arg):
     for limit in (0, 3):
         server.local_part_limit = limit
         assert server._getaddr(arg) == SMTP._getaddr(server, arg)
+
+
+async def test_it_recovers_from_a_lost_database_connection_without_a_pre_ping(
+        database_url, engine, tenant, look, return_path, clean_db, caplog):
+    # The receiver's engine has no pre-ping: a batch that meets a dead connection fails,
+    # the connection is dropped, and each message of the batch is recorded again on a new
+    # one, so the sender still gets its 250.
+    receiver = create_async_engine(sqlalchemy_url(database_url), pool_pre_ping=False,
+                                   connect_args={"application_name": "inbound-under-test"})
+    config = InboundConfig(host="127.0.0.1", port=free_port(), max_bytes=1024 * 1024)
+    with engine.begin() as conn:
+        sent = [insert_log(conn, tenant_id=tenant, recipients=(f"u{i}@example.com",))
+                for i in range(2)]
+    mails = [(return_path.address(s["id"]),
+              bounce_mail("postfix_bounce.eml", verp=return_path.address(s["id"]),
+                          message_id=s["message_id"], recipient=f"u{i}@example.com"))
+             for i, s in enumerate(sent)]
+    try:
+        with InboundServer(receiver, return_path, SuppressionPolicy(), config) as server:
+            assert (await deliver(server, *mails[0]))[0] == 250
+            with engine.begin() as conn:  # the database drops the receiver's connection
+                killed = conn.execute(text(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE application_name = 'inbound-under-test'")).scalar_one()
+            assert killed >= 1
+            assert (await deliver(server, *mails[1]))[0] == 250
+    finally:
+        receiver.sync_engine.dispose(close=False)
+    assert sorted(r["recipient"] for r in look.feedback()) == ["u0@example.com",
+                                                               "u1@example.com"]
+    assert all(look.log(s["id"])["delivery"] == "bounced" for s in sent)
+    assert "postrelay.inbound.batch_failed" in caplog.text  # the lost connection was met

@@ -23,9 +23,9 @@ LINKS = UnsubscribeLinks("https://mail.acme.example", SECRET, BOUNCE_DOMAIN)
 
 
 @pytest.fixture
-def inbound(engine, return_path, clean_db):
+def inbound(receiver_engine, return_path, clean_db):
     config = InboundConfig(host="127.0.0.1", port=free_port(), unsubscribe=LINKS)
-    with InboundServer(engine, return_path, SuppressionPolicy(), config) as server:
+    with InboundServer(receiver_engine, return_path, SuppressionPolicy(), config) as server:
         yield server
 
 

@@ -4,12 +4,14 @@ refused whole, ten thousand events at once."""
 from __future__ import annotations
 
 import time
+import uuid
 
 import pytest
 from sqlalchemy import text
 
 from postrelay.core.errors import ValidationError
 from postrelay.relay import EventSpec, emit, emit_async, emit_many, emit_many_async
+from postrelay.relay.emit import COPY_MIN_EVENTS
 from tests.factories import scalar
 
 
@@ -104,3 +106,32 @@ def test_emit_many_rejects_the_whole_batch(engine, tenant, clean_db):
         emit_many(conn, specs)
     assert info.value.field == "events[1].payload"
     assert scalar(engine, "SELECT count(*) FROM mdm.aa_outbox_event") == 0
+
+
+@pytest.mark.parametrize("size", [1, 3, COPY_MIN_EVENTS - 1, COPY_MIN_EVENTS])
+def test_emit_many_of_any_size_writes_the_batch_in_order(engine, tenant, clean_db, size):
+    # Below COPY_MIN_EVENTS one INSERT, from it on a COPY: the same rows either way.
+    specs = [EventSpec("order.placed", {"n": i}, tenant, "order", i, {"h": i})
+             for i in range(size)]
+    with engine.begin() as conn:
+        ids = emit_many(conn, specs, created_by="shop")
+    with engine.connect() as conn:
+        rows = conn.execute(text(
+            "SELECT id, aggregate_id, payload, headers, created_by "
+            "FROM mdm.aa_outbox_event ORDER BY seq")).all()
+    assert [r.id for r in rows] == ids
+    assert [(r.aggregate_id, r.payload, r.headers, r.created_by) for r in rows] == [
+        (str(i), {"n": i}, {"h": i}, "shop") for i in range(size)]
+
+
+@pytest.mark.parametrize("size", [2, COPY_MIN_EVENTS])
+def test_emit_many_with_an_unknown_tenant_writes_nothing(engine, tenant, clean_db, size):
+    unknown = uuid.uuid4()
+    specs = [EventSpec("order.placed", {}, tenant, "order", i) for i in range(size - 1)]
+    specs.append(EventSpec("order.placed", {}, unknown, "order", "last"))
+    with engine.connect() as conn:
+        with pytest.raises(ValidationError) as info:
+            emit_many(conn, specs)
+        assert info.value.field == "tenant_id" and str(unknown) in info.value.rule
+        assert conn.execute(text("SELECT count(*) FROM mdm.aa_outbox_event")).scalar() == 0
+        conn.rollback()

@@ -19,7 +19,7 @@ from typing import Any
 
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, Envelope, Session
-from sqlalchemy import Engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from postrelay.core.telemetry import event
 from postrelay.orchestrator.feedback.groupcommit import GroupCommit
@@ -54,7 +54,7 @@ class InboundConfig:
 class FeedbackHandler:
     """aiosmtpd hooks: RCPT decides what is accepted, DATA records it."""
 
-    def __init__(self, engine: Engine, return_path: ReturnPath, policy: SuppressionPolicy,
+    def __init__(self, engine: AsyncEngine, return_path: ReturnPath, policy: SuppressionPolicy,
                  max_bytes: int, unsubscribe: UnsubscribeLinks | None = None) -> None:
         self.engine = engine
         self.return_path = return_path
@@ -148,13 +148,16 @@ class _Gate:
 
 
 class InboundServer(Controller):
-    """aiosmtpd's threaded controller running the feedback handler.
+    """aiosmtpd's threaded controller running the feedback handler. The async engine is
+    used on the controller's event loop alone (its connections belong to that loop); no
+    pre-ping is needed: a batch that fails on a lost connection is retried a message at a
+    time, on new connections.
 
-        with InboundServer(engine, return_path, policy, InboundConfig(port=2525)) as s:
+        with InboundServer(async_engine, return_path, policy, InboundConfig(port=2525)) as s:
             ...  # s.port
     """
 
-    def __init__(self, engine: Engine, return_path: ReturnPath, policy: SuppressionPolicy,
+    def __init__(self, engine: AsyncEngine, return_path: ReturnPath, policy: SuppressionPolicy,
                  config: InboundConfig) -> None:
         self.config = config
         self.feedback = FeedbackHandler(engine, return_path, policy, config.max_bytes,

@@ -24,6 +24,7 @@ from uuid import UUID
 from flufl.bounce import all_failures
 
 from postrelay.orchestrator.feedback.model import Feedback, bounce_kind
+from postrelay.orchestrator.feedback.outline import outline
 from postrelay.orchestrator.feedback.verp import ReturnPath, TokenError
 
 ENHANCED = re.compile(r"\b([245])\.(\d{1,3})\.(\d{1,3})\b")
@@ -47,7 +48,9 @@ def parse_mail(raw: bytes, *, envelope_to: Sequence[str] = (),
         return [_unparsed(_message(head), source, event_id, envelope_to, return_path,
                           f"{len(raw)} bytes, over the {max_bytes}-byte limit; headers kept")]
     try:
-        msg = _message(raw)
+        # A report's outline when it has one: the parts classification reads, unparsed the
+        # rest (a DSN often returns the whole original message).
+        msg = outline(raw) or _message(raw)
         event_id = _clean(msg.get("message-id")) or event_id
         reports = _reports(msg, source, event_id, envelope_to, return_path)
     except Exception as exc:  # a parser bug or a message email cannot read: kept, not lost

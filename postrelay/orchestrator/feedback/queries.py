@@ -1,4 +1,6 @@
-"""One thin typed function per statement of `sql/feedback.sql`."""
+"""One thin typed function per statement of `sql/feedback.sql`. Those of `record_many` are
+steps (`core.dbcall`): the same logic runs on a sync connection and on the inbound
+receiver's async one."""
 
 from __future__ import annotations
 
@@ -6,42 +8,42 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from postrelay.core.dbcall import BinaryParams, Steps
 from postrelay.core.sqlfiles import load_queries
 
 FEEDBACK_SQL = load_queries("postrelay.orchestrator", "sql/feedback.sql")
 
 
-def email_feedback_match_many(conn: Connection, *, log_ids: list[str | None],
-                              message_ids: list[str | None], queue_ids: list[str | None],
-                              recipients: list[str | None]) -> list[dict[str, Any] | None]:
+def email_feedback_match_many(*, log_ids: list[str | None], message_ids: list[str | None],
+                              queue_ids: list[str | None], recipients: list[str | None]
+                              ) -> Steps[list[dict[str, Any] | None]]:
     """The matched log row of each report, in order; None where nothing matched."""
-    rows = conn.execute(FEEDBACK_SQL["email_feedback_match_many"], {
-        "log_ids": log_ids, "message_ids": message_ids, "queue_ids": queue_ids,
-        "recipients": recipients}).mappings().all()
-    return [dict(r) if r["id"] is not None else None for r in rows]
+    rows = yield FEEDBACK_SQL["email_feedback_match_many"], BinaryParams(
+        log_ids=log_ids, message_ids=message_ids, queue_ids=queue_ids, recipients=recipients)
+    return [r._asdict() if r.id is not None else None for r in rows]
 
 
-def email_feedback_insert_many(conn: Connection, rows: list[dict[str, Any]], *,
-                               soft_window_secs: float) -> dict[str, dict[str, Any]]:
+def email_feedback_insert_many(rows: list[dict[str, Any]], *, soft_window_secs: float
+                               ) -> Steps[dict[str, dict[str, Any]]]:
     """The new rows' id and soft_before by dedupe_key; a row recorded before is absent."""
     if not rows:
         return {}
-    params: dict[str, Any] = {_plural(key): [r[key] for r in rows] for key in rows[0]}
-    params["soft_window_secs"] = soft_window_secs
-    result = conn.execute(FEEDBACK_SQL["email_feedback_insert_many"], params).mappings()
-    return {r["dedupe_key"]: dict(r) for r in result}
+    params = BinaryParams({_plural(key): [r[key] for r in rows] for key in rows[0]})
+    params["soft_window_secs"] = float(soft_window_secs)
+    result = yield FEEDBACK_SQL["email_feedback_insert_many"], params
+    return {r.dedupe_key: r._asdict() for r in result}
 
 
-def email_feedback_apply_many(conn: Connection, rows: list[dict[str, Any]], *,
-                              ranks: list[str]) -> list[dict[str, Any]]:
+def email_feedback_apply_many(rows: list[dict[str, Any]], *, ranks: list[str]
+                              ) -> Steps[list[dict[str, Any]]]:
     """Per row, in order: old_status (the log row's, for the first report about it),
     completed_job and suppressed."""
     if not rows:
         return []
-    params: dict[str, Any] = {_plural(key): [r[key] for r in rows] for key in rows[0]}
+    params = BinaryParams({_plural(key): [r[key] for r in rows] for key in rows[0]})
     params["ranks"] = ranks
-    return [dict(r) for r in conn.execute(FEEDBACK_SQL["email_feedback_apply_many"],
-                                          params).mappings()]
+    result = yield FEEDBACK_SQL["email_feedback_apply_many"], params
+    return [r._asdict() for r in result]
 
 
 def _plural(key: str) -> str:

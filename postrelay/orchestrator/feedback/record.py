@@ -7,7 +7,7 @@
     done.suppressed, done.event_type          # True, "email.bounced"
 
 `record_many` does the same for a batch (a provider's webhook delivery, the mail of a group
-commit) in four statements whatever its size.
+commit) in four statements whatever its size; `record_many_async` on an async connection.
 
 In order: match the log row (VERP token, Message-ID, queue id); insert the feedback row,
 which stops here when the same feedback was recorded before; raise the log row's delivery
@@ -27,6 +27,7 @@ from sqlalchemy import Connection
 
 import postrelay.relay as relay
 from postrelay.core import jsontext
+from postrelay.core.dbcall import AsyncAnyConnection, Steps, run_async, run_sync
 from postrelay.core.telemetry import event as log_event
 from postrelay.orchestrator.feedback import queries
 from postrelay.orchestrator.feedback.model import (
@@ -58,8 +59,41 @@ def record_many(conn: Connection, reports: Sequence[Feedback],
     batch's size: match, insert, apply, outbox events."""
     if not reports:
         return []
-    matches = queries.email_feedback_match_many(
-        conn, log_ids=[_text(f.log_id) for f in reports],
+    results, events = run_sync(conn, _record_steps(reports, policy))
+    _emit(conn, events)
+    return results
+
+
+async def record_many_async(conn: AsyncAnyConnection, reports: Sequence[Feedback],
+                            policy: SuppressionPolicy = DEFAULT_POLICY) -> list[Recorded]:
+    """`record_many` on an async SQLAlchemy or psycopg connection (the inbound receiver's
+    event loop).
+
+        async with engine.begin() as conn:
+            done = await record_many_async(conn, reports, policy)
+    """
+    if not reports:
+        return []
+    results, events = await run_async(conn, _record_steps(reports, policy))
+    if len(events) == 1:
+        created_by, e = events[0]
+        await relay.emit_async(conn, e.event_type, e.payload, tenant_id=e.tenant_id,
+                               aggregate_type=e.aggregate_type, aggregate_id=e.aggregate_id,
+                               created_by=created_by)
+    else:
+        for created_by, run in _runs(events):
+            await relay.emit_many_async(conn, run, created_by=created_by)
+    return results
+
+
+Events = list[tuple[str, relay.EventSpec]]
+
+
+def _record_steps(reports: Sequence[Feedback], policy: SuppressionPolicy
+                  ) -> Steps[tuple[list[Recorded], Events]]:
+    """The three statements of a batch; its results and the outbox events to emit."""
+    matches = yield from queries.email_feedback_match_many(
+        log_ids=[_text(f.log_id) for f in reports],
         message_ids=[f.message_id for f in reports], queue_ids=[f.queue_id for f in reports],
         recipients=[f.recipient for f in reports])
     rows = [_Row.of(feedback, match) for feedback, match in zip(reports, matches, strict=True)]
@@ -69,21 +103,20 @@ def record_many(conn: Connection, reports: Sequence[Feedback],
         if row.dedupe_key not in seen:
             seen.add(row.dedupe_key)
             fresh.append(row)
-    inserted = queries.email_feedback_insert_many(conn, [r.insert_params() for r in fresh],
-                                                  soft_window_secs=policy.soft_window_secs)
+    inserted = yield from queries.email_feedback_insert_many(
+        [r.insert_params() for r in fresh], soft_window_secs=policy.soft_window_secs)
     recorded = [r for r in fresh if r.take_insert(inserted)]
     soft_seen: dict[tuple[Any, str | None], int] = {}
     for row in recorded:
         row.decide(policy, soft_seen)
-    applied = queries.email_feedback_apply_many(
-        conn, [r.apply_params() for r in recorded], ranks=list(DELIVERY_OUTCOMES))
-    events: list[tuple[str, relay.EventSpec]] = []
+    applied = yield from queries.email_feedback_apply_many(
+        [r.apply_params() for r in recorded], ranks=list(DELIVERY_OUTCOMES))
+    events: Events = []
     for row, effect in zip(recorded, applied, strict=True):
         spec = row.take_effect(effect)
         if spec is not None:
             events.append((f"feedback:{row.feedback.source}", spec))
-    _emit(conn, events)
-    return [row.result() for row in rows]
+    return [row.result() for row in rows], events
 
 
 class _Row:
@@ -211,7 +244,7 @@ class _Row:
                         matched_by=match["matched_by"] if match else None)
 
 
-def _emit(conn: Connection, events: list[tuple[str, relay.EventSpec]]) -> None:
+def _emit(conn: Connection, events: Events) -> None:
     """The batch's outbox events: one COPY per run of one source, one INSERT for a single
     event (cheaper than a COPY)."""
     if len(events) == 1:
@@ -220,14 +253,19 @@ def _emit(conn: Connection, events: list[tuple[str, relay.EventSpec]]) -> None:
                    aggregate_type=e.aggregate_type, aggregate_id=e.aggregate_id,
                    created_by=created_by)
         return
-    start = 0
-    while start < len(events):
-        created_by = events[start][0]
-        end = start
-        while end < len(events) and events[end][0] == created_by:
-            end += 1
-        relay.emit_many(conn, [e for _, e in events[start:end]], created_by=created_by)
-        start = end
+    for created_by, run in _runs(events):
+        relay.emit_many(conn, run, created_by=created_by)
+
+
+def _runs(events: Events) -> list[tuple[str, list[relay.EventSpec]]]:
+    """The events in runs of one `created_by`, in order."""
+    runs: list[tuple[str, list[relay.EventSpec]]] = []
+    for created_by, spec in events:
+        if runs and runs[-1][0] == created_by:
+            runs[-1][1].append(spec)
+        else:
+            runs.append((created_by, [spec]))
+    return runs
 
 
 def _payload(feedback: Feedback, feedback_id: UUID, match: dict[str, Any] | None,

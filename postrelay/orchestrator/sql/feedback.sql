@@ -7,43 +7,41 @@
 -- token's log row (verified before it gets here), the Message-ID postrelay generated (the
 -- same on every attempt of a job: the attempt that went out is preferred, the latest of
 -- them), or the relay's queue id from its 250 reply (not unique across relays and time:
--- the latest row with that id sent to the recipient). One statement for a batch: a
--- provider's hundred events cost one round trip here, not a hundred.
+-- the latest row with that id sent to the recipient). Each weaker key is looked up only
+-- when the stronger ones found nothing (its condition on them is checked once per report,
+-- before any scan): a DSN to its VERP address costs one index probe. One statement for a
+-- batch: a provider's hundred events cost one round trip here, not a hundred.
 SELECT w.n, m.id, m.tenant_id, m.job_id, m.status, m.recipients, m.category, m.template,
-       m.message_id, m.matched_by
+       m.message_id,
+       CASE WHEN v.id IS NOT NULL THEN 'verp'
+            WHEN by_message.id IS NOT NULL THEN 'message_id'
+            WHEN by_queue.id IS NOT NULL THEN 'queue_id' END AS matched_by
 FROM unnest(CAST(:log_ids AS uuid[]), CAST(:message_ids AS text[]),
             CAST(:queue_ids AS text[]), CAST(:recipients AS text[]))
      WITH ORDINALITY AS w(log_id, message_id, queue_id, recipient, n)
+LEFT JOIN mdm.aa_email_log v ON v.id = w.log_id
+-- A Message-ID postrelay made is `<job id@domain>`: the job index finds its rows.
 LEFT JOIN LATERAL (
-    SELECT l.id, l.tenant_id, l.job_id, l.status, l.recipients, l.category, l.template,
-           l.message_id, c.matched_by
-    FROM (
-        SELECT l.id, 'verp' AS matched_by, 1 AS rank
-        FROM mdm.aa_email_log l
-        WHERE l.id = w.log_id
-        UNION ALL
-        -- A Message-ID postrelay made is `<job id@domain>`: the job index finds its rows.
-        (SELECT l.id, 'message_id', 2
-         FROM mdm.aa_email_log l
-         WHERE l.job_id = CAST(substring(w.message_id
-                                         FROM '^<([0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12})@')
-                               AS uuid)
-           AND l.message_id = w.message_id
-         ORDER BY l.status IN ('sent', 'partial', 'unknown', 'sending') DESC,
-                  l.created_at DESC
-         LIMIT 1)
-        UNION ALL
-        (SELECT l.id, 'queue_id', 3
-         FROM mdm.aa_email_log l
-         WHERE w.queue_id IS NOT NULL AND l.queue_id = w.queue_id
-           AND (w.recipient IS NULL OR l.recipients @> ARRAY[w.recipient])
-         ORDER BY l.created_at DESC
-         LIMIT 1)
-    ) c
-    JOIN mdm.aa_email_log l ON l.id = c.id
-    ORDER BY c.rank
+    SELECT l.id
+    FROM mdm.aa_email_log l
+    WHERE v.id IS NULL
+      AND l.job_id = CAST(substring(w.message_id
+                                    FROM '^<([0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12})@')
+                          AS uuid)
+      AND l.message_id = w.message_id
+    ORDER BY l.status IN ('sent', 'partial', 'unknown', 'sending') DESC, l.created_at DESC
     LIMIT 1
-) m ON true
+) by_message ON true
+LEFT JOIN LATERAL (
+    SELECT l.id
+    FROM mdm.aa_email_log l
+    WHERE v.id IS NULL AND by_message.id IS NULL
+      AND w.queue_id IS NOT NULL AND l.queue_id = w.queue_id
+      AND (w.recipient IS NULL OR l.recipients @> ARRAY[w.recipient])
+    ORDER BY l.created_at DESC
+    LIMIT 1
+) by_queue ON true
+LEFT JOIN mdm.aa_email_log m ON m.id = COALESCE(v.id, by_message.id, by_queue.id)
 ORDER BY w.n;
 
 -- name: email_feedback_insert_many

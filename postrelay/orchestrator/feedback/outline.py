@@ -1,0 +1,136 @@
+"""The outline of a report (RFC 6522 `multipart/report`): what classifying it reads, and no
+more. email's parser reads every line of every part -- the human-readable notice, the
+returned message's whole body -- though a DSN's or an ARF report's classification needs
+only the message's headers, the report fields and the returned message's headers.
+
+    msg = outline(raw)   # a Message tree as email builds it, or None: parse it whole
+
+The outline is a `Message` of the same shape (the top-level parts in order, each with its
+headers), in which the report part keeps its body, the returned message (message/rfc822)
+is its headers alone and every other part its undecoded text. Anything it does not expect
+(no boundary, no closing delimiter, an encoded report part, another kind of message)
+gives None, and the caller parses the message whole.
+"""
+
+from __future__ import annotations
+
+import re
+from email.message import Message
+from email.policy import compat32
+
+REPORT_TYPES = ("delivery-status", "feedback-report")
+# The parts whose bodies classification reads, which must then be plain text on the wire.
+READ_PARTS = ("message/delivery-status", "message/global-delivery-status",
+              "message/feedback-report", "text/rfc822-headers", "text/global-headers")
+RETURNED = ("message/rfc822", "message/global")
+STATUS_PARTS = ("message/delivery-status", "message/global-delivery-status")
+PLAIN_ENCODINGS = ("", "7bit", "8bit", "binary")
+BLANK_LINE = re.compile(rb"\r?\n\r?\n")
+BLANK_TEXT_LINE = re.compile(r"\r?\n\s*\r?\n")  # between a report's blocks, as parse.py splits
+LINE_END = re.compile(r"(\r\n|\r|\n)")  # email.feedparser's NLCRE_crack
+HEADER_LINE = re.compile(r"[\041-\071\073-\176]+:")  # a field name and its colon
+
+
+def outline(raw: bytes) -> Message | None:
+    head, body = _split(raw)
+    top = _headers(head)
+    if top is None or top.get_content_type() != "multipart/report" or \
+            str(top.get_param("report-type") or "").lower() not in REPORT_TYPES or \
+            _encoding(top) not in PLAIN_ENCODINGS:
+        return None
+    boundary = top.get_boundary()
+    if not boundary or not boundary.isascii():
+        return None
+    parts = _parts(body, boundary.encode("ascii"))
+    if parts is None:
+        return None
+    read = False
+    for raw_part in parts:
+        part_head, part_body = _split(raw_part)
+        part = _headers(part_head)
+        if part is None:
+            return None
+        kind = part.get_content_type()
+        if kind in RETURNED:
+            returned = _headers(_split(part_body)[0])
+            if returned is None:
+                return None
+            part.attach(returned)
+        elif kind in READ_PARTS and _encoding(part) not in PLAIN_ENCODINGS:
+            return None
+        elif kind in STATUS_PARTS:  # its blocks of fields, as email's parser gives them
+            blocks = [_fields(block.strip() + "\n") for block in BLANK_TEXT_LINE.split(
+                part_body.decode("ascii", "surrogateescape")) if block.strip()]
+            if not blocks or any(b is None for b in blocks):
+                return None
+            part.set_payload([b for b in blocks if b is not None])
+            read = True
+        else:
+            read = read or kind in READ_PARTS
+            part.set_payload(part_body.decode("ascii", "surrogateescape"))
+        top.attach(part)
+    # Without a report part at the top, it is nested or missing: the whole parse finds it.
+    return top if read else None
+
+
+def _split(data: bytes) -> tuple[bytes, bytes]:
+    """Headers and body, at the first blank line."""
+    blank = BLANK_LINE.search(data)
+    if blank is None:
+        return data, b""
+    return data[:blank.start()], data[blank.end():]
+
+
+def _headers(head: bytes) -> Message | None:
+    """The header block as email's parser reads it (compat32: the same raw values, set the
+    same way); None for a line it would take as the start of a body, or a Unix From line."""
+    return _fields(head.decode("ascii", "surrogateescape"))
+
+
+def _fields(text: str) -> Message | None:
+    msg = Message()
+    field: list[str] = []
+    for line in _lines(text):
+        if line[:1] in (" ", "\t") and field:
+            field.append(line)
+            continue
+        if field:
+            msg.set_raw(*compat32.header_source_parse(field))
+        if not HEADER_LINE.match(line):
+            return None
+        field = [line]
+    if field:
+        msg.set_raw(*compat32.header_source_parse(field))
+    return msg
+
+
+def _lines(text: str) -> list[str]:
+    """The lines with their ends, split where email's parser splits them."""
+    pieces = LINE_END.split(text)
+    lines = [a + b for a, b in zip(pieces[::2], pieces[1::2], strict=False)]
+    if pieces[-1]:
+        lines.append(pieces[-1])
+    return lines
+
+
+def _encoding(part: Message) -> str:
+    return str(part.get("content-transfer-encoding") or "").strip().lower()
+
+
+def _parts(body: bytes, boundary: bytes) -> list[bytes] | None:
+    """The bodies between the delimiter lines (RFC 2046 section 5.1.1); None without a
+    closing delimiter."""
+    delimiter = re.compile(rb"^--" + re.escape(boundary) + rb"(--)?[ \t]*\r?(?:\n|\Z)",
+                           re.MULTILINE)
+    parts: list[bytes] = []
+    start: int | None = None
+    for found in delimiter.finditer(body):
+        if start is not None:
+            # The line break before a delimiter belongs to the delimiter.
+            end = found.start()
+            end -= 2 if body[end - 2:end] == b"\r\n" else 1 if body[end - 1:end] == b"\n" else 0
+            parts.append(body[start:max(start, end)])
+        if found.group(1):
+            return parts
+        start = found.end()
+    return None

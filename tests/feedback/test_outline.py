@@ -1,0 +1,71 @@
+"""A report's outline reads as the whole message does: for every report in the formats real
+MTAs and providers send, the same feedback; and what it does not expect is parsed whole."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from postrelay.orchestrator.feedback import parse
+from postrelay.orchestrator.feedback.outline import outline
+from tests.feedback.conftest import bounce_mail
+
+MAIL = sorted(p.name for p in (Path(__file__).parent / "mail").glob("*.eml"))
+MID = "<0b7c6a52-8f7e-4d1a-9a0b-2b1f3c4d5e6f@mail.acme.example>"
+
+
+def whole(raw, **kwargs):
+    """parse_mail reading the message whole, as it did before outlines."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(parse, "outline", lambda raw: None)
+        return parse.parse_mail(raw, **kwargs)
+
+
+@pytest.mark.parametrize("name", MAIL)
+@pytest.mark.parametrize("envelope", [True, False])
+def test_every_fixture_reads_the_same_outlined_or_whole(return_path, name, envelope):
+    verp = return_path.address(uuid.uuid4())
+    raw = bounce_mail(name, verp=verp, message_id=MID)
+    kwargs = {"envelope_to": [verp] if envelope else [], "return_path": return_path}
+    assert parse.parse_mail(raw, **kwargs) == whole(raw, **kwargs)
+
+
+@pytest.mark.parametrize("name", ["postfix_bounce.eml", "m365_ndr.eml", "gmail_bounce.eml",
+                                  "yahoo_arf.eml", "postfix_delivered.eml"])
+def test_the_reports_are_outlined(return_path, name):
+    raw = bounce_mail(name, verp=return_path.address(uuid.uuid4()), message_id=MID)
+    assert outline(raw) is not None
+
+
+def test_a_returned_message_of_any_size_is_read_for_its_headers_alone(return_path):
+    verp = return_path.address(uuid.uuid4())
+    raw = bounce_mail("postfix_bounce.eml", verp=verp, message_id=MID)
+    big = raw.replace(b"Hello Ann, welcome aboard.", b"<p>welcome</p>\r\n" * 20000)
+    (report,) = parse.parse_mail(big, return_path=return_path)
+    assert (report.kind, report.message_id) == ("bounced", MID)
+    assert [report] == whole(big, return_path=return_path)
+
+
+@pytest.mark.parametrize("change", [
+    (b"Content-Type: message/delivery-status",
+     b"Content-Type: message/delivery-status\r\nContent-Transfer-Encoding: base64"),
+    (b"--3F2A1B2C3D.1764625201/mx.example.net--", b""),  # no closing delimiter
+    (b'boundary="3F2A1B2C3D.1764625201/mx.example.net"', b""),  # no boundary
+    (b"report-type=delivery-status", b"report-type=disposition-notification"),
+])
+def test_what_it_does_not_expect_is_left_to_the_whole_parse(return_path, change):
+    raw = bounce_mail("postfix_bounce.eml", verp=return_path.address(uuid.uuid4()),
+                      message_id=MID).replace(*change)
+    assert outline(raw) is None
+
+
+def test_truncated_or_odd_reports_still_read_the_same(return_path):
+    raw = bounce_mail("postfix_bounce.eml", verp=return_path.address(uuid.uuid4()),
+                      message_id=MID)
+    for cut in (raw.index(b"Action: failed"), raw.index(b"Return-Path: <bounce"), len(raw) - 10):
+        assert parse.parse_mail(raw[:cut], return_path=return_path) == whole(
+            raw[:cut], return_path=return_path)
+    lf = raw.replace(b"\r\n", b"\n")
+    assert parse.parse_mail(lf, return_path=return_path) == whole(lf, return_path=return_path)

@@ -90,7 +90,9 @@ SET status = EXCLUDED.status,
 SELECT set_config('plan_cache_mode', 'force_generic_plan', true);
 
 -- name: email_log_plan_default
-SET LOCAL plan_cache_mode TO DEFAULT;
+-- The session's own plan_cache_mode again (what RESET would give: the engine's setting).
+SELECT set_config('plan_cache_mode', s.reset_val, true)
+FROM pg_settings s WHERE s.name = 'plan_cache_mode';
 
 -- name: email_log_add_lost_many
 -- `unknown` rows for attempts whose worker was lost (orchestrator/attempts.py), written with

@@ -67,7 +67,9 @@ WHERE id = ANY(CAST(:ids AS uuid[]));
 SELECT set_config('plan_cache_mode', 'auto', true);
 
 -- name: outbox_custom_plans
-SET LOCAL plan_cache_mode TO DEFAULT;
+-- The session's own plan_cache_mode again (what RESET would give: the engine's setting).
+SELECT set_config('plan_cache_mode', s.reset_val, true)
+FROM pg_settings s WHERE s.name = 'plan_cache_mode';
 
 -- name: outbox_mark_handled_many
 -- Link each (event, route) to its job and mark the events handled, in one round trip.

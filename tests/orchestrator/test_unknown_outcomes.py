@@ -76,3 +76,25 @@ async def test_a_lost_workers_attempt_is_logged_under_the_id_it_would_have_used(
     assert [(r["attempt"], r["status"]) for r in rows] == [(1, "unknown"), (2, "sent")]
     assert rows[0]["id"] == attempt_log_id(job_id, claimed_at)
     assert sink.handler.count_for("ann@example.com") == 1
+
+
+async def test_an_outcome_lost_with_the_server_is_unknown_when_the_worker_hands_it_back(
+        rig, tenant, sink):
+    """Outcomes commit without waiting for the disk: a server crash can lose one after the
+    worker saw its commit, leaving the job running under a live worker that does not hold
+    it. The worker hands it back as a rescue naming the claim, so the next attempt logs the
+    lost one `unknown` under its own id before sending again."""
+    job_id = rig.enqueue(tenant)
+    worker = await rig.start()
+    worker.stop_claiming()  # as if it had run the job and its outcome had been lost
+    with rig.engine.begin() as conn:
+        claimed_at = conn.execute(text(
+            "UPDATE mdm.aa_job SET status = 'running', attempts = 1, claimed_by = :w, "
+            "claimed_at = now() - interval '1 hour' WHERE id = :id RETURNING claimed_at"),
+            {"id": job_id, "w": worker.id}).scalar_one()
+    assert (await worker.heartbeat.run_once()).orphans_released == 1
+    await rig.start()
+    await rig.settle(job_id)
+    rows = rig.log(job_id)
+    assert [r["status"] for r in rows] == ["unknown", "sent"]
+    assert rows[0]["id"] == attempt_log_id(job_id, claimed_at)

@@ -293,18 +293,32 @@ SELECT pg_advisory_unlock(:key);
 DELETE FROM mdm.aa_lease WHERE name = :name AND holder = :holder;
 
 -- name: job_release_orphans
--- A claim whose reply was lost (the connection cut right at COMMIT) leaves jobs running
--- under a live worker that does not know it has them; its heartbeat would keep the rescuer
--- away for good. The worker hands back what it holds in the database but not in memory,
--- giving the attempt back: the handler never ran. :min_age_secs keeps a claim that is
--- still on its way to memory out of it.
-UPDATE mdm.aa_job
-SET status = 'pending', attempts = attempts - 1, available_at = now()
-WHERE status = 'running'
-  AND claimed_by = :worker
-  AND claimed_at < now() - make_interval(secs => :min_age_secs)
-  AND id <> ALL(CAST(:known AS uuid[]))
-RETURNING id;
+-- Jobs running under a live worker that does not know it has them: a claim whose reply
+-- was lost (the connection cut right at COMMIT), or an outcome the server lost in a crash
+-- after the worker had seen its commit (outcomes do not wait for the disk). The worker's
+-- heartbeat would keep the rescuer away for good, so the worker hands back what it holds in
+-- the database but not in memory, giving the attempt back. The handler may have run (the
+-- second case), so the hand-back is audited as a rescue that names the lost claim, as the
+-- rescuer's are: an email attempt learns from it that its message may have left
+-- (orchestrator/attempts.py). :min_age_secs keeps a claim that is still on its way to
+-- memory out of it.
+WITH released AS (
+    UPDATE mdm.aa_job j
+    SET status = 'pending', attempts = j.attempts - 1, available_at = now()
+    WHERE j.status = 'running'
+      AND j.claimed_by = :worker
+      AND j.claimed_at < now() - make_interval(secs => :min_age_secs)
+      AND j.id <> ALL(CAST(:known AS uuid[]))
+    RETURNING j.id, j.tenant_id, j.job_kind, j.attempts + 1 AS attempt, j.claimed_by,
+              j.claimed_at
+), audited AS (
+    INSERT INTO mdm.aa_job_audit (job_id, tenant_id, job_kind, action, actor, detail)
+    SELECT r.id, r.tenant_id, r.job_kind, 'job_rescued', :worker,
+           jsonb_build_object('attempts', r.attempt, 'claimed_by', r.claimed_by,
+                              'claimed_at', r.claimed_at, 'orphaned', true)
+    FROM released r
+)
+SELECT id FROM released;
 
 -- name: job_cancel_take
 -- The cancel requests for jobs this worker holds, taken (deleted) as they are read: the

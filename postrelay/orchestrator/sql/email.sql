@@ -87,12 +87,12 @@ SET status = EXCLUDED.status,
 -- whatever the estimates (rows from a JSON document into the log), so it keeps one per
 -- connection; the worker's connections force custom plans for job_finalize_many's sake,
 -- and email_log_plan_default gives them back for the statements after it.
-SELECT set_config('plan_cache_mode', 'force_generic_plan', true);
+-- The connection's own mode is kept aside in a setting of ours, for email_log_plan_default.
+SELECT set_config('postrelay.plan_cache_mode', current_setting('plan_cache_mode'), true),
+       set_config('plan_cache_mode', 'force_generic_plan', true);
 
 -- name: email_log_plan_default
--- The session's own plan_cache_mode again (what RESET would give: the engine's setting).
-SELECT set_config('plan_cache_mode', s.reset_val, true)
-FROM pg_settings s WHERE s.name = 'plan_cache_mode';
+SELECT set_config('plan_cache_mode', current_setting('postrelay.plan_cache_mode'), true);
 
 -- name: email_log_add_lost_many
 -- `unknown` rows for attempts whose worker was lost (orchestrator/attempts.py), written with

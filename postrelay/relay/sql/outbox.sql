@@ -63,13 +63,13 @@ WHERE id = ANY(CAST(:ids AS uuid[]));
 -- name: outbox_server_plans
 -- Each job row's foreign-key check is a cached plan of the server's own, planned afresh for
 -- every row under the relay engine's custom plans (runtime.build_relay): the jobs are
--- copied in with the server's default, and outbox_custom_plans restores the engine's.
-SELECT set_config('plan_cache_mode', 'auto', true);
+-- copied in with the server's default, and outbox_custom_plans restores the engine's (kept
+-- aside in a setting of ours).
+SELECT set_config('postrelay.plan_cache_mode', current_setting('plan_cache_mode'), true),
+       set_config('plan_cache_mode', 'auto', true);
 
 -- name: outbox_custom_plans
--- The session's own plan_cache_mode again (what RESET would give: the engine's setting).
-SELECT set_config('plan_cache_mode', s.reset_val, true)
-FROM pg_settings s WHERE s.name = 'plan_cache_mode';
+SELECT set_config('plan_cache_mode', current_setting('postrelay.plan_cache_mode'), true);
 
 -- name: outbox_mark_handled_many
 -- Link each (event, route) to its job and mark the events handled, in one round trip.

@@ -9,11 +9,11 @@
 
 Each route is an ordinary relay route (named `email:<template>` unless given a name), so
 the relay turns a matching event into `email_send` jobs in the transaction that marks the
-event handled, with the idempotency key `outbox:<event>:<route>[:<n>]`: a replayed event
-never makes a second message. Recipients come from a dotted path into the payload, a
-literal address (anything with an `@`), or a function of the event. The template's
-context is the event's payload, plus `event` (its id, type, aggregate and time) unless
-the payload has a key of that name.
+event handled, with the idempotency key `outbox:<event>:<route>[:<n>]` naming its delivery
+link: a replayed event never makes a second message. Recipients come from a dotted path
+into the payload, a literal address (anything with an `@`), or a function of the event.
+The template's context is the event's payload, plus `event` (its id, type, aggregate and
+time) unless the payload has a key of that name.
 
 `unsubscribe=True` marks the route's mail bulk, as `unsubscribe = true` in a template's
 template.toml does: each message carries List-Unsubscribe and List-Unsubscribe-Post (RFC

@@ -29,6 +29,7 @@ from postrelay.queue.effects import EffectWriter, record_with_outcome
 from postrelay.queue.enqueue import (
     INT_MAX,
     MAX_DELAY_SECS,
+    RELAY_KEY_PREFIX,
     SMALLINT_MAX,
     SMALLINT_MIN,
     JobSpec,
@@ -100,6 +101,7 @@ __all__ = [
     "JobView",
     "LIST_LIMIT_MAX",
     "MAX_DELAY_SECS",
+    "RELAY_KEY_PREFIX",
     "Maintenance",
     "Pause",
     "PermanentError",

@@ -46,6 +46,9 @@ INT_MAX = 2**31 - 1
 # database's timestamp range ends; refuse it as bad input instead.
 MAX_DELAY_SECS = 10 * 365 * 24 * 3600
 MAX_KIND_CHARS = 63  # an enum label's limit (NAMEDATALEN - 1)
+# The outbox relay's keys, `outbox:<event>:<route>`: kept unique by its delivery links, not
+# by job_idempotency_uk (sql/job.sql), so no other writer may use the prefix.
+RELAY_KEY_PREFIX = "outbox:"
 
 _wakeup = NotifyOnce("postrelay_jobs")
 # A job as validated_job leaves it: kind, payload (JSON text), tenant_id, priority, delay,
@@ -228,23 +231,20 @@ async def enqueue_validated_async(
     *,
     created_by: str | None = None,
     notify: bool = True,
-    resolve_taken_keys: bool = True,
+    ids: list[UUID] | None = None,
 ) -> list[UUID]:
     """`enqueue_many_async` for jobs that `validated_job` has already checked one by one: a
     writer that must set a bad job aside, not refuse the whole batch (the relay), checks
     each itself. Unknown tenants and kinds are still refused here, and nothing written.
-
-    With `resolve_taken_keys=False`, a taken idempotency key raises
-    `psycopg.errors.UniqueViolation` and aborts the caller's transaction, instead of
-    costing every batch a savepoint: for a writer that owns its transaction and would
-    rather redo it, rarely, with the keys resolved (the relay)."""
+    `ids`: the new jobs' ids, when the caller has named them already (the relay links each
+    job to its event before making it)."""
     return await run_async(conn, _enqueue_many_steps(
-        conn, rows, _created_by(created_by), _wakeup.wanted(conn, notify), resolve_taken_keys))
+        conn, rows, _created_by(created_by), _wakeup.wanted(conn, notify), ids))
 
 
 def _enqueue_many_steps(
     conn: AnyConnection, rows: list[ValidatedJob], created_by: str | None, send_notify: bool,
-    resolve_taken_keys: bool = True,
+    ids: list[UUID] | None = None,
 ) -> Steps[list[UUID]]:
     if not rows:
         return []
@@ -260,8 +260,10 @@ def _enqueue_many_steps(
         raise ValidationError("tenant_id", f"no tenant with id {missing_tenants[0]}")
     if unknown_kinds:
         raise ValidationError("kind", f"unknown job kind {unknown_kinds[0]!r}")
-    ids = new_uuids(len(rows))
-    guarded = resolve_taken_keys and any(r["idempotency_key"] is not None for r in rows)
+    ids = new_uuids(len(rows)) if ids is None else ids
+    # Only keys in job_idempotency_uk can be taken (the relay's links keep its own unique).
+    guarded = any(r["idempotency_key"] is not None
+                  and not r["idempotency_key"].startswith(RELAY_KEY_PREFIX) for r in rows)
     copied = yield Copy(JOB_SQL["job_copy_in"].text, JOB_COPY_TYPES,
                         _copy_rows(ids, rows, now, created_by), guarded=guarded)
     if copied is not None:
@@ -359,12 +361,14 @@ def validated_job(
     *,
     index: int | None = None,
     max_bytes: int | None = None,
+    relay_key: bool = False,
 ) -> ValidatedJob:
     """One job's fields checked and in the form the inserts take (the payload as JSON
     text); a broken rule raises ValidationError naming the field (`jobs[i].field` with
     `index`). Everything PostgreSQL would refuse is refused here (core/limits.py), so a
     ValidationError leaves the caller's transaction usable. `max_bytes`: the payload size
-    limit, read from POSTRELAY_MAX_PAYLOAD_BYTES when None."""
+    limit, read from POSTRELAY_MAX_PAYLOAD_BYTES when None. `relay_key`: the key is the
+    outbox relay's own, which alone may start with `outbox:`."""
 
     def field_name(name: str) -> str:
         return name if index is None else f"jobs[{index}].{name}"
@@ -419,6 +423,10 @@ def validated_job(
         if (len(idempotency_key) > MAX_KEY_CHARS or not idempotency_key.isascii()
                 or "\x00" in idempotency_key):  # the close look only when the cheap one fails
             checked_text(idempotency_key, field_name("idempotency_key"), MAX_KEY_CHARS)
+        if idempotency_key.startswith(RELAY_KEY_PREFIX) and not relay_key:
+            raise ValidationError(field_name("idempotency_key"),
+                                  f"must not start with {RELAY_KEY_PREFIX!r} (the outbox "
+                                  "relay's prefix for the keys of its jobs)")
     return {
         "kind": kind,
         "payload": payload_json,

@@ -80,7 +80,9 @@ job = Table(
         "job_kind",
         "idempotency_key",
         unique=True,
-        postgresql_where=text("idempotency_key IS NOT NULL"),
+        # The outbox relay's keys are kept unique by its delivery links (migration 0021).
+        postgresql_where=text("idempotency_key IS NOT NULL "
+                              "AND idempotency_key NOT LIKE 'outbox:%'"),
     ),
     Index(
         "ix_job_dispatch",

@@ -89,7 +89,7 @@ def outbox_replay(
     tenant_id: UUID | str | None = None,
 ) -> int:
     """Hand one event, or every event created in [since, until), back to the relay; returns
-    how many. Jobs that still exist are not created again (their idempotency keys)."""
+    how many. Jobs that still exist are not created again (their delivery links)."""
     if event_id is None and since is None and until is None:
         raise ValidationError("event_id", "give an event id or a time range (since/until)")
     rows = conn.execute(OUTBOX_SQL["outbox_replay"], {

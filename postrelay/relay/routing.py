@@ -5,9 +5,10 @@
         return JobRequest("reindex", {"order": event.aggregate_id})
 
 A route returns one JobRequest, several, or None. Its name (the function's, unless given)
-goes into each job's idempotency key with the event id, so a replayed event can never make
-a second copy. The relay knows nothing of what the jobs do: the email orchestrator and
-webhooks register their routes through this same mechanism.
+names each job's delivery link with the event id (and its idempotency key,
+`outbox:<event>:<route>`), so a replayed event can never make a second copy. The relay
+knows nothing of what the jobs do: the email orchestrator and webhooks register their
+routes through this same mechanism.
 """
 
 from __future__ import annotations

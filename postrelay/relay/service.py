@@ -1,9 +1,10 @@
 """The relay: turns outbox events into jobs, exactly once.
 
 Each batch is one transaction: claim unhandled events (FOR UPDATE SKIP LOCKED, oldest
-first), ask the routes which jobs each needs, insert those jobs with deterministic
-idempotency keys, link them to their event, and mark the events handled. A crash before
-commit leaves everything as it was; a replay finds the keys taken and creates nothing.
+first), ask the routes which jobs each needs, link each (event, route) to its job, insert
+the jobs whose link is new, and mark the events handled. A crash before commit leaves
+everything as it was; a replay finds the links there and creates nothing (unless
+retention has deleted a link's job: then that job is made again).
 
 Under a backlog, up to `concurrency` batches are in flight at once, each in its own
 transaction: one batch's routing runs in Python while another's writes run in PostgreSQL.
@@ -26,11 +27,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from postrelay.core import jsontext
 from postrelay.core.dbcall import driver_fetch, psycopg_beneath
 from postrelay.core.errors import ValidationError
+from postrelay.core.ids import new_uuids
 from postrelay.core.limits import max_payload_bytes
 from postrelay.core.listener import Listener
 from postrelay.core.service import ErrorBackoff, ServiceLoop, until_woken
 from postrelay.core.telemetry import event as log_event
 from postrelay.queue import (
+    RELAY_KEY_PREFIX,
     Backoff,
     ExponentialBackoff,
     ValidatedJob,
@@ -108,14 +111,6 @@ class Relay:
 
     async def run_once(self) -> BatchResult:
         """Relay one batch in one transaction."""
-        try:
-            return await self._relay_batch(resolve_taken_keys=False)
-        except psycopg.errors.UniqueViolation:
-            # A job's idempotency key is taken (a replayed event whose jobs still exist):
-            # the batch rolled back; again, the jobs that exist are linked, not copied.
-            return await self._relay_batch(resolve_taken_keys=True)
-
-    async def _relay_batch(self, *, resolve_taken_keys: bool) -> BatchResult:
         async with self.engine.begin() as transaction:
             # Every statement runs on the psycopg connection beneath the transaction:
             # SQLAlchemy's execution and result layers would cost more CPU than the
@@ -133,7 +128,7 @@ class Relay:
                 plans = self._drop_unknown_kinds(plans, failures)
             plans, waiting = await hold_back(conn, plans)
             await defer(conn, waiting)
-            plans, jobs = await self._insert_jobs(conn, plans, resolve_taken_keys)
+            plans, jobs = await self._insert_jobs(conn, plans)
             dead = await self._record_failures(conn, events, failures)
         result = BatchResult(len(plans), jobs, len(failures), dead, len(waiting))
         log_event("postrelay.relay.batch", logging.DEBUG, handled=result.handled,
@@ -164,7 +159,8 @@ class Relay:
                     job = validated_job(
                         request.kind, request.payload, event.tenant_id, request.priority,
                         request.delay, None, request.max_attempts,
-                        f"outbox:{event.id}:{name}", max_bytes=max_bytes)
+                        f"{RELAY_KEY_PREFIX}{event.id}:{name}", max_bytes=max_bytes,
+                        relay_key=True)
                 except ValidationError as exc:
                     raise ValidationError(
                         exc.field, f"{exc.rule} (route {name!r} asked for an invalid job)"
@@ -183,28 +179,31 @@ class Relay:
         return kept
 
     async def _insert_jobs(
-        self, conn: psycopg.AsyncConnection[Any], plans: list[_Plan], resolve_taken_keys: bool
+        self, conn: psycopg.AsyncConnection[Any], plans: list[_Plan]
     ) -> tuple[list[_Plan], int]:
-        """Insert every plan's jobs, link them to their events and mark the events handled;
-        returns the plans that went in and the job count. Unless `resolve_taken_keys`, a
-        taken idempotency key raises UniqueViolation: a savepoint in every batch costs the
-        relay throughput with batches in flight (bench/README.md, "Figures behind the
-        code"), so the rare batch with a replayed event is done twice instead."""
+        """Link every plan's jobs to their events, insert those whose link is new, and mark
+        the events handled; returns the plans that went in and the job count."""
         rows = [(plan.event.id, name, job, ordered)
                 for plan in plans for name, job, ordered in plan.jobs]
-        job_ids = []
         if rows:
-            await driver_fetch(conn, OUTBOX_SQL["outbox_server_plans"], {})
-            job_ids = await enqueue_validated_async(
-                conn, [job for _, _, job, _ in rows], created_by="postrelay.relay",
-                resolve_taken_keys=resolve_taken_keys)
-            await driver_fetch(conn, OUTBOX_SQL["outbox_custom_plans"], {})
-        if plans:
-            await driver_fetch(conn, OUTBOX_SQL["outbox_mark_handled_many"], {
+            ids = new_uuids(len(rows))
+            ((linked,),) = await driver_fetch(conn, OUTBOX_SQL["outbox_link_many"], {
                 "event_ids": [e for e, _, _, _ in rows],
                 "routes": [n for _, n, _, _ in rows],
-                "job_ids": job_ids,
+                "job_ids": ids,
                 "ordered": [o for _, _, _, o in rows],
+            }, binary=True)
+            new = set(linked)
+            made = [(job_id, row[2]) for job_id, row in zip(ids, rows, strict=True)
+                    if job_id in new]
+            if made:
+                await driver_fetch(conn, OUTBOX_SQL["outbox_server_plans"], {})
+                await enqueue_validated_async(
+                    conn, [job for _, job in made], created_by="postrelay.relay",
+                    ids=[job_id for job_id, _ in made])
+                await driver_fetch(conn, OUTBOX_SQL["outbox_custom_plans"], {})
+        if plans:
+            await driver_fetch(conn, OUTBOX_SQL["outbox_mark_handled_many"], {
                 "ids": [p.event.id for p in plans],
                 "jobs": [len(p.jobs) for p in plans],
             }, binary=True)

@@ -67,6 +67,7 @@ def test_the_same_idempotency_key_returns_the_first_job(api, engine, tenant):
         ({"kind": "reindex", "maxAttempts": 0}, "maxAttempts"),
         ({"kind": "reindex", "priority": 40000}, "priority"),
         ({"kind": "reindex", "idempotencyKey": ""}, "idempotencyKey"),
+        ({"kind": "reindex", "idempotencyKey": "outbox:e:r"}, "idempotencyKey"),
         ({"kind": "reindex", "tenantId": "acme"}, "tenantId"),
         ({"kind": "reindex", "tenantId": "00000000-0000-0000-0000-00000000beef"}, "tenantId"),
         ({"kind": "reindex", "delay_secs": 5}, "delay_secs"),

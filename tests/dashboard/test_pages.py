@@ -89,6 +89,27 @@ def test_find_a_job_by_id_or_idempotency_key(admin, acme, engine, tenant, other_
         response = acme.get("/dashboard/jobs", params={"q": q})
         assert response.status_code == 200 and "No job has" in response.text
 
+def test_find_a_relay_job_by_its_outbox_key(admin, acme, engine, tenant, other_tenant):
+    """The relay's keys are not in job_idempotency_uk: they are found through the link
+    their key names, within the caller's tenant."""
+    with engine.begin() as conn:
+        found = {}
+        for owner in (tenant, other_tenant):
+            event = insert_event(conn, owner, handled_at=datetime.now(UTC))
+            key = f"outbox:{event}:email:welcome"
+            found[owner] = (key, insert_job(conn, tenant_id=owner, idempotency_key=key))
+            conn.execute(text("INSERT INTO mdm.aa_outbox_delivery (event_id, route, job_id) "
+                              "VALUES (:e, 'email:welcome', :j)"),
+                         {"e": event, "j": found[owner][1]})
+    for key, job in found.values():
+        response = admin.get("/dashboard/jobs", params={"q": key})
+        assert response.headers["location"] == f"/dashboard/jobs/{job}"
+    theirs = acme.get("/dashboard/jobs", params={"q": found[other_tenant][0]})
+    assert theirs.status_code == 200 and "No job has" in theirs.text
+    for odd in ("outbox:", "outbox:not-a-uuid:route", f"outbox:{uuid.uuid4()}:email:welcome"):
+        response = admin.get("/dashboard/jobs", params={"q": odd})
+        assert response.status_code == 200 and "No job has" in response.text
+
 def test_job_page_shows_payload_error_timestamps_and_audit_escaped(admin, engine, tenant):
     job = dead(engine, tenant, payload={"html": "<script>alert(1)</script>", "n": 1},
                last_error="Traceback: <img src=x onerror=alert(2)>")

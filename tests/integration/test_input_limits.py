@@ -102,6 +102,7 @@ def test_emit_refuses_what_a_text_column_or_its_index_cannot_hold(engine, tenant
     ("max_attempts", {"max_attempts": 0}, ">= 1"),
     ("idempotency_key", {"idempotency_key": "k\x00"}, "NUL"),
     ("idempotency_key", {"idempotency_key": "k" * 513}, "at most 512"),
+    ("idempotency_key", {"idempotency_key": "outbox:1:x"}, "outbox relay's prefix"),
     ("kind", {"kind": "reindex\x00"}, "NUL"),
     ("created_by", {"created_by": "\x00"}, "NUL"),
 ])

@@ -77,8 +77,8 @@ async def test_relay_fans_out_with_deterministic_keys_and_links(engine, async_en
 async def test_a_replayed_event_beside_new_ones_gets_only_its_new_routes_jobs(
     engine, async_engine, tenant, outbox_clean
 ):
-    # The relay copies a batch's jobs without a savepoint; a taken key aborts the batch,
-    # which is done again with the taken keys resolved to the jobs that exist.
+    # The relay links each (event, route) first and makes only the jobs whose link is new:
+    # the replayed event keeps its jobs and gains the new route's.
     with engine.begin() as conn:
         old = emit(conn, "order.placed", {}, tenant_id=tenant, aggregate_type="order",
                    aggregate_id="1")
@@ -99,6 +99,31 @@ async def test_a_replayed_event_beside_new_ones_gets_only_its_new_routes_jobs(
     assert scalar(engine, "SELECT count(*) FROM mdm.aa_job") == 8
     assert scalar(engine, "SELECT count(*) FROM mdm.aa_outbox_event "
                           "WHERE handled_at IS NOT NULL AND jobs_created = 4") == 2
+
+
+async def test_a_replayed_event_whose_job_retention_deleted_gets_it_again(
+    engine, async_engine, tenant, outbox_clean
+):
+    with engine.begin() as conn:
+        event = emit(conn, "order.placed", {}, tenant_id=tenant, aggregate_type="order",
+                     aggregate_id="1")
+    routes = order_routes()
+    await Relay(async_engine, routes).run_once()
+    first = dict(_links(engine, event))
+    gone = next(iter(first))
+    with engine.begin() as conn:
+        conn.execute(text("DELETE FROM mdm.aa_job WHERE id = :j"), {"j": first[gone]})
+        conn.execute(text("UPDATE mdm.aa_outbox_event SET handled_at = NULL"))
+    result = await Relay(async_engine, routes).run_once()
+    assert (result.handled, result.failed) == (1, 0)
+    again = dict(_links(engine, event))
+    assert again[gone] != first[gone]  # the link took the new job
+    assert {r: j for r, j in again.items() if r != gone} == \
+        {r: j for r, j in first.items() if r != gone}
+    with engine.connect() as conn:
+        jobs = dict(conn.execute(text("SELECT id, idempotency_key FROM mdm.aa_job")).all())
+    assert set(jobs) == set(again.values()) and len(jobs) == len(first)
+    assert jobs[again[gone]] == f"outbox:{event}:{gone}"
 
 
 def _links(engine, event_id) -> list[tuple[str, object]]:

@@ -196,7 +196,9 @@ LIMIT :limit OFFSET :offset;
 -- name: job_find_by_key
 -- Find by idempotency key alone. job_idempotency_uk leads with (tenant_id, job_kind), so
 -- the statement probes it once per (tenant, kind) pair; LIMIT 1 (the index is unique)
--- keeps the probe a parameterized lookup instead of a scan of the whole index.
+-- keeps the probe a parameterized lookup instead of a scan of the whole index, and the
+-- repeated `NOT LIKE` (the index's predicate) lets the planner use it. The outbox relay's
+-- keys, `outbox:<event>:<route>`, are not in that index: they name the job's link.
 SELECT j.id, j.tenant_id, j.kind, j.status, j.priority, j.attempts, j.max_attempts,
        j.created_at AS at, j.last_error, j.created_at
 FROM mdm.aa_tenant t
@@ -206,10 +208,20 @@ CROSS JOIN LATERAL (
            attempts, max_attempts, last_error, created_at
     FROM mdm.aa_job
     WHERE tenant_id = t.id AND job_kind = k.kind AND idempotency_key = :key
+      AND idempotency_key NOT LIKE 'outbox:%'
     LIMIT 1
 ) j
 WHERE CAST(:tenant_id AS uuid) IS NULL OR t.id = CAST(:tenant_id AS uuid)
-ORDER BY j.created_at DESC
+UNION ALL
+SELECT j.id, j.tenant_id, j.job_kind::text, j.status::text, j.priority, j.attempts,
+       j.max_attempts, j.created_at, j.last_error, j.created_at
+FROM mdm.aa_outbox_delivery d
+JOIN mdm.aa_job j ON j.id = d.job_id
+WHERE d.event_id = CASE WHEN CAST(:key AS text) ~ '^outbox:[0-9a-f-]{36}:'
+                        THEN CAST(substr(CAST(:key AS text), 8, 36) AS uuid) END
+  AND d.route = substr(CAST(:key AS text), 45)
+  AND (CAST(:tenant_id AS uuid) IS NULL OR j.tenant_id = CAST(:tenant_id AS uuid))
+ORDER BY created_at DESC
 LIMIT 50;
 
 -- name: job_audit_list

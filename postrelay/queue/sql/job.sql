@@ -19,7 +19,10 @@ RETURNING id;
 -- round trip a result description and a row to decode. The wake-up for idle workers rides
 -- along when `notify` asks for it, once per transaction (every NOTIFY takes a global lock
 -- at commit); it may go out even when no row is written, being only a hint, delivered if
--- the caller commits.
+-- the caller commits. The outbox relay's keys (`outbox:` prefix) are not in
+-- job_idempotency_uk: its delivery links keep them unique (relay/sql/outbox.sql), and
+-- sparing the index their entries spares every claim and completion of such a job three
+-- index insertions with a uniqueness check each.
 WITH wake AS MATERIALIZED (
     SELECT CASE WHEN CAST(:notify AS boolean) THEN pg_notify('postrelay_jobs', '') END
 )
@@ -32,16 +35,19 @@ SELECT :id, t.id, CAST(CAST(:kind AS text) AS mdm.job_kind), CAST(:payload AS js
 FROM mdm.aa_tenant t CROSS JOIN wake
 WHERE t.id = :tenant_id
   AND CAST(:kind AS text) = ANY(CAST(enum_range(NULL::mdm.job_kind) AS text[]))
-ON CONFLICT (tenant_id, job_kind, idempotency_key) WHERE idempotency_key IS NOT NULL
+ON CONFLICT (tenant_id, job_kind, idempotency_key)
+    WHERE idempotency_key IS NOT NULL AND idempotency_key NOT LIKE 'outbox:%'
 DO NOTHING;
 
 -- name: job_insert_diagnose
 -- Why job_insert wrote nothing: unknown tenant, unknown kind, or a taken idempotency key.
+-- The repeated `NOT LIKE` lets the planner use job_idempotency_uk, whose predicate it is.
 SELECT EXISTS (SELECT 1 FROM mdm.aa_tenant WHERE id = :tenant_id) AS tenant_exists,
        CAST(:kind AS text) = ANY(CAST(enum_range(NULL::mdm.job_kind) AS text[])) AS kind_exists,
        (SELECT id FROM mdm.aa_job
         WHERE tenant_id = :tenant_id AND job_kind::text = :kind
-          AND idempotency_key = :idempotency_key) AS existing_id;
+          AND idempotency_key = :idempotency_key
+          AND idempotency_key NOT LIKE 'outbox:%') AS existing_id;
 
 -- name: job_batch_check
 -- Before a batch insert: which tenants and kinds do not exist (nothing is written if any),
@@ -68,10 +74,12 @@ COPY mdm.aa_job (id, tenant_id, job_kind, payload, priority, available_at, max_a
 FROM STDIN (FORMAT BINARY)
 
 -- name: job_find_by_keys
+-- The `NOT LIKE` is job_idempotency_uk's predicate, repeated so that the planner uses it.
 SELECT idempotency_key, id FROM mdm.aa_job
 WHERE tenant_id = :tenant_id
   AND job_kind = CAST(:kind AS mdm.job_kind)
-  AND idempotency_key = ANY(CAST(:keys AS text[]));
+  AND idempotency_key = ANY(CAST(:keys AS text[]))
+  AND idempotency_key NOT LIKE 'outbox:%';
 
 -- name: job_insert_many
 -- One round trip for a whole batch. The rows travel as one JSON array of arrays
@@ -88,7 +96,8 @@ SELECT CAST(r->>0 AS uuid), CAST(r->>1 AS uuid), CAST(r->>2 AS mdm.job_kind), r-
                 now() + make_interval(secs => CAST(r->>5 AS float8))),
        CAST(r->>6 AS integer), r->>7, :created_by
 FROM jsonb_array_elements(CAST(:rows AS jsonb)) AS r
-ON CONFLICT (tenant_id, job_kind, idempotency_key) WHERE idempotency_key IS NOT NULL
+ON CONFLICT (tenant_id, job_kind, idempotency_key)
+    WHERE idempotency_key IS NOT NULL AND idempotency_key NOT LIKE 'outbox:%'
 DO NOTHING
 RETURNING id;
 

@@ -71,14 +71,25 @@ SELECT set_config('postrelay.plan_cache_mode', current_setting('plan_cache_mode'
 -- name: outbox_custom_plans
 SELECT set_config('plan_cache_mode', current_setting('postrelay.plan_cache_mode'), true);
 
--- name: outbox_mark_handled_many
--- Link each (event, route) to its job and mark the events handled, in one round trip.
+-- name: outbox_link_many
+-- Link each (event, route) to the job the relay is about to make for it, before making it:
+-- the link's uniqueness is what keeps a replayed event from making a second job (the
+-- relay's idempotency keys are not in job_idempotency_uk: queue/sql/job.sql). A link that
+-- exists keeps its job, unless retention has deleted that job: then the link takes the new
+-- one. Returns the ids of the jobs to make: those whose link is new or was taken over.
 WITH linked AS (
-    INSERT INTO mdm.aa_outbox_delivery (event_id, route, job_id, ordered)
+    INSERT INTO mdm.aa_outbox_delivery AS d (event_id, route, job_id, ordered)
     SELECT * FROM unnest(CAST(:event_ids AS uuid[]), CAST(:routes AS text[]),
                          CAST(:job_ids AS uuid[]), CAST(:ordered AS boolean[]))
-    ON CONFLICT (event_id, route) DO NOTHING
+    ON CONFLICT (event_id, route) DO UPDATE
+        SET job_id = EXCLUDED.job_id, ordered = EXCLUDED.ordered
+        WHERE NOT EXISTS (SELECT FROM mdm.aa_job j WHERE j.id = d.job_id)
+    RETURNING d.job_id
 )
+SELECT ARRAY(SELECT job_id FROM linked) AS job_ids;
+
+-- name: outbox_mark_handled_many
+-- Mark the batch's events handled, with how many jobs their routes asked for.
 UPDATE mdm.aa_outbox_event e
 SET handled_at = clock_timestamp(), jobs_created = h.jobs, last_error = NULL
 FROM unnest(CAST(:ids AS uuid[]), CAST(:jobs AS integer[])) AS h(id, jobs)
@@ -196,8 +207,8 @@ WITH doomed AS (
 DELETE FROM mdm.aa_outbox_event e USING doomed WHERE e.id = doomed.id;
 
 -- name: outbox_replay
--- Hand events back to the relay. Their jobs' idempotency keys make the relay create no
--- second copy of a job that still exists.
+-- Hand events back to the relay. Their delivery links make the relay create no second
+-- copy of a job that still exists (outbox_link_many).
 UPDATE mdm.aa_outbox_event
 SET handled_at = NULL, dead_at = NULL, attempts = 0, available_at = now(), last_error = NULL
 WHERE (CAST(:event_id AS uuid) IS NULL OR id = CAST(:event_id AS uuid))

@@ -6,9 +6,10 @@
     await RelayWithWebhooks(relay, directory).start()
 
 Each job's key is the endpoint id, so its idempotency key is
-`outbox:<event id>:postrelay.webhooks:<endpoint id>`: replaying the event never makes a
-second delivery job for the same endpoint. Matching reads the relay's EndpointDirectory
-(see there for its staleness window); the handler re-reads the endpoint before sending.
+`outbox:<event id>:postrelay.webhooks:<endpoint id>`, naming its delivery link: replaying
+the event never makes a second delivery job for the same endpoint. Matching reads the
+relay's EndpointDirectory (see there for its staleness window); the handler re-reads the
+endpoint before sending.
 """
 
 from __future__ import annotations

@@ -48,7 +48,10 @@ def pauses_list(caller: Caller, engine: Db) -> Envelope[list[PauseOut]]:
 
 
 @router.post("", response_model=Envelope[PauseOut], response_model_by_alias=True,
-             status_code=201, responses=errors(400, 401))
+             status_code=201,
+             responses={200: {"model": Envelope[PauseOut],
+                              "description": "Paused already: who paused it, and since when."},
+                        **errors(400, 401)})
 def pauses_create(body: PauseBody, caller: Caller, engine: Db,
                   response: Response) -> Envelope[PauseOut]:
     """Pause a kind, a tenant, a kind within a tenant, or everything (`all`): workers stop

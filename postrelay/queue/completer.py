@@ -5,8 +5,9 @@ statement carries many outcomes (one round trip for a hundred jobs) and when idl
 outcome is written at once. A batch that fails to write (connection lost) is kept and
 retried: an outcome is never dropped while the process lives.
 
-Outcomes without effects are written on a held connection (heldconn.py): with ten jobs
-per write, a pool checkout per write cost about a quarter of the worker's CPU per job.
+Outcomes are written on a held connection (heldconn.py): with ten jobs per write, a pool
+checkout per write cost about a quarter of the worker's CPU per job. Outcomes with effects
+share a transaction with them on a second held connection.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ class Completer:
         # A write without effects is one statement, atomic on its own: autocommit spares
         # two round trips. Effects need a transaction shared with the outcome.
         self._held = HeldConnection(engine)
-        self.tx_engine = engine
+        self._held_tx = HeldConnection(engine)
         self.worker_id = worker_id
         self.on_written = on_written  # the worker claims again once a backlog shrinks
         self._queue: list[tuple[Job, Transition]] = []
@@ -87,6 +88,7 @@ class Completer:
                   reason="database unreachable at shutdown; the rescuer will recover them")
         await self._loop.stop()
         await self._held.close()
+        await self._held_tx.close()
 
     async def run_once(self) -> int:
         """Write the queued outcomes (up to MAX_BATCH); returns how many were written. A
@@ -119,7 +121,7 @@ class Completer:
             return 0
         effects = [effect for _, t in batch for effect in t.effects]
         if effects:
-            async with self.tx_engine.begin() as conn:
+            async with self._held_tx.transaction() as conn:
                 await write_effects(conn, effects)
                 written = await self._finalize(conn, batch, flush=False)
         else:

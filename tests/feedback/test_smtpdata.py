@@ -119,6 +119,8 @@ CASES = {
     "1002 crossing the cap": [_line(1000) * 3 + _line(1002) + b".\r\n"],
     "1004 crossing the cap": [_line(1000) * 3 + _line(1004) + b".\r\n"],
     "long line after the cap": [_line(1000) * 4 + _line(10) + _line(2000) + b".\r\n"],
+    "a 200 kB line": [b"w" * 65536] * 3 + [b"w" * 8192 + b"\r", b"\n.\r\n"],
+    "CR ending a long line's piece": [b"v" * 1500 + b"\r", b"\n", _line(5) + b".\r\n"],
 }
 
 

@@ -24,7 +24,6 @@ from postrelay.core.bulkcopy import Copy
 from postrelay.core.dbcall import (
     AnyConnection,
     AsyncAnyConnection,
-    BinaryParams,
     Steps,
     SyncConnection,
     run_async,
@@ -186,13 +185,13 @@ def _emit_many_steps(
     with_notify = send_notify and _wakeup.needed(conn)
     ids = new_uuids(len(rows))
     if len(rows) < COPY_MIN_EVENTS:
-        ((missing,),) = yield OUTBOX_SQL["outbox_insert_many"], BinaryParams(
-            ids=ids, tenant_ids=[r["tenant_id"] for r in rows],
-            aggregate_types=[r["aggregate_type"] for r in rows],
-            aggregate_ids=[r["aggregate_id"] for r in rows],
-            event_types=[r["event_type"] for r in rows],
-            payloads=[r["payload"] for r in rows], headers=[r["headers"] for r in rows],
-            created_by=created_by, notify=with_notify)
+        ((missing,),) = yield OUTBOX_SQL["outbox_insert_many"], {
+            "rows": jsontext.encode_rows([{
+                "id": event_id, "tenant_id": r["tenant_id"],
+                "aggregate_type": r["aggregate_type"], "aggregate_id": r["aggregate_id"],
+                "event_type": r["event_type"], "payload": r["payload"],
+                "headers": r["headers"]} for event_id, r in zip(ids, rows, strict=True)]),
+            "created_by": created_by, "notify": with_notify}
         if missing:
             raise ValidationError("tenant_id", f"no tenant with id {missing[0]}")
         if with_notify:

@@ -18,13 +18,14 @@ from functools import partial
 from typing import Any
 
 from aiosmtpd.controller import Controller
-from aiosmtpd.smtp import SMTP, Envelope, Session
+from aiosmtpd.smtp import MISSING, SMTP, Envelope, Session
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from postrelay.core.telemetry import event
 from postrelay.orchestrator.feedback.groupcommit import GroupCommit
 from postrelay.orchestrator.feedback.ingest import read_mail
 from postrelay.orchestrator.feedback.model import SuppressionPolicy
+from postrelay.orchestrator.feedback.smtpdata import read_data
 from postrelay.orchestrator.feedback.unsubscribe import UnsubscribeLinks
 from postrelay.orchestrator.feedback.verp import PREFIX, ReturnPath, TokenError
 
@@ -124,6 +125,43 @@ class _Server(SMTP):
             self._gate.open -= 1
             self._counted = False
         super().connection_lost(error)
+
+    async def smtp_DATA(self, arg: str) -> None:  # noqa: N802 - aiosmtpd's command name
+        """aiosmtpd's DATA, its message read in bulk (`smtpdata`) rather than a line at a
+        time; the same replies, limits and handle_DATA hook."""
+        if await self.check_helo_needed() or await self.check_auth_needed("DATA"):
+            return
+        assert self.envelope is not None
+        if not self.envelope.rcpt_tos:
+            await self.push("503 Error: need RCPT command")
+            return
+        if arg:
+            await self.push("501 Syntax: DATA")
+            return
+        await self.push("354 End data with <CR><LF>.<CR><LF>")
+        try:
+            body, error = await read_data(self._reader, max_bytes=self.data_size_limit,
+                                          max_line=self.line_length_limit)
+        except asyncio.CancelledError:  # the connection was reset during DATA
+            self._writer.close()
+            raise
+        if error is not None:
+            await self.push(error)
+            self._set_post_data_state()  # type: ignore[no-untyped-call]
+            return
+        content: str | bytes = body
+        if self._decode_data:
+            try:
+                content = body.decode("utf-8" if self.enable_SMTPUTF8 else "ascii",
+                                      "surrogateescape" if self.enable_SMTPUTF8 else "strict")
+            except UnicodeDecodeError:  # 8-bit data though SMTPUTF8 is off
+                await self.push("500 Error: strict ASCII mode")
+                return
+        self.envelope.content = content
+        self.envelope.original_content = body
+        status = await self._call_handler_hook("DATA")
+        self._set_post_data_state()  # type: ignore[no-untyped-call]
+        await self.push("250 OK" if status is MISSING else status)
 
     def _getaddr(self, arg: str) -> tuple[str | None, str | None]:
         # aiosmtpd reads every path with email's full RFC 5322 parser (and defines a class

@@ -8,18 +8,19 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from postrelay.core.dbcall import BinaryParams, Steps
+from postrelay.core import jsontext
+from postrelay.core.dbcall import Steps
 from postrelay.core.sqlfiles import load_queries
 
 FEEDBACK_SQL = load_queries("postrelay.orchestrator", "sql/feedback.sql")
 
 
-def email_feedback_match_many(*, log_ids: list[str | None], message_ids: list[str | None],
-                              queue_ids: list[str | None], recipients: list[str | None]
+def email_feedback_match_many(keys: list[dict[str, Any]]
                               ) -> Steps[list[dict[str, Any] | None]]:
-    """The matched log row of each report, in order; None where nothing matched."""
-    rows = yield FEEDBACK_SQL["email_feedback_match_many"], BinaryParams(
-        log_ids=log_ids, message_ids=message_ids, queue_ids=queue_ids, recipients=recipients)
+    """The matched log row of each report, in order; None where nothing matched. `keys`:
+    per report, its log_id, message_id, queue_id and recipient."""
+    rows = yield FEEDBACK_SQL["email_feedback_match_many"], {
+        "rows": jsontext.encode_rows(keys)}
     return [r._asdict() if r.id is not None else None for r in rows]
 
 
@@ -28,27 +29,21 @@ def email_feedback_insert_many(rows: list[dict[str, Any]], *, soft_window_secs: 
     """The new rows' id and soft_before by dedupe_key; a row recorded before is absent."""
     if not rows:
         return {}
-    params = BinaryParams({_plural(key): [r[key] for r in rows] for key in rows[0]})
-    params["soft_window_secs"] = float(soft_window_secs)
-    result = yield FEEDBACK_SQL["email_feedback_insert_many"], params
+    result = yield FEEDBACK_SQL["email_feedback_insert_many"], {
+        "rows": jsontext.encode_rows(rows), "soft_window_secs": float(soft_window_secs)}
     return {r.dedupe_key: r._asdict() for r in result}
 
 
-def email_feedback_apply_many(rows: list[dict[str, Any]], *, ranks: list[str]
+def email_feedback_apply_many(rows: list[dict[str, Any]], *, ranks: str
                               ) -> Steps[list[dict[str, Any]]]:
     """Per row, in order: old_status (the log row's, for the first report about it),
-    completed_job and suppressed."""
+    completed_job and suppressed. `ranks`: the delivery outcomes in rank order, as an array
+    literal (`{a,b}`)."""
     if not rows:
         return []
-    params = BinaryParams({_plural(key): [r[key] for r in rows] for key in rows[0]})
-    params["ranks"] = ranks
-    result = yield FEEDBACK_SQL["email_feedback_apply_many"], params
+    result = yield FEEDBACK_SQL["email_feedback_apply_many"], {
+        "rows": jsontext.encode_rows(rows), "ranks": ranks}
     return [r._asdict() for r in result]
-
-
-def _plural(key: str) -> str:
-    return {"delivery": "deliveries", "category": "categories", "status": "statuses",
-            "suppress": "suppress"}.get(key, f"{key}s")
 
 
 def email_feedback_list(conn: Connection, **filters: Any) -> list[dict[str, Any]]:

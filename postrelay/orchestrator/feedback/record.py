@@ -41,6 +41,7 @@ from postrelay.orchestrator.feedback.model import (
 from postrelay.orchestrator.schema import DELIVERY_OUTCOMES
 
 DEFAULT_POLICY = SuppressionPolicy()
+_RANKS = "{" + ",".join(DELIVERY_OUTCOMES) + "}"
 
 
 def record_feedback(conn: Connection, feedback: Feedback,
@@ -93,9 +94,8 @@ def _record_steps(reports: Sequence[Feedback], policy: SuppressionPolicy
                   ) -> Steps[tuple[list[Recorded], Events]]:
     """The three statements of a batch; its results and the outbox events to emit."""
     matches = yield from queries.email_feedback_match_many(
-        log_ids=[_text(f.log_id) for f in reports],
-        message_ids=[f.message_id for f in reports], queue_ids=[f.queue_id for f in reports],
-        recipients=[f.recipient for f in reports])
+        [{"log_id": f.log_id, "message_id": f.message_id, "queue_id": f.queue_id,
+          "recipient": f.recipient} for f in reports])
     rows = [_Row.of(feedback, match) for feedback, match in zip(reports, matches, strict=True)]
     seen: set[str] = set()
     fresh = []  # each dedupe_key once: a report repeated within the batch is a duplicate
@@ -110,7 +110,7 @@ def _record_steps(reports: Sequence[Feedback], policy: SuppressionPolicy
     for row in recorded:
         row.decide(policy, soft_seen)
     applied = yield from queries.email_feedback_apply_many(
-        [r.apply_params() for r in recorded], ranks=list(DELIVERY_OUTCOMES))
+        [r.apply_params() for r in recorded], ranks=_RANKS)
     events: Events = []
     for row, effect in zip(recorded, applied, strict=True):
         spec = row.take_effect(effect)

@@ -10,15 +10,21 @@
 -- the latest row with that id sent to the recipient). Each weaker key is looked up only
 -- when the stronger ones found nothing (its condition on them is checked once per report,
 -- before any scan): a DSN to its VERP address costs one index probe. One statement for a
--- batch: a provider's hundred events cost one round trip here, not a hundred.
+-- batch: a provider's hundred events cost one round trip here, not a hundred. The batch
+-- comes as one jsonb array of rows (`jsontext.encode_rows`), as do those of the insert and
+-- the apply: cheaper for the client to write than an array parameter per column. It is
+-- read through unnest(ARRAY(...)) so that a generic plan counts on 10 rows, as it did for
+-- unnest over array parameters (jsonb_to_recordset's 100 made them scan the log).
 SELECT w.n, m.id, m.tenant_id, m.job_id, m.status, m.recipients, m.category, m.template,
        m.message_id,
        CASE WHEN v.id IS NOT NULL THEN 'verp'
             WHEN by_message.id IS NOT NULL THEN 'message_id'
             WHEN by_queue.id IS NOT NULL THEN 'queue_id' END AS matched_by
-FROM unnest(CAST(:log_ids AS uuid[]), CAST(:message_ids AS text[]),
-            CAST(:queue_ids AS text[]), CAST(:recipients AS text[]))
-     WITH ORDINALITY AS w(log_id, message_id, queue_id, recipient, n)
+FROM (SELECT r.*, e.n
+      FROM unnest(ARRAY(SELECT jsonb_array_elements(CAST(:rows AS jsonb))))
+           WITH ORDINALITY AS e(doc, n),
+           jsonb_to_record(e.doc) AS r(log_id uuid, message_id text, queue_id text,
+                                       recipient text)) AS w
 LEFT JOIN mdm.aa_email_log v ON v.id = w.log_id
 -- A Message-ID postrelay made is `<job id@domain>`: the job index finds its rows.
 LEFT JOIN LATERAL (
@@ -57,15 +63,14 @@ INSERT INTO mdm.aa_email_feedback (tenant_id, email_log_id, matched_by, recipien
 SELECT w.tenant_id, w.email_log_id, w.matched_by, w.recipient, w.kind, w.status,
        w.diagnostic, w.source, w.source_event_id, w.dedupe_key, CAST(w.detail AS jsonb),
        w.occurred_at
-FROM unnest(CAST(:tenant_ids AS uuid[]), CAST(:email_log_ids AS uuid[]),
-            CAST(:matched_bys AS text[]), CAST(:recipients AS text[]),
-            CAST(:kinds AS text[]), CAST(:statuses AS text[]), CAST(:diagnostics AS text[]),
-            CAST(:sources AS text[]), CAST(:source_event_ids AS text[]),
-            CAST(:dedupe_keys AS text[]), CAST(:details AS text[]),
-            CAST(:occurred_ats AS timestamptz[]))
-     WITH ORDINALITY AS w(tenant_id, email_log_id, matched_by, recipient, kind, status,
-                          diagnostic, source, source_event_id, dedupe_key, detail,
-                          occurred_at, n)
+FROM (SELECT r.*, e.n
+      FROM unnest(ARRAY(SELECT jsonb_array_elements(CAST(:rows AS jsonb))))
+           WITH ORDINALITY AS e(doc, n),
+           jsonb_to_record(e.doc) AS r(tenant_id uuid, email_log_id uuid, matched_by text,
+                                       recipient text, kind text, status text,
+                                       diagnostic text, source text, source_event_id text,
+                                       dedupe_key text, detail text,
+                                       occurred_at timestamptz)) AS w
 ORDER BY w.n
 ON CONFLICT (dedupe_key) DO NOTHING
 RETURNING id, dedupe_key,
@@ -92,14 +97,13 @@ RETURNING id, dedupe_key,
 --   and category makes it, unless one was there already.
 -- Log rows are locked in id order, so concurrent batches cannot deadlock on them.
 WITH w AS (
-    SELECT *
-    FROM unnest(CAST(:email_log_ids AS uuid[]), CAST(:feedback_ids AS uuid[]),
-                CAST(:deliveries AS text[]), CAST(:tenant_ids AS uuid[]),
-                CAST(:recipients AS text[]), CAST(:categories AS text[]),
-                CAST(:reasons AS text[]), CAST(:sources AS text[]),
-                CAST(:statuses AS text[]), CAST(:suppress AS boolean[]))
-         WITH ORDINALITY AS w(email_log_id, feedback_id, delivery, tenant_id, recipient,
-                              category, reason, source, status, suppress, n)
+    SELECT r.*, e.n
+    FROM unnest(ARRAY(SELECT jsonb_array_elements(CAST(:rows AS jsonb))))
+         WITH ORDINALITY AS e(doc, n),
+         jsonb_to_record(e.doc) AS r(email_log_id uuid, feedback_id uuid, delivery text,
+                                     tenant_id uuid, recipient text, category text,
+                                     reason text, source text, status text,
+                                     suppress boolean)
 ), per_row AS (
     SELECT w.email_log_id, min(w.n) AS first_n,
            max(array_position(CAST(:ranks AS text[]), w.delivery)) AS top_rank

@@ -1,0 +1,134 @@
+"""The receiver reads DATA in bulk; it must answer and keep exactly what aiosmtpd's own line
+by line DATA does. Each case goes, byte for byte and split the same way across TCP writes,
+to aiosmtpd's SMTP and to the receiver's session class, both real listeners on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import SMTP, Envelope, Session
+
+from postrelay.orchestrator.feedback.inbound import _Gate, _Server
+
+CAP = 4000
+
+
+class Capture:
+    def __init__(self) -> None:
+        self.messages: list[tuple[bytes | None, str | bytes | None]] = []
+
+    async def handle_DATA(  # noqa: N802 - aiosmtpd's hook name
+            self, server: SMTP, session: Session, envelope: Envelope) -> str:
+        self.messages.append((envelope.original_content, envelope.content))
+        return "250 2.0.0 kept"
+
+
+class _Listener(Controller):
+    def __init__(self, ours: bool, **kwargs: Any) -> None:
+        self.ours, self.kwargs, self.capture = ours, kwargs, Capture()
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        super().__init__(self.capture, hostname="127.0.0.1", port=port)
+
+    def factory(self) -> SMTP:
+        if self.ours:
+            return _Server(self.handler, gate=_Gate(10), data_size_limit=CAP, **self.kwargs)
+        return SMTP(self.handler, data_size_limit=CAP, **self.kwargs)
+
+
+@pytest.fixture(params=[{}, {"decode_data": True}, {"decode_data": True,
+                                                    "enable_SMTPUTF8": True}],
+                ids=["bytes", "ascii", "utf8"])
+def listeners(request: pytest.FixtureRequest) -> Iterator[tuple[_Listener, _Listener]]:
+    theirs, ours = _Listener(False, **request.param), _Listener(True, **request.param)
+    theirs.start()
+    ours.start()
+    try:
+        yield theirs, ours
+    finally:
+        theirs.stop()
+        ours.stop()
+
+
+async def _session(port: int, messages: list[list[bytes]]) -> list[bytes]:
+    """Sends each message (its DATA in the pieces given, each its own TCP write) on one
+    connection; every reply line from DATA on."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.transport.get_extra_info("socket").setsockopt(  # type: ignore[union-attr]
+        socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    async def reply() -> bytes:
+        while True:
+            line = await reader.readline()
+            if line[3:4] != b"-":
+                return line
+
+    await reply()
+    writer.write(b"EHLO client.example\r\n")
+    await reply()
+    replies = []
+    for pieces in messages:
+        for command in (b"MAIL FROM:<>\r\n", b"RCPT TO:<a@b.example>\r\n"):
+            writer.write(command)
+            await reply()
+        writer.write(b"DATA\r\n")
+        replies.append(await reply())
+        for piece in pieces:
+            writer.write(piece)
+            await writer.drain()
+            await asyncio.sleep(0.002)  # a write of its own
+        replies.append(await reply())
+    writer.write(b"QUIT\r\n")
+    await reply()
+    writer.close()
+    return replies
+
+
+def _line(n: int) -> bytes:
+    return b"x" * (n - 2) + b"\r\n"
+
+
+CASES = {
+    "empty": [b".\r\n"],
+    "plain": [b"Subject: hi\r\n\r\nbody\r\n.\r\n"],
+    "dot-stuffed": [b"..first\r\nSubject: x\r\n\r\n..one\r\n.two\r\nthree.\r\n..\r\n"
+                    b"...\r\n. \r\nend.\r\n.\r\n"],
+    "stuffed lone dot first": [b"..\r\n.\r\n"],
+    "8-bit": [b"Subject: caf\xc3\xa9\r\n\r\n\xff\xfe raw\r\n.\r\n"],
+    "bare CR and LF": [b"a\rb\nc\r\n.\n\r\n..\r\r\n.\r\n"],
+    "split at the terminator": [b"a\r\n", b".", b"\r", b"\n"],
+    "split inside CRLF": [b"a\r", b"\n.\r", b"\n"],
+    "split after a line-end dot": [b"a.", b"\r\n.\r\n"],
+    "byte by byte": [bytes([c]) for c in b"S: 1\r\n\r\n..x\r\ny.\r\n.\r\n"],
+    "many lines": [b"".join(_line(70) for _ in range(50)) + b".\r\n"],
+    "at the cap": [_line(1000) * 4 + b".\r\n"],
+    "over the cap": [_line(1000) * 4 + _line(3) + b".\r\n"],
+    "far over the cap": [_line(900) * 60, b".\r\n"],
+    "line of 1001": [_line(1001) + b".\r\n"],
+    "line of 1002": [_line(1002) + b".\r\n"],
+    "line of 1003": [_line(1003) + b".\r\n"],
+    "line of 1004": [_line(1004) + b".\r\n"],
+    "long line in pieces": [b"y" * 700, b"y" * 700, b"y" * 700 + b"\r\n.\r\n"],
+    "long line ending in a dot": [b"z" * 1500 + b"\r\n", b"z" * 1500 + b".\r\n.\r\n"],
+    "1002 crossing the cap": [_line(1000) * 3 + _line(1002) + b".\r\n"],
+    "1004 crossing the cap": [_line(1000) * 3 + _line(1004) + b".\r\n"],
+    "long line after the cap": [_line(1000) * 4 + _line(10) + _line(2000) + b".\r\n"],
+    "a 200 kB line": [b"w" * 65536] * 3 + [b"w" * 8192 + b"\r", b"\n.\r\n"],
+    "CR ending a long line's piece": [b"v" * 1500 + b"\r", b"\n", _line(5) + b".\r\n"],
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+async def test_data_is_read_as_aiosmtpd_reads_it(listeners, name):
+    theirs, ours = listeners
+    # Then a plain message on the same connection: the session is back where it was.
+    messages = [CASES[name], [b"Subject: next\r\n\r\n.\r\n"]]
+    expected = await _session(theirs.port, messages)
+    assert await _session(ours.port, messages) == expected
+    assert ours.capture.messages == theirs.capture.messages

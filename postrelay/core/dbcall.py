@@ -104,14 +104,6 @@ def _wrong_connection(conn: object, wanted: str = "a") -> TypeError:
     )
 
 
-class BinaryParams(dict[str, Any]):
-    """A step's parameters to send in binary on a psycopg connection (a plain dict to
-    SQLAlchemy). psycopg writes a list in text one element at a time, escaping each with a
-    regular expression: for a statement that carries a batch as arrays (JSON text among
-    them) that costs more CPU than the rest of its round trip. Every parameter of such a
-    statement must be cast to the type it is used as (see `driver_fetch`)."""
-
-
 @functools.cache
 def psycopg_sql(statement: TextClause, binary: bool = False) -> str:
     """The statement in psycopg's `%(name)s` style, compiled once per statement; with
@@ -132,7 +124,7 @@ def _drive_psycopg(conn: psycopg.Connection[Any], steps: Steps[T]) -> T:
                 continue
             statement, params = step
             cursor = conn.cursor(row_factory=namedtuple_row)
-            cursor.execute(psycopg_sql(statement, isinstance(params, BinaryParams)), params)
+            cursor.execute(psycopg_sql(statement), params)
             rows = cursor.fetchall() if cursor.description else cursor.rowcount
             step = steps.send(rows)
     except StopIteration as stop:
@@ -150,8 +142,7 @@ async def _drive_psycopg_async(conn: psycopg.AsyncConnection[Any], steps: Steps[
                 continue
             statement, params = step
             cursor = conn.cursor(row_factory=namedtuple_row)
-            await cursor.execute(psycopg_sql(statement, isinstance(params, BinaryParams)),
-                                 params)
+            await cursor.execute(psycopg_sql(statement), params)
             rows = await cursor.fetchall() if cursor.description else cursor.rowcount
             step = steps.send(rows)
     except StopIteration as stop:

@@ -52,7 +52,8 @@ WITH batch AS (
     SELECT tenant_id, 'reindex', jsonb_build_object('order', aggregate_id),
            'baseline:' || id
     FROM batch
-    ON CONFLICT (tenant_id, job_kind, idempotency_key) WHERE idempotency_key IS NOT NULL
+    ON CONFLICT (tenant_id, job_kind, idempotency_key)
+        WHERE idempotency_key IS NOT NULL AND idempotency_key NOT LIKE 'outbox:%%'
     DO NOTHING
 )
 UPDATE mdm.aa_outbox_event e SET handled_at = clock_timestamp(), jobs_created = 1

@@ -20,9 +20,9 @@ RETURNING id;
 -- along when `notify` asks for it, once per transaction (every NOTIFY takes a global lock
 -- at commit); it may go out even when no row is written, being only a hint, delivered if
 -- the caller commits. The outbox relay's keys (`outbox:` prefix) are not in
--- job_idempotency_uk: its delivery links keep them unique (relay/sql/outbox.sql), and
--- sparing the index their entries spares every claim and completion of such a job three
--- index insertions with a uniqueness check each.
+-- job_idempotency_uk: its delivery links keep them unique (relay/sql/outbox.sql), which
+-- spares each such job three index entries (at its insert, claim and completion, none of
+-- them a HOT update), each with a uniqueness check.
 WITH wake AS MATERIALIZED (
     SELECT CASE WHEN CAST(:notify AS boolean) THEN pg_notify('postrelay_jobs', '') END
 )
@@ -65,8 +65,8 @@ SELECT ARRAY(SELECT t FROM unnest(CAST(:tenant_ids AS uuid[])) AS t
 -- name: job_copy_in
 -- A batch streams in with binary COPY, about twice as fast as job_insert_many;
 -- job_batch_check has already checked every tenant and kind. COPY cannot skip a taken
--- idempotency key, so a batch with keys runs it in a savepoint and, when one is taken,
--- goes by job_insert_many instead (core/bulkcopy.py). The columns left out take their
+-- idempotency key, so a batch with keys in job_idempotency_uk runs it in a savepoint and,
+-- when one is taken, goes by job_insert_many instead (core/bulkcopy.py). The columns left out take their
 -- defaults, as in job_insert_many. The column types are JOB_COPY_TYPES in enqueue.py:
 -- keep the two in step.
 COPY mdm.aa_job (id, tenant_id, job_kind, payload, priority, available_at, max_attempts,

@@ -308,3 +308,9 @@ UPDATE mdm.aa_feedback_inbox
 SET attempts = attempts + 1, last_error = :error,
     available_at = now() + make_interval(secs => CAST(:delay_secs AS double precision))
 WHERE id = CAST(:id AS uuid);
+
+-- name: feedback_inbox_backlog
+-- Messages accepted and not recorded yet, and how long the oldest has waited (NULL: none).
+SELECT count(*) AS waiting,
+       extract(epoch FROM now() - min(i.received_at))::float8 AS oldest_age_secs
+FROM mdm.aa_feedback_inbox i;

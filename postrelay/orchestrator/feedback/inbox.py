@@ -37,6 +37,7 @@ BATCH = 100
 POLL_SECS = 2.0  # rows left by a crash, by another process, or waiting out a backoff
 MAX_ATTEMPTS = 5
 RETRY_SECS = 1.0  # the first backoff; doubled at each failure
+LINGER_SECS = 0.01  # after a wake, how long the batch waits for more
 STOP_SECS = 5.0  # how long stop() lets the current batch finish before abandoning it
 # Smaller messages are parsed on the event loop: handing a DSN of a few kB to a thread costs
 # about what parsing it does, and the GIL lets no two parses run at once anyway.
@@ -50,7 +51,8 @@ Row = Any  # a named tuple of feedback_inbox_take: id, envelope_to, raw, attempt
 class InboxProcessor:
     def __init__(self, engine: AsyncEngine, read: Read, policy: SuppressionPolicy,
                  batch: int = BATCH, poll_secs: float = POLL_SECS,
-                 max_attempts: int = MAX_ATTEMPTS, retry_secs: float = RETRY_SECS) -> None:
+                 max_attempts: int = MAX_ATTEMPTS, retry_secs: float = RETRY_SECS,
+                 linger_secs: float = LINGER_SECS) -> None:
         self.engine = engine
         self.read = read
         self.policy = policy
@@ -58,6 +60,7 @@ class InboxProcessor:
         self.poll_secs = poll_secs
         self.max_attempts = max_attempts
         self.retry_secs = retry_secs
+        self.linger_secs = linger_secs
         self.recorded = 0  # messages recorded (or given up on) by this processor
         self._wake = asyncio.Event()
         self._stopping = False
@@ -89,9 +92,14 @@ class InboxProcessor:
             except Exception as exc:  # the database: rows stay, tried again at the next poll
                 event("postrelay.inbound.inbox_failed", logging.WARNING, error=repr(exc))
                 took = 0
-            if took == 0 and not self._stopping:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self.poll_secs)
+            if took >= self.batch or self._stopping:
+                continue  # more may be waiting
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.poll_secs)
+            if self._wake.is_set():
+                # The inbox commits of the next few milliseconds join this batch: a batch
+                # of one costs the database about what a batch of ten does.
+                await asyncio.sleep(self.linger_secs)
 
     async def process_once(self) -> int:
         """Record one batch; how many messages it took (0: none was ready)."""

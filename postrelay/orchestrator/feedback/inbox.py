@@ -123,8 +123,11 @@ class InboxProcessor:
         reports = []
         for row in rows:
             raw = bytes(row.raw)
-            reports += self.read(list(row.envelope_to), raw) if len(raw) <= INLINE_PARSE_BYTES \
-                else await asyncio.to_thread(self.read, list(row.envelope_to), raw)
+            if len(raw) <= INLINE_PARSE_BYTES:
+                reports += self.read(list(row.envelope_to), raw)
+                await asyncio.sleep(0)  # the SMTP sessions go on between two parses
+            else:
+                reports += await asyncio.to_thread(self.read, list(row.envelope_to), raw)
         await record_many_async(conn, reports, self.policy)
         await _fetch(conn, "feedback_inbox_delete", {"ids": [row.id for row in rows]})
 

@@ -1,7 +1,7 @@
 """The inbound receiver's durable inbox writes: each accepted message (its raw bytes and
 RCPT TO list) is stored in aa_feedback_inbox, group-committed with the messages that arrived
-meanwhile (one COPY and one commit per batch, one transaction at a time), and its SMTP
-session answers 250 once that commit is flushed to the WAL.
+meanwhile (one INSERT, its own transaction, per batch; one at a time), and its SMTP session
+answers 250 once that commit is flushed to the WAL.
 
     spool = InboxSpool(async_engine, on_commit=processor.wake)
     await spool.store(["bounce-…@bounces.acme.example"], raw)  # returns once durable
@@ -11,16 +11,16 @@ Parsing and recording follow in feedback/inbox.py, off the SMTP dialogue.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from postrelay.core.bulkcopy import Copy, copy_rows_async
+from postrelay.core import jsontext
+from postrelay.core.dbcall import psycopg_sql
 from postrelay.orchestrator.feedback.groupcommit import MAX_MESSAGES, Batches, held_psycopg
 from postrelay.orchestrator.feedback.queries import FEEDBACK_SQL
 
-# The columns of feedback_inbox_copy_in, in order.
-INBOX_COPY_TYPES = ("text[]", "bytea")
 Message = tuple[list[str], bytes]
 
 
@@ -37,8 +37,14 @@ class InboxSpool(Batches[Message, None]):
         await self.submit((list(envelope_to), raw))
 
     async def _commit(self, messages: list[Message]) -> list[None]:
-        copy = Copy(FEEDBACK_SQL["feedback_inbox_copy_in"].text, INBOX_COPY_TYPES, messages)
-        async with held_psycopg(self.engine) as raw, raw.transaction():
-            await copy_rows_async(raw, copy)
+        rows = jsontext.encode_rows([{"to": to, "raw": base64.b64encode(raw).decode()}
+                                     for to, raw in messages])
+        async with held_psycopg(self.engine) as conn:
+            if not conn.autocommit:
+                # The statement is its own transaction: no BEGIN and COMMIT round trips.
+                # The receiver's other transactions open theirs (`transaction()`) anyway.
+                await conn.set_autocommit(True)
+            await conn.execute(psycopg_sql(FEEDBACK_SQL["feedback_inbox_insert"]),
+                               {"rows": rows})
         self.on_commit()
         return [None] * len(messages)

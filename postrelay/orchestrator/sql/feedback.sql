@@ -271,11 +271,15 @@ WHERE l.status IN ('sent', 'partial', 'bounced')
 GROUP BY l.tenant_id, t.name
 ORDER BY t.name, l.tenant_id;
 
--- name: feedback_inbox_copy_in
--- The messages `postrelay inbound` accepted during the last commit, streamed in with binary
--- COPY (INBOX_COPY_TYPES in feedback/spool.py: keep the two in step). Its commit is the
--- durability point of their 250: it waits for the WAL flush (the server's default).
-COPY mdm.aa_feedback_inbox (envelope_to, raw) FROM STDIN (FORMAT BINARY);
+-- name: feedback_inbox_insert
+-- The messages `postrelay inbound` accepted during the last commit: per row its RCPT TO
+-- list (`to`) and its raw bytes in base64 (`raw`). One statement in its own transaction
+-- (autocommit: a single round trip), whose commit is the durability point of their 250s: it
+-- waits for the WAL flush (the receiver's connections set synchronous_commit on).
+INSERT INTO mdm.aa_feedback_inbox (envelope_to, raw)
+SELECT ARRAY(SELECT json_array_elements_text(r.value -> 'to')),
+       decode(r.value ->> 'raw', 'base64')
+FROM json_array_elements(CAST(:rows AS json)) r;
 
 -- name: feedback_inbox_take
 -- Up to :limit messages ready to record, oldest first by the primary key (ids are time

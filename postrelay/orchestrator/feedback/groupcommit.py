@@ -1,15 +1,13 @@
 """Group commit for the inbound receiver: what arrives while one transaction is being
 committed is committed together in the next one. `Batches` is the mechanism; the receiver
-stores raw messages with it (spool.InboxSpool), `GroupCommit` records reports with it.
+stores raw messages with it (spool.InboxSpool).
 
-    group = GroupCommit(async_engine, policy)
-    done = await group.record(reports)   # returns once these reports are committed
+    done = await batches.submit(item)   # returns once this item is committed
 
 A commit waits for its WAL flush, which costs more than everything else a DSN needs; one
 commit for the ten messages that came in meanwhile makes ten times fewer of them. Each
-message is still answered only after its own reports are committed, and one message whose
-reports cannot be recorded does not fail the others: that batch is retried a message at a
-time.
+message is still answered only after its own commit, and one message that cannot be
+committed does not fail the others: that batch is retried a message at a time.
 
 The transactions run on the receiver's own event loop (an async engine): no thread to hand
 each batch to and back, and no second thread contending with the SMTP sessions for the GIL
@@ -20,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, Generic, TypeVar
 
@@ -29,8 +27,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from postrelay.core.dbcall import psycopg_beneath
 from postrelay.core.telemetry import event
-from postrelay.orchestrator.feedback.model import Feedback, Recorded, SuppressionPolicy
-from postrelay.orchestrator.feedback.record import record_many_async
 
 MAX_MESSAGES = 100
 # Transactions in flight at most. One at a time is the rule: whatever arrives while it runs
@@ -95,30 +91,6 @@ class Batches(Generic[T, R]):
 
     async def _commit(self, items: list[T]) -> list[R]:
         raise NotImplementedError
-
-
-class GroupCommit(Batches[list[Feedback], list[Recorded]]):
-    """Each message's reports recorded with those of the messages that arrived meanwhile."""
-
-    def __init__(self, engine: AsyncEngine, policy: SuppressionPolicy,
-                 max_messages: int = MAX_MESSAGES, in_flight: int = IN_FLIGHT) -> None:
-        super().__init__(max_messages, in_flight)
-        self.engine = engine
-        self.policy = policy
-
-    async def record(self, reports: Sequence[Feedback]) -> list[Recorded]:
-        """Record one message's reports; raises what recording it alone raised."""
-        return await self.submit(list(reports))
-
-    async def _commit(self, messages: list[list[Feedback]]) -> list[list[Recorded]]:
-        reports = [r for reports in messages for r in reports]
-        async with held_psycopg(self.engine) as raw, raw.transaction():
-            flat = await record_many_async(raw, reports, self.policy)
-        results, start = [], 0
-        for reports in messages:
-            results.append(flat[start:start + len(reports)])
-            start += len(reports)
-        return results
 
 
 @asynccontextmanager

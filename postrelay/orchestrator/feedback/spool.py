@@ -40,11 +40,14 @@ class InboxSpool(Batches[Message, None]):
         rows = jsontext.encode_rows([{"to": to, "raw": base64.b64encode(raw).decode()}
                                      for to, raw in messages])
         async with held_psycopg(self.engine) as conn:
-            if not conn.autocommit:
-                # The statement is its own transaction: no BEGIN and COMMIT round trips.
-                # The receiver's other transactions open theirs (`transaction()`) anyway.
-                await conn.set_autocommit(True)
-            await conn.execute(psycopg_sql(FEEDBACK_SQL["feedback_inbox_insert"]),
-                               {"rows": rows})
+            # The statement is its own transaction: no BEGIN and COMMIT round trips. The
+            # connection goes back to the pool as it came, for SQLAlchemy's transactions.
+            await conn.set_autocommit(True)
+            try:
+                await conn.execute(psycopg_sql(FEEDBACK_SQL["feedback_inbox_insert"]),
+                                   {"rows": rows})
+            finally:
+                if not conn.closed:
+                    await conn.set_autocommit(False)
         self.on_commit()
         return [None] * len(messages)

@@ -20,7 +20,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from postrelay.core.telemetry import event
-from postrelay.orchestrator import feedback_counts, feedback_rates
+from postrelay.orchestrator import feedback_counts, feedback_rates, inbox_backlog
 from postrelay.queue import STATUSES, queue_status
 from postrelay.relay import outbox_status
 
@@ -72,9 +72,10 @@ class QueueCollector(Collector):
 
 
 class FeedbackCollector(Collector):
-    """Delivery feedback received in the last 24 hours by kind and source, and each
-    tenant's bounce and complaint rates over 24 hours and 7 days. The rates read a week of
-    the email log, so they are computed at most once a minute whatever the scrape rate."""
+    """Delivery feedback received in the last 24 hours by kind and source, the inbound
+    receiver's inbox backlog, and each tenant's bounce and complaint rates over 24 hours and
+    7 days. The rates read a week of the email log, so they are computed at most once a
+    minute whatever the scrape rate."""
 
     RATES_TTL_SECS = 60.0
 
@@ -88,6 +89,7 @@ class FeedbackCollector(Collector):
         try:
             with self.engine.connect() as conn:
                 counts = feedback_counts(conn)
+                inbox = inbox_backlog(conn)
                 rates = self._cached_rates(conn)
         except SQLAlchemyError as exc:  # postrelay_database_up already says why
             event("postrelay.api.metrics_failed", logging.WARNING, error=repr(exc))
@@ -105,6 +107,14 @@ class FeedbackCollector(Collector):
             unmatched.add_metric([row["kind"], row["source"]], row["unmatched"])
         yield received
         yield unmatched
+        yield GaugeMetricFamily(
+            "postrelay_feedback_inbox",
+            "Mail `postrelay inbound` accepted (answered 250) and has not recorded yet.",
+            value=inbox["waiting"])
+        yield GaugeMetricFamily(
+            "postrelay_feedback_inbox_oldest_age_seconds",
+            "How long the oldest message of the inbound inbox has waited (0 if none).",
+            value=inbox["oldest_age_secs"] or 0.0)
         labels = ["tenant_id", "tenant", "window"]
         families = {
             "bounce": GaugeMetricFamily(

@@ -106,8 +106,10 @@ def inbound(
         # a batch that met a lost connection on new ones anyway. Generic plans: the
         # receiver's statements take their batch as arrays, which a plan made for one
         # batch fits as well as any other, so the planner need not run at every execution.
+        # Synchronous commit on whatever the server's default: the inbox commit is what
+        # each 250 promises (the processor turns it off for its own transactions).
         engine = db.async_engine(pool_pre_ping=False, connect_args={
-            "options": "-c plan_cache_mode=force_generic_plan"})
+            "options": "-c plan_cache_mode=force_generic_plan -c synchronous_commit=on"})
         with InboundServer(engine, return_path, policy, config):
             typer.echo(f"inbound: mail for {return_path.domain} on {config.host}:"
                        f"{config.port}" + (" (STARTTLS)" if config.tls else ""))

@@ -55,8 +55,9 @@ def send_late_feedback(engine: AsyncEngine, received: Sequence[Received],
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     config = InboundConfig(host="127.0.0.1", port=port)
-    with InboundServer(engine, return_path(), policy, config):
+    with InboundServer(engine, return_path(), policy, config) as server:
         asyncio.run(_deliver(port, mails))
+        server.drain()  # its 250s say stored; the demo shows them recorded
     return len(mails)
 
 

@@ -27,7 +27,7 @@ from postrelay.orchestrator.feedback.sendgrid import (
 )
 from postrelay.orchestrator.feedback.sendgrid import sendgrid_reports
 from postrelay.orchestrator.feedback.ses import ses_reports
-from postrelay.orchestrator.feedback.stats import feedback_counts, feedback_rates
+from postrelay.orchestrator.feedback.stats import feedback_counts, feedback_rates, inbox_backlog
 from postrelay.orchestrator.feedback.unsubscribe import UnsubscribeLinks, UnsubscribeTokenError
 from postrelay.orchestrator.feedback.verp import ReturnPath
 from postrelay.orchestrator.feedback.webhook import (
@@ -71,6 +71,7 @@ __all__ = [
     "feedback_list",
     "feedback_rates",
     "feedback_retention_days",
+    "inbox_backlog",
     "ingest",
     "message_id_domain",
     "message_id_for",

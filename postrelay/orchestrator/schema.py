@@ -22,6 +22,7 @@ from sqlalchemy import (
     Identity,
     Index,
     Integer,
+    LargeBinary,
     PrimaryKeyConstraint,
     Table,
     Text,
@@ -160,6 +161,22 @@ email_feedback = Table(
     Index("ix_email_feedback_tenant_time", "tenant_id", "received_at"),
     Index("ix_email_feedback_log", "email_log_id"),
     Index("ix_email_feedback_recipient", "tenant_id", "recipient", "kind", "received_at"),
+)
+
+# Mail `postrelay inbound` accepted and has not recorded yet (migration 0022): the 250 is
+# answered once a row is committed here; feedback/inbox.py records and deletes it. No
+# tenant column: a raw message's tenant is unknown until it is matched.
+feedback_inbox = Table(
+    "aa_feedback_inbox",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True,
+           server_default=text("mdm.uuid_v7()")),  # time-ordered: oldest first by the pkey
+    Column("received_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+    Column("envelope_to", ARRAY(Text), nullable=False),  # the RCPT TO addresses
+    Column("raw", LargeBinary, nullable=False),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),  # failed ones
+    Column("last_error", Text),
+    Column("available_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
 )
 
 # Every lifted suppression (migration 0014): what was lifted, by whom. Grows with operator

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import string
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +36,21 @@ def insert_log(conn: Connection, *, tenant_id: uuid.UUID, recipients: tuple[str,
          "recipients": list(recipients), "mid": message_id, "status": status,
          "queue_id": queue_id, "attempt": attempt})
     return {"id": log_id, "message_id": message_id, "job_id": job_id}
+
+
+async def await_inbox_empty(engine: Engine, timeout: float = 10.0) -> None:
+    """Wait until the inbound receiver has recorded every message of its inbox (its 250
+    says only that a message is stored)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with engine.connect() as conn:
+            waiting = conn.execute(text("SELECT count(*) FROM mdm.aa_feedback_inbox")
+                                   ).scalar_one()
+        if waiting == 0:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{waiting} messages still in the inbox after {timeout}s")
+        await asyncio.sleep(0.02)
 
 
 class Look:

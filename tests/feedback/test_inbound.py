@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from postrelay.core.db import sqlalchemy_url
 from postrelay.orchestrator.feedback import SuppressionPolicy
 from postrelay.orchestrator.feedback.inbound import InboundConfig, InboundServer
-from tests.feedback.conftest import bounce_mail, insert_log
+from tests.feedback.conftest import await_inbox_empty, bounce_mail, insert_log
 
 ANN = "ann@example.com"
 
@@ -63,11 +63,13 @@ async def test_a_bounce_through_the_listener_bounces_the_row_and_suppresses(
     verp = return_path.address(sent["id"])
     raw = bounce_mail(name, verp=verp, message_id=sent["message_id"])
     assert (await deliver(inbound, verp, raw))[0] == 250
+    await await_inbox_empty(look.engine)
     assert look.log(sent["id"])["delivery"] == "bounced"
     assert (ANN, "") in look.suppressed(tenant)
     assert [e["event_type"] for e in look.events()] == ["email.bounced"]
     # The MTA delivers it again (it lost our 250): nothing changes.
     assert (await deliver(inbound, verp, raw))[0] == 250
+    await await_inbox_empty(look.engine)
     assert len(look.feedback()) == 1 and len(look.events()) == 1
 
 
@@ -78,6 +80,7 @@ async def test_a_yahoo_complaint_to_the_fbl_address_suppresses(inbound, engine, 
     raw = bounce_mail("yahoo_arf.eml", verp=return_path.address(sent["id"]),
                       message_id=sent["message_id"])
     assert (await deliver(inbound, "fbl@bounces.acme.example", raw))[0] == 250
+    await await_inbox_empty(look.engine)
     assert look.log(sent["id"])["delivery"] == "complained"
     assert [e["event_type"] for e in look.events()] == ["email.complained"]
 
@@ -92,6 +95,7 @@ async def test_a_delivery_report_resolves_a_held_unknown_row(inbound, engine, te
     verp = return_path.address(held["id"])
     raw = bounce_mail("postfix_delivered.eml", verp=verp, message_id=held["message_id"])
     assert (await deliver(inbound, verp, raw))[0] == 250
+    await await_inbox_empty(look.engine)
     assert look.log(held["id"])["status"] == "sent"
     assert look.rows("SELECT status::text AS s FROM mdm.aa_job WHERE id = :j", j=job) == [
         {"s": "done"}]
@@ -122,6 +126,7 @@ async def test_mail_nobody_can_read_is_kept_unparsed(inbound, look, return_path)
     verp = return_path.address(uuid.uuid4())
     raw = b"Content-Type: multipart/report; report-type=delivery-status; boundary=x\r\n\r\n--x"
     assert (await deliver(inbound, verp, raw))[0] == 250
+    await await_inbox_empty(look.engine)
     (row,) = look.feedback()
     assert row["kind"] == "unparsed" and row["email_log_id"] is None
 
@@ -179,12 +184,14 @@ async def test_it_recovers_from_a_lost_database_connection_without_a_pre_ping(
     try:
         with InboundServer(receiver, return_path, SuppressionPolicy(), config) as server:
             assert (await deliver(server, *mails[0]))[0] == 250
+            await await_inbox_empty(engine)
             with engine.begin() as conn:  # the database drops the receiver's connection
                 killed = conn.execute(text(
                     "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                     "WHERE application_name = 'inbound-under-test'")).scalar_one()
             assert killed >= 1
             assert (await deliver(server, *mails[1]))[0] == 250
+            await await_inbox_empty(engine)
     finally:
         receiver.sync_engine.dispose(close=False)
     assert sorted(r["recipient"] for r in look.feedback()) == ["u0@example.com",

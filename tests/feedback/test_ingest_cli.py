@@ -9,7 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.feedback.conftest import BOUNCE_DOMAIN, SECRET, bounce_mail, insert_log
+from tests.feedback.conftest import (
+    BOUNCE_DOMAIN,
+    SECRET,
+    await_inbox_empty,
+    bounce_mail,
+    insert_log,
+)
 
 POSTRELAY = Path(sys.executable).parent / "postrelay"
 
@@ -131,6 +137,7 @@ async def test_postrelay_inbound_as_a_process_records_a_bounce_and_stops_on_sigt
         await smtp.sendmail("", [verp], bounce_mail("postfix_bounce.eml", verp=verp,
                                                     message_id=sent["message_id"]))
         await smtp.quit()
+        await await_inbox_empty(engine)  # the 250 said stored; recorded right after
     finally:
         server.send_signal(signal.SIGTERM)
         out, err = server.communicate(timeout=30)

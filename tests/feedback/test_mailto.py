@@ -14,7 +14,7 @@ import pytest
 from postrelay.orchestrator import UnsubscribeLinks
 from postrelay.orchestrator.feedback import SuppressionPolicy
 from postrelay.orchestrator.feedback.inbound import InboundConfig, InboundServer
-from tests.feedback.conftest import BOUNCE_DOMAIN, SECRET
+from tests.feedback.conftest import BOUNCE_DOMAIN, SECRET, await_inbox_empty
 from tests.feedback.test_inbound import deliver, free_port
 from tests.orchestrator.conftest import write_template
 
@@ -58,6 +58,7 @@ async def test_bulk_mail_offers_mailto_and_it_unsubscribes_only_its_category(
     for _ in range(2):  # a client that sends twice changes nothing the second time
         code, _ = await deliver(inbound, f"unsubscribe@{BOUNCE_DOMAIN}", client_mail(uris[1]))
         assert code == 250
+        await await_inbox_empty(look.engine)
     assert set(look.suppressed(tenant)) == {(ANN, "newsletter")}
     (row,) = look.feedback()
     assert (row["kind"], row["source"], row["recipient"], row["suppressed"],
@@ -80,6 +81,7 @@ async def test_a_tampered_or_foreign_token_is_kept_and_suppresses_nothing(
         mailto = f"mailto:unsubscribe@{BOUNCE_DOMAIN}?subject=unsubscribe%20{bad}"
         code, _ = await deliver(inbound, f"unsubscribe@{BOUNCE_DOMAIN}", client_mail(mailto))
         assert code == 250  # accepted and kept for an operator, never lost
+    await await_inbox_empty(look.engine)
     assert look.suppressed(tenant) == {}
     assert {r["kind"] for r in look.feedback()} <= {"unparsed", "auto-reply"}
     assert len(look.feedback()) == 3 and look.events() == []

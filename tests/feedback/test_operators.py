@@ -108,6 +108,10 @@ def test_metrics_export_feedback_counts_and_rates(database_url, engine, tenant, 
     _feedback(engine, sent[1], "complaint", "sendgrid", "m2")
     _feedback(engine, {"message_id": "<nobody@elsewhere.example>"}, "bounced", "mail", "m3",
               "5.1.1")
+    with engine.begin() as conn:  # two messages the inbound receiver has not recorded yet
+        conn.execute(text("INSERT INTO mdm.aa_feedback_inbox (envelope_to, raw, received_at) "
+                          "VALUES ('{a@b.example}', 'x', now() - interval '90 seconds'), "
+                          "('{a@b.example}', 'y', now())"))
     key = "svc-key-for-the-feedback-metrics-test-0001"
     with serve_database(database_url, key) as url:
         scraped = httpx.get(f"{url}/metrics", headers={"apikey": key}, timeout=30)
@@ -125,3 +129,5 @@ def test_metrics_export_feedback_counts_and_rates(database_url, engine, tenant, 
     assert samples[("postrelay_email_bounce_rate", labels)] == 0.25
     assert samples[("postrelay_email_complaint_rate", labels)] == 0.25
     assert samples[("postrelay_email_answered", labels)] == 4
+    assert samples[("postrelay_feedback_inbox", ())] == 2
+    assert samples[("postrelay_feedback_inbox_oldest_age_seconds", ())] >= 90

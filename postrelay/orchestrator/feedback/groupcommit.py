@@ -1,14 +1,13 @@
-"""Group commit for the inbound receiver: the reports of messages that arrive while one
-transaction is being committed are recorded together in the next one.
+"""Group commit for the inbound receiver: what arrives while one transaction is being
+committed is committed together in the next one. `Batches` is the mechanism; the receiver
+stores raw messages with it (spool.InboxSpool).
 
-    group = GroupCommit(async_engine, policy)
-    done = await group.record(reports)   # returns once these reports are committed
+    done = await batches.submit(item)   # returns once this item is committed
 
 A commit waits for its WAL flush, which costs more than everything else a DSN needs; one
 commit for the ten messages that came in meanwhile makes ten times fewer of them. Each
-message is still answered only after its own reports are committed, and one message whose
-reports cannot be recorded does not fail the others: that batch is retried a message at a
-time.
+message is still answered only after its own commit, and one message that cannot be
+committed does not fail the others: that batch is retried a message at a time.
 
 The transactions run on the receiver's own event loop (an async engine): no thread to hand
 each batch to and back, and no second thread contending with the SMTP sessions for the GIL
@@ -19,14 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, Generic, TypeVar
 
+import psycopg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from postrelay.core.dbcall import psycopg_beneath
 from postrelay.core.telemetry import event
-from postrelay.orchestrator.feedback.model import Feedback, Recorded, SuppressionPolicy
-from postrelay.orchestrator.feedback.record import record_many_async
 
 MAX_MESSAGES = 100
 # Transactions in flight at most. One at a time is the rule: whatever arrives while it runs
@@ -35,23 +35,26 @@ MAX_MESSAGES = 100
 # as for ten). Another starts beside it only when a full batch waits, so the database's
 # other cores are used once one transaction can no longer keep up.
 IN_FLIGHT = 3
+T = TypeVar("T")
+R = TypeVar("R")
 
 
-class GroupCommit:
-    def __init__(self, engine: AsyncEngine, policy: SuppressionPolicy,
-                 max_messages: int = MAX_MESSAGES, in_flight: int = IN_FLIGHT) -> None:
-        self.engine = engine
-        self.policy = policy
+class Batches(Generic[T, R]):
+    """Items submitted while a transaction commits are committed together in the next one;
+    `_commit` (a subclass's) commits one batch and returns each item's result, in order."""
+
+    def __init__(self, max_messages: int = MAX_MESSAGES, in_flight: int = IN_FLIGHT) -> None:
         self.max_messages = max_messages
         self.in_flight = in_flight
-        self._waiting: list[tuple[list[Feedback], asyncio.Future[list[Recorded]]]] = []
+        self._waiting: list[tuple[T, asyncio.Future[R]]] = []
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def record(self, reports: Sequence[Feedback]) -> list[Recorded]:
-        """Record one message's reports; raises what recording it alone raised."""
+    async def submit(self, item: T) -> R:
+        """Commit `item` with whatever else is waiting; raises what committing it alone
+        raised."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[list[Recorded]] = loop.create_future()
-        self._waiting.append((list(reports), future))
+        future: asyncio.Future[R] = loop.create_future()
+        self._waiting.append((item, future))
         if not self._tasks or (len(self._tasks) < self.in_flight
                                and len(self._waiting) >= self.max_messages):
             task = loop.create_task(self._run())
@@ -65,7 +68,7 @@ class GroupCommit:
             batch = self._waiting[:self.max_messages]
             del self._waiting[:len(batch)]
             try:
-                results = await self._commit([r for r, _ in batch])
+                results = await self._commit([item for item, _ in batch])
             except Exception as exc:
                 event("postrelay.inbound.batch_failed", logging.WARNING,
                       messages=len(batch), error=repr(exc))
@@ -75,11 +78,10 @@ class GroupCommit:
                 if not future.done():  # the session may be gone
                     future.set_result(done)
 
-    async def _one_by_one(self, batch: list[tuple[list[Feedback],
-                                                  asyncio.Future[list[Recorded]]]]) -> None:
-        for reports, future in batch:
+    async def _one_by_one(self, batch: list[tuple[T, asyncio.Future[R]]]) -> None:
+        for item, future in batch:
             try:
-                (done,) = await self._commit([reports])
+                (done,) = await self._commit([item])
             except Exception as exc:
                 if not future.done():
                     future.set_exception(exc)
@@ -87,21 +89,22 @@ class GroupCommit:
             if not future.done():
                 future.set_result(done)
 
-    async def _commit(self, messages: list[list[Feedback]]) -> list[list[Recorded]]:
-        reports = [r for reports in messages for r in reports]
-        async with self.engine.connect() as conn:
-            # The statements run on the psycopg connection beneath: SQLAlchemy's async layer
-            # costs about as much CPU per statement as the driver does.
-            raw = await psycopg_beneath(conn)
-            try:
-                async with raw.transaction():
-                    flat = await record_many_async(raw, reports, self.policy)
-            except BaseException:
-                if raw.closed or raw.broken:  # lost: the pool must not hand it out again
-                    await conn.invalidate()
-                raise
-        results, start = [], 0
-        for reports in messages:
-            results.append(flat[start:start + len(reports)])
-            start += len(reports)
-        return results
+    async def _commit(self, items: list[T]) -> list[R]:
+        raise NotImplementedError
+
+
+@asynccontextmanager
+async def held_psycopg(engine: AsyncEngine) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    """A pooled connection's psycopg connection beneath (SQLAlchemy's async layer costs
+    about as much CPU per statement as the driver does). A connection found lost is
+    invalidated, and the pool's others replaced: a lost connection rarely goes alone (a
+    restart, a failover, an administrator), and the retry must not meet another."""
+    async with engine.connect() as conn:
+        raw = await psycopg_beneath(conn)
+        try:
+            yield raw
+        except BaseException:
+            if raw.closed or raw.broken:
+                await conn.invalidate()
+                await engine.dispose(close=False)
+            raise

@@ -3,8 +3,10 @@
 It accepts mail only for addresses on the bounce domain (never an open relay), refuses a
 VERP address whose token postrelay did not sign, caps the message size and the number of
 connections, optionally offers STARTTLS, and records every message it accepts through the
-feedback parser. A message is acknowledged (250) only once its reports are committed; a
-database failure answers 451 so the sending MTA keeps the message and tries again.
+feedback parser. A message is acknowledged (250) once it is stored durably in the inbox
+(spool.py, a commit flushed to the WAL); a database failure answers 451 so the sending MTA
+keeps the message and tries again. The inbox is recorded right after, on the same event
+loop, in batches (inbox.py).
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import logging
 import re
 import ssl
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from aiosmtpd.controller import Controller
@@ -22,18 +23,16 @@ from aiosmtpd.smtp import MISSING, SMTP, Envelope, Session
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from postrelay.core.telemetry import event
-from postrelay.orchestrator.feedback.groupcommit import GroupCommit
+from postrelay.orchestrator.feedback.inbox import InboxProcessor
 from postrelay.orchestrator.feedback.ingest import read_mail
-from postrelay.orchestrator.feedback.model import SuppressionPolicy
+from postrelay.orchestrator.feedback.model import Feedback, SuppressionPolicy
 from postrelay.orchestrator.feedback.smtpdata import read_data
+from postrelay.orchestrator.feedback.spool import InboxSpool
 from postrelay.orchestrator.feedback.unsubscribe import UnsubscribeLinks
 from postrelay.orchestrator.feedback.verp import PREFIX, ReturnPath, TokenError
 
 DEFAULT_MAX_BYTES = 5 * 1024 * 1024
 DEFAULT_MAX_CONNECTIONS = 50
-# Smaller messages are parsed on the event loop: handing a DSN of a few kB to a thread costs
-# about what parsing it does, and the GIL lets no two parses run at once anyway.
-INLINE_PARSE_BYTES = 256 * 1024
 # `<local@domain>` as every MTA writes MAIL FROM and RCPT TO: a dot-atom local part and a
 # host name (or `<>`, the null sender of every bounce), optionally followed by parameters.
 PLAIN_PATH = re.compile(
@@ -53,7 +52,8 @@ class InboundConfig:
 
 
 class FeedbackHandler:
-    """aiosmtpd hooks: RCPT decides what is accepted, DATA records it."""
+    """aiosmtpd hooks: RCPT decides what is accepted, DATA stores it in the inbox, whose
+    processor records it."""
 
     def __init__(self, engine: AsyncEngine, return_path: ReturnPath, policy: SuppressionPolicy,
                  max_bytes: int, unsubscribe: UnsubscribeLinks | None = None) -> None:
@@ -62,8 +62,9 @@ class FeedbackHandler:
         self.unsubscribe = unsubscribe
         self.policy = policy
         self.max_bytes = max_bytes
-        self.recorded = 0
-        self.commits = GroupCommit(engine, policy)
+        self.queued = 0
+        self.inbox = InboxProcessor(engine, self.read, policy)
+        self.spool = InboxSpool(engine, on_commit=self.inbox.wake)
 
     async def handle_RCPT(  # noqa: N802 - aiosmtpd's hook name
             self, server: SMTP, session: Session, envelope: Envelope, address: str,
@@ -87,20 +88,18 @@ class FeedbackHandler:
         raw = envelope.original_content or envelope.content or b""
         if isinstance(raw, str):
             raw = raw.encode("utf-8", "surrogateescape")
-        # A large message is parsed in a thread (the event loop keeps serving the other
-        # sessions meanwhile); it is recorded with whatever else arrived meanwhile, and
-        # answered once committed.
-        read = partial(read_mail, raw, envelope_to=list(envelope.rcpt_tos),
-                       return_path=self.return_path, max_bytes=self.max_bytes,
-                       unsubscribe=self.unsubscribe)
-        reports = read() if len(raw) <= INLINE_PARSE_BYTES else await asyncio.to_thread(read)
         try:
-            done = await self.commits.record(reports)
+            await self.spool.store(envelope.rcpt_tos, raw)
         except Exception as exc:  # the database: the sender keeps the message and retries
             event("postrelay.inbound.record_failed", logging.ERROR, error=repr(exc))
             return "451 4.3.0 could not record the message now; try again later"
-        self.recorded += len(done)
-        return "250 2.0.0 OK: recorded"
+        self.queued += 1
+        return "250 2.0.0 OK: queued"
+
+    def read(self, envelope_to: list[str], raw: bytes) -> list[Feedback]:
+        """The reports of one message of the inbox."""
+        return read_mail(raw, envelope_to=envelope_to, return_path=self.return_path,
+                         max_bytes=self.max_bytes, unsubscribe=self.unsubscribe)
 
 
 class _Server(SMTP):
@@ -186,10 +185,10 @@ class _Gate:
 
 
 class InboundServer(Controller):
-    """aiosmtpd's threaded controller running the feedback handler. The async engine is
-    used on the controller's event loop alone (its connections belong to that loop); no
-    pre-ping is needed: a batch that fails on a lost connection is retried a message at a
-    time, on new connections.
+    """aiosmtpd's threaded controller running the feedback handler and its inbox
+    processor. The async engine is used on the controller's event loop alone (its
+    connections belong to that loop); no pre-ping is needed: a batch that fails on a lost
+    connection is retried a message at a time, on new connections.
 
         with InboundServer(async_engine, return_path, policy, InboundConfig(port=2525)) as s:
             ...  # s.port
@@ -208,6 +207,29 @@ class InboundServer(Controller):
                        tls_context=self.config.tls, require_starttls=False,
                        hostname=self.feedback.return_path.domain,
                        ident="postrelay inbound")
+
+    def start(self) -> None:
+        super().start()
+        # The processor runs on the listener's loop, beside the SMTP sessions.
+        asyncio.run_coroutine_threadsafe(self._start_inbox(), self.loop).result()
+
+    async def _start_inbox(self) -> None:
+        self.feedback.inbox.start()
+
+    def drain(self, timeout: float = 30.0) -> int:
+        """Record what the inbox holds now, before returning (a demo, a test); how many
+        messages this took. A batch the processor holds is finished by stop()."""
+        async def until_empty() -> int:
+            taken = 0
+            while took := await self.feedback.inbox.process_once():
+                taken += took
+            return taken
+        return asyncio.run_coroutine_threadsafe(until_empty(), self.loop).result(timeout)
+
+    def stop(self, no_assert: bool = False) -> None:
+        if self.loop.is_running():  # its batch finishes or is abandoned, its rows kept
+            asyncio.run_coroutine_threadsafe(self.feedback.inbox.stop(), self.loop).result()
+        super().stop(no_assert)
 
     def __enter__(self) -> InboundServer:
         self.start()

@@ -1,5 +1,6 @@
 """Feedback in figures, for `/metrics` and the dashboard: what was received by kind and
-source, and each tenant's bounce and complaint rates over 24 hours and 7 days.
+source, the inbound receiver's inbox backlog, and each tenant's bounce and complaint rates
+over 24 hours and 7 days.
 
     feedback_rates(conn, tenant_id=None)
     # [{"tenant_id": ..., "tenant_name": "acme", "messages_24h": 120, "bounced_24h": 3,
@@ -26,6 +27,12 @@ def feedback_counts(conn: Connection, *, now: datetime | None = None,
     since = (now or datetime.now(UTC)) - within
     return [dict(r) for r in conn.execute(FEEDBACK_SQL["email_feedback_counts"],
                                           {"since": since}).mappings()]
+
+
+def inbox_backlog(conn: Connection) -> dict[str, Any]:
+    """Mail `postrelay inbound` accepted and has not recorded yet: `waiting` messages, the
+    oldest `oldest_age_secs` old (None when none waits)."""
+    return dict(conn.execute(FEEDBACK_SQL["feedback_inbox_backlog"]).mappings().one())
 
 
 def feedback_rates(conn: Connection, *, tenant_id: UUID | str | None = None,

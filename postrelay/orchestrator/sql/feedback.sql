@@ -270,3 +270,51 @@ WHERE l.status IN ('sent', 'partial', 'bounced')
   AND (CAST(:tenant_id AS uuid) IS NULL OR l.tenant_id = CAST(:tenant_id AS uuid))
 GROUP BY l.tenant_id, t.name
 ORDER BY t.name, l.tenant_id;
+
+-- name: feedback_inbox_insert
+-- The messages `postrelay inbound` accepted during the last commit: per row its RCPT TO
+-- list (`to`) and its raw bytes in base64 (`raw`). One statement in its own transaction
+-- (autocommit: a single round trip), whose commit is the durability point of their 250s: it
+-- waits for the WAL flush (the receiver's connections set synchronous_commit on).
+INSERT INTO mdm.aa_feedback_inbox (envelope_to, raw)
+SELECT ARRAY(SELECT json_array_elements_text(r.value -> 'to')),
+       decode(r.value ->> 'raw', 'base64')
+FROM json_array_elements(CAST(:rows AS json)) r;
+
+-- name: feedback_inbox_take
+-- Up to :limit messages ready to record, oldest first by the primary key (ids are time
+-- ordered); rows another processor holds are skipped. The transaction's commit need not wait
+-- for its WAL flush: were it lost, the rows would still be here and be recorded again
+-- (recording the same report twice changes nothing).
+SELECT i.id, i.envelope_to, i.raw, i.attempts,
+       set_config('synchronous_commit', 'off', true) AS synchronous_commit
+FROM mdm.aa_feedback_inbox i
+WHERE i.available_at <= now()
+ORDER BY i.id
+LIMIT :limit
+FOR UPDATE SKIP LOCKED;
+
+-- name: feedback_inbox_take_one
+-- One message of a batch that failed, retried on its own (skipped if another holds it).
+SELECT i.id, i.envelope_to, i.raw, i.attempts,
+       set_config('synchronous_commit', 'off', true) AS synchronous_commit
+FROM mdm.aa_feedback_inbox i
+WHERE i.id = CAST(:id AS uuid)
+FOR UPDATE SKIP LOCKED;
+
+-- name: feedback_inbox_delete
+-- Messages whose reports this transaction recorded.
+DELETE FROM mdm.aa_feedback_inbox WHERE id = ANY(CAST(:ids AS uuid[]));
+
+-- name: feedback_inbox_retry_later
+-- A message that could not be recorded on its own: tried again after :delay_secs.
+UPDATE mdm.aa_feedback_inbox
+SET attempts = attempts + 1, last_error = :error,
+    available_at = now() + make_interval(secs => CAST(:delay_secs AS double precision))
+WHERE id = CAST(:id AS uuid);
+
+-- name: feedback_inbox_backlog
+-- Messages accepted and not recorded yet, and how long the oldest has waited (NULL: none).
+SELECT count(*) AS waiting,
+       extract(epoch FROM now() - min(i.received_at))::float8 AS oldest_age_secs
+FROM mdm.aa_feedback_inbox i;

@@ -1,0 +1,181 @@
+"""Records what `postrelay inbound` stored in its inbox (aa_feedback_inbox), on the
+receiver's event loop: up to 100 messages a transaction, oldest first, parsed, their reports
+recorded (record_many_async) and the rows deleted, all in one commit.
+
+    processor = InboxProcessor(async_engine, read, policy)
+    processor.start()      # on the event loop that runs it
+    processor.wake()       # after each inbox commit; it also polls every POLL_SECS
+    await processor.stop() # the current batch finishes, or is abandoned (its rows stay)
+
+The commit does not wait for its WAL flush: were it lost, the rows would still be in the
+inbox and be recorded again, and recording the same report twice changes nothing. Several
+processes may share the inbox (FOR UPDATE SKIP LOCKED). A batch that fails is retried a
+message at a time; a message that fails on its own is tried again after a backoff, and after
+MAX_ATTEMPTS it is recorded as an `unparsed` report that carries the error, and deleted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from psycopg.rows import namedtuple_row
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from postrelay.core.dbcall import psycopg_sql
+from postrelay.core.telemetry import event
+from postrelay.orchestrator.feedback.groupcommit import held_psycopg
+from postrelay.orchestrator.feedback.model import Feedback, SuppressionPolicy
+from postrelay.orchestrator.feedback.queries import FEEDBACK_SQL
+from postrelay.orchestrator.feedback.record import record_many_async
+
+BATCH = 100
+POLL_SECS = 2.0  # rows left by a crash, by another process, or waiting out a backoff
+MAX_ATTEMPTS = 5
+RETRY_SECS = 1.0  # the first backoff; doubled at each failure
+LINGER_SECS = 0.01  # after a wake, how long the batch waits for more
+STOP_SECS = 5.0  # how long stop() lets the current batch finish before abandoning it
+# Smaller messages are parsed on the event loop: handing a DSN of a few kB to a thread costs
+# about what parsing it does, and the GIL lets no two parses run at once anyway.
+INLINE_PARSE_BYTES = 256 * 1024
+HEAD_CHARS = 16 * 1024  # of a message given up on, the start kept in its `unparsed` report
+
+Read = Callable[[list[str], bytes], list[Feedback]]
+Row = Any  # a named tuple of feedback_inbox_take: id, envelope_to, raw, attempts
+
+
+class InboxProcessor:
+    def __init__(self, engine: AsyncEngine, read: Read, policy: SuppressionPolicy,
+                 batch: int = BATCH, poll_secs: float = POLL_SECS,
+                 max_attempts: int = MAX_ATTEMPTS, retry_secs: float = RETRY_SECS,
+                 linger_secs: float = LINGER_SECS) -> None:
+        self.engine = engine
+        self.read = read
+        self.policy = policy
+        self.batch = batch
+        self.poll_secs = poll_secs
+        self.max_attempts = max_attempts
+        self.retry_secs = retry_secs
+        self.linger_secs = linger_secs
+        self.recorded = 0  # messages recorded (or given up on) by this processor
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._stopping = False
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def stop(self, timeout: float = STOP_SECS) -> None:
+        """Let the current batch finish (within `timeout`), else abandon it: a transaction
+        rolled back leaves its rows in the inbox."""
+        self._stopping = True
+        self._wake.set()
+        task, self._task = self._task, None
+        if task is None:
+            return
+        with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+            await asyncio.wait_for(task, timeout)
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            self._wake.clear()  # a wake during the batch below makes the next one at once
+            try:
+                took = await self.process_once()
+            except Exception as exc:  # the database: rows stay, tried again at the next poll
+                event("postrelay.inbound.inbox_failed", logging.WARNING, error=repr(exc))
+                took = 0
+            if took >= self.batch or self._stopping:
+                continue  # more may be waiting
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.poll_secs)
+            if self._wake.is_set():
+                # The inbox commits of the next few milliseconds join this batch: a batch
+                # of one costs the database about what a batch of ten does.
+                await asyncio.sleep(self.linger_secs)
+
+    async def process_once(self) -> int:
+        """Record one batch; how many messages it took (0: none was ready)."""
+        rows: list[Row] = []
+        try:
+            async with held_psycopg(self.engine) as conn, conn.transaction():
+                rows = await _fetch(conn, "feedback_inbox_take", {"limit": self.batch})
+                if rows:
+                    await self._record(conn, rows)
+        except Exception as exc:
+            if not rows:
+                raise
+            event("postrelay.inbound.batch_failed", logging.WARNING, messages=len(rows),
+                  error=repr(exc))
+            for row in rows:
+                await self._one(row)
+        self.recorded += len(rows)
+        return len(rows)
+
+    async def _record(self, conn: psycopg.AsyncConnection[Any], rows: list[Row]) -> None:
+        reports = []
+        for row in rows:
+            raw = bytes(row.raw)
+            if len(raw) <= INLINE_PARSE_BYTES:
+                reports += self.read(list(row.envelope_to), raw)
+                await asyncio.sleep(0)  # the SMTP sessions go on between two parses
+            else:
+                reports += await asyncio.to_thread(self.read, list(row.envelope_to), raw)
+        await record_many_async(conn, reports, self.policy)
+        await _fetch(conn, "feedback_inbox_delete", {"ids": [row.id for row in rows]})
+
+    async def _one(self, row: Row) -> None:
+        try:
+            async with held_psycopg(self.engine) as conn, conn.transaction():
+                mine = await _fetch(conn, "feedback_inbox_take_one", {"id": row.id})
+                if mine:  # else recorded meanwhile, or another process holds it
+                    await self._record(conn, mine)
+            return
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        try:
+            await self._failed(row, error)
+        except Exception as exc:  # the database again: the row stays as it was
+            event("postrelay.inbound.inbox_failed", logging.ERROR, inbox_id=str(row.id),
+                  error=repr(exc))
+
+    async def _failed(self, row: Row, error: str) -> None:
+        attempts = row.attempts + 1
+        async with held_psycopg(self.engine) as conn, conn.transaction():
+            if attempts < self.max_attempts:
+                event("postrelay.inbound.message_failed", logging.WARNING,
+                      inbox_id=str(row.id), attempts=attempts, error=error)
+                await _fetch(conn, "feedback_inbox_retry_later", {
+                    "id": row.id, "error": error[:2000],
+                    "delay_secs": self.retry_secs * 2 ** (attempts - 1)})
+                return
+            event("postrelay.inbound.message_given_up", logging.ERROR, inbox_id=str(row.id),
+                  attempts=attempts, error=error)
+            if await _fetch(conn, "feedback_inbox_take_one", {"id": row.id}):
+                await record_many_async(conn, [given_up(row, attempts, error)], self.policy)
+                await _fetch(conn, "feedback_inbox_delete", {"ids": [row.id]})
+
+
+def given_up(row: Row, attempts: int, error: str) -> Feedback:
+    """The `unparsed` report that keeps a message that could not be recorded: the error,
+    its envelope and the start of the message, for an operator."""
+    raw = bytes(row.raw)
+    head = raw[:HEAD_CHARS].decode("utf-8", "replace").replace("\x00", "")  # jsonb: no NUL
+    return Feedback(kind="unparsed", source="mail", source_event_id=f"inbox:{row.id}",
+                    detail={"reason": f"not recorded after {attempts} attempts: {error}",
+                            "envelope_to": list(row.envelope_to), "bytes": len(raw),
+                            "head": head})
+
+
+async def _fetch(conn: psycopg.AsyncConnection[Any], name: str,
+                 params: dict[str, Any]) -> list[Row]:
+    cursor = conn.cursor(row_factory=namedtuple_row)
+    await cursor.execute(psycopg_sql(FEEDBACK_SQL[name]), params)
+    return await cursor.fetchall() if cursor.description else []

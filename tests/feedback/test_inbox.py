@@ -1,0 +1,110 @@
+"""The inbound receiver's inbox on a real listener and PostgreSQL: a 250 means the message
+is stored, rows outlive the receiver that stored them, and a message that cannot be
+recorded is retried, then kept as `unparsed` with its error, never lost."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from postrelay.core.db import sqlalchemy_url
+from postrelay.orchestrator.feedback import Feedback, SuppressionPolicy
+from postrelay.orchestrator.feedback import inbound as inbound_module
+from postrelay.orchestrator.feedback.inbound import InboundConfig, InboundServer
+from tests.feedback.conftest import await_inbox_empty, bounce_mail, insert_log
+from tests.feedback.test_inbound import deliver, free_port
+
+
+def on_loop(server: InboundServer, coroutine) -> None:
+    asyncio.run_coroutine_threadsafe(coroutine, server.loop).result(10)
+
+
+def receiver(database_url: str, return_path) -> InboundServer:
+    # An engine per listener: its connections belong to that listener's loop.
+    engine = create_async_engine(sqlalchemy_url(database_url), pool_pre_ping=False)
+    config = InboundConfig(host="127.0.0.1", port=free_port(), max_bytes=1024 * 1024)
+    return InboundServer(engine, return_path, SuppressionPolicy(), config)
+
+
+def bounces(engine, tenant, return_path, n: int) -> list[tuple[dict, str, bytes]]:
+    with engine.begin() as conn:
+        sent = [insert_log(conn, tenant_id=tenant, recipients=(f"u{i}@example.com",))
+                for i in range(n)]
+    return [(s, return_path.address(s["id"]),
+             bounce_mail("postfix_bounce.eml", verp=return_path.address(s["id"]),
+                         message_id=s["message_id"], recipient=f"u{i}@example.com"))
+            for i, s in enumerate(sent)]
+
+
+async def test_the_250_comes_once_stored_and_the_next_receiver_records_it(
+        database_url, engine, tenant, look, return_path):
+    ((sent, verp, raw),) = bounces(engine, tenant, return_path, 1)
+    first = receiver(database_url, return_path)
+    with first:
+        on_loop(first, first.feedback.inbox.stop())  # nothing is recorded from now on
+        code, message = await deliver(first, verp, raw)
+        assert (code, message) == (250, "2.0.0 OK: queued")
+    (row,) = look.rows("SELECT envelope_to, raw, attempts FROM mdm.aa_feedback_inbox")
+    assert (row["envelope_to"], bytes(row["raw"]), row["attempts"]) == ([verp], raw, 0)
+    assert look.feedback() == []
+
+    with receiver(database_url, return_path):  # rows a stopped receiver left
+        await await_inbox_empty(engine)
+    assert look.log(sent["id"])["delivery"] == "bounced"
+    assert [e["event_type"] for e in look.events()] == ["email.bounced"]
+
+
+async def test_a_message_that_cannot_be_recorded_is_retried_then_kept_unparsed(
+        database_url, engine, tenant, look, return_path, monkeypatch, caplog):
+    mails = bounces(engine, tenant, return_path, 3)
+    poison = b"Subject: unsubscribe POISON\r\n\r\nx"
+    read_mail = inbound_module.read_mail
+
+    def read(raw: bytes, **kwargs):
+        if b"POISON" not in raw:
+            return read_mail(raw, **kwargs)
+        # A report for a tenant that does not exist: the database refuses it every time.
+        return [Feedback(kind="unsubscribe", source="mail", recipient="bob@example.com",
+                         tenant_id=uuid.uuid4(), vouched=True, source_event_id="poison")]
+
+    monkeypatch.setattr(inbound_module, "read_mail", read)
+    server = receiver(database_url, return_path)
+    with server:
+        inbox = server.feedback.inbox
+        on_loop(server, inbox.stop())
+        inbox.retry_secs, inbox.max_attempts, inbox.poll_secs = 0.01, 3, 0.05
+        for _, verp, raw in mails[:2]:
+            assert (await deliver(server, verp, raw))[0] == 250
+        assert (await deliver(server, mails[0][1], poison))[0] == 250
+        assert (await deliver(server, *mails[2][1:]))[0] == 250
+        assert (await deliver(server, *mails[2][1:]))[0] == 250  # sent twice
+        on_loop(server, server._start_inbox())  # one batch of all five
+        await await_inbox_empty(engine)
+    assert "postrelay.inbound.batch_failed" in caplog.text
+    assert all(look.log(sent["id"])["delivery"] == "bounced" for sent, _, _ in mails)
+    assert len(look.events()) == 3
+    (kept,) = [r for r in look.feedback() if r["kind"] == "unparsed"]
+    assert kept["detail"]["reason"].startswith("not recorded after 3 attempts: "
+                                               "ForeignKeyViolation")
+    assert kept["detail"]["envelope_to"] == [mails[0][1]]
+    assert "POISON" in kept["detail"]["head"]
+    assert len(look.feedback()) == 4
+
+
+@pytest.mark.parametrize("stop_first", [True, False])
+async def test_stopping_keeps_what_was_not_recorded(database_url, engine, tenant, look,
+                                                   return_path, stop_first):
+    mails = bounces(engine, tenant, return_path, 20)
+    server = receiver(database_url, return_path)
+    with server:
+        if stop_first:
+            on_loop(server, server.feedback.inbox.stop())
+        await asyncio.gather(*(deliver(server, verp, raw) for _, verp, raw in mails))
+    # Each message is either recorded or still waiting, never both and never lost.
+    waiting = look.rows("SELECT count(*) AS n FROM mdm.aa_feedback_inbox")[0]["n"]
+    assert waiting + len(look.feedback()) == 20
+    if stop_first:
+        assert waiting == 20

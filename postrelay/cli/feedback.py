@@ -104,8 +104,8 @@ def inbound(
             signal.signal(sig, lambda *_: stop.set())
         # No pre-ping: it would cost a round trip per transaction, and the receiver retries
         # a batch that met a lost connection on new ones anyway. Generic plans: the
-        # receiver's statements take their batch as arrays, which a plan made for one
-        # batch fits as well as any other, so the planner need not run at every execution.
+        # receiver's statements take their batch as one jsonb document, which a plan made
+        # for one batch fits as well as any other, so the planner need not run every time.
         # Synchronous commit on whatever the server's default: the inbox commit is what
         # each 250 promises (the processor turns it off for its own transactions).
         engine = db.async_engine(pool_pre_ping=False, connect_args={

@@ -7,7 +7,7 @@ retried: an outcome is never dropped while the process lives.
 
 Outcomes are written on a held connection (heldconn.py): with ten jobs per write, a pool
 checkout per write cost about a quarter of the worker's CPU per job. Outcomes with effects
-share a transaction with them on a second held connection.
+share a transaction with them on the same connection (writes go one at a time).
 """
 
 from __future__ import annotations
@@ -53,7 +53,6 @@ class Completer:
         # A write without effects is one statement, atomic on its own: autocommit spares
         # two round trips. Effects need a transaction shared with the outcome.
         self._held = HeldConnection(engine)
-        self._held_tx = HeldConnection(engine)
         self.worker_id = worker_id
         self.on_written = on_written  # the worker claims again once a backlog shrinks
         self._queue: list[tuple[Job, Transition]] = []
@@ -88,7 +87,6 @@ class Completer:
                   reason="database unreachable at shutdown; the rescuer will recover them")
         await self._loop.stop()
         await self._held.close()
-        await self._held_tx.close()
 
     async def run_once(self) -> int:
         """Write the queued outcomes (up to MAX_BATCH); returns how many were written. A
@@ -121,7 +119,7 @@ class Completer:
             return 0
         effects = [effect for _, t in batch for effect in t.effects]
         if effects:
-            async with self._held_tx.transaction() as conn:
+            async with self._held.transaction() as conn:
                 await write_effects(conn, effects)
                 written = await self._finalize(conn, batch, flush=False)
         else:

@@ -18,7 +18,10 @@ async def test_messages_arriving_together_are_stored_in_one_commit(engine, async
     spool = InboxSpool(async_engine, on_commit=lambda: commits.append(1))
     mails = [([f"bounce-{i}@bounces.example"], f"Subject: {i}\r\n\r\nbody\r\n".encode())
              for i in range(6)]
-    await asyncio.gather(*(spool.store(to, raw) for to, raw in mails))
+    try:
+        await asyncio.gather(*(spool.store(to, raw) for to, raw in mails))
+    finally:
+        await spool.close()
     with engine.connect() as conn:
         rows = conn.execute(text("SELECT envelope_to, raw FROM mdm.aa_feedback_inbox")).all()
     assert sorted((list(to), bytes(raw)) for to, raw in rows) == sorted(mails)

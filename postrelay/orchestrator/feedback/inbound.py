@@ -228,8 +228,12 @@ class InboundServer(Controller):
 
     def stop(self, no_assert: bool = False) -> None:
         if self.loop.is_running():  # its batch finishes or is abandoned, its rows kept
-            asyncio.run_coroutine_threadsafe(self.feedback.inbox.stop(), self.loop).result()
+            asyncio.run_coroutine_threadsafe(self._stop_inbox(), self.loop).result()
         super().stop(no_assert)
+
+    async def _stop_inbox(self) -> None:
+        await self.feedback.inbox.stop()
+        await self.feedback.spool.close()
 
     def __enter__(self) -> InboundServer:
         self.start()

@@ -1,6 +1,6 @@
 """Records what `postrelay inbound` stored in its inbox (aa_feedback_inbox), on the
-receiver's event loop: up to 100 messages a transaction, oldest first, parsed, their reports
-recorded (record_many_async) and the rows deleted, all in one commit.
+receiver's event loop: up to 100 messages a transaction, oldest first, taken out of the inbox
+(deleted), parsed and their reports recorded (record_many_async), all in one commit.
 
     processor = InboxProcessor(async_engine, read, policy)
     processor.start()      # on the event loop that runs it
@@ -129,7 +129,6 @@ class InboxProcessor:
             else:
                 reports += await asyncio.to_thread(self.read, list(row.envelope_to), raw)
         await record_many_async(conn, reports, self.policy)
-        await _fetch(conn, "feedback_inbox_delete", {"ids": [row.id for row in rows]})
 
     async def _one(self, row: Row) -> None:
         try:
@@ -160,7 +159,6 @@ class InboxProcessor:
                   attempts=attempts, error=error)
             if await _fetch(conn, "feedback_inbox_take_one", {"id": row.id}):
                 await record_many_async(conn, [given_up(row, attempts, error)], self.policy)
-                await _fetch(conn, "feedback_inbox_delete", {"ids": [row.id]})
 
 
 def given_up(row: Row, attempts: int, error: str) -> Feedback:

@@ -11,14 +11,15 @@ Parsing and recording follow in feedback/inbox.py, off the SMTP dialogue.
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Callable, Sequence
 
+import psycopg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from postrelay.core import jsontext
 from postrelay.core.dbcall import psycopg_sql
-from postrelay.orchestrator.feedback.groupcommit import MAX_MESSAGES, Batches, held_psycopg
+from postrelay.core.heldconn import HeldConnection
+from postrelay.orchestrator.feedback.groupcommit import MAX_MESSAGES, Batches
 from postrelay.orchestrator.feedback.queries import FEEDBACK_SQL
 
 Message = tuple[list[str], bytes]
@@ -27,27 +28,33 @@ Message = tuple[list[str], bytes]
 class InboxSpool(Batches[Message, None]):
     def __init__(self, engine: AsyncEngine, on_commit: Callable[[], None] = lambda: None,
                  max_messages: int = MAX_MESSAGES) -> None:
-        # One transaction at a time: whatever arrives meanwhile makes the next batch.
+        # One transaction at a time: whatever arrives meanwhile makes the next batch. So one
+        # connection, held in autocommit mode, serves them all without a pool checkout each.
         super().__init__(max_messages, in_flight=1)
         self.engine = engine
         self.on_commit = on_commit
+        self._held = HeldConnection(engine)
 
     async def store(self, envelope_to: Sequence[str], raw: bytes) -> None:
         """Store one message; returns once its commit is flushed, raises if it failed."""
         await self.submit((list(envelope_to), raw))
 
     async def _commit(self, messages: list[Message]) -> list[None]:
-        rows = jsontext.encode_rows([{"to": to, "raw": base64.b64encode(raw).decode()}
-                                     for to, raw in messages])
-        async with held_psycopg(self.engine) as conn:
-            # The statement is its own transaction: no BEGIN and COMMIT round trips. The
-            # connection goes back to the pool as it came, for SQLAlchemy's transactions.
-            await conn.set_autocommit(True)
-            try:
-                await conn.execute(psycopg_sql(FEEDBACK_SQL["feedback_inbox_insert"]),
-                                   {"rows": rows})
-            finally:
-                if not conn.closed:
-                    await conn.set_autocommit(False)
+        params = {"envelopes": [jsontext.encode(to) for to, _ in messages],
+                  "raws": [raw for _, raw in messages]}
+        try:
+            # The statement is its own transaction: no BEGIN and COMMIT round trips.
+            async with self._held.use() as conn:
+                await conn.execute(psycopg_sql(FEEDBACK_SQL["feedback_inbox_insert"],
+                                               binary=True), params)
+        except psycopg.OperationalError:
+            # The held connection is dropped; a lost connection rarely goes alone, so the
+            # pool's others are replaced too before the batch is retried a message at a time.
+            await self.engine.dispose(close=False)
+            raise
         self.on_commit()
         return [None] * len(messages)
+
+    async def close(self) -> None:
+        """Release the held connection (a later store opens another)."""
+        await self._held.close()

@@ -53,10 +53,11 @@ ORDER BY w.n;
 -- name: email_feedback_insert_many
 -- The feedback rows of a batch (one per report, in the order given; the caller passes each
 -- dedupe_key once), except those recorded before (dedupe_key): those return nothing and
--- nothing else happens for them. `soft_before` counts the recipient's earlier matched soft
--- bounces within the window (the statement's snapshot sees none of the rows it inserts, so
--- the caller adds the batch's own); only those about a message sent to the recipient
--- count, so forged reports cannot add up.
+-- nothing else happens for them. `soft_before` counts, for a soft bounce, the recipient's
+-- earlier matched soft bounces within the window (the statement's snapshot sees none of
+-- the rows it inserts, so the caller adds the batch's own); only those about a message
+-- sent to the recipient count, so forged reports cannot add up. No other kind reads it,
+-- so no other kind pays for the count.
 INSERT INTO mdm.aa_email_feedback (tenant_id, email_log_id, matched_by, recipient, kind,
                                    status, diagnostic, source, source_event_id, dedupe_key,
                                    detail, occurred_at)
@@ -74,13 +75,15 @@ FROM (SELECT r.*, e.n
 ORDER BY w.n
 ON CONFLICT (dedupe_key) DO NOTHING
 RETURNING id, dedupe_key,
-    (SELECT count(*) FROM mdm.aa_email_feedback f
-     WHERE f.tenant_id = aa_email_feedback.tenant_id
-       AND f.recipient = aa_email_feedback.recipient
-       AND f.kind = 'soft-bounced'
-       AND EXISTS (SELECT 1 FROM mdm.aa_email_log l
-                   WHERE l.id = f.email_log_id AND f.recipient = ANY(l.recipients))
-       AND f.received_at > now() - make_interval(secs => :soft_window_secs)) AS soft_before;
+    CASE WHEN aa_email_feedback.kind = 'soft-bounced' THEN
+        (SELECT count(*) FROM mdm.aa_email_feedback f
+         WHERE f.tenant_id = aa_email_feedback.tenant_id
+           AND f.recipient = aa_email_feedback.recipient
+           AND f.kind = 'soft-bounced'
+           AND EXISTS (SELECT 1 FROM mdm.aa_email_log l
+                       WHERE l.id = f.email_log_id AND f.recipient = ANY(l.recipients))
+           AND f.received_at > now() - make_interval(secs => :soft_window_secs))
+    ELSE 0 END AS soft_before;
 
 -- name: email_feedback_apply_many
 -- The effects of a batch of recorded feedback (one entry per new feedback row, in the
@@ -272,39 +275,41 @@ GROUP BY l.tenant_id, t.name
 ORDER BY t.name, l.tenant_id;
 
 -- name: feedback_inbox_insert
--- The messages `postrelay inbound` accepted during the last commit: per row its RCPT TO
--- list (`to`) and its raw bytes in base64 (`raw`). One statement in its own transaction
--- (autocommit: a single round trip), whose commit is the durability point of their 250s: it
--- waits for the WAL flush (the receiver's connections set synchronous_commit on).
+-- The messages `postrelay inbound` accepted during the last commit: per message its RCPT TO
+-- list as a JSON array (`envelopes`) and its raw bytes (`raws`), both sent as binary
+-- parameters, so the bytes go over the wire and into the row as they are. One statement in
+-- its own transaction (autocommit: a single round trip), whose commit is the durability
+-- point of their 250s: it waits for the WAL flush (the receiver's connections set
+-- synchronous_commit on).
 INSERT INTO mdm.aa_feedback_inbox (envelope_to, raw)
-SELECT ARRAY(SELECT json_array_elements_text(r.value -> 'to')),
-       decode(r.value ->> 'raw', 'base64')
-FROM json_array_elements(CAST(:rows AS json)) r;
+SELECT ARRAY(SELECT json_array_elements_text(CAST(m.envelope_to AS json))), m.raw
+FROM unnest(CAST(:envelopes AS text[]), CAST(:raws AS bytea[])) AS m(envelope_to, raw);
 
 -- name: feedback_inbox_take
 -- Up to :limit messages ready to record, oldest first by the primary key (ids are time
--- ordered); rows another processor holds are skipped. The transaction's commit need not wait
--- for its WAL flush: were it lost, the rows would still be here and be recorded again
+-- ordered), taken out of the inbox by the transaction that records them: a rollback puts
+-- them back. Rows another processor holds are skipped. The transaction's commit need not
+-- wait for its WAL flush: were it lost, the rows would still be here and be recorded again
 -- (recording the same report twice changes nothing).
-SELECT i.id, i.envelope_to, i.raw, i.attempts,
-       set_config('synchronous_commit', 'off', true) AS synchronous_commit
-FROM mdm.aa_feedback_inbox i
-WHERE i.available_at <= now()
-ORDER BY i.id
-LIMIT :limit
-FOR UPDATE SKIP LOCKED;
+DELETE FROM mdm.aa_feedback_inbox
+WHERE id IN (SELECT i.id
+             FROM mdm.aa_feedback_inbox i
+             WHERE i.available_at <= now()
+             ORDER BY i.id
+             LIMIT :limit
+             FOR UPDATE SKIP LOCKED)
+RETURNING id, envelope_to, raw, attempts,
+          set_config('synchronous_commit', 'off', true) AS synchronous_commit;
 
 -- name: feedback_inbox_take_one
 -- One message of a batch that failed, retried on its own (skipped if another holds it).
-SELECT i.id, i.envelope_to, i.raw, i.attempts,
-       set_config('synchronous_commit', 'off', true) AS synchronous_commit
-FROM mdm.aa_feedback_inbox i
-WHERE i.id = CAST(:id AS uuid)
-FOR UPDATE SKIP LOCKED;
-
--- name: feedback_inbox_delete
--- Messages whose reports this transaction recorded.
-DELETE FROM mdm.aa_feedback_inbox WHERE id = ANY(CAST(:ids AS uuid[]));
+DELETE FROM mdm.aa_feedback_inbox
+WHERE id IN (SELECT i.id
+             FROM mdm.aa_feedback_inbox i
+             WHERE i.id = CAST(:id AS uuid)
+             FOR UPDATE SKIP LOCKED)
+RETURNING id, envelope_to, raw, attempts,
+          set_config('synchronous_commit', 'off', true) AS synchronous_commit;
 
 -- name: feedback_inbox_retry_later
 -- A message that could not be recorded on its own: tried again after :delay_secs.

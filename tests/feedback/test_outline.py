@@ -3,13 +3,17 @@ MTAs and providers send, the same feedback; and what it does not expect is parse
 
 from __future__ import annotations
 
+import email
 import uuid
+from email.policy import compat32
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from postrelay.orchestrator.feedback import parse
-from postrelay.orchestrator.feedback.outline import outline
+from postrelay.orchestrator.feedback.outline import _fields, outline
 from tests.feedback.conftest import bounce_mail
 
 MAIL = sorted(p.name for p in (Path(__file__).parent / "mail").glob("*.eml"))
@@ -69,3 +73,30 @@ def test_truncated_or_odd_reports_still_read_the_same(return_path):
             raw[:cut], return_path=return_path)
     lf = raw.replace(b"\r\n", b"\n")
     assert parse.parse_mail(lf, return_path=return_path) == whole(lf, return_path=return_path)
+
+
+_NAME = st.text(st.characters(min_codepoint=33, max_codepoint=126, exclude_characters=":"),
+                min_size=1, max_size=12)
+_VALUE = st.text(st.sampled_from("ab <>@;:=\t "), max_size=20)
+_END = st.sampled_from(["\r\n", "\n"])
+
+
+@st.composite
+def _header_block(draw):
+    lines = []
+    for _ in range(draw(st.integers(1, 6))):
+        lines.append(f"{draw(_NAME)}:{draw(_VALUE)}{draw(_END)}")
+        for _ in range(draw(st.integers(0, 2))):  # continuation lines
+            lines.append(f"{draw(st.sampled_from([' ', chr(9)]))}{draw(_VALUE)}{draw(_END)}")
+    return "".join(lines)
+
+
+@given(_header_block())
+def test_a_header_block_reads_as_emails_parser_reads_it(block):
+    assert _fields(block)._headers == email.message_from_string(block, policy=compat32)._headers
+
+
+@pytest.mark.parametrize("block", ["From someone Tue Dec  1\n", " leading blank\n",
+                                   "Subject: a\nno colon here\n"])
+def test_a_block_with_a_line_that_is_no_field_is_not_outlined(block):
+    assert _fields(block) is None

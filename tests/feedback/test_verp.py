@@ -42,6 +42,21 @@ def test_a_tampered_or_foreign_token_is_refused():
             path.log_id(bad)
 
 
+def test_a_verified_token_is_remembered_and_a_tampered_one_still_refused():
+    path = ReturnPath("bounces.acme.example", b"s" * 32)
+    log_id = uuid.uuid4()
+    address = path.address(log_id)
+    assert path.log_id(address) == path.log_id(address) == log_id  # the second from memory
+    local, _, domain = address.partition("@")
+    tampered = f"{local[:-1]}{'a' if local[-1] != 'a' else 'b'}@{domain}"
+    for _ in range(2):  # a refusal is never remembered as a pass
+        with pytest.raises(TokenError):
+            path.log_id(tampered)
+    other = ReturnPath("bounces.acme.example", b"t" * 32)
+    with pytest.raises(TokenError, match="signature"):
+        other.log_id(address)  # what one secret verified, another does not take
+
+
 def test_the_bounce_domain_needs_a_feedback_secret(monkeypatch):
     monkeypatch.setenv("POSTRELAY_EMAIL_BOUNCE_DOMAIN", "bounces.acme.example")
     with pytest.raises(ConfigError, match="POSTRELAY_FEEDBACK_SECRET"):

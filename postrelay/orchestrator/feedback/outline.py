@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import re
 from email.message import Message
-from email.policy import compat32
 
 REPORT_TYPES = ("delivery-status", "feedback-report")
 # The parts whose bodies classification reads, which must then be plain text on the wire.
@@ -27,8 +26,11 @@ STATUS_PARTS = ("message/delivery-status", "message/global-delivery-status")
 PLAIN_ENCODINGS = ("", "7bit", "8bit", "binary")
 BLANK_LINE = re.compile(rb"\r?\n\r?\n")
 BLANK_TEXT_LINE = re.compile(r"\r?\n\s*\r?\n")  # between a report's blocks, as parse.py splits
-LINE_END = re.compile(r"(\r\n|\r|\n)")  # email.feedparser's NLCRE_crack
-HEADER_LINE = re.compile(r"[\041-\071\073-\176]+:")  # a field name and its colon
+# A field: its name and colon, then its value to the end of the line and over every
+# continuation line (one that starts with a blank); lines end where email.feedparser's
+# NLCRE_crack ends them.
+FIELD = re.compile(r"([\041-\071\073-\176]+):[ \t]*"
+                   r"([^\r\n]*(?:(?:\r\n|\r|\n)[ \t][^\r\n]*)*)(?:\r\n|\r|\n|\Z)")
 
 
 def outline(raw: bytes) -> Message | None:
@@ -89,28 +91,16 @@ def _headers(head: bytes) -> Message | None:
 
 def _fields(text: str) -> Message | None:
     msg = Message()
-    field: list[str] = []
-    for line in _lines(text):
-        if line[:1] in (" ", "\t") and field:
-            field.append(line)
-            continue
-        if field:
-            msg.set_raw(*compat32.header_source_parse(field))
-        if not HEADER_LINE.match(line):
+    at, end = 0, len(text)
+    while at < end:
+        field = FIELD.match(text, at)
+        if field is None:  # neither a field nor its continuation: not a header block
             return None
-        field = [line]
-    if field:
-        msg.set_raw(*compat32.header_source_parse(field))
+        # compat32's header_source_parse: the value after the colon, leading blanks and
+        # the final line break left out, inner line breaks kept.
+        msg.set_raw(field.group(1), field.group(2))
+        at = field.end()
     return msg
-
-
-def _lines(text: str) -> list[str]:
-    """The lines with their ends, split where email's parser splits them."""
-    pieces = LINE_END.split(text)
-    lines = [a + b for a, b in zip(pieces[::2], pieces[1::2], strict=False)]
-    if pieces[-1]:
-        lines.append(pieces[-1])
-    return lines
 
 
 def _encoding(part: Message) -> str:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 PREFIX = "bounce-"
 MAC_BYTES = 10
 MIN_SECRET = 16
+VERIFIED_KEPT = 4096  # tokens remembered as verified, per ReturnPath
 _DOMAIN = re.compile(r"(?=.{1,253}$)([a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)"
                      r"(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+")
 
@@ -54,6 +55,9 @@ class ReturnPath:
             raise ValidationError("feedback_secret", f"at least {MIN_SECRET} characters")
         self.domain = domain
         self._key = feedback_key(secret, "verp")
+        # The receiver checks a token at RCPT and its parser again: the second check is a
+        # lookup. Only tokens that passed are kept, so a flood of forged ones cannot evict.
+        self._verified: dict[str, UUID] = {}
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ReturnPath | None:
@@ -82,6 +86,16 @@ class ReturnPath:
 
     def log_id(self, address: str) -> UUID:
         """The log row a VERP address names; TokenError when it is not one of ours."""
+        known = self._verified.get(address)
+        if known is not None:
+            return known
+        ident = self._verify(address)
+        if len(self._verified) >= VERIFIED_KEPT:
+            self._verified.clear()
+        self._verified[address] = ident
+        return ident
+
+    def _verify(self, address: str) -> UUID:
         local, _, domain = address.strip().strip("<>").rpartition("@")
         if domain.lower().rstrip(".") != self.domain:
             raise TokenError(f"not an address on {self.domain}")

@@ -93,7 +93,25 @@ def _header_block(draw):
 
 @given(_header_block())
 def test_a_header_block_reads_as_emails_parser_reads_it(block):
-    assert _fields(block)._headers == email.message_from_string(block, policy=compat32)._headers
+    ours, theirs = _fields(block), email.message_from_string(block, policy=compat32)
+    assert ours._headers == theirs._headers
+    for name, _ in theirs._headers:  # found through the index, as the scan finds them
+        for asked in (name, name.upper(), name.lower()):
+            assert ours.get(asked) == theirs.get(asked)
+            assert asked in ours
+            assert ours.get_params(header=asked) == theirs.get_params(header=asked)
+    assert ours.get("x-not-there", "none") == "none" and "x-not-there" not in ours
+
+
+def test_an_outlines_headers_are_read_only(return_path):
+    top = outline(bounce_mail("postfix_bounce.eml", verp=return_path.address(uuid.uuid4()),
+                              message_id=MID))
+    assert top is not None and top.get_param("report-type") == "delivery-status"
+    for change in (lambda: top.__setitem__("X-New", "1"), lambda: top.__delitem__("To"),
+                   lambda: top.add_header("X-New", "1"),
+                   lambda: top.replace_header("Subject", "changed")):
+        with pytest.raises(TypeError, match="read-only"):
+            change()
 
 
 @pytest.mark.parametrize("block", ["From someone Tue Dec  1\n", " leading blank\n",

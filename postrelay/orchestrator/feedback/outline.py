@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from email.message import Message
+from typing import Any
 
 REPORT_TYPES = ("delivery-status", "feedback-report")
 # The parts whose bodies classification reads, which must then be plain text on the wire.
@@ -89,8 +90,54 @@ def _headers(head: bytes) -> Message | None:
     return _fields(head.decode("ascii", "surrogateescape"))
 
 
+class _Part(Message):
+    """A message or part of an outline. Classification asks its headers the same few
+    questions many times (a field's value, the Content-Type's parameters), so the outline
+    indexes each field as it reads it rather than scanning every header per question, and
+    parses a field's parameters once. Its headers are read-only once read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._first: dict[str, tuple[str, Any]] = {}  # lower name: its first field
+        self._params: dict[str, Any] = {}  # lower name: its parsed parameters
+
+    def set_raw(self, name: str, value: Any) -> None:
+        super().set_raw(name, value)
+        self._first.setdefault(name.lower(), (name, value))
+
+    def get(self, name: str, failobj: Any = None) -> Any:
+        found = self._first.get(name.lower())
+        return failobj if found is None else self.policy.header_fetch_parse(*found)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._first
+
+    def _get_params_preserve(self, failobj: Any, header: str) -> Any:
+        key = header.lower()
+        if key not in self._params:
+            self._params[key] = super()._get_params_preserve(  # type: ignore[misc]
+                _MISSING, header)
+        found = self._params[key]
+        return failobj if found is _MISSING else found
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        raise TypeError("an outline's headers are read-only")
+
+    def __delitem__(self, name: str) -> None:
+        raise TypeError("an outline's headers are read-only")
+
+    def add_header(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("an outline's headers are read-only")
+
+    def replace_header(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("an outline's headers are read-only")
+
+
+_MISSING = object()
+
+
 def _fields(text: str) -> Message | None:
-    msg = Message()
+    msg = _Part()
     at, end = 0, len(text)
     while at < end:
         field = FIELD.match(text, at)

@@ -108,3 +108,27 @@ async def test_stopping_keeps_what_was_not_recorded(database_url, engine, tenant
     assert waiting + len(look.feedback()) == 20
     if stop_first:
         assert waiting == 20
+
+
+async def test_a_batch_is_read_oldest_first(database_url, engine, tenant, look, return_path,
+                                            monkeypatch):
+    mails = bounces(engine, tenant, return_path, 3)
+    ids = sorted(uuid.UUID(int=(1 << 120) * (i + 1)) for i in range(3))
+    with engine.begin() as conn:  # stored newest first: the table's order is not the ids'
+        for inbox_id, (_, verp, raw) in zip(reversed(ids), mails, strict=True):
+            conn.exec_driver_sql(
+                "INSERT INTO mdm.aa_feedback_inbox (id, envelope_to, raw) "
+                "VALUES (%(id)s, ARRAY[%(to)s], %(raw)s)",
+                {"id": inbox_id, "to": verp, "raw": raw})
+    read_mail = inbound_module.read_mail
+    order: list[str] = []
+
+    def read(raw: bytes, **kwargs):
+        order.append(kwargs["envelope_to"][0])
+        return read_mail(raw, **kwargs)
+
+    monkeypatch.setattr(inbound_module, "read_mail", read)
+    with receiver(database_url, return_path):
+        await await_inbox_empty(engine)
+    assert order == [verp for _, verp, _ in reversed(mails)]
+    assert all(look.log(sent["id"])["delivery"] == "bounced" for sent, _, _ in mails)

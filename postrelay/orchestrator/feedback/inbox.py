@@ -106,7 +106,9 @@ class InboxProcessor:
         rows: list[Row] = []
         try:
             async with held_psycopg(self.engine) as conn, conn.transaction():
-                rows = await _fetch(conn, "feedback_inbox_take", {"limit": self.batch})
+                # Oldest first within the batch too: a DELETE returns its rows in no order.
+                rows = sorted(await _fetch(conn, "feedback_inbox_take", {"limit": self.batch}),
+                              key=lambda row: row.id)
                 if rows:
                     await self._record(conn, rows)
         except Exception as exc:

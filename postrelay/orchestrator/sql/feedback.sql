@@ -290,7 +290,8 @@ FROM unnest(CAST(:envelopes AS text[]), CAST(:raws AS bytea[])) AS m(envelope_to
 -- ordered), taken out of the inbox by the transaction that records them: a rollback puts
 -- them back. Rows another processor holds are skipped. The transaction's commit need not
 -- wait for its WAL flush: were it lost, the rows would still be here and be recorded again
--- (recording the same report twice changes nothing).
+-- (recording the same report twice changes nothing). The rows come back in no order: the
+-- caller sorts them by id.
 DELETE FROM mdm.aa_feedback_inbox
 WHERE id IN (SELECT i.id
              FROM mdm.aa_feedback_inbox i

@@ -104,6 +104,8 @@ def dsn_rate(bench: BenchDatabase, n: int, connections: int,
                                   queue_id=f"Q{i}", domain=DOMAIN).replace("\n", "\r\n")
         raw = raw.replace("<20261201214001.3F2A1B2C3D@mx.example.net>",
                           f"<dsn-{i}@mx.example.net>")
+        # Each DSN's MIME boundary is its own, as Postfix's holds the queue id.
+        raw = raw.replace("3F2A1B2C3D.1764625201/", f"{i:010X}.1764625201/")
         mails.append((verp, raw.encode()))
     port = _port()
     env = {"POSTRELAY_EMAIL_BOUNCE_DOMAIN": DOMAIN, "POSTRELAY_FEEDBACK_SECRET": secret,

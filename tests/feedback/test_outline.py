@@ -4,6 +4,7 @@ MTAs and providers send, the same feedback; and what it does not expect is parse
 from __future__ import annotations
 
 import email
+import re
 import uuid
 from email.policy import compat32
 from pathlib import Path
@@ -13,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from postrelay.orchestrator.feedback import parse
-from postrelay.orchestrator.feedback.outline import _fields, outline
+from postrelay.orchestrator.feedback.outline import _fields, _parts, outline
 from tests.feedback.conftest import bounce_mail
 
 MAIL = sorted(p.name for p in (Path(__file__).parent / "mail").glob("*.eml"))
@@ -118,3 +119,42 @@ def test_an_outlines_headers_are_read_only(return_path):
                                    "Subject: a\nno colon here\n"])
 def test_a_block_with_a_line_that_is_no_field_is_not_outlined(block):
     assert _fields(block) is None
+
+
+# RFC 2046 section 5.1.1's delimiter line for the boundary "b.1": at a line's start, `--`
+# and the boundary, `--` after it on the closing one, blanks, the line's end.
+_DELIMITER = re.compile(rb"^--b\.1(--)?[ \t]*\r?(?:\n|\Z)", re.MULTILINE)
+_LINE = st.sampled_from([b"--b.1", b"--b.1--", b"--b.1 \t", b"--b.1--  ", b"x--b.1", b"--b.1x",
+                         b"--b.1-", b"--bx1", b"text", b"", b"\r", b" --b.1"])
+
+
+def _parts_by_pattern(body: bytes) -> list[bytes] | None:
+    parts: list[bytes] = []
+    start = None
+    for found in _DELIMITER.finditer(body):
+        if start is not None:
+            end = found.start()
+            end -= 2 if body[end - 2:end] == b"\r\n" else 1 if body[end - 1:end] == b"\n" else 0
+            parts.append(body[start:max(start, end)])
+        if found.group(1):
+            return parts
+        start = found.end()
+    return None
+
+
+@given(st.lists(st.tuples(_LINE, _END.map(str.encode)), max_size=12), st.booleans())
+def test_parts_are_split_at_the_delimiter_lines_alone(lines, last_ended):
+    body = b"".join(line + end for line, end in lines)
+    if lines and not last_ended:
+        body = body[:-len(lines[-1][1])]
+    assert _parts(body, b"b.1") == _parts_by_pattern(body)
+
+
+def test_a_report_with_a_boundary_of_its_own_is_outlined(return_path):
+    raw = bounce_mail("postfix_bounce.eml", verp=return_path.address(uuid.uuid4()),
+                      message_id=MID)
+    for boundary in (b"00000042.1764625201/mx.example.net", b"a+b(c)?[d]*.e"):
+        own = raw.replace(b"3F2A1B2C3D.1764625201/mx.example.net", boundary)
+        assert outline(own) is not None
+        assert parse.parse_mail(own, return_path=return_path) == whole(
+            own, return_path=return_path)

@@ -26,6 +26,9 @@ RETURNED = ("message/rfc822", "message/global")
 STATUS_PARTS = ("message/delivery-status", "message/global-delivery-status")
 PLAIN_ENCODINGS = ("", "7bit", "8bit", "binary")
 BLANK_LINE = re.compile(rb"\r?\n\r?\n")
+# What follows the boundary on a delimiter line: `--` on the closing one, blanks, its end.
+DELIMITER_END = re.compile(rb"(--)?[ \t]*\r?(?:\n|\Z)")
+NEWLINE = ord("\n")
 BLANK_TEXT_LINE = re.compile(r"\r?\n\s*\r?\n")  # between a report's blocks, as parse.py splits
 # A field: its name and colon, then its value to the end of the line and over every
 # continuation line (one that starts with a blank); lines end where email.feedparser's
@@ -156,18 +159,26 @@ def _encoding(part: Message) -> str:
 
 def _parts(body: bytes, boundary: bytes) -> list[bytes] | None:
     """The bodies between the delimiter lines (RFC 2046 section 5.1.1); None without a
-    closing delimiter."""
-    delimiter = re.compile(rb"^--" + re.escape(boundary) + rb"(--)?[ \t]*\r?(?:\n|\Z)",
-                           re.MULTILINE)
+    closing delimiter. Found with find rather than a pattern made of the boundary: every
+    DSN has a boundary of its own (Postfix's holds the queue id), and compiling one per
+    message would cost more than the rest of the outline."""
+    delimiter = b"--" + boundary
+    if b"\n" in delimiter:  # not a boundary a delimiter line can hold
+        return None
     parts: list[bytes] = []
     start: int | None = None
-    for found in delimiter.finditer(body):
+    at = 0
+    while (found := body.find(delimiter, at)) >= 0:
+        at = found + len(delimiter)
+        tail = DELIMITER_END.match(body, at)
+        if (found and body[found - 1] != NEWLINE) or tail is None:
+            continue  # the boundary's text inside a line, not a delimiter line
         if start is not None:
             # The line break before a delimiter belongs to the delimiter.
-            end = found.start()
+            end = found
             end -= 2 if body[end - 2:end] == b"\r\n" else 1 if body[end - 1:end] == b"\n" else 0
             parts.append(body[start:max(start, end)])
-        if found.group(1):
+        if tail.group(1):
             return parts
-        start = found.end()
+        start = at = tail.end()
     return None

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from postrelay.orchestrator.feedback import parse
-from postrelay.orchestrator.feedback.outline import _fields, _parts, outline
+from postrelay.orchestrator.feedback.outline import _fields, _parts, _split, outline
 from tests.feedback.conftest import bounce_mail
 
 MAIL = sorted(p.name for p in (Path(__file__).parent / "mail").glob("*.eml"))
@@ -158,3 +158,11 @@ def test_a_report_with_a_boundary_of_its_own_is_outlined(return_path):
         assert outline(own) is not None
         assert parse.parse_mail(own, return_path=return_path) == whole(
             own, return_path=return_path)
+
+
+@given(st.lists(st.sampled_from([b"\r", b"\n", b"a", b" "]), max_size=12))
+def test_headers_end_at_the_first_blank_line(pieces):
+    data = b"".join(pieces)
+    blank = re.search(rb"\r?\n\r?\n", data)
+    expected = (data[:blank.start()], data[blank.end():]) if blank else (data, b"")
+    assert _split(data) == expected

@@ -25,10 +25,9 @@ READ_PARTS = ("message/delivery-status", "message/global-delivery-status",
 RETURNED = ("message/rfc822", "message/global")
 STATUS_PARTS = ("message/delivery-status", "message/global-delivery-status")
 PLAIN_ENCODINGS = ("", "7bit", "8bit", "binary")
-BLANK_LINE = re.compile(rb"\r?\n\r?\n")
 # What follows the boundary on a delimiter line: `--` on the closing one, blanks, its end.
 DELIMITER_END = re.compile(rb"(--)?[ \t]*\r?(?:\n|\Z)")
-NEWLINE = ord("\n")
+NEWLINE, CR = ord("\n"), ord("\r")
 BLANK_TEXT_LINE = re.compile(r"\r?\n\s*\r?\n")  # between a report's blocks, as parse.py splits
 # A field: its name and colon, then its value to the end of the line and over every
 # continuation line (one that starts with a blank); lines end where email.feedparser's
@@ -80,11 +79,15 @@ def outline(raw: bytes) -> Message | None:
 
 
 def _split(data: bytes) -> tuple[bytes, bytes]:
-    """Headers and body, at the first blank line."""
-    blank = BLANK_LINE.search(data)
-    if blank is None:
+    """Headers and body, at the first blank line: a line break (LF or CRLF) right after
+    another. Found by two finds: a pattern that may begin with a CR is tried at every byte."""
+    crlf = data.find(b"\n\r\n")
+    lf = data.find(b"\n\n", 0, crlf + 2 if crlf >= 0 else len(data))  # only if earlier
+    at = lf if lf >= 0 else crlf
+    if at < 0:
         return data, b""
-    return data[:blank.start()], data[blank.end():]
+    start = at - 1 if at and data[at - 1] == CR else at
+    return data[:start], data[at + (2 if data[at + 1] == NEWLINE else 3):]
 
 
 def _headers(head: bytes) -> Message | None:

@@ -177,5 +177,7 @@ def given_up(row: Row, attempts: int, error: str) -> Feedback:
 async def _fetch(conn: psycopg.AsyncConnection[Any], name: str,
                  params: dict[str, Any]) -> list[Row]:
     cursor = conn.cursor(row_factory=namedtuple_row)
-    await cursor.execute(psycopg_sql(FEEDBACK_SQL[name]), params)
+    # Rows in binary: a message comes back as its bytes, not as twice as many hex digits
+    # for the server to write and the driver to read.
+    await cursor.execute(psycopg_sql(FEEDBACK_SQL[name]), params, binary=True)
     return await cursor.fetchall() if cursor.description else []

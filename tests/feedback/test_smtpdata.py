@@ -132,3 +132,34 @@ async def test_data_is_read_as_aiosmtpd_reads_it(listeners, name):
     expected = await _session(theirs.port, messages)
     assert await _session(ours.port, messages) == expected
     assert ours.capture.messages == theirs.capture.messages
+
+
+async def _commands(port: int, lines: list[bytes]) -> list[bytes]:
+    """Each command line on one connection, then a plain message: every reply."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+
+    async def reply() -> bytes:
+        while True:
+            line = await reader.readline()
+            if line[3:4] != b"-":
+                return line
+
+    await reply()
+    replies = []
+    for line in [b"EHLO client.example\r\n", *lines, b"MAIL FROM:<>\r\n",
+                 b"RCPT TO:<a@b.example>\r\n", b"DATA\r\n", b"Subject: after\r\n\r\n.\r\n"]:
+        writer.write(line)
+        replies.append(await reply())
+    writer.close()
+    return replies
+
+
+async def test_long_command_lines_get_aiosmtpds_replies(listeners):
+    # The session's stream reader holds more than aiosmtpd's (whose limit is its line
+    # length); what a command line too long is told must not change with it.
+    theirs, ours = listeners
+    lines = [b"NOOP " + b"n" * size + b"\r\n" for size in (500, 1000, 1500, 3000, 70000)]
+    lines.append(b"MAIL FROM:<" + b"m" * 2000 + b"@x.example>\r\n")
+    expected = await _commands(theirs.port, lines)
+    assert await _commands(ours.port, lines) == expected
+    assert expected[-1].startswith(b"250")

@@ -33,6 +33,7 @@ from postrelay.orchestrator.feedback.verp import PREFIX, ReturnPath, TokenError
 
 DEFAULT_MAX_BYTES = 5 * 1024 * 1024
 DEFAULT_MAX_CONNECTIONS = 50
+READ_LIMIT = 64 * 1024  # a session's stream reader: asyncio's default
 # `<local@domain>` as every MTA writes MAIL FROM and RCPT TO: a dot-atom local part and a
 # host name (or `<>`, the null sender of every bounce), optionally followed by parameters.
 PLAIN_PATH = re.compile(
@@ -105,6 +106,13 @@ class FeedbackHandler:
 class _Server(SMTP):
     """One session; refused at once past the connection cap."""
 
+    # aiosmtpd sizes its stream reader by line_length_limit, and a reader stops reading its
+    # socket whenever it holds more than twice that: a DSN of a few kB made it stop and
+    # start again (two system calls and two trips through the loop) in every DATA. The
+    # reader gets asyncio's usual limit; DATA lines are still held to aiosmtpd's 1001 bytes
+    # (read_data) and command lines to its command size limits, with the same replies.
+    line_length_limit = READ_LIMIT
+
     def __init__(self, *args: Any, gate: _Gate, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._gate = gate
@@ -140,7 +148,7 @@ class _Server(SMTP):
         await self.push("354 End data with <CR><LF>.<CR><LF>")
         try:
             body, error = await read_data(self._reader, max_bytes=self.data_size_limit,
-                                          max_line=self.line_length_limit)
+                                          max_line=SMTP.line_length_limit)
         except asyncio.CancelledError:  # the connection was reset during DATA
             self._writer.close()
             raise

@@ -56,6 +56,14 @@ def listeners(request: pytest.FixtureRequest) -> Iterator[tuple[_Listener, _List
         ours.stop()
 
 
+async def _reply(reader: asyncio.StreamReader) -> bytes:
+    """A reply's last line."""
+    while True:
+        line = await reader.readline()
+        if line[3:4] != b"-":
+            return line
+
+
 async def _session(port: int, messages: list[list[bytes]]) -> list[bytes]:
     """Sends each message (its DATA in the pieces given, each its own TCP write) on one
     connection; every reply line from DATA on."""
@@ -63,29 +71,23 @@ async def _session(port: int, messages: list[list[bytes]]) -> list[bytes]:
     writer.transport.get_extra_info("socket").setsockopt(  # type: ignore[union-attr]
         socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-    async def reply() -> bytes:
-        while True:
-            line = await reader.readline()
-            if line[3:4] != b"-":
-                return line
-
-    await reply()
+    await _reply(reader)
     writer.write(b"EHLO client.example\r\n")
-    await reply()
+    await _reply(reader)
     replies = []
     for pieces in messages:
         for command in (b"MAIL FROM:<>\r\n", b"RCPT TO:<a@b.example>\r\n"):
             writer.write(command)
-            await reply()
+            await _reply(reader)
         writer.write(b"DATA\r\n")
-        replies.append(await reply())
+        replies.append(await _reply(reader))
         for piece in pieces:
             writer.write(piece)
             await writer.drain()
             await asyncio.sleep(0.002)  # a write of its own
-        replies.append(await reply())
+        replies.append(await _reply(reader))
     writer.write(b"QUIT\r\n")
-    await reply()
+    await _reply(reader)
     writer.close()
     return replies
 
@@ -137,19 +139,12 @@ async def test_data_is_read_as_aiosmtpd_reads_it(listeners, name):
 async def _commands(port: int, lines: list[bytes]) -> list[bytes]:
     """Each command line on one connection, then a plain message: every reply."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-
-    async def reply() -> bytes:
-        while True:
-            line = await reader.readline()
-            if line[3:4] != b"-":
-                return line
-
-    await reply()
+    await _reply(reader)
     replies = []
     for line in [b"EHLO client.example\r\n", *lines, b"MAIL FROM:<>\r\n",
                  b"RCPT TO:<a@b.example>\r\n", b"DATA\r\n", b"Subject: after\r\n\r\n.\r\n"]:
         writer.write(line)
-        replies.append(await reply())
+        replies.append(await _reply(reader))
     writer.close()
     return replies
 

@@ -163,8 +163,8 @@ def _encoding(part: Message) -> str:
 def _parts(body: bytes, boundary: bytes) -> list[bytes] | None:
     """The bodies between the delimiter lines (RFC 2046 section 5.1.1); None without a
     closing delimiter. Found with find rather than a pattern made of the boundary: every
-    DSN has a boundary of its own (Postfix's holds the queue id), and compiling one per
-    message would cost more than the rest of the outline."""
+    DSN has a boundary of its own (Postfix's holds the queue id), and compiling a pattern
+    per message cost about as much as the rest of the parse."""
     delimiter = b"--" + boundary
     if b"\n" in delimiter:  # not a boundary a delimiter line can hold
         return None

@@ -232,7 +232,12 @@ def main() -> None:
         dsn_cpu: dict[str, float] = {}
         sendgrid_cpu: dict[str, float] = {}
         with sink_process() as sink:
+            # Twice, the better run kept: a busy moment must not lower the bar.
             send = end_to_end_rate(bench, sink, emails, 50, cpu=send_cpu)
+            again_cpu: dict[str, float] = {}
+            again = end_to_end_rate(bench, sink, emails, 50, cpu=again_cpu)
+            if again > send:
+                send, send_cpu = again, again_cpu
         dsn = dsn_rate(bench, dsns, args.connections, dsn_cpu)
         sendgrid = sendgrid_rate(bench, events, args.posters, sendgrid_cpu)
         with bench.engine.connect() as conn:
@@ -246,8 +251,8 @@ def main() -> None:
         Row("SendGrid events/s through the API", rate(sendgrid), rate(send),
             ratio(sendgrid, send), ">= 1x send rate", met(sendgrid >= send)),
     ])
-    print("(baseline: emails/s end to end, as bench.email_bench measures it; every report "
-          "bounced, suppressed and emitted an outbox event)")
+    print("(baseline: emails/s end to end, as bench.email_bench measures it, the better of "
+          "two runs; every report bounced, suppressed and emitted an outbox event)")
     print()
     # CPU per item says where the time went whatever else the machine was doing; the
     # "postgres" figure is the run's server alone (every client of it, so inflated when

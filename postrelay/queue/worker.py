@@ -414,6 +414,9 @@ class Worker:
             self.completer.add(job, transition)
             if self.metrics is not None:
                 self.metrics.finished_run(job.kind, transition, took)
+        # Checked here too, not only between claims: a held job must not start after the
+        # limit just because a slot freed before the claim loop looked.
+        self._release_long_holds()
         if self._ahead and not self._stopping.is_set():
             self._spawn(self._ahead.popleft()[0])
         if self._saturated:

@@ -4,6 +4,7 @@ how many run at once, and what becomes of jobs held for a slot."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 from sqlalchemy import text
 
@@ -162,6 +163,38 @@ async def test_jobs_held_behind_a_long_run_are_handed_back_for_other_workers(
     finally:
         await second.stop()
         await first.stop()
+
+
+async def test_a_held_job_never_starts_after_the_hold_limit_when_a_slot_frees_late(
+        engine, async_engine, libpq, tenant):
+    """The slot frees after the limit but before the claim loop looks again: the held jobs
+    go back (and are claimed afresh), none starts on the old claim."""
+    registry = Registry()
+    waits: list[float] = []  # from each run's claim to its start
+
+    @registry.handler("reindex")
+    async def quick_or_slow(job: Job) -> None:
+        waits.append(time.time() - job.claimed_at.timestamp())
+        await asyncio.sleep(job.payload["sleep"])
+
+    # Held jobs are handed back after 100 x claim_ahead_secs: 0.2 s here. The claim loop,
+    # saturated, sleeps for the poll interval: it does not look before the slot frees.
+    worker = make_worker(async_engine, libpq, registry, concurrency=1, grace_secs=0.2,
+                         claim_ahead_secs=0.002, poll_interval_secs=1.0)
+    await worker.start()
+    try:
+        with engine.begin() as conn:  # short runs teach the worker to claim ahead
+            enqueue_many(conn, [JobSpec("reindex", {"sleep": 0}, tenant)] * 50)
+        await wait_until(lambda: as_awaitable(count_status(engine, "done") == 50))
+        waits.clear()
+        with engine.begin() as conn:  # a run longer than the limit, short ones behind it
+            enqueue_many(conn, [JobSpec("reindex", {"sleep": 0.35}, tenant, priority=1),
+                                *[JobSpec("reindex", {"sleep": 0}, tenant)] * 5])
+        await wait_until(lambda: as_awaitable(count_status(engine, "done") == 56))
+    finally:
+        await worker.stop()
+    assert len(waits) == 6
+    assert max(waits) < 0.25, waits  # the limit, and a little for the clock and the loop
 
 
 def gauge(metrics: WorkerMetrics, name: str) -> float | None:

@@ -255,19 +255,24 @@ async def driver_fetch_after(
     params: Any,
     *,
     binary: bool = False,
+    between: Sequence[tuple[TextClause, Any]] = (),
 ) -> list[tuple[Any, ...]]:
     """`driver_fetch` of `statement`, with `first` (a statement without parameters; None:
-    `driver_fetch` itself) sent ahead of it in the same round trip (a pipeline, synced
-    once). On a connection in
-    autocommit mode both run in one implicit transaction, so what `first` sets with
-    `set_config(..., true)` holds for `statement` and ends with its commit: settings
-    without session state, for a transaction pooler, at no extra round trip. Inside a
-    transaction, they hold until it ends."""
-    if first is None:
+    none) and then the `between` statements (with their parameters, sent in text) ahead of
+    it in the same round trip: a pipeline, synced once. On a connection in autocommit mode
+    they all run in one implicit transaction, which commits at the sync, or rolls back
+    whole when any of them fails; so what `first` sets with `set_config(..., true)` holds
+    for the rest and ends with the commit: settings without session state, for a
+    transaction pooler, at no extra round trip. Inside a transaction, they hold until it
+    ends. Nothing is fetched before the sync: a fetch inside the pipeline would sync it."""
+    if first is None and not between:
         return await driver_fetch(conn, statement, params, binary=binary)
     raw = await psycopg_beneath(conn) if isinstance(conn, AsyncConnection) else conn
     async with raw.pipeline():
-        await raw.execute(psycopg_sql(first))
+        if first is not None:
+            await raw.execute(psycopg_sql(first))
+        for before, before_params in between:
+            await raw.execute(psycopg_sql(before), before_params)
         cursor = await raw.execute(psycopg_sql(statement, binary), params)
     return await cursor.fetchall() if cursor.description else []
 

@@ -56,16 +56,6 @@ class HeldConnection:
             await self.close()
             raise
 
-    @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator[AsyncConnection]:
-        """A transaction on the held connection, given as its SQLAlchemy connection (for
-        code that takes one, such as a job's effect writers); statements through it or
-        through the psycopg connection beneath run in the same transaction. Rolled back
-        and the connection dropped if the block raises."""
-        async with self.use() as driver, driver.transaction():
-            assert self._conn is not None
-            yield self._conn
-
     async def close(self) -> None:
         conn, self._conn, self._driver = self._conn, None, None
         if conn is not None:

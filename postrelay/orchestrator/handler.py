@@ -25,12 +25,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from email.headerregistry import Address
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy import TextClause
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from postrelay.core.errors import ValidationError
 from postrelay.core.telemetry import event as log_event
@@ -73,12 +74,11 @@ DEFAULT_TIMEOUT_SECS = 120.0  # rendering plus one SMTP transaction
 
 
 class _RowWriter:
-    def __init__(self, name: str, write: Callable[..., Awaitable[None]]) -> None:
+    def __init__(self, name: str,
+                 statement: Callable[[Sequence[dict[str, Any]]], tuple[TextClause, Any]]
+                 ) -> None:
         self.name = name
-        self._write = write
-
-    async def write_many(self, conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> None:
-        await self._write(conn, rows)
+        self.statement = statement
 
 
 EMAIL_LOG = _RowWriter("email_log", queries.email_log_upsert_many)

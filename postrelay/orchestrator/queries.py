@@ -8,11 +8,11 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
-from sqlalchemy import Connection
+from sqlalchemy import Connection, TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from postrelay.core import jsontext
-from postrelay.core.dbcall import driver_fetch, psycopg_beneath, psycopg_sql
+from postrelay.core.dbcall import driver_fetch
 from postrelay.core.sqlfiles import load_queries
 from postrelay.orchestrator.attempts import Logged, Rescue, SendCheck
 
@@ -49,31 +49,18 @@ async def tenant_name(conn: AsyncConnection, *, tenant_id: UUID) -> str | None:
     return result.scalar_one_or_none()
 
 
-# The two effect writers run inside the completer's transaction (SQLAlchemy began it), on
-# the psycopg connection beneath: SQLAlchemy's async execute cost more CPU than the rest of
-# writing a batch of outcomes.
-async def email_log_upsert_many(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> None:
-    """On one plan per connection (email_log_plan_once); the three statements go in one
-    round trip."""
-    raw = await psycopg_beneath(conn)
-    async with raw.pipeline():
-        await raw.execute(psycopg_sql(EMAIL_SQL["email_log_plan_once"]))
-        await raw.execute(psycopg_sql(EMAIL_SQL["email_log_upsert_many"]),
-                          {"rows": jsontext.encode_rows(rows)})
-        await raw.execute(psycopg_sql(EMAIL_SQL["email_log_plan_default"]))
+# The effect writers' statements: the completer runs them in the transaction of the jobs'
+# outcomes (queue/effects.py).
+def email_log_upsert_many(rows: Sequence[dict[str, Any]]) -> tuple[TextClause, Any]:
+    return EMAIL_SQL["email_log_upsert_many"], {"rows": jsontext.encode_rows(rows)}
 
 
-async def email_log_add_lost_many(conn: AsyncConnection, rows: Sequence[dict[str, Any]]
-                                  ) -> None:
-    await driver_fetch(conn, EMAIL_SQL["email_log_add_lost_many"],
-                       {"rows": jsontext.encode_rows(rows)})
+def email_log_add_lost_many(rows: Sequence[dict[str, Any]]) -> tuple[TextClause, Any]:
+    return EMAIL_SQL["email_log_add_lost_many"], {"rows": jsontext.encode_rows(rows)}
 
 
-async def email_suppression_add_many(
-    conn: AsyncConnection, rows: Sequence[dict[str, Any]]
-) -> None:
-    await driver_fetch(conn, EMAIL_SQL["email_suppression_add_many"],
-                       {"rows": jsontext.encode_rows(rows)})
+def email_suppression_add_many(rows: Sequence[dict[str, Any]]) -> tuple[TextClause, Any]:
+    return EMAIL_SQL["email_suppression_add_many"], {"rows": jsontext.encode_rows(rows)}
 
 
 def email_suppression_list(conn: Connection, *, tenant_id: str | None, limit: int

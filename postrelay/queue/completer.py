@@ -6,8 +6,11 @@ outcome is written at once. A batch that fails to write (connection lost) is kep
 retried: an outcome is never dropped while the process lives.
 
 Outcomes are written on a held connection (heldconn.py): with ten jobs per write, a pool
-checkout per write cost about a quarter of the worker's CPU per job. Outcomes with effects
-share a transaction with them on the same connection (writes go one at a time).
+checkout per write cost about a quarter of the worker's CPU per job. A write is one round
+trip: the settings, the effects' statements and the outcomes' go in one pipeline, which
+runs as one implicit transaction (dbcall.driver_fetch_after), so the effects and the
+outcomes commit together or not at all. An explicit transaction around them cost a BEGIN
+and a COMMIT, and each round trip both the server and the worker CPU.
 """
 
 from __future__ import annotations
@@ -19,13 +22,14 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy import TextClause
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from postrelay.core.heldconn import HeldConnection
 from postrelay.core.service import ErrorBackoff, ServiceLoop
 from postrelay.core.telemetry import event
 from postrelay.queue import queries
-from postrelay.queue.effects import write_effects
+from postrelay.queue.effects import effect_statements
 from postrelay.queue.model import Job
 from postrelay.queue.outcome import Transition
 
@@ -50,8 +54,6 @@ class Completer:
     def __init__(
         self, engine: AsyncEngine, worker_id: str, on_written: Callable[[], None] | None = None
     ) -> None:
-        # A write without effects is one statement, atomic on its own: autocommit spares
-        # two round trips. Effects need a transaction shared with the outcome.
         self._held = HeldConnection(engine)
         self.worker_id = worker_id
         self.on_written = on_written  # the worker claims again once a backlog shrinks
@@ -117,14 +119,9 @@ class Completer:
     async def _write(self, batch: list[tuple[Job, Transition]]) -> int:
         if not batch:
             return 0
-        effects = [effect for _, t in batch for effect in t.effects]
-        if effects:
-            async with self._held.transaction() as conn:
-                await write_effects(conn, effects)
-                written = await self._finalize(conn, batch, flush=False)
-        else:
-            async with self._held.use() as conn:
-                written = await self._finalize(conn, batch)
+        effects = effect_statements([effect for _, t in batch for effect in t.effects])
+        async with self._held.use() as conn:
+            written = await self._finalize(conn, batch, effects)
         self.written += len(written)
         if len(written) < len(batch):
             lost = [job for job, _ in batch if job.id not in written]
@@ -136,11 +133,11 @@ class Completer:
 
     async def _finalize(
         self,
-        conn: AsyncConnection | psycopg.AsyncConnection[Any],
+        conn: psycopg.AsyncConnection[Any],
         batch: list[tuple[Job, Transition]],
-        *,
-        flush: bool = True,
+        effects: list[tuple[TextClause, Any]],
     ) -> set[UUID]:
+        flush = not effects  # outcomes with effects commit without it: see above
         if all(t.status == "done" and t.error is None for _, t in batch):
             return await queries.job_complete_many(
                 conn,
@@ -148,10 +145,12 @@ class Completer:
                 ids=[job.id for job, _ in batch],
                 attempts=[job.attempts for job, _ in batch],
                 flush=flush,
+                effects=effects,
             )
         return await queries.job_finalize_many(
             conn,
             flush=flush,
+            effects=effects,
             worker=self.worker_id,
             ids=[job.id for job, _ in batch],
             attempts=[job.attempts for job, _ in batch],

@@ -8,9 +8,10 @@ where one is committed and the other is not; so a handler hands it to the queue 
     record_with_outcome(email_log_writer, row)
 
 The completer then writes every recorded row, grouped by writer in one statement each,
-inside the transaction that writes the job's next state. The record is written whatever
-that state is (done, retry, DLQ), and also when the job's claim was lost meanwhile: it
-describes what happened, which stays true.
+inside the transaction that writes the job's next state (in one round trip with it:
+queue/completer.py). The record is written whatever that state is (done, retry, DLQ), and
+also when the job's claim was lost meanwhile: it describes what happened, which stays
+true.
 """
 
 from __future__ import annotations
@@ -21,15 +22,16 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import TextClause
 
 
 class EffectWriter(Protocol):
-    """Writes many rows of one kind in one statement, inside the given transaction."""
+    """Turns many rows of one kind into one statement (and its parameters, sent in text),
+    run inside the outcome's transaction. Its results are not read."""
 
     name: str
 
-    async def write_many(self, conn: AsyncConnection, rows: Sequence[Any]) -> None: ...
+    def statement(self, rows: Sequence[Any]) -> tuple[TextClause, Any]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,10 +66,9 @@ def collecting() -> Iterator[list[Effect]]:
         _recorded.reset(token)
 
 
-async def write_effects(conn: AsyncConnection, effects: Sequence[Effect]) -> None:
+def effect_statements(effects: Sequence[Effect]) -> list[tuple[TextClause, Any]]:
     """One statement per writer, in the order writers were first used."""
     grouped: dict[int, tuple[EffectWriter, list[Any]]] = {}
     for effect in effects:
         grouped.setdefault(id(effect.writer), (effect.writer, []))[1].append(effect.row)
-    for writer, rows in grouped.values():
-        await writer.write_many(conn, rows)
+    return [writer.statement(rows) for writer, rows in grouped.values()]

@@ -13,6 +13,7 @@ from typing import Any, cast
 from uuid import UUID, uuid4
 
 import psycopg
+from sqlalchemy import TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from postrelay.core import jsontext
@@ -173,9 +174,11 @@ async def job_finalize_many(
     errors: list[str | None],
     refunds: list[bool],
     flush: bool = True,
+    effects: Sequence[tuple[TextClause, Any]] = (),
 ) -> set[UUID]:
     """Write a batch of outcomes; returns the ids whose guard held (the rest were rescued).
-    Without `flush`, the transaction's commit does not wait for the WAL flush.
+    Without `flush`, the transaction's commit does not wait for the WAL flush. The `effects`
+    statements run first, in the same transaction and round trip (driver_fetch_after).
 
     On the psycopg connection beneath `conn`, with binary parameters: dumping its six
     arrays in text cost more than the rest of a no-op job's run."""
@@ -194,6 +197,7 @@ async def job_finalize_many(
             "refunds": refunds,
         },
         binary=True,
+        between=effects,
     )
     return {row[0] for row in rows}
 
@@ -205,12 +209,14 @@ async def job_complete_many(
     ids: list[UUID],
     attempts: list[int],
     flush: bool = True,
+    effects: Sequence[tuple[TextClause, Any]] = (),
 ) -> set[UUID]:
-    """`job_finalize_many` for a batch of successes only, on one plan per connection."""
+    """`job_finalize_many` for a batch of successes only, on one plan per connection (the
+    `effects` statements too)."""
     plan = "job_complete_plan" if flush else "job_complete_plan_no_flush"
     rows = await driver_fetch_after(
         conn, JOB_SQL[plan], JOB_SQL["job_complete_many"],
-        {"worker": worker, "ids": ids, "attempts": attempts}, binary=True,
+        {"worker": worker, "ids": ids, "attempts": attempts}, binary=True, between=effects,
     )
     return {row[0] for row in rows}
 

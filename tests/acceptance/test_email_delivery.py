@@ -4,13 +4,14 @@ a real PostgreSQL and a real SMTP server (aiosmtpd, in this test process).
 - 1,000 events through one relay and four workers: every recipient gets exactly one
   message, counted at the server.
 - A worker SIGKILLed after the server accepted the message (its 250 sent) and before the
-  outcome was committed: the rescuer takes the job back, the next attempt records the lost
+  outcome reached the database: the rescuer takes the job back, the next attempt records the lost
   attempt `unknown` under the id that attempt gave its row, and the template's policy
   decides — resend by default, hold in the DLQ for invoices.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 from collections import Counter
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ from sqlalchemy import Engine, text
 from postrelay.orchestrator.attempts import attempt_log_id
 from postrelay.queue.admin import dlq_retry
 from postrelay.relay import EventSpec, emit, emit_many
-from postrelay.testing import ScriptedHandler, SmtpSink, slow
+from postrelay.testing import ScriptedHandler, SmtpSink
 from tests.acceptance.conftest import WorkerPool, wait_for
 from tests.apps.mail import TEMPLATES
 
@@ -32,9 +33,22 @@ pytestmark = pytest.mark.acceptance
 MAIL_APP = "tests.apps.mail"
 
 
+class StopsTheSenderAtData(ScriptedHandler):
+    """ScriptedHandler that, with `stop_at_data` set to a process id, stops that process
+    (SIGSTOP) once a message is stored, before the server's 250 goes out."""
+
+    stop_at_data: int | None = None
+
+    async def handle_DATA(self, server, session, envelope) -> str:  # noqa: N802
+        reply = await super().handle_DATA(server, session, envelope)
+        if self.stop_at_data is not None:
+            os.kill(self.stop_at_data, signal.SIGSTOP)
+        return reply
+
+
 @pytest.fixture
 def sink() -> Iterator[SmtpSink]:
-    with SmtpSink(ScriptedHandler()) as running:
+    with SmtpSink(StopsTheSenderAtData()) as running:
         yield running
 
 
@@ -91,21 +105,18 @@ def kill_between_accept_and_commit(
     job_id: UUID, address: str,
 ) -> datetime:
     """Run the job in a worker that is SIGKILLed after the server accepted the message and
-    before the outcome commits: the test holds the job's row lock, so the worker's outcome
-    transaction waits on it, and is killed while it waits. Returns the lost claim's moment."""
-    sink.handler.rules = [(address, slow(1.0))]  # time to take the lock before DATA
+    before the outcome reaches the database: the sink stops the worker (SIGSTOP) as it
+    stores the message, so the 250 goes out to a process that never reads it. (An outcome
+    already sent is committed by the server whether its worker lives or not: the outcome
+    and its log row go in one round trip.) Returns the lost claim's moment."""
     doomed = workers.start(app=MAIL_APP, concurrency=1, env=mail_env)
-    # Only once the claim is committed: the message may go out from then on.
-    wait_for(lambda: _status(engine, job_id) == "running", what="the job's claim")
-    with engine.connect() as locker:
-        locker.execute(text("SELECT 1 FROM mdm.aa_job WHERE id = :id FOR UPDATE"),
-                       {"id": job_id})
+    sink.handler.stop_at_data = doomed.pid
+    try:
         wait_for(lambda: sink.handler.count_for(address) == 1, what="the server to accept")
-        wait_for(lambda: _waiting_on_lock(engine), what="the outcome commit to wait")
         doomed.send(signal.SIGKILL)
         assert doomed.wait() == -signal.SIGKILL
-        locker.rollback()
-    sink.handler.rules = []
+    finally:
+        sink.handler.stop_at_data = None
     # The outcome died with the worker: the claim is all that says the message may have left.
     assert email_statuses(engine, job_id) == []
     with engine.connect() as conn:
@@ -117,13 +128,6 @@ def _status(engine: Engine, job_id: UUID) -> str:
     with engine.connect() as conn:
         return conn.execute(text("SELECT status::text FROM mdm.aa_job WHERE id = :id"),
                             {"id": job_id}).scalar_one()
-
-
-def _waiting_on_lock(engine: Engine) -> bool:
-    with engine.connect() as conn:
-        return conn.execute(text(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-            "AND query LIKE '%aa_job%'")).scalar_one() > 0
 
 
 def emit_one(engine: Engine, tenant: UUID, event_type: str, payload: dict) -> None:

@@ -4,17 +4,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy import TextClause, text
 
+from postrelay.core import jsontext
 from postrelay.queue import PermanentError, Registry, Snooze, enqueue, record_with_outcome
 from postrelay.queue.model import Job
 from tests.factories import job_row
 from tests.integration.test_worker import run_until, status_of
 
+NOTE = (
+    "INSERT INTO mdm.aa_job_audit (job_id, tenant_id, job_kind, action, actor) "
+    "SELECT r.job_id, r.tenant_id, 'reindex', {action}, 'test' "
+    "FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(job_id uuid, tenant_id uuid, action text)"
+)
+
 
 class AuditNote:
-    """Writes an audit row per effect; fails its first `failures` writes."""
+    """Writes an audit row per effect; its first `failures` writes are refused (a NULL
+    action)."""
 
     name = "audit-note"
 
@@ -22,14 +29,10 @@ class AuditNote:
         self.failures = failures
         self.calls = 0
 
-    async def write_many(self, conn: AsyncConnection, rows: Sequence[dict]) -> None:
+    def statement(self, rows: Sequence[dict]) -> tuple[TextClause, dict]:
         self.calls += 1
-        for row in rows:
-            await conn.execute(text(
-                "INSERT INTO mdm.aa_job_audit (job_id, tenant_id, job_kind, action, actor) "
-                "VALUES (:job_id, :tenant_id, 'reindex', :action, 'test')"), row)
-        if self.calls <= self.failures:
-            raise ConnectionError("lost the connection mid-transaction")
+        action = "NULL" if self.calls <= self.failures else "r.action"
+        return text(NOTE.format(action=action)), {"rows": jsontext.encode_rows(rows)}
 
 
 def notes(engine, job_id) -> list[str]:
@@ -73,11 +76,32 @@ async def test_a_failed_effect_write_rolls_back_the_outcome_and_is_retried(
     with engine.begin() as conn:
         job_id = enqueue(conn, "reindex", {}, tenant_id=tenant)
     await run_until(async_engine, libpq, registry, lambda: status_of(engine, job_id) == "done")
-    # Two rolled-back transactions left neither the note nor the outcome; the third both.
+    # Two refused writes left neither the note nor the outcome; the third both.
     assert writer.calls == 3
     assert notes(engine, job_id) == ["note"]
     with engine.connect() as conn:
         assert job_row(conn, job_id)["attempts"] == 1
+
+
+async def test_a_refused_write_takes_back_the_effects_written_before_it(
+    engine, async_engine, libpq, tenant
+):
+    """The effects and the outcome go to the server in one round trip: an effect written
+    ahead of a refused one is rolled back with it, so the retry writes it once."""
+    first, second = AuditNote(), AuditNote(failures=1)
+    registry = Registry()
+
+    @registry.handler("reindex")
+    async def reindex(job: Job) -> None:
+        for writer, action in ((first, "first"), (second, "second")):
+            record_with_outcome(writer, {"job_id": job.id, "tenant_id": job.tenant_id,
+                                         "action": action})
+
+    with engine.begin() as conn:
+        job_id = enqueue(conn, "reindex", {}, tenant_id=tenant)
+    await run_until(async_engine, libpq, registry, lambda: status_of(engine, job_id) == "done")
+    assert (first.calls, second.calls) == (2, 2)
+    assert notes(engine, job_id) == ["first", "second"]
 
 
 async def test_snooze_does_not_count_the_attempt(engine, async_engine, libpq, tenant):

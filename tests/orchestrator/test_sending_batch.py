@@ -125,25 +125,31 @@ async def test_the_read_makes_the_claims_before_it_durable(rig, tenant, async_en
 
 async def test_the_log_rows_are_written_on_one_plan_per_connection(rig, tenant, database_url):
     """The worker's connections force custom plans (for job_finalize_many); the log's
-    insert keeps one generic plan, and the connection's mode is back after it."""
+    insert, written with a batch of completions, keeps one generic plan, and the
+    connection's mode is back after it."""
     from sqlalchemy.ext.asyncio import create_async_engine
 
     from postrelay.core.db import sqlalchemy_url
     from postrelay.orchestrator.queries import email_log_upsert_many
+    from postrelay.queue.queries import job_complete_many
 
     engine = create_async_engine(sqlalchemy_url(database_url), connect_args={
         "options": "-c plan_cache_mode=force_custom_plan"})
     async with engine.connect() as conn:
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
         for _ in range(7):  # psycopg prepares a statement on its sixth run
             job = rig.enqueue(tenant)
-            async with conn.begin():
-                await email_log_upsert_many(conn, [check_row(tenant, job) | {
-                    "from_address": "noreply@acme.example", "to_addresses": [],
-                    "message_id": f"<{job}@acme.example>", "status": "sent"}])
-                mode = (await conn.execute(text("SHOW plan_cache_mode"))).scalar_one()
-                assert mode == "force_custom_plan"
+            await job_complete_many(conn, worker="w", ids=[job], attempts=[1], flush=False,
+                                    effects=[email_log_upsert_many([check_row(tenant, job) | {
+                                        "from_address": "noreply@acme.example",
+                                        "to_addresses": [], "message_id": f"<{job}@acme.example>",
+                                        "status": "sent"}])])
+            mode = (await conn.execute(text("SHOW plan_cache_mode"))).scalar_one()
+            assert mode == "force_custom_plan"
         plans = (await conn.execute(text(
             "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
             "WHERE statement LIKE '%INSERT INTO mdm.aa_email_log AS l%'"))).all()
+        logged = (await conn.execute(text("SELECT count(*) FROM mdm.aa_email_log"))).scalar_one()
     await engine.dispose()
     assert [(g >= 1, c) for g, c in plans] == [(True, 0)]
+    assert logged == 7

@@ -82,18 +82,6 @@ SET status = EXCLUDED.status,
     error = EXCLUDED.error,
     finished_at = now();
 
--- name: email_log_plan_once
--- Around email_log_upsert_many, in the completer's transaction: its plan is the same
--- whatever the estimates (rows from a JSON document into the log), so it keeps one per
--- connection; the worker's connections force custom plans for job_finalize_many's sake,
--- and email_log_plan_default gives them back for the statements after it.
--- The connection's own mode is kept aside in a setting of ours, for email_log_plan_default.
-SELECT set_config('postrelay.plan_cache_mode', current_setting('plan_cache_mode'), true),
-       set_config('plan_cache_mode', 'force_generic_plan', true);
-
--- name: email_log_plan_default
-SELECT set_config('plan_cache_mode', current_setting('postrelay.plan_cache_mode'), true);
-
 -- name: email_log_add_lost_many
 -- `unknown` rows for attempts whose worker was lost (orchestrator/attempts.py), written with
 -- the outcome of the attempt that found them. Each names its attempt by the id that

@@ -45,7 +45,7 @@ MAX_BATCH = 1000  # outcomes per statement: bounded work per write
 RETRY_MAX_SECS = 2.0
 # Under load, a write whose batch is still small waits this long for more outcomes: the
 # statements' work per write is mostly fixed, so fuller batches cost less per job (an email's
-# log row and completion cost the server about a third less in batches of 20 than of 8). A
+# log row and completion cost the server a quarter less in batches of 20 than of 8). A
 # batch already FULL_BATCH strong is written at once: waiting would hold back a backlog
 # (which holds worker slots: worker.py) and buy little. When idle, an outcome is written at
 # once.

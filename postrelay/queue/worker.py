@@ -48,10 +48,12 @@ from postrelay.queue.registry import Registry
 JOBS_CHANNEL = "postrelay_jobs"  # enqueue's NOTIFY (sql/job.sql)
 RECONNECT_BASE_SECS = 0.1
 RECONNECT_MAX_SECS = 5.0
-# A saturated worker lets freed slots gather, up to a quarter of its concurrency or for at
-# most this long, before it claims: its jobs end one at a time, and a claim's cost is mostly
-# the same for one job or twenty. An unsaturated worker claims at once, so pickup latency
-# is untouched.
+# A saturated worker lets freed slots gather, up to part of its capacity or for at most this
+# long, before it claims: its jobs end one at a time, and a claim's cost is mostly the same
+# for one job or twenty. The part is a quarter while runs are short (the jobs held ahead
+# must not run out before the claim returns) and half once they take longer than
+# `claim_ahead_secs` (an email's send: half the claims). An unsaturated worker claims at
+# once, so pickup latency is untouched.
 CLAIM_GATHER_SECS = 0.025
 # Claiming ahead: a worker whose recent runs were short claims, beyond its free slots, as
 # many jobs as it would start within `claim_ahead_secs` at that pace: at most nine per slot
@@ -278,7 +280,7 @@ class Worker:
                 self._wake.clear()  # a finishing job sets it again
                 await self._sleep(self.config.poll_interval_secs)
                 continue
-            if self._saturated and free < max(1, capacity // 4):
+            if self._saturated and free < max(1, capacity // self._gather_divisor()):
                 gather = self._gather_for()
                 if gather > 0:
                     self._wake.clear()
@@ -343,6 +345,13 @@ class Worker:
         self.completer.add(job, decide(job, Returned(), self.executor.backoff))
         if self.metrics is not None:
             self.metrics.returned_unrun(job.kind)
+
+    def _gather_divisor(self) -> int:
+        """Which part of its capacity a saturated worker lets gather before it claims."""
+        mean = self._mean_run_secs
+        if mean is not None and mean > self.config.claim_ahead_secs:
+            return 2  # long runs: few held ahead, slots free slowly
+        return 4  # short runs: the held jobs must not run out before the claim returns
 
     def _gather_for(self) -> float:
         """Seconds left to let freed slots gather before claiming them (0: claim now)."""

@@ -5,6 +5,10 @@
     delivery.queue_id, delivery.refused    # "4F3A2B", {} (refusals of a partial delivery)
     await pool.close()
 
+aiosmtplib connects, says EHLO, starts TLS and logs in; each message then goes through the
+connection's `Dialogue` (orchestrator/dialogue.py), which sends MAIL FROM, the RCPT TOs and
+DATA in one write when the server offers PIPELINING.
+
 Failures are `SmtpError`s that say where they happened (`stage`) and what the server replied:
 `SmtpTransient` (retry later), `SmtpPermanent` (dead-letter). After a 421/454 the pool waits
 before its next send; after an authentication failure it refuses to send for a while.
@@ -14,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import socket
 import ssl
 import time
@@ -29,6 +32,7 @@ from pydantic import SecretStr
 
 from postrelay.core.errors import PostrelayError, ValidationError
 from postrelay.core.telemetry import event
+from postrelay.orchestrator.dialogue import Dialogue, envelope_address
 from postrelay.orchestrator.replies import (
     Delivery,
     Reply,
@@ -48,11 +52,9 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 Security = Literal["none", "starttls", "tls"]
-# An envelope address that aiosmtplib's own quoting (email.utils.parseaddr, then a check
-# for characters that could smuggle in a parameter) would send as `<address>` unchanged:
-# a dot-atom local part of the usual characters and a domain of LDH labels.
-_PLAIN_ADDRESS = re.compile(
-    r"[A-Za-z0-9_+=-]+(?:\.[A-Za-z0-9_+=-]+)*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*")
+_ACCEPTED_RCPT = frozenset({250, 251})
+
+
 @dataclass(frozen=True)
 class SmtpConfig:
     """Where and how to reach the SMTP server; `from_settings` reads the `smtp_*` settings."""
@@ -106,7 +108,7 @@ class SmtpPool:
         self._slots = asyncio.Semaphore(config.pool_size)
         # LIFO: the most recently used connection is the least likely to have been closed
         # by the server's idle timer, and the others can time out and be dropped.
-        self._idle: list[aiosmtplib.SMTP] = []
+        self._idle: list[Dialogue] = []
         self._local_hostname: str | None = None
         self._throttled_until = 0.0
         self._paused_until = 0.0
@@ -144,41 +146,42 @@ class SmtpPool:
         """QUIT the idle connections; those in use are closed when their send ends."""
         self._closed = True
         idle, self._idle = self._idle, []
-        await asyncio.gather(*(_quit(smtp) for smtp in idle))
+        await asyncio.gather(*(dialogue.quit() for dialogue in idle))
 
     async def _attempt(
         self, sender: str, recipients: Sequence[str], message: bytes, *, reuse: bool
     ) -> Delivery:
-        smtp = self._take_idle() if reuse else None
-        reused = smtp is not None
-        if smtp is None:
-            smtp = await self._connect()
+        dialogue = self._take_idle() if reuse else None
+        reused = dialogue is not None
+        if dialogue is None:
+            dialogue = await self._connect()
         keep = False
         try:
-            delivery = await self._transact(smtp, sender, recipients, message, reused=reused)
+            delivery = await self._transact(dialogue, sender, recipients, message,
+                                            reused=reused)
             keep = True
             return delivery
         except SmtpError:
-            # Still connected after an error means the server replied, so the dialogue is in
-            # step: RSET makes the connection reusable. Lost or timed out: aiosmtplib closed it.
-            keep = smtp.is_connected and await _reset(smtp)
+            # The server replied, so the dialogue can be brought back in step and reused;
+            # reset says when it cannot (lost, timed out, or mid-DATA).
+            keep = dialogue.is_connected and await dialogue.reset()
             raise
         finally:
             # Also reached on cancellation (keep is False): a half-done dialogue is discarded.
             if keep and not self._closed:
-                self._idle.append(smtp)
+                self._idle.append(dialogue)
             else:
-                smtp.close()
+                dialogue.close()
 
-    def _take_idle(self) -> aiosmtplib.SMTP | None:
+    def _take_idle(self) -> Dialogue | None:
         while self._idle:
-            smtp = self._idle.pop()
-            if smtp.is_connected:
-                return smtp
-            smtp.close()
+            dialogue = self._idle.pop()
+            if dialogue.is_connected:
+                return dialogue
+            dialogue.close()
         return None
 
-    async def _connect(self) -> aiosmtplib.SMTP:
+    async def _connect(self) -> Dialogue:
         cfg = self.config
         if self._local_hostname is None:
             self._local_hostname = await asyncio.to_thread(socket.getfqdn)
@@ -199,55 +202,77 @@ class SmtpPool:
             if cfg.username is not None:
                 secret = cfg.password.get_secret_value() if cfg.password else ""
                 await _step("auth", smtp.login(cfg.username, secret))
+            dialogue = Dialogue.take_over(smtp, timeout_secs=cfg.timeout_secs)
         except BaseException as exc:
             smtp.close()
             if isinstance(exc, SmtpError):
                 event("postrelay.smtp.connect_failed", logging.WARNING, host=cfg.host,
                       port=cfg.port, stage=exc.stage, error=str(exc))
+            elif isinstance(exc, aiosmtplib.SMTPException):
+                raise classify(exc, "connect") from exc
             raise
         self.connections_opened += 1
         event("postrelay.smtp.connected", logging.DEBUG, host=cfg.host, port=cfg.port,
-              security=cfg.security, open=self.connections_opened)
-        return smtp
+              security=cfg.security, pipelining=dialogue.pipelining,
+              open=self.connections_opened)
+        return dialogue
 
     async def _transact(
-        self, smtp: aiosmtplib.SMTP, sender: str, recipients: Sequence[str], message: bytes,
+        self, dialogue: Dialogue, sender: str, recipients: Sequence[str], message: bytes,
         *, reused: bool,
     ) -> Delivery:
-        options, encoding = _mail_options(smtp, sender, recipients)
+        """MAIL, RCPT, DATA and the message. Pipelined, the first three go in one write and
+        their replies are read in order; otherwise each command waits for the reply before
+        it. Either way the message itself goes only after a 354, so a send that fails
+        before that never reached the server's queue."""
+        utf8 = _needs_smtputf8(dialogue, sender, recipients)
+        mail = b"MAIL FROM:" + envelope_address(sender, utf8=utf8) + (b" SMTPUTF8" if utf8
+                                                                          else b"")
+        rcpts = [b"RCPT TO:" + envelope_address(r, utf8=utf8) for r in recipients]
+        ahead = dialogue.pipelining
         try:
-            await _step("mail", _mail(smtp, sender, options, encoding))
+            dialogue.write(*([mail, *rcpts, b"DATA"] if ahead else [mail]))
+            mail_reply = await _step("mail", dialogue.read())
+            if mail_reply.code != aiosmtplib.SMTPStatus.completed:
+                raise classify(aiosmtplib.SMTPSenderRefused(
+                    mail_reply.code, mail_reply.message, sender), "mail")
         except SmtpTransient as exc:
             # The server closed the idle connection (or said 421 while closing it) while it
             # sat in the pool: not a verdict on this message.
-            gone = isinstance(exc.__cause__, ConnectionError) or isinstance(exc, SmtpThrottled)
-            if reused and gone:
+            lost = isinstance(exc.__cause__, ConnectionError) or isinstance(exc, SmtpThrottled)
+            if reused and lost:
                 raise _StaleConnection from exc
             raise
         accepted: list[str] = []
         refused: dict[str, Reply] = {}
-        for rcpt in recipients:
-            try:
-                await _rcpt(smtp, rcpt, encoding)
-            except aiosmtplib.SMTPRecipientRefused as exc:
-                refused[rcpt] = Reply.parse(exc.code, exc.message)
-                error = classify(exc, "rcpt", refused)
-                if isinstance(error, SmtpThrottled | SmtpAuthFailed):
-                    raise error from exc  # back off now rather than try each recipient
-            except (aiosmtplib.SMTPException, OSError) as exc:
-                raise classify(exc, "rcpt", refused) from exc
-            else:
+        for rcpt, command in zip(recipients, rcpts, strict=True):
+            if not ahead:
+                dialogue.write(command)
+            response = await _step("rcpt", dialogue.read(), refused)
+            if response.code in _ACCEPTED_RCPT:
                 accepted.append(rcpt)
+                continue
+            refused[rcpt] = Reply.parse(response.code, response.message)
+            error = classify(aiosmtplib.SMTPRecipientRefused(
+                response.code, response.message, rcpt), "rcpt", refused)
+            if isinstance(error, SmtpThrottled | SmtpAuthFailed):
+                raise error  # back off now rather than try each recipient
         if not accepted:
             last = list(refused.values())[-1]
             kind = SmtpPermanent if all(r.code >= 500 for r in refused.values()) else SmtpTransient
             raise kind(f"rcpt: every recipient refused (last: {last})", stage="rcpt",
                        reply=last, refused=refused)
-        try:
-            response = await smtp.data(message)
-        except (aiosmtplib.SMTPException, OSError) as exc:
-            # Once DATA began the server may hold the message: never retried here.
-            raise classify(exc, "data", refused) from exc
+        if not ahead:
+            dialogue.write(b"DATA")
+        start = await _step("data", dialogue.read(), refused)
+        if start.code != aiosmtplib.SMTPStatus.start_input:
+            raise classify(aiosmtplib.SMTPDataError(start.code, start.message), "data", refused)
+        # From here the server may hold the message: never retried here.
+        dialogue.write_message(message)
+        response = await _step("data", dialogue.read(), refused)
+        if response.code != aiosmtplib.SMTPStatus.completed:
+            raise classify(aiosmtplib.SMTPDataError(response.code, response.message), "data",
+                           refused)
         self.messages_sent += 1
         reply = Reply.parse(response.code, response.message)
         return Delivery(tuple(accepted), MappingProxyType(refused), reply,
@@ -283,63 +308,22 @@ class SmtpPool:
                   username=cfg.username, code=code, pause_secs=cfg.auth_pause_secs)
 
 
-async def _step(stage: Stage, op: Awaitable[_T]) -> _T:
-    """Await one SMTP command, turning aiosmtplib's errors into ours for `stage`."""
+async def _step(stage: Stage, op: Awaitable[_T],
+                refused: dict[str, Reply] | None = None) -> _T:
+    """Await one SMTP step, turning aiosmtplib's errors into ours for `stage`."""
     try:
         return await op
     except (aiosmtplib.SMTPException, OSError) as exc:
-        raise classify(exc, stage) from exc
+        raise classify(exc, stage, refused) from exc
 
 
-async def _mail(smtp: aiosmtplib.SMTP, sender: str, options: list[str],
-                encoding: str) -> aiosmtplib.SMTPResponse:
-    """smtp.mail(sender), without parsing a plain address again on every message."""
-    if options or smtp.is_ehlo_or_helo_needed or not _PLAIN_ADDRESS.fullmatch(sender):
-        return await smtp.mail(sender, options=options, encoding=encoding)
-    response = await smtp.execute_command(b"MAIL", b"FROM:<" + sender.encode("ascii") + b">")
-    if response.code != aiosmtplib.SMTPStatus.completed:
-        raise aiosmtplib.SMTPSenderRefused(response.code, response.message, sender)
-    return response
-
-
-async def _rcpt(smtp: aiosmtplib.SMTP, recipient: str,
-                encoding: str) -> aiosmtplib.SMTPResponse:
-    """smtp.rcpt(recipient), without parsing a plain address again on every message."""
-    if smtp.is_ehlo_or_helo_needed or not _PLAIN_ADDRESS.fullmatch(recipient):
-        return await smtp.rcpt(recipient, encoding=encoding)
-    response = await smtp.execute_command(b"RCPT", b"TO:<" + recipient.encode("ascii") + b">")
-    if response.code not in (aiosmtplib.SMTPStatus.completed,
-                             aiosmtplib.SMTPStatus.will_forward):
-        raise aiosmtplib.SMTPRecipientRefused(response.code, response.message, recipient)
-    return response
-
-
-async def _reset(smtp: aiosmtplib.SMTP) -> bool:
-    try:
-        await smtp.rset()
-    except (aiosmtplib.SMTPException, OSError):
-        return False
-    return True
-
-
-async def _quit(smtp: aiosmtplib.SMTP) -> None:
-    try:
-        await smtp.quit()
-    except (aiosmtplib.SMTPException, OSError):
-        pass
-    finally:
-        smtp.close()
-
-
-def _mail_options(
-    smtp: aiosmtplib.SMTP, sender: str, recipients: Sequence[str]
-) -> tuple[list[str], str]:
+def _needs_smtputf8(dialogue: Dialogue, sender: str, recipients: Sequence[str]) -> bool:
     if sender.isascii() and all(r.isascii() for r in recipients):
-        return [], "ascii"
-    if not smtp.supports_extension("smtputf8"):
+        return False
+    if not dialogue.smtputf8:
         raise SmtpPermanent("mail: non-ASCII addresses need SMTPUTF8, which the server lacks",
                             stage="mail")
-    return ["SMTPUTF8"], "utf-8"
+    return True
 
 
 def _check_addresses(sender: str, recipients: Sequence[str]) -> None:

@@ -91,7 +91,7 @@ def slow(secs: float, then: Behaviour | None = None) -> Behaviour:
 
 
 def _checked(status: str) -> str:
-    if not re.match(r"[45]\d\d(?: |$)", status):
+    if not re.match(r"[45]\d\d(?:[ -]|$)", status):  # "-": a multi-line reply
         raise ValueError(f"an SMTP refusal starts with a 4xx or 5xx code, got {status!r}")
     return status
 
@@ -139,6 +139,7 @@ class ScriptedHandler:
         self._received: list[Received] = []
         self._refusals: list[Refusal] = []
         self._refuse_next: list[str] = []
+        self.pipelining = True  # offered in the reply to EHLO (SmtpSink sets it)
 
     @property
     def received(self) -> list[Received]:
@@ -174,6 +175,15 @@ class ScriptedHandler:
             if fnmatchcase(lowered, pattern):
                 return behaviour
         return Accept()
+
+    async def handle_EHLO(  # noqa: N802 - aiosmtpd's hook name
+        self, server: SMTP, session: Session, envelope: Envelope, hostname: str,
+        responses: list[str],
+    ) -> list[str]:
+        session.host_name = hostname  # this hook's duty (aiosmtpd's own EHLO leaves it)
+        if self.pipelining:  # aiosmtpd reads commands in order, so it can: Postfix offers it
+            responses.insert(-1, "250-PIPELINING")
+        return responses
 
     async def handle_RCPT(  # noqa: N802 - aiosmtpd's hook name
         self, server: SMTP, session: Session, envelope: Envelope, address: str,
@@ -250,7 +260,8 @@ class SmtpSink:
     `tls_context` offers STARTTLS (`require_starttls` refuses mail without it); `ssl_context`
     serves implicit TLS instead. `auth` (user -> password) requires AUTH; the dict is kept as
     `credentials` and read at each attempt, so a test may change it while the sink runs.
-    `connections` counts the SMTP sessions opened by clients.
+    `connections` counts the SMTP sessions opened by clients. `pipelining=False` leaves
+    PIPELINING out of the EHLO reply, so that clients wait for each reply.
     """
 
     host = "127.0.0.1"
@@ -266,8 +277,10 @@ class SmtpSink:
         auth_require_tls: bool = True,
         maildir: Path | None = None,
         idle_timeout_secs: float = 300.0,
+        pipelining: bool = True,
     ) -> None:
         self.handler = handler or ScriptedHandler()
+        self.handler.pipelining = pipelining
         if maildir is not None:
             self.handler.maildir = maildir
         self.credentials: dict[str, str] = dict(auth or {})

@@ -4,6 +4,7 @@ per-recipient refusals, failures during DATA, throttling and reconnection."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 
 import pytest
@@ -13,8 +14,8 @@ from hypothesis import strategies as st
 from pydantic import SecretStr
 
 from postrelay.core.errors import PostrelayError
+from postrelay.orchestrator.dialogue import PLAIN_ADDRESS
 from postrelay.orchestrator.transport import (
-    _PLAIN_ADDRESS,
     Reply,
     SmtpAuthFailed,
     SmtpConfig,
@@ -28,6 +29,12 @@ from tests.orchestrator.smtp_helpers import SENDER, FakeClock, eventually, messa
 
 ANN = "ann@acme.example"
 BOB = "bob@acme.example"
+
+
+@pytest.fixture(params=[True, False], ids=["pipelining", "no-pipelining"])
+def make_sink(request, make_sink):
+    """Every test here against a server that offers PIPELINING and one that does not."""
+    return functools.partial(make_sink, pipelining=request.param)
 
 
 async def test_sequential_sends_reuse_one_connection(make_sink, make_pool):
@@ -386,10 +393,10 @@ async def test_envelope_addresses_are_sent_as_aiosmtplib_would_quote_them(make_s
 
 
 @given(address=st.one_of(
-    st.from_regex(_PLAIN_ADDRESS, fullmatch=True),
+    st.from_regex(PLAIN_ADDRESS, fullmatch=True),
     st.text(alphabet="aZ09._+=-@ <>\"()[],;:\\é", max_size=30),
 ))
 @settings(max_examples=2000, deadline=None)
 def test_a_plain_address_is_what_aiosmtplib_sends_for_it(address: str) -> None:
-    if _PLAIN_ADDRESS.fullmatch(address):
+    if PLAIN_ADDRESS.fullmatch(address):
         assert quote_address(address) == f"<{address}>"

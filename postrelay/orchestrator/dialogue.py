@@ -1,0 +1,207 @@
+"""The mail transaction on an open SMTP connection: commands out, replies back in order,
+pipelined (RFC 2920) when the server offers PIPELINING.
+
+    dialogue = Dialogue.take_over(smtp, timeout_secs=30.0)   # after connect, EHLO, TLS, AUTH
+    dialogue.write(b"MAIL FROM:<a@x.example>", b"RCPT TO:<b@y.example>", b"DATA")
+    mail, rcpt, data = [await dialogue.read() for _ in range(3)]
+    dialogue.write_message(raw)          # after a 354
+    final = await dialogue.read()
+
+aiosmtplib opens the connection and says EHLO, STARTTLS and AUTH; then its transport is
+handed to a `Dialogue` for every message sent on it. aiosmtplib reads one reply per command
+written and drops replies that arrive ahead of their read, so it cannot send MAIL, RCPT and
+DATA in one write: with it a message costs a write and a wait per command. The `Dialogue`
+keeps every reply in order, and knows which commands still owe one, so that after an error
+`reset` can bring the connection back in step (or say it cannot).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import deque
+from typing import cast
+
+import aiosmtplib
+from aiosmtplib import SMTPResponse
+from aiosmtplib.email import quote_address
+
+# An envelope address that aiosmtplib's own quoting (email.utils.parseaddr, then a check
+# for characters that could smuggle in a parameter) would send as `<address>` unchanged:
+# a dot-atom local part of the usual characters and a domain of LDH labels.
+PLAIN_ADDRESS = re.compile(
+    r"[A-Za-z0-9_+=-]+(?:\.[A-Za-z0-9_+=-]+)*@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*")
+_LINE_ENDINGS = re.compile(rb"\r\n|\n|\r(?!\n)")
+_LEADING_DOT = re.compile(rb"(?m)^\.")
+_MAX_REPLY_BYTES = 64 * 1024  # a reply longer than this is not SMTP
+
+
+def envelope_address(address: str, *, utf8: bool) -> bytes:
+    """`<address>` as MAIL FROM and RCPT TO carry it, quoted as aiosmtplib quotes it."""
+    quoted = f"<{address}>" if PLAIN_ADDRESS.fullmatch(address) else quote_address(address)
+    return quoted.encode("utf-8" if utf8 else "ascii")
+
+
+def message_data(message: bytes) -> bytes:
+    """The message as DATA sends it: CRLF line endings, leading dots doubled, the final dot."""
+    data = _LINE_ENDINGS.sub(b"\r\n", message)
+    if not data.endswith(b"\r\n"):
+        data += b"\r\n"
+    return _LEADING_DOT.sub(b"..", data) + b".\r\n"
+
+
+class Dialogue(asyncio.Protocol):
+    """The commands and replies of one SMTP connection, after its setup."""
+
+    def __init__(self, transport: asyncio.Transport, *, pipelining: bool, smtputf8: bool,
+                 timeout_secs: float) -> None:
+        self.pipelining = pipelining
+        self.smtputf8 = smtputf8
+        self._transport = transport
+        self._timeout = timeout_secs
+        self._buffer = bytearray()
+        self._replies: deque[SMTPResponse] = deque()
+        self._owed: deque[bytes] = deque()  # the verbs of commands not yet answered
+        self._in_data = False  # a 354 was read and the message not sent
+        self._lost: Exception | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    @classmethod
+    def take_over(cls, smtp: aiosmtplib.SMTP, *, timeout_secs: float) -> Dialogue:
+        """Take the connection of `smtp`, which is set up and idle; `smtp` is done with."""
+        transport = cast("asyncio.Transport | None", smtp.transport)
+        if transport is None or transport.is_closing():
+            raise aiosmtplib.SMTPServerDisconnected("Connection lost")
+        dialogue = cls(transport, pipelining=smtp.supports_extension("pipelining"),
+                       smtputf8=smtp.supports_extension("smtputf8"), timeout_secs=timeout_secs)
+        transport.set_protocol(dialogue)
+        return dialogue
+
+    @property
+    def is_connected(self) -> bool:
+        return self._lost is None and not self._transport.is_closing()
+
+    def write(self, *commands: bytes) -> None:
+        """Send `commands` (without their CRLF) in one write; each owes a reply."""
+        self._send(b"".join(c + b"\r\n" for c in commands))
+        self._owed.extend(c.split(b" ", 1)[0].upper() for c in commands)
+
+    def write_message(self, message: bytes) -> None:
+        """Send the message after DATA's 354; it owes the final reply."""
+        if not self._in_data:
+            raise RuntimeError("the message goes only after a 354 reply to DATA")
+        self._send(message_data(message))
+        self._in_data = False
+        self._owed.append(b".")
+
+    async def read(self) -> SMTPResponse:
+        """The reply to the oldest command that owes one; raises aiosmtplib's
+        SMTPServerDisconnected or SMTPReadTimeoutError (the connection is then closed)."""
+        if not self._owed:
+            raise RuntimeError("no command is waiting for a reply")
+        if not self._replies:
+            await self._wait_for_reply()
+        response = self._replies.popleft()
+        verb = self._owed.popleft()
+        self._in_data = verb == b"DATA" and response.code == 354
+        return response
+
+    async def reset(self) -> bool:
+        """After an error: read what is still owed, then RSET. False: the connection cannot
+        be used again (lost, timed out, or DATA was accepted for a message not to be sent,
+        which only closing the connection abandons) and is closed."""
+        try:
+            while self._owed and not self._in_data:
+                await self.read()
+            if not self._in_data:
+                self.write(b"RSET")
+                if (await self.read()).code == 250:
+                    return True
+        except (aiosmtplib.SMTPException, OSError):
+            pass
+        self.close()
+        return False
+
+    async def quit(self) -> None:
+        """QUIT if the dialogue is in step, then close."""
+        try:
+            if self.is_connected and not self._owed and not self._in_data:
+                self.write(b"QUIT")
+                await self.read()
+        except (aiosmtplib.SMTPException, OSError):
+            pass
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if not self._transport.is_closing():
+            self._transport.close()
+
+    # asyncio.Protocol
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer.extend(data)
+        try:
+            while (response := self._parse_reply()) is not None:
+                self._replies.append(response)
+        except aiosmtplib.SMTPResponseException as exc:
+            self._lose(exc)
+            self.close()
+        if len(self._buffer) > _MAX_REPLY_BYTES:
+            self._lose(aiosmtplib.SMTPResponseException(-1, "Response too long"))
+            self.close()
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self._lose(aiosmtplib.SMTPServerDisconnected("Unexpected EOF received"))
+        return False  # close the transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lose(aiosmtplib.SMTPServerDisconnected(
+            f"Connection lost: {exc}" if exc else "Connection lost"))
+
+    # internals
+
+    def _send(self, data: bytes) -> None:
+        if not self.is_connected:
+            raise aiosmtplib.SMTPServerDisconnected("Connection lost")
+        self._transport.write(data)
+
+    async def _wait_for_reply(self) -> None:
+        while not self._replies:
+            if self._lost is not None:
+                raise self._lost
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await asyncio.wait_for(self._waiter, self._timeout)
+            except TimeoutError:
+                self.close()  # out of step for good: a late reply would answer the wrong read
+                raise aiosmtplib.SMTPReadTimeoutError(
+                    "Timed out waiting for server response") from None
+            finally:
+                self._waiter = None
+
+    def _parse_reply(self) -> SMTPResponse | None:
+        """One complete reply off the front of the buffer (its lines joined), or None."""
+        start, lines = 0, []
+        while (end := self._buffer.find(b"\n", start)) != -1:
+            line = bytes(self._buffer[start:end + 1])
+            start = end + 1
+            if not line[:3].isdigit() or line[3:4] not in (b" ", b"-", b"\r", b"\n"):
+                raise aiosmtplib.SMTPResponseException(
+                    -1, f"Malformed SMTP response line: {line!r}")
+            lines.append(line[4:].strip(b" \t\r\n"))
+            if line[3:4] != b"-":
+                del self._buffer[:start]
+                text = b"\n".join(lines).decode("utf-8", "surrogateescape")
+                return SMTPResponse(int(line[:3]), text)
+        return None
+
+    def _lose(self, exc: Exception) -> None:
+        if self._lost is None:
+            self._lost = exc
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)

@@ -168,18 +168,25 @@ class Dialogue(asyncio.Protocol):
         self._transport.write(data)
 
     async def _wait_for_reply(self) -> None:
+        loop = asyncio.get_running_loop()
         while not self._replies:
             if self._lost is not None:
                 raise self._lost
-            self._waiter = asyncio.get_running_loop().create_future()
+            self._waiter = waiter = loop.create_future()
+            # A timer of our own rather than asyncio.wait_for, which wraps every wait in
+            # more futures and callbacks: twice per message on a busy worker.
+            timer = loop.call_later(self._timeout, self._time_out, waiter)
             try:
-                await asyncio.wait_for(self._waiter, self._timeout)
-            except TimeoutError:
-                self.close()  # out of step for good: a late reply would answer the wrong read
-                raise aiosmtplib.SMTPReadTimeoutError(
-                    "Timed out waiting for server response") from None
+                await waiter
             finally:
+                timer.cancel()
                 self._waiter = None
+
+    def _time_out(self, waiter: asyncio.Future[None]) -> None:
+        if not waiter.done():
+            waiter.set_exception(aiosmtplib.SMTPReadTimeoutError(
+                "Timed out waiting for server response"))
+            self.close()  # out of step for good: a late reply would answer the wrong read
 
     def _parse_reply(self) -> SMTPResponse | None:
         """One complete reply off the front of the buffer (its lines joined), or None."""

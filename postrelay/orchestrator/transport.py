@@ -202,14 +202,15 @@ class SmtpPool:
             if cfg.username is not None:
                 secret = cfg.password.get_secret_value() if cfg.password else ""
                 await _step("auth", smtp.login(cfg.username, secret))
-            dialogue = Dialogue.take_over(smtp, timeout_secs=cfg.timeout_secs)
+            try:
+                dialogue = Dialogue.take_over(smtp, timeout_secs=cfg.timeout_secs)
+            except aiosmtplib.SMTPException as exc:  # lost right after the setup
+                raise classify(exc, "connect") from exc
         except BaseException as exc:
             smtp.close()
             if isinstance(exc, SmtpError):
                 event("postrelay.smtp.connect_failed", logging.WARNING, host=cfg.host,
                       port=cfg.port, stage=exc.stage, error=str(exc))
-            elif isinstance(exc, aiosmtplib.SMTPException):
-                raise classify(exc, "connect") from exc
             raise
         self.connections_opened += 1
         event("postrelay.smtp.connected", logging.DEBUG, host=cfg.host, port=cfg.port,
@@ -226,8 +227,8 @@ class SmtpPool:
         it. Either way the message itself goes only after a 354, so a send that fails
         before that never reached the server's queue."""
         utf8 = _needs_smtputf8(dialogue, sender, recipients)
-        mail = b"MAIL FROM:" + envelope_address(sender, utf8=utf8) + (b" SMTPUTF8" if utf8
-                                                                          else b"")
+        parameters = b" SMTPUTF8" if utf8 else b""
+        mail = b"MAIL FROM:" + envelope_address(sender, utf8=utf8) + parameters
         rcpts = [b"RCPT TO:" + envelope_address(r, utf8=utf8) for r in recipients]
         ahead = dialogue.pipelining
         try:

@@ -13,8 +13,10 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from postrelay.core.db import sqlalchemy_url
+from postrelay.orchestrator import SmtpConfig, SmtpPool
 from postrelay.orchestrator.feedback import SuppressionPolicy
 from postrelay.orchestrator.feedback.inbound import InboundConfig, InboundServer
+from postrelay.orchestrator.replies import SmtpPermanent
 from tests.feedback.conftest import await_inbox_empty, bounce_mail, insert_log
 
 ANN = "ann@example.com"
@@ -71,6 +73,37 @@ async def test_a_bounce_through_the_listener_bounces_the_row_and_suppresses(
     assert (await deliver(inbound, verp, raw))[0] == 250
     await await_inbox_empty(look.engine)
     assert len(look.feedback()) == 1 and len(look.events()) == 1
+
+
+async def test_bounces_pipelined_as_mtas_send_them_are_each_recorded(
+        inbound, engine, tenant, look, return_path):
+    """The receiver offers PIPELINING (RFC 2920); an MTA then sends MAIL, RCPT and DATA in
+    one write, here postrelay's own SMTP pool over one connection, a refusal among them."""
+    with engine.begin() as conn:
+        sent = [insert_log(conn, tenant_id=tenant) for _ in range(3)]
+    smtp = aiosmtplib.SMTP(hostname="127.0.0.1", port=inbound.config.port, timeout=10)
+    await smtp.connect()
+    assert smtp.supports_extension("pipelining")
+    smtp.close()
+    pool = SmtpPool(SmtpConfig(host="127.0.0.1", port=inbound.config.port, pool_size=1))
+    try:
+        for row in sent:
+            verp = return_path.address(row["id"])
+            await pool.send("", [verp], bounce_mail("postfix_bounce.eml", verp=verp,
+                                                    message_id=row["message_id"]))
+        with pytest.raises(SmtpPermanent) as refused:
+            await pool.send("", ["postmaster@elsewhere.example"], b"Subject: x\r\n\r\nx\r\n")
+        again = return_path.address(sent[0]["id"])
+        await pool.send("", [again], bounce_mail("postfix_bounce.eml", verp=again,
+                                                 message_id=sent[0]["message_id"]))
+    finally:
+        await pool.close()
+    await await_inbox_empty(look.engine)
+
+    assert refused.value.reply.code == 550  # never an open relay, pipelined or not
+    assert pool.connections_opened == 1
+    assert [look.log(row["id"])["delivery"] for row in sent] == ["bounced"] * 3
+    assert len(look.feedback()) == 3  # the repeated DSN changed nothing
 
 
 async def test_a_yahoo_complaint_to_the_fbl_address_suppresses(inbound, engine, tenant, look,

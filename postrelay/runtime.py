@@ -141,7 +141,8 @@ def build_worker(
         engine, Templates(settings.email_templates_dir), smtp,
         default_from=settings.email_from, message_id_domain=settings.email_message_id_domain,
         return_path=ReturnPath.from_settings(settings),
-        unsubscribe=UnsubscribeLinks.from_settings(settings), throttle=throttle))
+        unsubscribe=UnsubscribeLinks.from_settings(settings), throttle=throttle,
+        concurrency=concurrency))
     outbox = Cleaner(delete_handled_batch, settings.outbox_retention_days)
     attempts = Cleaner(webhook_attempt_delete_batch, settings.webhook_attempt_retention_days)
     # Every window from the settings: the handler takes none from a job's payload.

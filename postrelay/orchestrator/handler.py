@@ -97,14 +97,16 @@ def email_registry(
     return_path: ReturnPath | None = None,
     unsubscribe: UnsubscribeLinks | None = None,
     throttle: ThrottlePolicy | None = None,
+    concurrency: int = 10,
 ) -> Registry:
     """A Registry with the `email_send` handler, to merge into the worker's. With a
     `return_path`, each message's envelope sender is its signed VERP address. A 421/454
-    throttles sending for every worker by `throttle` (default: ThrottlePolicy())."""
+    throttles sending for every worker by `throttle` (default: ThrottlePolicy()).
+    `concurrency` is the worker's (orchestrator/sending.py)."""
     registry = Registry()
     sender = EmailSender(engine, templates, pool, default_from=default_from,
                          message_id_domain=message_id_domain, return_path=return_path,
-                         unsubscribe=unsubscribe, throttle=throttle)
+                         unsubscribe=unsubscribe, throttle=throttle, concurrency=concurrency)
     registry.register(EMAIL_KIND, sender.send, timeout=timeout_secs)
     registry.closers.append(sender.close)
     return registry
@@ -122,11 +124,12 @@ class EmailSender:
         return_path: ReturnPath | None = None,
         unsubscribe: UnsubscribeLinks | None = None,
         throttle: ThrottlePolicy | None = None,
+        concurrency: int = 10,
     ) -> None:
         self.engine = engine.execution_options(isolation_level="AUTOCOMMIT")  # reads only
         self._throttle_engine = engine
         self.throttle = throttle or ThrottlePolicy()
-        self.checks = SendCheckBatcher(engine)
+        self.checks = SendCheckBatcher(engine, concurrency=concurrency)
         self.templates = templates
         self.pool = pool
         self.default_from = default_from

@@ -25,14 +25,16 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from postrelay.core.heldconn import HeldConnection
-from postrelay.core.service import ErrorBackoff, ServiceLoop
+from postrelay.core.service import ErrorBackoff, ServiceLoop, sleep_until_woken
 from postrelay.orchestrator import queries
 from postrelay.orchestrator.attempts import SendCheck
 
 MAX_BATCH = 500  # rows per statement: bounded work per read
 # Under load, a read waits this long for more attempts before it starts: a round trip
-# costs the worker and the server more than a row in it. An idle worker, whose last read
-# carried one attempt, reads at once.
+# costs the worker and the server more than a row in it. It starts at once when half the
+# worker's slots wait on it: those slots are idle, and at the default concurrency the wait
+# was about half of a message's time. An idle worker, whose last read carried one attempt,
+# reads at once.
 LINGER_SECS = 0.005
 _READ = ("job_id", "tenant_id", "category", "recipients")  # what the read needs of a row
 
@@ -40,7 +42,8 @@ _READ = ("job_id", "tenant_id", "category", "recipients")  # what the read needs
 class SendCheckBatcher:
     """A read (`run_once`) whenever attempts are waiting; started by the first attempt."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, *, concurrency: int = 10) -> None:
+        """`concurrency`: the worker's slots, of which half waiting end the wait."""
         # Each read is one statement: the held connection autocommits.
         self._held = HeldConnection(engine, (text("SET plan_cache_mode = force_generic_plan"),))
         self._waiting: list[tuple[dict[str, Any], asyncio.Future[SendCheck]]] = []
@@ -49,6 +52,8 @@ class SendCheckBatcher:
         self._reader = ServiceLoop("send-check", self.run_once, self._next_wait,
                                    backoff=ErrorBackoff(0.05, 2.0))
         self._busy = False  # the last read carried more than one attempt
+        self._enough = max(2, concurrency // 2)  # attempts waiting that end the wait
+        self._enough_waiting = asyncio.Event()
         self.round_trips = 0
 
     async def check(self, row: dict[str, Any]) -> SendCheck:
@@ -56,6 +61,8 @@ class SendCheckBatcher:
         other attempts are waiting, and return this one's `SendCheck`."""
         future: asyncio.Future[SendCheck] = asyncio.get_running_loop().create_future()
         self._waiting.append(({k: row[k] for k in _READ}, future))
+        if len(self._waiting) >= self._enough:
+            self._enough_waiting.set()
         self._reader.wake.set()
         self._reader.start()
         return await future
@@ -65,8 +72,10 @@ class SendCheckBatcher:
         SendCheck or its error; returns how many were settled."""
         if not self._waiting:
             return 0
-        if self._busy:  # let the attempts that are about to arrive join this read
-            await asyncio.sleep(LINGER_SECS)
+        if self._busy and len(self._waiting) < self._enough:
+            # Let the attempts that are about to arrive join this read.
+            await sleep_until_woken(self._enough_waiting, LINGER_SECS)
+        self._enough_waiting.clear()
         batch, self._waiting = self._waiting[:MAX_BATCH], self._waiting[MAX_BATCH:]
         self._busy = len(batch) > 1
         try:

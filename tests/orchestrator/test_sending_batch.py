@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 from sqlalchemy import text
 
+from postrelay.orchestrator import sending
 from postrelay.orchestrator.sending import SendCheckBatcher
 
 
@@ -33,6 +34,21 @@ async def test_concurrent_attempts_share_one_round_trip(rig, tenant, async_engin
                for c in checks)
     assert log_rows(engine) == 0  # a read: the log row comes with the outcome
     assert batcher.round_trips <= 2  # one by one would be 20
+    await batcher.close()
+
+
+async def test_a_busy_read_waits_for_company_until_half_the_slots_wait(
+        rig, tenant, async_engine, monkeypatch):
+    monkeypatch.setattr(sending, "LINGER_SECS", 30.0)  # only company can end the wait
+    batcher = SendCheckBatcher(async_engine, concurrency=4)
+    first = [batcher.check(check_row(tenant, rig.enqueue(tenant))) for _ in range(3)]
+    await asyncio.gather(*first)  # one read of three: the batcher is busy now
+
+    alone = asyncio.create_task(batcher.check(check_row(tenant, rig.enqueue(tenant))))
+    await asyncio.sleep(0.3)
+    assert not alone.done()  # one of four slots waiting: the read waits for more
+    second = asyncio.create_task(batcher.check(check_row(tenant, rig.enqueue(tenant))))
+    await asyncio.wait_for(asyncio.gather(alone, second), timeout=10.0)  # two of four: read
     await batcher.close()
 
 

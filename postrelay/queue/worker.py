@@ -8,7 +8,8 @@
 
 One loop claims (a single `FOR UPDATE SKIP LOCKED` statement per batch), a task per job
 runs the handler, and the Completer writes outcomes in batches. A worker whose jobs are
-short claims a few ahead of its free slots and holds them until a slot frees. A heartbeat
+short claims a few ahead of its free slots and holds them until a slot frees (how many and
+when: queue/pace.py). A heartbeat
 row in mdm.aa_worker tells the rescuer that this worker's long jobs are still alive.
 """
 
@@ -42,33 +43,13 @@ from postrelay.queue.heartbeat import Heartbeat
 from postrelay.queue.metrics import WorkerMetrics
 from postrelay.queue.model import Job
 from postrelay.queue.outcome import Returned, decide
+from postrelay.queue.pace import ClaimPace
 from postrelay.queue.queries import FairShares
 from postrelay.queue.registry import Registry
 
 JOBS_CHANNEL = "postrelay_jobs"  # enqueue's NOTIFY (sql/job.sql)
 RECONNECT_BASE_SECS = 0.1
 RECONNECT_MAX_SECS = 5.0
-# A saturated worker lets freed slots gather, up to part of its capacity or for at most this
-# long, before it claims: its jobs end one at a time, and a claim's cost is mostly the same
-# for one job or twenty. The part is a quarter while runs are short (the jobs held ahead
-# must not run out before the claim returns) and half once they take longer than
-# `claim_ahead_secs` (an email's send: half the claims). An unsaturated worker claims at
-# once, so pickup latency is untouched.
-CLAIM_GATHER_SECS = 0.025
-# Claiming ahead: a worker whose recent runs were short claims, beyond its free slots, as
-# many jobs as it would start within `claim_ahead_secs` at that pace: at most nine per slot
-# and CLAIM_AHEAD_MAX_JOBS in all. A claim then carries tens of jobs where free slots alone
-# allow a few (a claim of 50 rows costs little more than one of 10): at concurrency 10 a
-# worker drained no-op jobs twice as fast. A job held ahead waits about `claim_ahead_secs`
-# for its slot. Slow jobs are never claimed ahead: they stay claimable by idle workers.
-# When short runs are followed by long ones, held jobs may wait for far longer: once the
-# first has waited HOLD_LIMIT_FACTOR times `claim_ahead_secs` (a second by default), all
-# are handed back uncounted for any worker to take, and this one claims only for free
-# slots until its runs are short again.
-CLAIM_AHEAD_MAX_PER_SLOT = 9
-CLAIM_AHEAD_MAX_JOBS = 100
-HOLD_LIMIT_FACTOR = 100
-RUN_TIME_WEIGHT = 0.1  # of the newest run in the moving average of run times
 # Limits (aa_job_limit): a worker learns which kinds have one at most this long after a
 # change, and claims those kinds through job_claim_limited. While their due jobs are
 # throttled it asks again this often (each ask draws what the buckets refilled).
@@ -145,7 +126,8 @@ class Worker:
         # Claimed ahead of a free slot, in claim order (priority first), with the monotonic
         # time each was claimed; started as slots free.
         self._ahead: deque[tuple[Job, float]] = deque()
-        self._mean_run_secs: float | None = None  # moving average; None before any run
+        self.pace = ClaimPace(concurrency=config.concurrency,
+                              claim_ahead_secs=config.claim_ahead_secs)
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._claiming: asyncio.Task[None] | None = None
@@ -158,7 +140,6 @@ class Worker:
         # Whether the last claim filled every free slot: only then is there likely more
         # work, and only then does a finishing job wake the claim loop (NOTIFY does else).
         self._saturated = False
-        self._gather_until: float | None = None  # while freed slots gather (saturated)
         self.claimed = 0
         self.metrics = metrics  # None: nothing recorded, one `if` per claim and per run
         if metrics is not None:
@@ -185,15 +166,6 @@ class Worker:
         """Jobs claimed by this worker whose outcome is not handed on: running, or held
         ahead for a slot."""
         return set(self._running) | {job.id for job, _ in self._ahead}
-
-    def _claim_ahead(self) -> int:
-        """How many jobs to claim beyond the free slots (see CLAIM_AHEAD_MAX_JOBS)."""
-        mean = self._mean_run_secs
-        concurrency = self.config.concurrency
-        if mean is None or self.config.claim_ahead_secs <= 0:
-            return 0
-        startable = self.config.claim_ahead_secs * concurrency / max(mean, 1e-6)
-        return min(int(startable), CLAIM_AHEAD_MAX_PER_SLOT * concurrency, CLAIM_AHEAD_MAX_JOBS)
 
     async def start(self) -> None:
         await self._drop_unknown_kinds()
@@ -272,7 +244,7 @@ class Worker:
             self._release_long_holds()
             # Outcomes not yet written hold their slot once they pile up beyond one round
             # of jobs: backpressure, so a slow database is not handed ever more work.
-            capacity = self.config.concurrency + self._claim_ahead()
+            capacity = self.config.concurrency + self.pace.ahead()
             backlog = max(0, self.completer.backlog - capacity)
             free = capacity - len(self._running) - len(self._ahead) - backlog
             if free <= 0 or not self.kinds:
@@ -280,13 +252,13 @@ class Worker:
                 self._wake.clear()  # a finishing job sets it again
                 await self._sleep(self.config.poll_interval_secs)
                 continue
-            if self._saturated and free < max(1, capacity // self._gather_divisor()):
-                gather = self._gather_for()
+            if self._saturated and free < max(1, capacity // self.pace.gather_part()):
+                gather = self.pace.gather_wait()
                 if gather > 0:
                     self._wake.clear()
                     await self._sleep(gather)
                     continue
-            self._gather_until = None
+            self.pace.claiming()
             # Clear before claiming: a wake-up that arrives during the claim is kept.
             self._wake.clear()
             try:
@@ -319,16 +291,15 @@ class Worker:
             await self._sleep(wait)
 
     def _release_long_holds(self) -> None:
-        """Hand back the held jobs once the first has waited HOLD_LIMIT_FACTOR times
-        `claim_ahead_secs`: the runs in the slots turned out long, and an idle worker could
-        start the held jobs now."""
+        """Hand back the held jobs once the first has waited the hold limit (queue/pace.py):
+        the runs in the slots turned out long, and an idle worker could start the held jobs
+        now."""
         if not self._ahead:
             return
         waited = time.monotonic() - self._ahead[0][1]
-        if waited < self.config.claim_ahead_secs * HOLD_LIMIT_FACTOR:
+        if waited < self.pace.hold_limit_secs:
             return
-        # As if runs took that long: no claiming ahead until short runs bring it down.
-        self._mean_run_secs = max(self._mean_run_secs or 0.0, waited)
+        self.pace.held_too_long(waited)
         count = self._hand_back_held()
         event("postrelay.worker.held_jobs_released", worker=self.id, count=count,
               waited_secs=round(waited, 3))
@@ -345,20 +316,6 @@ class Worker:
         self.completer.add(job, decide(job, Returned(), self.executor.backoff))
         if self.metrics is not None:
             self.metrics.returned_unrun(job.kind)
-
-    def _gather_divisor(self) -> int:
-        """Which part of its capacity a saturated worker lets gather before it claims."""
-        mean = self._mean_run_secs
-        if mean is not None and mean > self.config.claim_ahead_secs:
-            return 2  # long runs: few held ahead, slots free slowly
-        return 4  # short runs: the held jobs must not run out before the claim returns
-
-    def _gather_for(self) -> float:
-        """Seconds left to let freed slots gather before claiming them (0: claim now)."""
-        now = time.monotonic()
-        if self._gather_until is None:
-            self._gather_until = now + CLAIM_GATHER_SECS
-        return self._gather_until - now
 
     async def _claim(self, demand: int) -> tuple[list[Job], float | None]:
         """Claim up to `demand` jobs; returns them and, when that says anything, how soon
@@ -417,8 +374,7 @@ class Worker:
         started = time.perf_counter()
         transition = await self.executor.execute(job)
         took = time.perf_counter() - started
-        mean = self._mean_run_secs
-        self._mean_run_secs = took if mean is None else mean + RUN_TIME_WEIGHT * (took - mean)
+        self.pace.ran(took)
         if self._running.pop(job.id, None) is not None:
             self.completer.add(job, transition)
             if self.metrics is not None:

@@ -81,6 +81,12 @@ class Dialogue(asyncio.Protocol):
     def is_connected(self) -> bool:
         return self._lost is None and not self._transport.is_closing()
 
+    @property
+    def is_idle(self) -> bool:
+        """Connected and in step: nothing owed and nothing said unasked (a server may send
+        421 at any moment before it closes), so the next reply answers the next command."""
+        return self.is_connected and not self._owed and not self._replies
+
     def write(self, *commands: bytes) -> None:
         """Send `commands` (without their CRLF) in one write; each owes a reply."""
         self._send(b"".join(c + b"\r\n" for c in commands))

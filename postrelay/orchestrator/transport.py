@@ -176,7 +176,7 @@ class SmtpPool:
     def _take_idle(self) -> Dialogue | None:
         while self._idle:
             dialogue = self._idle.pop()
-            if dialogue.is_connected:
+            if dialogue.is_idle:
                 return dialogue
             dialogue.close()
         return None

@@ -24,6 +24,7 @@ class RecordingProxy:
         self.host = "127.0.0.1"
         self.port = 0
         self.writes: list[list[bytes]] = []
+        self.to_clients: list[asyncio.StreamWriter] = []  # to speak to a client unasked
         self.byte_by_byte = False  # the server's replies reach the client one byte a write
         self.rewrite: Callable[[bytes], bytes] = lambda data: data  # of the server's replies
         self._server: asyncio.Server | None = None
@@ -40,6 +41,7 @@ class RecordingProxy:
     async def _relay(self, client_in: asyncio.StreamReader,
                      client_out: asyncio.StreamWriter) -> None:
         server_in, server_out = await asyncio.open_connection(self.sink.host, self.sink.port)
+        self.to_clients.append(client_out)
         chunks: list[bytes] = []
         self.writes.append(chunks)
 
@@ -171,6 +173,23 @@ async def test_a_refusal_at_the_end_of_data_leaves_the_connection_usable(proxied
 
     assert caught.value.stage == "data"
     assert sink.connections == 1 and len(sink.handler.received) == 1
+
+
+async def test_a_reply_nobody_asked_for_retires_the_idle_connection(proxied, make_pool):
+    """RFC 5321 lets a server say 421 at any moment; a connection that heard something
+    unasked is out of step and is not used again."""
+    sink, proxy = await proxied()
+    pool = pool_through(make_pool, proxy)
+    await pool.send(SENDER, [ANN], message())
+
+    proxy.to_clients[0].write(b"421 4.3.2 shutting down soon\r\n")
+    await asyncio.sleep(0.1)
+    delivery = await pool.send(SENDER, [BOB], message())
+
+    assert delivery.accepted == (BOB,) and pool.connections_opened == 2
+    assert [r.recipients for r in sink.handler.received] == [(ANN,), (BOB,)]
+    # Nothing more was written on the first connection after it spoke unasked.
+    assert sum(w.startswith(b"MAIL") for w in proxy.commands(0)) == 1
 
 
 async def test_replies_cut_into_single_bytes_and_a_multiline_reply_are_read_whole(

@@ -50,3 +50,15 @@ async def test_one_item_that_cannot_be_committed_fails_alone():
     assert outcomes[0] == 2 and outcomes[2:] == [4, 6]
     assert isinstance(outcomes[1], ValueError)
     assert batches.batches[-4:] == [[1], [-1], [2], [3]]  # the failed batch, one by one
+
+
+async def test_an_item_submitted_as_the_last_batch_ends_is_committed():
+    """A caller answered by the last batch may submit again before that batch's task has
+    ended: its item must start a batch of its own, not wait for a task that is over."""
+    batches = _Doubling()
+
+    async def answer_then_submit() -> int:
+        await batches.submit(1)
+        return await batches.submit(2)  # woken by the batch, which ends right after
+
+    assert await asyncio.wait_for(answer_then_submit(), timeout=5.0) == 4

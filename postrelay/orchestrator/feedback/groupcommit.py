@@ -59,24 +59,29 @@ class Batches(Generic[T, R]):
                                and len(self._waiting) >= self.max_messages):
             task = loop.create_task(self._run())
             self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
         return await future
 
     async def _run(self) -> None:
         # What arrives while the transactions in flight commit waits for the next one.
-        while self._waiting:
-            batch = self._waiting[:self.max_messages]
-            del self._waiting[:len(batch)]
-            try:
-                results = await self._commit([item for item, _ in batch])
-            except Exception as exc:
-                event("postrelay.inbound.batch_failed", logging.WARNING,
-                      messages=len(batch), error=repr(exc))
-                await self._one_by_one(batch)
-                continue
-            for (_, future), done in zip(batch, results, strict=True):
-                if not future.done():  # the session may be gone
-                    future.set_result(done)
+        try:
+            while self._waiting:
+                batch = self._waiting[:self.max_messages]
+                del self._waiting[:len(batch)]
+                try:
+                    results = await self._commit([item for item, _ in batch])
+                except Exception as exc:
+                    event("postrelay.inbound.batch_failed", logging.WARNING,
+                          messages=len(batch), error=repr(exc))
+                    await self._one_by_one(batch)
+                    continue
+                for (_, future), done in zip(batch, results, strict=True):
+                    if not future.done():  # the session may be gone
+                        future.set_result(done)
+        finally:
+            # Out of the set in the same step that found nothing waiting, not in a done
+            # callback: a caller woken by the last batch runs before such a callback, and
+            # its next item, seeing this task still listed, would wait for it forever.
+            self._tasks.discard(asyncio.current_task())
 
     async def _one_by_one(self, batch: list[tuple[T, asyncio.Future[R]]]) -> None:
         for item, future in batch:

@@ -43,7 +43,9 @@ def envelope_address(address: str, *, utf8: bool) -> bytes:
 
 
 def message_data(message: bytes) -> bytes:
-    """The message as DATA sends it: CRLF line endings, leading dots doubled, the final dot."""
+    """The message as DATA sends it: CRLF line endings, leading dots doubled, the final dot;
+    the bytes aiosmtplib sends (its own helper exists only from 5.1 on; a test holds the
+    two together)."""
     data = _LINE_ENDINGS.sub(b"\r\n", message)
     if not data.endswith(b"\r\n"):
         data += b"\r\n"
@@ -61,7 +63,7 @@ class Dialogue(asyncio.Protocol):
         self._timeout = timeout_secs
         self._buffer = bytearray()
         self._replies: deque[SMTPResponse] = deque()
-        self._owed: deque[bytes] = deque()  # the verbs of commands not yet answered
+        self._owed: deque[bytes] = deque()  # the commands not yet answered, in order
         self._in_data = False  # a 354 was read and the message not sent
         self._lost: Exception | None = None
         self._waiter: asyncio.Future[None] | None = None
@@ -90,7 +92,7 @@ class Dialogue(asyncio.Protocol):
     def write(self, *commands: bytes) -> None:
         """Send `commands` (without their CRLF) in one write; each owes a reply."""
         self._send(b"".join(c + b"\r\n" for c in commands))
-        self._owed.extend(c.split(b" ", 1)[0].upper() for c in commands)
+        self._owed.extend(commands)
 
     def write_message(self, message: bytes) -> None:
         """Send the message after DATA's 354; it owes the final reply."""
@@ -108,8 +110,8 @@ class Dialogue(asyncio.Protocol):
         if not self._replies:
             await self._wait_for_reply()
         response = self._replies.popleft()
-        verb = self._owed.popleft()
-        self._in_data = verb == b"DATA" and response.code == 354
+        command = self._owed.popleft()
+        self._in_data = command == b"DATA" and response.code == 354
         return response
 
     async def reset(self) -> bool:

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 Security = Literal["none", "starttls", "tls"]
-_ACCEPTED_RCPT = frozenset({250, 251})
+_ACCEPTED_RCPT = (aiosmtplib.SMTPStatus.completed, aiosmtplib.SMTPStatus.will_forward)
 
 
 @dataclass(frozen=True)

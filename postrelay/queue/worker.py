@@ -9,8 +9,8 @@
 One loop claims (a single `FOR UPDATE SKIP LOCKED` statement per batch), a task per job
 runs the handler, and the Completer writes outcomes in batches. A worker whose jobs are
 short claims a few ahead of its free slots and holds them until a slot frees (how many and
-when: queue/pace.py). A heartbeat
-row in mdm.aa_worker tells the rescuer that this worker's long jobs are still alive.
+when: queue/pace.py). A heartbeat row in mdm.aa_worker tells the rescuer that this
+worker's long jobs are still alive.
 """
 
 from __future__ import annotations

@@ -7,7 +7,11 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 
 import pytest
+from aiosmtplib.protocol import PERIOD_REGEX, normalize_message_line_endings
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from postrelay.orchestrator.dialogue import message_data
 from postrelay.orchestrator.transport import SmtpPermanent, SmtpThrottled, SmtpTransient
 from postrelay.testing import SmtpSink, reply, reply_at_data
 from tests.orchestrator.smtp_helpers import SENDER, message
@@ -222,3 +226,12 @@ async def test_a_garbled_reply_fails_the_send_as_transient_and_drops_the_connect
     proxy.rewrite = lambda data: data
     await pool.send(SENDER, [ANN], message())
     assert pool.connections_opened == 2  # a dialogue out of step is not reused
+
+
+@given(st.binary(max_size=200) | st.lists(st.sampled_from(
+    [b"a", b".", b"..", b"\r", b"\n", b"\r\n", b" ", b"From x"])).map(b"".join))
+@settings(max_examples=1000, deadline=None)
+def test_message_data_is_the_bytes_aiosmtplib_would_send(message: bytes) -> None:
+    """Written here for aiosmtplib before 5.1, which has no such function to share."""
+    expected = PERIOD_REGEX.sub(b"..", normalize_message_line_endings(message)) + b".\r\n"
+    assert message_data(message) == expected

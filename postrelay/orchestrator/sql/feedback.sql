@@ -166,8 +166,10 @@ WITH w AS (
     ON CONFLICT (tenant_id, address, category) DO NOTHING
     RETURNING feedback_id
 ), marked AS (
+    -- By its primary key: a generic plan made while the table was small would otherwise
+    -- join the whole table, and keep doing so as it grows.
     UPDATE mdm.aa_email_feedback SET suppressed = true
-    WHERE id IN (SELECT feedback_id FROM suppressed)
+    WHERE id = ANY (ARRAY(SELECT feedback_id FROM suppressed))
 )
 SELECT w.n, g.old_status, h.id AS completed_job,
        w.feedback_id IN (SELECT feedback_id FROM suppressed) AS suppressed

@@ -7,12 +7,14 @@ without it, an embedded PostgreSQL (pgserver) is started in a temporary folder.
 from __future__ import annotations
 
 import os
+import ssl
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+import trustme
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -111,3 +113,25 @@ def worker_env(database_url: str) -> dict[str, str]:
     env["POSTRELAY_DATABASE_URL"] = database_url
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+# A test certificate authority, and a server context it signed for loopback (SMTP with
+# STARTTLS or implicit TLS, the pool's and the inbound receiver's).
+
+@pytest.fixture(scope="session")
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+@pytest.fixture(scope="session")
+def ca_file(ca: trustme.CA, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("smtp-ca") / "ca.pem"
+    ca.cert_pem.write_to_path(str(path))
+    return path
+
+
+@pytest.fixture(scope="session")
+def server_tls(ca: trustme.CA) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1", "localhost").configure_cert(context)
+    return context

@@ -106,6 +106,33 @@ async def test_bounces_pipelined_as_mtas_send_them_are_each_recorded(
     assert len(look.feedback()) == 3  # the repeated DSN changed nothing
 
 
+async def test_starttls_is_offered_and_a_bounce_arrives_over_it(
+        receiver_engine, return_path, clean_db, engine, tenant, look, server_tls, ca_file):
+    """With a certificate the receiver offers STARTTLS (on the event loop it runs, uvloop
+    where installed): a bounce sent after the upgrade is recorded like any other."""
+    config = InboundConfig(host="127.0.0.1", port=free_port(), tls=server_tls)
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant)
+    verp = return_path.address(sent["id"])
+    with InboundServer(receiver_engine, return_path, SuppressionPolicy(), config):
+        smtp = aiosmtplib.SMTP(hostname="127.0.0.1", port=config.port, timeout=10,
+                               start_tls=False, cert_bundle=str(ca_file))
+        await smtp.connect()
+        try:
+            await smtp.ehlo()
+            assert smtp.supports_extension("starttls")
+            await smtp.starttls()
+            assert smtp.get_transport_info("sslcontext") is not None
+            await smtp.ehlo()
+            assert not smtp.supports_extension("starttls")  # offered once, before TLS
+            await smtp.sendmail("", [verp], bounce_mail(
+                "postfix_bounce.eml", verp=verp, message_id=sent["message_id"]))
+        finally:
+            smtp.close()
+        await await_inbox_empty(look.engine)
+    assert look.log(sent["id"])["delivery"] == "bounced"
+
+
 async def test_a_yahoo_complaint_to_the_fbl_address_suppresses(inbound, engine, tenant, look,
                                                                return_path):
     with engine.begin() as conn:

@@ -6,7 +6,6 @@ loopback and pools closed after each test."""
 from __future__ import annotations
 
 import asyncio
-import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -14,7 +13,6 @@ from typing import Any
 from uuid import UUID
 
 import pytest
-import trustme
 from sqlalchemy import text
 
 from postrelay.orchestrator import (
@@ -161,25 +159,6 @@ async def eventually(predicate: Callable[[], bool], timeout: float = 10.0) -> No
 
 
 # The SMTP pool and sink tests.
-
-@pytest.fixture(scope="session")
-def ca() -> trustme.CA:
-    return trustme.CA()
-
-
-@pytest.fixture(scope="session")
-def ca_file(ca: trustme.CA, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("smtp-ca") / "ca.pem"
-    ca.cert_pem.write_to_path(str(path))
-    return path
-
-
-@pytest.fixture(scope="session")
-def server_tls(ca: trustme.CA) -> ssl.SSLContext:
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("127.0.0.1", "localhost").configure_cert(context)
-    return context
-
 
 @pytest.fixture
 def make_sink() -> Iterator[Callable[..., SmtpSink]]:

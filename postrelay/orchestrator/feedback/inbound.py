@@ -22,6 +22,7 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import MISSING, SMTP, Envelope, Session
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from postrelay.core.eventloop import new_event_loop
 from postrelay.core.telemetry import event
 from postrelay.orchestrator.feedback.inbox import InboxProcessor
 from postrelay.orchestrator.feedback.ingest import read_mail
@@ -203,7 +204,7 @@ class _Gate:
 
 class InboundServer(Controller):
     """aiosmtpd's threaded controller running the feedback handler and its inbox
-    processor. The async engine is used on the controller's event loop alone (its
+    processor, on uvloop where it is installed (core/eventloop.py). The async engine is used on the controller's event loop alone (its
     connections belong to that loop); no pre-ping is needed: a batch that fails on a lost
     connection is retried a message at a time, on new connections.
 
@@ -217,7 +218,8 @@ class InboundServer(Controller):
         self.feedback = FeedbackHandler(engine, return_path, policy, config.max_bytes,
                                         config.unsubscribe)
         self._gate = _Gate(config.max_connections)
-        super().__init__(self.feedback, hostname=config.host, port=config.port)
+        super().__init__(self.feedback, hostname=config.host, port=config.port,
+                         loop=new_event_loop())
 
     def factory(self) -> SMTP:
         return _Server(self.handler, gate=self._gate, data_size_limit=self.config.max_bytes,

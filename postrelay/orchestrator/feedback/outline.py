@@ -106,14 +106,33 @@ class _Part(Message):
         super().__init__()
         self._first: dict[str, tuple[str, Any]] = {}  # lower name: its first field
         self._params: dict[str, Any] = {}  # lower name: its parsed parameters
+        self._content_type: str | None = None  # from its Content-Type field, once read
 
     def set_raw(self, name: str, value: Any) -> None:
         super().set_raw(name, value)
         self._first.setdefault(name.lower(), (name, value))
 
+    def set_fields(self, fields: list[tuple[str, str]]) -> None:
+        """A whole header block at once: what set_raw does for each field, in order."""
+        self._headers.extend(fields)  # type: ignore[attr-defined]
+        for name, value in reversed(fields):  # the first field of a name is the one kept
+            self._first[name.lower()] = (name, value)
+
     def get(self, name: str, failobj: Any = None) -> Any:
         found = self._first.get(name.lower())
-        return failobj if found is None else self.policy.header_fetch_parse(*found)
+        if found is None:
+            return failobj
+        value = found[1]
+        # compat32 hands an ASCII value back as it is (only bytes smuggled in as
+        # surrogates make it a Header): the usual case skips the policy's checks.
+        return value if value.isascii() else self.policy.header_fetch_parse(*found)
+
+    def get_content_type(self) -> str:
+        if self._content_type is None:
+            if "content-type" not in self._first:  # the default, which a parent may set
+                return super().get_content_type()
+            self._content_type = super().get_content_type()
+        return self._content_type
 
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and name.lower() in self._first
@@ -143,16 +162,19 @@ _MISSING = object()
 
 
 def _fields(text: str) -> Message | None:
-    msg = _Part()
-    at, end = 0, len(text)
-    while at < end:
-        field = FIELD.match(text, at)
-        if field is None:  # neither a field nor its continuation: not a header block
+    fields = []
+    at = 0
+    for field in FIELD.finditer(text):
+        if field.start() != at:  # neither a field nor its continuation: not a header block
             return None
         # compat32's header_source_parse: the value after the colon, leading blanks and
         # the final line break left out, inner line breaks kept.
-        msg.set_raw(field.group(1), field.group(2))
+        fields.append((field[1], field[2]))
         at = field.end()
+    if at != len(text):
+        return None
+    msg = _Part()
+    msg.set_fields(fields)
     return msg
 
 

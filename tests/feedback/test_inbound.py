@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 import uuid
 
 import aiosmtplib
@@ -104,6 +105,49 @@ async def test_bounces_pipelined_as_mtas_send_them_are_each_recorded(
     assert pool.connections_opened == 1
     assert [look.log(row["id"])["delivery"] for row in sent] == ["bounced"] * 3
     assert len(look.feedback()) == 3  # the repeated DSN changed nothing
+
+
+async def test_replies_to_pipelined_commands_leave_together(inbound, engine, tenant, look,
+                                                           return_path, monkeypatch):
+    """RFC 2920: the replies to MAIL, RCPT and DATA sent in one write come back in one
+    (each 250 waits while the next command is already there); a refusal among them is
+    answered in order, and the message still needs its 354."""
+    written: list[bytes] = []  # what the receiver's sessions hand their sockets, write by write
+    write = asyncio.StreamWriter.write
+
+    def recording(self, data):
+        if threading.current_thread() is not threading.main_thread():
+            written.append(bytes(data))
+        return write(self, data)
+
+    monkeypatch.setattr(asyncio.StreamWriter, "write", recording)
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant)
+    verp = return_path.address(sent["id"])
+    reader, writer = await asyncio.open_connection("127.0.0.1", inbound.config.port)
+    try:
+        assert (await asyncio.wait_for(reader.readline(), 5)).startswith(b"220")
+        writer.write(b"EHLO mx.example.net\r\n")
+        while not (await asyncio.wait_for(reader.readline(), 5)).startswith(b"250 "):
+            pass
+        writer.write(b"MAIL FROM:<>\r\nRCPT TO:<%s>\r\nDATA\r\n" % verp.encode())
+        replies = await asyncio.wait_for(reader.readuntil(b"354 "), 5) + await reader.readline()
+        assert [line[:3] for line in replies.splitlines()] == [b"250", b"250", b"354"]
+        assert written[-1].startswith(b"250 ") and written[-1].count(b"\r\n") == 3
+
+        raw = bounce_mail("postfix_bounce.eml", verp=verp, message_id=sent["message_id"])
+        writer.write(raw.replace(b"\r\n.", b"\r\n..") + b"\r\n.\r\n")
+        assert (await asyncio.wait_for(reader.readline(), 5)).startswith(b"250 2.0.0")
+        writer.write(b"MAIL FROM:<>\r\nRCPT TO:<x@elsewhere.example>\r\nRCPT TO:<%s>\r\n"
+                     b"QUIT\r\n" % verp.encode())
+        replies = b""
+        while not replies.endswith(b"\r\n") or b"221" not in replies:
+            replies += await asyncio.wait_for(reader.read(4096), 5)
+        assert [line[:3] for line in replies.splitlines()] == [b"250", b"550", b"250", b"221"]
+    finally:
+        writer.close()
+    await await_inbox_empty(look.engine)
+    assert look.log(sent["id"])["delivery"] == "bounced"
 
 
 async def test_starttls_is_offered_and_a_bounce_arrives_over_it(

@@ -127,6 +127,7 @@ class _Server(SMTP):
         super().__init__(*args, **kwargs)
         self._gate = gate
         self._counted = False
+        self._held = bytearray()  # replies waiting for the next one (push)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         if self._gate.open >= self._gate.limit:
@@ -136,6 +137,20 @@ class _Server(SMTP):
         self._gate.open += 1
         self._counted = True
         super().connection_made(transport)
+
+    async def push(self, status: str | bytes) -> None:
+        """aiosmtpd's push, but a 250 waits while the client's next command is already
+        here (RFC 2920: a server may hold the replies to pipelined commands until it runs
+        out of input): the replies to a pipelined MAIL, RCPT and DATA leave in one write."""
+        reply = status.encode("utf-8" if self.enable_SMTPUTF8 else "ascii") \
+            if isinstance(status, str) else status
+        self._held += reply + b"\r\n"
+        # The stream reader's buffer holds what the client sent and no command has read.
+        if reply.startswith(b"250 ") and b"\n" in self._reader._buffer:  # type: ignore[attr-defined]
+            return
+        held, self._held = bytes(self._held), bytearray()
+        self._writer.write(held)
+        await self._writer.drain()
 
     def connection_lost(self, error: Exception | None) -> None:
         if self._counted:
@@ -204,9 +219,10 @@ class _Gate:
 
 class InboundServer(Controller):
     """aiosmtpd's threaded controller running the feedback handler and its inbox
-    processor, on uvloop where it is installed (core/eventloop.py). The async engine is used on the controller's event loop alone (its
-    connections belong to that loop); no pre-ping is needed: a batch that fails on a lost
-    connection is retried a message at a time, on new connections.
+    processor, on uvloop where it is installed (core/eventloop.py). The async engine is
+    used on the controller's event loop alone (its connections belong to that loop); no
+    pre-ping is needed: a batch that fails on a lost connection is retried a message at a
+    time, on new connections.
 
         with InboundServer(async_engine, return_path, policy, InboundConfig(port=2525)) as s:
             ...  # s.port

@@ -10,6 +10,7 @@ import pytest
 from postrelay.core.errors import ConfigError
 from postrelay.core.settings import load_settings
 from postrelay.orchestrator import ReturnPath
+from postrelay.orchestrator.feedback import verp
 from postrelay.orchestrator.feedback.verp import TokenError
 
 SECRET = b"0123456789abcdef-secret"
@@ -55,6 +56,25 @@ def test_a_verified_token_is_remembered_and_a_tampered_one_still_refused():
     other = ReturnPath("bounces.acme.example", b"t" * 32)
     with pytest.raises(TokenError, match="signature"):
         other.log_id(address)  # what one secret verified, another does not take
+
+
+def test_the_memory_of_verified_tokens_is_bounded_and_forgets_the_oldest(monkeypatch):
+    monkeypatch.setattr(verp, "VERIFIED_KEPT", 3)
+    path = ReturnPath("bounces.acme.example", b"s" * 32)
+    checked: list[str] = []
+    verify = path._verify
+
+    def counting(address: str) -> uuid.UUID:
+        checked.append(address)
+        return verify(address)
+
+    monkeypatch.setattr(path, "_verify", counting)
+    a, b, c, d = (path.address(uuid.uuid4()) for _ in range(4))
+    for address in (a, b, c, d, b, c, d):
+        path.log_id(address)
+    assert checked == [a, b, c, d]  # b, c and d from memory
+    path.log_id(a)
+    assert checked == [a, b, c, d, a]  # the oldest was forgotten to make room
 
 
 def test_the_bounce_domain_needs_a_feedback_secret(monkeypatch):

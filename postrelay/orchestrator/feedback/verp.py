@@ -27,7 +27,9 @@ if TYPE_CHECKING:
 PREFIX = "bounce-"
 MAC_BYTES = 10
 MIN_SECRET = 16
-VERIFIED_KEPT = 4096  # tokens remembered as verified, per ReturnPath
+# Tokens remembered as verified, per ReturnPath, the oldest forgotten first: the receiver's
+# parser meets a token after as many others as its inbox holds (a few MB at most).
+VERIFIED_KEPT = 16384
 _DOMAIN = re.compile(r"(?=.{1,253}$)([a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)"
                      r"(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+")
 
@@ -91,7 +93,7 @@ class ReturnPath:
             return known
         ident = self._verify(address)
         if len(self._verified) >= VERIFIED_KEPT:
-            self._verified.clear()
+            del self._verified[next(iter(self._verified))]
         self._verified[address] = ident
         return ident
 

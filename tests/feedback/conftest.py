@@ -23,8 +23,9 @@ from tests.orchestrator.conftest import rig, sink, templates_dir  # noqa: F401
 def insert_log(conn: Connection, *, tenant_id: uuid.UUID, recipients: tuple[str, ...] =
                ("ann@example.com",), status: str = "sent", job_id: uuid.UUID | None = None,
                queue_id: str | None = None, category: str | None = None,
-               message_id: str | None = None, attempt: int = 1) -> dict[str, Any]:
-    log_id = uuid.uuid4()
+               message_id: str | None = None, attempt: int = 1,
+               log_id: uuid.UUID | None = None) -> dict[str, Any]:
+    log_id = log_id or uuid.uuid4()
     job_id = job_id or uuid.uuid4()  # every attempt is some job's; the log keeps its id
     message_id = message_id or f"<{job_id}@mail.acme.example>"
     conn.execute(text(

@@ -256,10 +256,12 @@ def _original(msg: Message) -> Message | None:
 
 def _status(value: str | None, diagnostic: str | None) -> str | None:
     """The Status field's code; when it is only a class (x.0.0) and the diagnostic names a
-    more specific one (Exim and Microsoft write 5.0.0 beside "550 5.1.1"), that one."""
+    more specific one, that one. Exim and Microsoft write 5.0.0 beside "550 5.1.1"; Exim
+    also beside the "451 4.2.0" of a message that expired after temporary failures, which
+    Postfix reports as 4.2.0: a soft bounce either way."""
     given = ENHANCED.search(value or "")
     said = ENHANCED.search(diagnostic or "")
-    if given and said and given.group(2, 3) == ("0", "0") and said.group(1) == given.group(1):
+    if given and said and given.group(2, 3) == ("0", "0") and said.group(2, 3) != ("0", "0"):
         return said.group(0)
     if given:
         return given.group(0)

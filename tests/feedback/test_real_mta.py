@@ -1,0 +1,94 @@
+"""DSNs made by real MTAs (Postfix 3.7, Exim 4.96; mail/real/README.md says how), replayed
+byte for byte through `postrelay inbound` as the MTA delivered them: null sender, to the
+VERP address it bounced to. Each lands on the log row it is about, with the kind, status
+and suppression the rules give."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+import pytest
+
+from postrelay.orchestrator import ReturnPath
+from postrelay.orchestrator.feedback import SuppressionPolicy
+from postrelay.orchestrator.feedback.inbound import InboundConfig, InboundServer
+from tests.feedback.conftest import MAIL, await_inbox_empty, insert_log
+from tests.feedback.test_inbound import deliver, free_port
+
+DOMAIN = "bounces.example"
+SECRETS = {"postfix-3.7": b"postfix-fixture-secret-0123456789",
+           "exim-4.96": b"exim-fixture-secret-0-0123456789"}
+
+
+@dataclass(frozen=True)
+class Sent:
+    """What was sent to make the DSN, and what recording it must do."""
+
+    mta: str
+    name: str
+    log_id: str
+    job_id: str
+    recipient: str
+    kind: str
+    status: str
+    suppressed: bool
+
+
+CASES = [
+    Sent("postfix-3.7", "rejected", "8bc3fb14-8e94-4d2d-853b-cfec362f4864",
+         "76cec6de-57ee-4c6e-9e16-a70e8d8ebcba", "ann@rejecting.example",
+         "bounced", "5.1.1", True),
+    Sent("postfix-3.7", "unknown_user", "6f2cb478-fef8-41cb-a7dd-c3656a5fb374",
+         "161e789a-34e8-4819-8fbb-776f2a1dd4d1", "nosuchuser@mx.relay.example",
+         "bounced", "5.1.1", True),
+    Sent("postfix-3.7", "mailbox_full", "dce6732c-e617-4b94-9fe3-4575a5999fa5",
+         "d05a1806-f29a-4726-88ea-382ab34c28da", "full-bob@rejecting.example",
+         "soft-bounced", "5.2.2", False),
+    Sent("postfix-3.7", "delayed", "aeec0bd5-fd88-4f93-9a89-4a16cd45238b",
+         "758c8d1d-0780-4539-90f2-036b788ce780", "later-cat@rejecting.example",
+         "delayed", "4.2.0", False),
+    Sent("postfix-3.7", "expired", "aeec0bd5-fd88-4f93-9a89-4a16cd45238b",
+         "758c8d1d-0780-4539-90f2-036b788ce780", "later-cat@rejecting.example",
+         "soft-bounced", "4.2.0", False),
+    Sent("postfix-3.7", "relayed", "750a4a2e-9a4b-40c0-accd-1a7b50f32b92",
+         "0052c697-0d49-41cd-8355-667a7fbf29c6", "dan@bounces.example",
+         "delivered", "2.0.0", False),
+    Sent("exim-4.96", "rejected", "e33bb256-a8e3-4c40-88f3-06d35791e9ee",
+         "7ed79087-6937-46fd-a361-e6f290fd6d6f", "ann@rejecting.example",
+         "bounced", "5.1.1", True),
+    # Exim says only 5.0.0 ("Unrouteable address"): not proof the mailbox is gone.
+    Sent("exim-4.96", "unknown_user", "b286243a-4ddb-40ae-b064-a885ab3f6afa",
+         "399c6c46-69e8-4ed2-b101-c3e3ce8b66d9", "nosuchuser@mx.relay.example",
+         "bounced", "5.0.0", False),
+    Sent("exim-4.96", "mailbox_full", "3a25e41a-fddd-4c80-bb8d-3d0bfd8d407f",
+         "898f9e64-60fe-428f-8bef-5360f8826cea", "full-bob@rejecting.example",
+         "soft-bounced", "5.2.2", False),
+    # 5.0.0 beside the remote's "451 4.2.0 ... retry timeout exceeded": Postfix's 4.2.0.
+    Sent("exim-4.96", "expired", "4e9f7eae-4956-4237-abd6-13fe9cc962e2",
+         "7c5493af-5a63-4209-b735-dabfd5ba0ffd", "later-cat@rejecting.example",
+         "soft-bounced", "4.2.0", False),
+]
+
+
+@pytest.mark.parametrize("sent", CASES, ids=lambda s: f"{s.mta}/{s.name}")
+async def test_a_real_mtas_dsn_is_recorded_on_its_row(sent, receiver_engine, clean_db, engine,
+                                                      tenant, look):
+    return_path = ReturnPath(DOMAIN, SECRETS[sent.mta])
+    log_id = uuid.UUID(sent.log_id)
+    with engine.begin() as conn:
+        insert_log(conn, tenant_id=tenant, log_id=log_id, job_id=uuid.UUID(sent.job_id),
+                   recipients=(sent.recipient,))
+    raw = (MAIL / "real" / sent.mta / f"{sent.name}.eml").read_bytes()
+    config = InboundConfig(host="127.0.0.1", port=free_port())
+    with InboundServer(receiver_engine, return_path, SuppressionPolicy(), config) as server:
+        code, _ = await deliver(server, return_path.address(log_id), raw)
+        assert code == 250
+        await await_inbox_empty(look.engine)
+
+    (row,) = look.feedback()
+    assert (row["kind"], row["status"], row["recipient"]) == \
+        (sent.kind, sent.status, sent.recipient)
+    assert (row["email_log_id"], row["matched_by"]) == (log_id, "verp")
+    assert look.log(log_id)["delivery"] == {"complaint": "complained"}.get(sent.kind, sent.kind)
+    assert ((sent.recipient, "") in look.suppressed(tenant)) is sent.suppressed

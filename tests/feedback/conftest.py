@@ -6,12 +6,13 @@ import asyncio
 import string
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, Engine, text
+from psycopg.sql import Literal
+from sqlalchemy import Connection, Engine, TextClause, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from postrelay.core.db import sqlalchemy_url
@@ -52,6 +53,43 @@ async def await_inbox_empty(engine: Engine, timeout: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"{waiting} messages still in the inbox after {timeout}s")
         await asyncio.sleep(0.02)
+
+
+def generic_plan(engine: Engine, statement: TextClause, params: dict[str, Any],
+                 grow: Callable[[], None]) -> dict[str, Any]:
+    """The plan a statement runs with in `postrelay inbound` (prepared once, planned
+    generically on its first run) after `grow` filled its tables since that first run, as
+    they fill while a receiver runs: executed with `params` and rolled back, EXPLAIN's
+    JSON top node."""
+    sql = str(statement.compile(dialect=engine.dialect))
+    for i, name in enumerate(params, 1):
+        sql = sql.replace(f"%({name})s", f"${i}")
+    with engine.connect() as conn:
+        driver = conn.connection.driver_connection
+        values = ", ".join(Literal(value).as_string(driver) for value in params.values())
+        conn.exec_driver_sql("SET plan_cache_mode = force_generic_plan")
+        conn.exec_driver_sql(f"PREPARE under_test AS {sql}")
+        try:
+            conn.exec_driver_sql(f"EXECUTE under_test({values})")  # planned here
+            conn.rollback()
+            grow()
+            plan = conn.exec_driver_sql(
+                f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE under_test({values})"
+            ).scalar_one()
+        finally:
+            conn.rollback()  # nothing it did is kept; the session is left as found
+            conn.exec_driver_sql("DEALLOCATE under_test")
+            conn.exec_driver_sql("RESET plan_cache_mode")
+            conn.commit()
+    return plan[0]["Plan"]  # type: ignore[no-any-return]
+
+
+def node_types(plan: dict[str, Any]) -> list[str]:
+    """Every node of a plan, by type (a scan's relation after it: `Seq Scan on aa_job`)."""
+    found = [" on ".join(filter(None, (plan["Node Type"], plan.get("Relation Name"))))]
+    for child in plan.get("Plans", ()):
+        found += node_types(child)
+    return found
 
 
 class Look:

@@ -14,7 +14,14 @@ from postrelay.core.db import sqlalchemy_url
 from postrelay.orchestrator.feedback import Feedback, SuppressionPolicy
 from postrelay.orchestrator.feedback import inbound as inbound_module
 from postrelay.orchestrator.feedback.inbound import InboundConfig, InboundServer
-from tests.feedback.conftest import await_inbox_empty, bounce_mail, insert_log
+from postrelay.orchestrator.feedback.queries import FEEDBACK_SQL
+from tests.feedback.conftest import (
+    await_inbox_empty,
+    bounce_mail,
+    generic_plan,
+    insert_log,
+    node_types,
+)
 from tests.feedback.test_inbound import deliver, free_port
 
 
@@ -132,3 +139,24 @@ async def test_a_batch_is_read_oldest_first(database_url, engine, tenant, look, 
         await await_inbox_empty(engine)
     assert order == [verp for _, verp, _ in reversed(mails)]
     assert all(look.log(sent["id"])["delivery"] == "bounced" for sent, _, _ in mails)
+
+
+@pytest.mark.parametrize("take", ["feedback_inbox_take", "feedback_inbox_take_one"])
+def test_taking_a_batch_reads_only_its_rows_however_long_the_backlog(engine, clean_db, take):
+    """The receiver plans its statements once, generically (cli/feedback.py), often while
+    the inbox is empty: taking a batch from a backlog that grew to 20,000 messages since
+    must touch the batch's rows through the primary key, not join the whole inbox, or
+    draining a backlog after an outage is quadratic."""
+    def backlog() -> None:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(
+                "INSERT INTO mdm.aa_feedback_inbox (envelope_to, raw) "
+                "SELECT ARRAY['bounce-x@bounces.acme.example'], 'x'::bytea "
+                "FROM generate_series(1, 20000)")
+            conn.exec_driver_sql("ANALYZE mdm.aa_feedback_inbox")
+
+    params = {"limit": 100} if take == "feedback_inbox_take" else {"id": str(uuid.uuid4())}
+    plan = generic_plan(engine, FEEDBACK_SQL[take], params, grow=backlog)
+    scans = [n for n in node_types(plan) if n.startswith("Seq Scan")]
+    assert scans == [], node_types(plan)
+    assert plan["Shared Hit Blocks"] < 1000  # the whole inbox is about 150 pages

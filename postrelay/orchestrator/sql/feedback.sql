@@ -293,24 +293,26 @@ FROM unnest(CAST(:envelopes AS text[]), CAST(:raws AS bytea[])) AS m(envelope_to
 -- them back. Rows another processor holds are skipped. The transaction's commit need not
 -- wait for its WAL flush: were it lost, the rows would still be here and be recorded again
 -- (recording the same report twice changes nothing). The rows come back in no order: the
--- caller sorts them by id.
+-- caller sorts them by id. `= ANY(ARRAY(...))`, not `IN (...)`: under the receiver's generic
+-- plans the IN form joined the whole inbox to the batch's ids, a scan per batch that makes
+-- draining a large backlog quadratic.
 DELETE FROM mdm.aa_feedback_inbox
-WHERE id IN (SELECT i.id
-             FROM mdm.aa_feedback_inbox i
-             WHERE i.available_at <= now()
-             ORDER BY i.id
-             LIMIT :limit
-             FOR UPDATE SKIP LOCKED)
+WHERE id = ANY (ARRAY(SELECT i.id
+                      FROM mdm.aa_feedback_inbox i
+                      WHERE i.available_at <= now()
+                      ORDER BY i.id
+                      LIMIT :limit
+                      FOR UPDATE SKIP LOCKED))
 RETURNING id, envelope_to, raw, attempts,
           set_config('synchronous_commit', 'off', true) AS synchronous_commit;
 
 -- name: feedback_inbox_take_one
 -- One message of a batch that failed, retried on its own (skipped if another holds it).
 DELETE FROM mdm.aa_feedback_inbox
-WHERE id IN (SELECT i.id
-             FROM mdm.aa_feedback_inbox i
-             WHERE i.id = CAST(:id AS uuid)
-             FOR UPDATE SKIP LOCKED)
+WHERE id = ANY (ARRAY(SELECT i.id
+                      FROM mdm.aa_feedback_inbox i
+                      WHERE i.id = CAST(:id AS uuid)
+                      FOR UPDATE SKIP LOCKED))
 RETURNING id, envelope_to, raw, attempts,
           set_config('synchronous_commit', 'off', true) AS synchronous_commit;
 

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from postrelay.core.db import sqlalchemy_url
 from postrelay.orchestrator.feedback import Feedback, SuppressionPolicy
 from postrelay.orchestrator.feedback import inbound as inbound_module
+from postrelay.orchestrator.feedback import inbox as inbox_module
 from postrelay.orchestrator.feedback.inbound import InboundConfig, InboundServer
 from postrelay.orchestrator.feedback.queries import FEEDBACK_SQL
 from tests.feedback.conftest import (
@@ -160,3 +161,37 @@ def test_taking_a_batch_reads_only_its_rows_however_long_the_backlog(engine, cle
     scans = [n for n in node_types(plan) if n.startswith("Seq Scan")]
     assert scans == [], node_types(plan)
     assert plan["Shared Hit Blocks"] < 1000  # the whole inbox is about 150 pages
+
+
+async def test_a_backlog_is_read_two_batches_at_a_time_and_recorded_one_at_a_time(
+        database_url, engine, tenant, look, return_path, monkeypatch):
+    """Behind a backlog a second batch is read while the first records, but recording and
+    its commit stay one batch at a time (a soft bounce counts what the others committed)."""
+    mails = bounces(engine, tenant, return_path, 300)
+    with engine.begin() as conn:
+        for _, verp, raw in mails:
+            conn.exec_driver_sql(
+                "INSERT INTO mdm.aa_feedback_inbox (envelope_to, raw) "
+                "VALUES (ARRAY[%(to)s], %(raw)s)", {"to": verp, "raw": raw})
+    busy = {"taking": 0, "recording": 0}
+    most = {"taking": 0, "recording": 0}
+
+    def counted(what, function):
+        async def wrapper(*args, **kwargs):
+            busy[what] += 1
+            most[what] = max(most[what], busy[what])
+            try:
+                return await function(*args, **kwargs)
+            finally:
+                busy[what] -= 1
+        return wrapper
+
+    monkeypatch.setattr(inbox_module, "record_many_async",
+                        counted("recording", inbox_module.record_many_async))
+    monkeypatch.setattr(inbox_module.InboxProcessor, "_take_and_record",
+                        counted("taking", inbox_module.InboxProcessor._take_and_record))
+    with receiver(database_url, return_path):
+        await await_inbox_empty(engine, timeout=60)
+    assert most == {"taking": 2, "recording": 1}
+    assert all(look.log(sent["id"])["delivery"] == "bounced" for sent, _, _ in mails)
+    assert len(look.feedback()) == 300

@@ -9,9 +9,11 @@ receiver's event loop: up to 100 messages a transaction, oldest first, taken out
 
 The commit does not wait for its WAL flush: were it lost, the rows would still be in the
 inbox and be recorded again, and recording the same report twice changes nothing. Several
-processes may share the inbox (FOR UPDATE SKIP LOCKED). A batch that fails is retried a
-message at a time; a message that fails on its own is tried again after a backoff, and after
-MAX_ATTEMPTS it is recorded as an `unparsed` report that carries the error, and deleted.
+processes may share the inbox (FOR UPDATE SKIP LOCKED). Behind a backlog a second batch is
+taken and parsed while the first records; batches still record and commit one at a time.
+A batch that fails is retried a message at a time; a message that fails on its own is
+tried again after a backoff, and after MAX_ATTEMPTS it is recorded as an `unparsed` report
+that carries the error, and deleted.
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ class InboxProcessor:
         self._wake = asyncio.Event()
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
+        self._helper: asyncio.Task[None] | None = None  # a second batch, while backlogged
+        self._turn = asyncio.Lock()  # held by the batch recording and committing
 
     def start(self) -> None:
         self._stopping = False
@@ -78,11 +82,12 @@ class InboxProcessor:
         rolled back leaves its rows in the inbox."""
         self._stopping = True
         self._wake.set()
-        task, self._task = self._task, None
-        if task is None:
+        tasks = [t for t in (self._task, self._helper) if t is not None]
+        self._task = self._helper = None
+        if not tasks:
             return
         with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-            await asyncio.wait_for(task, timeout)
+            await asyncio.wait_for(asyncio.gather(*tasks), timeout)
 
     async def _run(self) -> None:
         while not self._stopping:
@@ -93,6 +98,8 @@ class InboxProcessor:
                 event("postrelay.inbound.inbox_failed", logging.WARNING, error=repr(exc))
                 took = 0
             if took >= self.batch or self._stopping:
+                if not self._stopping and (self._helper is None or self._helper.done()):
+                    self._helper = asyncio.get_running_loop().create_task(self._backlog())
                 continue  # more may be waiting
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.poll_secs)
@@ -101,16 +108,22 @@ class InboxProcessor:
                 # of one costs the database about what a batch of ten does.
                 await asyncio.sleep(self.linger_secs)
 
+    async def _backlog(self) -> None:
+        """Batches beside `_run`'s while they come back full: one is read and parsed on the
+        loop while the other's statements run (one alone leaves the loop idle meanwhile)."""
+        while not self._stopping:
+            try:
+                if await self.process_once() < self.batch:
+                    return
+            except Exception as exc:  # as in _run: the rows stay for the next poll
+                event("postrelay.inbound.inbox_failed", logging.WARNING, error=repr(exc))
+                return
+
     async def process_once(self) -> int:
         """Record one batch; how many messages it took (0: none was ready)."""
         rows: list[Row] = []
         try:
-            async with held_psycopg(self.engine) as conn, conn.transaction():
-                # Oldest first within the batch too: a DELETE returns its rows in no order.
-                rows = sorted(await _fetch(conn, "feedback_inbox_take", {"limit": self.batch}),
-                              key=lambda row: row.id)
-                if rows:
-                    await self._record(conn, rows)
+            await self._take_and_record(rows, "feedback_inbox_take", {"limit": self.batch})
         except Exception as exc:
             if not rows:
                 raise
@@ -121,23 +134,38 @@ class InboxProcessor:
         self.recorded += len(rows)
         return len(rows)
 
-    async def _record(self, conn: psycopg.AsyncConnection[Any], rows: list[Row]) -> None:
-        reports = []
-        for row in rows:
-            raw = bytes(row.raw)
-            if len(raw) <= INLINE_PARSE_BYTES:
-                reports += self.read(list(row.envelope_to), raw)
-                await asyncio.sleep(0)  # the SMTP sessions go on between two parses
-            else:
-                reports += await asyncio.to_thread(self.read, list(row.envelope_to), raw)
-        await record_many_async(conn, reports, self.policy)
+    async def _take_and_record(self, rows: list[Row], take: str, params: dict[str, Any]) -> None:
+        """One transaction: take rows out of the inbox (into `rows`), read them, record
+        their reports. Two batches may be read at once, but they record and commit one at
+        a time: each one's statements see what the other committed (a soft bounce counts
+        those before it), as when one batch runs at a time."""
+        turn = False
+        try:
+            async with held_psycopg(self.engine) as conn, conn.transaction():
+                # Oldest first within the batch too: a DELETE returns its rows in no order.
+                rows += sorted(await _fetch(conn, take, params), key=lambda row: row.id)
+                if not rows:
+                    return
+                reports = []
+                for row in rows:
+                    raw = bytes(row.raw)
+                    if len(raw) <= INLINE_PARSE_BYTES:
+                        reports += self.read(list(row.envelope_to), raw)
+                        await asyncio.sleep(0)  # the SMTP sessions go on between two parses
+                    else:
+                        reports += await asyncio.to_thread(self.read, list(row.envelope_to),
+                                                           raw)
+                await self._turn.acquire()
+                turn = True
+                await record_many_async(conn, reports, self.policy)
+        finally:
+            if turn:  # after the commit
+                self._turn.release()
 
     async def _one(self, row: Row) -> None:
         try:
-            async with held_psycopg(self.engine) as conn, conn.transaction():
-                mine = await _fetch(conn, "feedback_inbox_take_one", {"id": row.id})
-                if mine:  # else recorded meanwhile, or another process holds it
-                    await self._record(conn, mine)
+            # Takes nothing if recorded meanwhile, or if another process holds it.
+            await self._take_and_record([], "feedback_inbox_take_one", {"id": row.id})
             return
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"

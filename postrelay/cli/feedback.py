@@ -107,7 +107,7 @@ def inbound(
         # receiver's statements take their batch as one jsonb document, which a plan made
         # for one batch fits as well as any other, so the planner need not run every time.
         # Synchronous commit on whatever the server's default: the inbox commit is what
-        # each 250 promises (the processor turns it off for its own transactions).
+        # each 250 promises (and the processor's flush keeps its WAL out of that commit).
         engine = db.async_engine(pool_pre_ping=False, connect_args={
             "options": "-c plan_cache_mode=force_generic_plan -c synchronous_commit=on"})
         with InboundServer(engine, return_path, policy, config):

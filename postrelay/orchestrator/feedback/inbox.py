@@ -7,8 +7,9 @@ receiver's event loop: up to 100 messages a transaction, oldest first, taken out
     processor.wake()       # after each inbox commit; it also polls every POLL_SECS
     await processor.stop() # the current batch finishes, or is abandoned (its rows stay)
 
-The commit does not wait for its WAL flush: were it lost, the rows would still be in the
-inbox and be recorded again, and recording the same report twice changes nothing. Several
+The commit waits for its WAL flush. It need not (were it lost, the rows would still be in
+the inbox and be recorded again, and recording the same report twice changes nothing), but
+left unflushed a batch's WAL is flushed by the next inbox write, whose 250s wait. Several
 processes may share the inbox (FOR UPDATE SKIP LOCKED). Behind a backlog a second batch is
 taken and parsed while the first records; batches still record and commit one at a time.
 A batch that fails is retried a message at a time; a message that fails on its own is

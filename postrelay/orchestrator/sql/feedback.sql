@@ -290,9 +290,10 @@ FROM unnest(CAST(:envelopes AS text[]), CAST(:raws AS bytea[])) AS m(envelope_to
 -- name: feedback_inbox_take
 -- Up to :limit messages ready to record, oldest first by the primary key (ids are time
 -- ordered), taken out of the inbox by the transaction that records them: a rollback puts
--- them back. Rows another processor holds are skipped. The transaction's commit need not
--- wait for its WAL flush: were it lost, the rows would still be here and be recorded again
--- (recording the same report twice changes nothing). The rows come back in no order: the
+-- them back. Rows another processor holds are skipped. The transaction's commit waits for
+-- its WAL flush, though a lost one would only leave the rows here to be recorded again:
+-- unflushed, a batch's WAL (hundreds of kB) is flushed by the next inbox write's commit,
+-- which the SMTP sessions it answers wait for. The rows come back in no order: the
 -- caller sorts them by id. `= ANY(ARRAY(...))`, not `IN (...)`: under the receiver's generic
 -- plans the IN form joined the whole inbox to the batch's ids, a scan per batch that makes
 -- draining a large backlog quadratic.
@@ -304,7 +305,7 @@ WHERE id = ANY (ARRAY(SELECT i.id
                       LIMIT :limit
                       FOR UPDATE SKIP LOCKED))
 RETURNING id, envelope_to, raw, attempts,
-          set_config('synchronous_commit', 'off', true) AS synchronous_commit;
+          set_config('synchronous_commit', 'on', true) AS synchronous_commit;
 
 -- name: feedback_inbox_take_one
 -- One message of a batch that failed, retried on its own (skipped if another holds it).
@@ -314,7 +315,7 @@ WHERE id = ANY (ARRAY(SELECT i.id
                       WHERE i.id = CAST(:id AS uuid)
                       FOR UPDATE SKIP LOCKED))
 RETURNING id, envelope_to, raw, attempts,
-          set_config('synchronous_commit', 'off', true) AS synchronous_commit;
+          set_config('synchronous_commit', 'on', true) AS synchronous_commit;
 
 -- name: feedback_inbox_retry_later
 -- A message that could not be recorded on its own: tried again after :delay_secs.

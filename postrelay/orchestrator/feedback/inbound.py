@@ -144,12 +144,14 @@ class _Server(SMTP):
         out of input): the replies to a pipelined MAIL, RCPT and DATA leave in one write."""
         reply = status.encode("utf-8" if self.enable_SMTPUTF8 else "ascii") \
             if isinstance(status, str) else status
-        self._held += reply + b"\r\n"
+        line = reply + b"\r\n"
         # The stream reader's buffer holds what the client sent and no command has read.
         if reply.startswith(b"250 ") and b"\n" in self._reader._buffer:  # type: ignore[attr-defined]
+            self._held += line
             return
-        held, self._held = bytes(self._held), bytearray()
-        self._writer.write(held)
+        if self._held:
+            line, self._held = bytes(self._held) + line, bytearray()
+        self._writer.write(line)
         await self._writer.drain()
 
     def connection_lost(self, error: Exception | None) -> None:

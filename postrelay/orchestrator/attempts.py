@@ -75,7 +75,12 @@ class SendCheck:
     logged: tuple[Logged, ...]
     rescues: tuple[Rescue, ...]
     released_at: datetime | None  # the last retry or requeue from the DLQ
-    suppressed: frozenset[str]
+    suppressions: frozenset[tuple[str, str]]  # (category, address); '' is every category
+
+    def suppressed(self, category: str | None) -> frozenset[str]:
+        """The recipients suppressed for mail of `category` (None: none)."""
+        return frozenset(address for kind, address in self.suppressions
+                         if kind in ("", category or ""))
 
     @property
     def already_sent(self) -> bool:

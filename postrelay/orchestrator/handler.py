@@ -7,12 +7,13 @@ One attempt, in order:
 1. Parse the addresses strictly (a bad one fails the job permanently, logged `failed`).
 2. Render (at run time, so a fixed template and a DLQ retry send the fixed mail) and build
    the MIME message; its Message-ID is derived from the job, the same on every attempt.
-3. One read (shared with the other attempts that reach this step at the same time) learns
-   what earlier attempts left (orchestrator/attempts.py): a `sent` row means the message
-   went out and the job completes without sending again; an attempt whose worker died (the
-   job's claim is the record that its message may have left) is logged `unknown`, and
-   the template's policy decides: resend (the default) or hold the job in the DLQ for an
-   operator. Suppressed recipients are left out; when none is left, nothing is sent.
+3. One read, started for the jobs of a claim together as soon as they are claimed
+   (orchestrator/sending.py), learns what earlier attempts left (orchestrator/attempts.py):
+   a `sent` row means the message went out and the job completes without sending again;
+   an attempt whose worker died (the job's claim is the record that its message may have
+   left) is logged `unknown`, and the template's policy decides: resend (the default) or
+   hold the job in the DLQ for an operator. Suppressed recipients (in every category or
+   in the message's) are left out; when none is left, nothing is sent.
 4. Hand the message to the SMTP pool. A 421/454 throttles the email_send kind for every
    worker (queue/throttles.py) before the job is retried as any transient failure is.
    Stopped meanwhile (a timeout, a cancel, a shutdown), the attempt is logged `unknown`.
@@ -107,7 +108,7 @@ def email_registry(
     sender = EmailSender(engine, templates, pool, default_from=default_from,
                          message_id_domain=message_id_domain, return_path=return_path,
                          unsubscribe=unsubscribe, throttle=throttle, concurrency=concurrency)
-    registry.register(EMAIL_KIND, sender.send, timeout=timeout_secs)
+    registry.register(EMAIL_KIND, sender.send, timeout=timeout_secs, on_claim=sender.claimed)
     registry.closers.append(sender.close)
     return registry
 
@@ -138,6 +139,23 @@ class EmailSender:
         self.unsubscribe = unsubscribe
         self._tenants: dict[UUID, tuple[str, float]] = {}  # id -> (name, valid until)
         self._tenant_lookups: dict[UUID, asyncio.Task[str]] = {}  # in flight
+
+    def claimed(self, jobs: Sequence[Job]) -> None:
+        """Start the read before sending (step 3) for jobs just claimed, in one round trip:
+        it no longer waits in each run's path. A job whose payload or addresses are wrong
+        is left out; its run fails it."""
+        rows = []
+        for job in jobs:
+            try:
+                spec = EmailJob.from_payload(job.payload)
+                _, to, cc, bcc, _ = self._addresses(spec)
+            except ValidationError:
+                continue
+            rows.append({"id": str(attempt_log_id(job.id, job.claimed_at)),
+                         "job_id": str(job.id), "tenant_id": str(job.tenant_id),
+                         "recipients": [r.lower() for r in envelope_recipients(to, cc, bcc)]})
+        if rows:
+            self.checks.read_early(rows)
 
     async def send(self, job: Job) -> None:
         try:
@@ -194,8 +212,9 @@ class EmailSender:
                 "the outcome of an earlier attempt is unknown (its worker was lost, or it "
                 "was stopped, while handing the message over); held for an operator by the "
                 "template's policy: retry the job from the DLQ to send it again")
-        results = {r: {"status": "suppressed"} for r in recipients if r in check.suppressed}
-        live = [r for r in recipients if r not in check.suppressed]
+        suppressed = check.suppressed(log.row["category"])
+        results = {r: {"status": "suppressed"} for r in recipients if r in suppressed}
+        live = [r for r in recipients if r not in suppressed]
         if not live:
             log.record("suppressed", recipient_results=results,
                        error="every recipient is on the tenant's suppression list")

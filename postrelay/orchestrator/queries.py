@@ -23,7 +23,7 @@ async def email_send_check_many(
     conn: AsyncConnection | psycopg.AsyncConnection[Any], rows: Sequence[dict[str, Any]]
 ) -> dict[str, SendCheck]:
     """Each row's `SendCheck`, by its `job_id` (as text). A row carries the log row's
-    `job_id`, `tenant_id`, `category` and `recipients`."""
+    `job_id`, `tenant_id` and `recipients`."""
     result = await driver_fetch(conn, EMAIL_SQL["email_send_check_many"],
                                 {"rows": jsontext.encode_rows(rows)})
     return {str(job_id): SendCheck(
@@ -31,7 +31,8 @@ async def email_send_check_many(
                                     datetime.fromisoformat(r["created_at"])) for r in logged),
                 rescues=tuple(Rescue(int(r["attempt"]), _moment(r["claimed_at"]),
                                      datetime.fromisoformat(r["created_at"])) for r in lost),
-                released_at=released_at, suppressed=frozenset(suppressed))
+                released_at=released_at,
+                suppressions=frozenset((kind, address) for kind, address in suppressed))
             for job_id, logged, lost, released_at, suppressed, _ in result}
 
 

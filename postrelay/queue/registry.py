@@ -3,6 +3,8 @@
     @handler("reindex", timeout=60)
     async def reindex(job: Job) -> None: ...
 
+    registry.register("email_send", send, on_claim=prefetch)  # prefetch(jobs) when claimed
+
 The decorator registers into the process-wide default registry, which `postrelay worker
 --app mymodule` uses after importing `mymodule`. Tests and embedders can build their own
 `Registry` and pass it to the worker instead.
@@ -11,13 +13,17 @@ The decorator registers into the process-wide default registry, which `postrelay
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from postrelay.core.errors import ValidationError
 from postrelay.queue.model import Job
 
 HandlerFn = Callable[[Job], Awaitable[object]]
+# Told of a claim's jobs of its kind before any of them runs (some wait for a slot): a
+# handler can start, for the whole batch at once, the reads its runs will need. It must not
+# block; what it starts is its own to finish or drop.
+ClaimHook = Callable[[Sequence[Job]], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +31,7 @@ class Handler:
     kind: str
     fn: HandlerFn
     timeout_secs: float | None = None
+    on_claim: ClaimHook | None = None
 
 
 class Registry:
@@ -33,12 +40,16 @@ class Registry:
         # What the handlers hold open (connections), released once the worker has stopped.
         self.closers: list[Callable[[], Awaitable[None]]] = []
 
-    def register(self, kind: str, fn: HandlerFn, *, timeout: float | None = None) -> None:
+    def register(self, kind: str, fn: HandlerFn, *, timeout: float | None = None,
+                 on_claim: ClaimHook | None = None) -> None:
         if not inspect.iscoroutinefunction(fn):
             raise ValidationError("handler", f"the handler for {kind!r} must be an async def")
         if timeout is not None and timeout <= 0:
             raise ValidationError("timeout", "must be a positive number of seconds")
-        self._handlers[kind] = Handler(kind, fn, timeout)
+        if on_claim is not None and inspect.iscoroutinefunction(on_claim):
+            raise ValidationError("on_claim", "must be a plain function: it must not block "
+                                              "the claim")
+        self._handlers[kind] = Handler(kind, fn, timeout, on_claim)
 
     def handler(
         self, kind: str, *, timeout: float | None = None

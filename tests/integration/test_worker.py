@@ -210,6 +210,57 @@ async def test_a_saturated_worker_claims_freed_slots_together(engine, async_engi
     assert claims <= 25, claims
 
 
+async def test_a_claim_hook_hears_of_its_kinds_jobs_before_they_run(engine, async_engine,
+                                                                   libpq, tenant):
+    """Each claim's jobs of the kind, before any of them runs; a hook that raises costs
+    nothing but itself (the jobs run all the same)."""
+    registry = Registry()
+    told: list[list[int]] = []
+    started: list[int] = []
+    ran_before_told: list[int] = []
+
+    def hook(jobs) -> None:  # noqa: ANN001
+        told.append([job.payload["i"] for job in jobs])
+        ran_before_told.extend(set(told[-1]) & set(started))
+        raise RuntimeError("a head start that failed")
+
+    async def run(job: Job) -> None:
+        started.append(job.payload["i"])
+        await asyncio.sleep(0.01)
+
+    async def other(job: Job) -> None:
+        pass
+
+    registry.register("reindex", run, on_claim=hook)
+    registry.register("email_send", other)
+    from postrelay.queue import JobSpec, enqueue_many
+
+    with engine.begin() as conn:
+        enqueue_many(conn, [JobSpec("reindex", {"i": i}, tenant) for i in range(30)]
+                     + [JobSpec("email_send", {"i": -1}, tenant) for _ in range(5)])
+    await run_until(async_engine, libpq, registry,
+                    lambda: count_status(engine, "done") == 35, concurrency=4)
+    assert sorted(i for batch in told for i in batch) == list(range(30))
+    assert sorted(started) == list(range(30)) and ran_before_told == []
+
+
+def test_a_claim_hook_must_not_be_a_coroutine():
+    from postrelay.core.errors import ValidationError
+
+    async def run(job: Job) -> None:
+        pass
+
+    async def hook(jobs) -> None:  # noqa: ANN001
+        pass
+
+    try:
+        Registry().register("reindex", run, on_claim=hook)
+    except ValidationError as exc:
+        assert exc.field == "on_claim"
+    else:
+        raise AssertionError("an async claim hook was accepted")
+
+
 async def test_priority_then_available_at_order(engine, async_engine, libpq, tenant):
     registry = Registry()
     order: list[str] = []

@@ -30,7 +30,7 @@ async def test_concurrent_attempts_share_one_round_trip(rig, tenant, async_engin
     jobs = [rig.enqueue(tenant) for _ in range(20)]
     batcher = SendCheckBatcher(async_engine)
     checks = await asyncio.gather(*(batcher.check(check_row(tenant, j)) for j in jobs))
-    assert all(not c.logged and not c.rescues and not c.already_sent and not c.suppressed
+    assert all(not c.logged and not c.rescues and not c.already_sent and not c.suppressions
                for c in checks)
     assert log_rows(engine) == 0  # a read: the log row comes with the outcome
     assert batcher.round_trips <= 2  # one by one would be 20
@@ -49,6 +49,55 @@ async def test_a_busy_read_waits_for_company_until_half_the_slots_wait(
     assert not alone.done()  # one of four slots waiting: the read waits for more
     second = asyncio.create_task(batcher.check(check_row(tenant, rig.enqueue(tenant))))
     await asyncio.wait_for(asyncio.gather(alone, second), timeout=10.0)  # two of four: read
+    await batcher.close()
+
+
+async def test_a_read_started_at_the_claim_serves_each_attempt_of_its_batch(
+        rig, tenant, async_engine):
+    rows = [check_row(tenant, rig.enqueue(tenant)) for _ in range(6)]
+    batcher = SendCheckBatcher(async_engine, concurrency=4)
+    batcher.read_early(rows)
+    checks = await asyncio.gather(*(batcher.check(row) for row in rows))
+    assert [c.already_sent for c in checks] == [False] * 6
+    assert batcher.round_trips == 1  # the claim's read, whole, without waiting for company
+    await batcher.close()
+
+
+async def test_an_early_read_is_not_used_once_old_or_for_other_recipients(
+        rig, tenant, async_engine, engine, monkeypatch):
+    """A suppression added after the early read is seen by an attempt that checks later
+    than EARLY_SECS, and by one whose recipients are not those the read was for."""
+    late, changed = check_row(tenant, rig.enqueue(tenant)), check_row(tenant, rig.enqueue(tenant))
+    batcher = SendCheckBatcher(async_engine)
+    batcher.read_early([late, changed])
+    await asyncio.sleep(0.2)  # the early read is back
+    suppressed = [late["recipients"][0], "other@example.com"]
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO mdm.aa_email_suppression (tenant_id, address, reason, "
+                          "source) SELECT :t, a, 'test', 'manual' FROM unnest(CAST(:a AS text[]))"
+                          " AS a"), {"t": tenant, "a": suppressed})
+    monkeypatch.setattr(sending, "EARLY_SECS", 0.1)
+    assert (await batcher.check(late)).suppressed(None) == {late["recipients"][0]}
+    monkeypatch.setattr(sending, "EARLY_SECS", 60.0)
+    assert (await batcher.check(changed | {"recipients": ["other@example.com"]})
+            ).suppressed(None) == {"other@example.com"}
+    assert batcher.round_trips == 3
+    await batcher.close()
+
+
+async def test_a_suppression_applies_to_its_own_category_and_to_every_one_when_global(
+        rig, tenant, async_engine, engine):
+    row = check_row(tenant, rig.enqueue(tenant))
+    row["recipients"] = ["news@example.com", "all@example.com", "fine@example.com"]
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO mdm.aa_email_suppression (tenant_id, address, category, "
+                          "reason, source) VALUES (:t, 'news@example.com', 'newsletter', 'x', "
+                          "'manual'), (:t, 'all@example.com', '', 'x', 'manual')"), {"t": tenant})
+    batcher = SendCheckBatcher(async_engine)
+    check = await batcher.check(row)
+    assert check.suppressed("newsletter") == {"news@example.com", "all@example.com"}
+    assert check.suppressed("digest") == {"all@example.com"}
+    assert check.suppressed(None) == {"all@example.com"}
     await batcher.close()
 
 

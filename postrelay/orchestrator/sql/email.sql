@@ -2,19 +2,22 @@
 
 -- name: email_send_check_many
 -- The one read before messages go out, for the attempts of several jobs at once (the
--- worker gathers the attempts that reach this point together). For each job: its logged
--- attempts, the attempts the rescuer took back from a lost worker (its audit rows name the
--- lost claim: they carry `claimed_by`), when an operator last sent it back from the DLQ,
--- and which recipients the tenant has suppressed. The record that a message may be on its
--- way is the job's claim (orchestrator/attempts.py says how a lost attempt becomes an
--- `unknown` log row), which commits without waiting for the disk. So this statement writes
--- one WAL record (a transactional logical message, prefix `postrelay`, which logical
--- decoding consumers may see and ignore): its commit waits for the WAL flush, and so for
--- the claims of these attempts, committed before it, before any of their messages leaves.
--- A commit that wrote nothing would not wait. It writes no row.
+-- worker reads for the jobs of a claim together, or for the attempts that reach this point
+-- together). For each job: its logged attempts, the attempts the rescuer took back from a
+-- lost worker (its audit rows name the lost claim: they carry `claimed_by`), when an
+-- operator last sent it back from the DLQ, and which of its recipients the tenant has
+-- suppressed, in which categories ([category, address] pairs; '' is every category): an
+-- attempt's own category is known only once its template is read, after this read may
+-- have started. The record that a message may be on its way is the job's claim
+-- (orchestrator/attempts.py says how a lost attempt becomes an `unknown` log row), which
+-- commits without waiting for the disk. So this statement writes one WAL record (a
+-- transactional logical message, prefix `postrelay`, which logical decoding consumers may
+-- see and ignore): its commit waits for the WAL flush, and so for the claims of these
+-- attempts, committed before it, before any of their messages leaves. A commit that wrote
+-- nothing would not wait. It writes no row.
 WITH r AS (
     SELECT CAST(d.row->>'job_id' AS uuid) AS job_id,
-           CAST(d.row->>'tenant_id' AS uuid) AS tenant_id, d.row->>'category' AS category,
+           CAST(d.row->>'tenant_id' AS uuid) AS tenant_id,
            ARRAY(SELECT jsonb_array_elements_text(d.row->'recipients')) AS recipients
     FROM jsonb_array_elements(CAST(:rows AS jsonb)) AS d(row)
 ), flush AS (
@@ -33,10 +36,9 @@ SELECT r.job_id,
           AND a.detail ? 'claimed_by') AS lost,
        (SELECT max(a.created_at) FROM mdm.aa_job_audit a
         WHERE a.job_id = r.job_id AND a.action IN ('job_retry', 'job_requeue')) AS released_at,
-       ARRAY(SELECT s.address FROM mdm.aa_email_suppression s
-             WHERE s.tenant_id = r.tenant_id
-               AND s.address = ANY(r.recipients)
-               AND s.category IN ('', COALESCE(r.category, ''))) AS suppressed,
+       ARRAY(SELECT ARRAY[s.category, s.address] FROM mdm.aa_email_suppression s
+             WHERE s.tenant_id = r.tenant_id AND s.address = ANY(r.recipients))
+           AS suppressed,
        (SELECT lsn FROM flush) AS flushed_to
 FROM r;
 

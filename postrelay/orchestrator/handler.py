@@ -24,11 +24,12 @@ One attempt, in order:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from email.headerregistry import Address
-from typing import Any
+from typing import Any, NamedTuple
 from uuid import UUID
 
 from sqlalchemy import TextClause
@@ -38,7 +39,8 @@ from postrelay.core.errors import ValidationError
 from postrelay.core.telemetry import event as log_event
 from postrelay.orchestrator import queries
 from postrelay.orchestrator.addresses import parse_address, parse_addresses
-from postrelay.orchestrator.attempts import SENT, LostAttempt, attempt_log_id
+from postrelay.orchestrator.attempts import SENT, LostAttempt, SendCheck, attempt_log_id
+from postrelay.orchestrator.claimed import ClaimedJobs, Ready
 from postrelay.orchestrator.feedback.unsubscribe import UnsubscribeLinks
 from postrelay.orchestrator.feedback.verp import ReturnPath
 from postrelay.orchestrator.job import EMAIL_KIND, EmailJob
@@ -108,7 +110,8 @@ def email_registry(
     sender = EmailSender(engine, templates, pool, default_from=default_from,
                          message_id_domain=message_id_domain, return_path=return_path,
                          unsubscribe=unsubscribe, throttle=throttle, concurrency=concurrency)
-    registry.register(EMAIL_KIND, sender.send, timeout=timeout_secs, on_claim=sender.claimed)
+    registry.register(EMAIL_KIND, sender.send, timeout=timeout_secs,
+                      on_claim=sender.claimed_jobs.claimed)
     registry.closers.append(sender.close)
     return registry
 
@@ -131,6 +134,7 @@ class EmailSender:
         self._throttle_engine = engine
         self.throttle = throttle or ThrottlePolicy()
         self.checks = SendCheckBatcher(engine, concurrency=concurrency)
+        self.claimed_jobs = ClaimedJobs(self.checks, self.parse)
         self.templates = templates
         self.pool = pool
         self.default_from = default_from
@@ -140,36 +144,20 @@ class EmailSender:
         self._tenants: dict[UUID, tuple[str, float]] = {}  # id -> (name, valid until)
         self._tenant_lookups: dict[UUID, asyncio.Task[str]] = {}  # in flight
 
-    def claimed(self, jobs: Sequence[Job]) -> None:
-        """Start the read before sending (step 3) for jobs just claimed, in one round trip:
-        it no longer waits in each run's path. A job whose payload or addresses are wrong
-        is left out; its run fails it."""
-        rows = []
-        for job in jobs:
-            try:
-                spec = EmailJob.from_payload(job.payload)
-                _, to, cc, bcc, _ = self._addresses(spec)
-            except ValidationError:
-                continue
-            rows.append({"id": str(attempt_log_id(job.id, job.claimed_at)),
-                         "job_id": str(job.id), "tenant_id": str(job.tenant_id),
-                         "recipients": [r.lower() for r in envelope_recipients(to, cc, bcc)]})
-        if rows:
-            self.checks.read_early(rows)
+    def parse(self, job: Job) -> tuple[_Parsed, list[str]]:
+        """What a run needs of the job alone, strictly (raises ValidationError): its payload,
+        addresses and Message-ID, and the envelope recipients, lower-cased."""
+        spec = EmailJob.from_payload(job.payload)
+        sender, to, cc, bcc, reply_to = self._addresses(spec)
+        message_id = self._message_id(job, sender)  # a bad Message-ID domain: refused
+        parsed = _Parsed(spec, sender, to, cc, bcc, reply_to, message_id)
+        return parsed, [r.lower() for r in envelope_recipients(to, cc, bcc)]
 
     async def send(self, job: Job) -> None:
-        try:
-            spec = EmailJob.from_payload(job.payload)
-        except ValidationError as exc:
-            raise PermanentError(f"invalid email_send payload: {exc}") from None
+        ready = self.claimed_jobs.take(job)  # made ready at the claim (claimed.py)
+        parsed, recipients = (ready.parsed, ready.recipients) if ready else self._parse(job)
+        spec, sender, to, cc, bcc, reply_to, message_id = parsed
         log = _LogRow(job, spec)
-        try:
-            sender, to, cc, bcc, reply_to = self._addresses(spec)
-            message_id = self._message_id(job, sender)  # a bad Message-ID domain: refused
-        except ValidationError as exc:
-            log.record("failed", error=str(exc))
-            raise PermanentError(str(exc)) from None
-        recipients = [r.lower() for r in envelope_recipients(to, cc, bcc)]
         log.update(from_address=str(sender), recipients=recipients,
                    to_addresses=[str(a) for a in to], cc_addresses=[str(a) for a in cc],
                    bcc_addresses=[str(a) for a in bcc], message_id=message_id)
@@ -201,7 +189,7 @@ class EmailSender:
             log.record("failed", error=str(exc))
             raise PermanentError(str(exc)) from None
 
-        check = await self.checks.check(log.row)
+        check = await self._check(ready, log.row)
         lost = check.lost_attempts(job.id)
         for attempt in lost:
             log.record_lost(attempt)
@@ -222,7 +210,27 @@ class EmailSender:
         await self._deliver(job, log, sender, live, data, results)
 
     async def close(self) -> None:
+        self.claimed_jobs.clear()
         await self.checks.close()
+
+    def _parse(self, job: Job) -> tuple[_Parsed, list[str]]:
+        """`parse`, or the job's end: a payload of the wrong shape fails it without a log
+        row, bad addresses with a `failed` one."""
+        try:
+            return self.parse(job)
+        except ValidationError as exc:
+            try:
+                spec = EmailJob.from_payload(job.payload)
+            except ValidationError:
+                raise PermanentError(f"invalid email_send payload: {exc}") from None
+            _LogRow(job, spec).record("failed", error=str(exc))
+            raise PermanentError(str(exc)) from None
+
+    async def _check(self, ready: Ready[_Parsed] | None, row: dict[str, Any]) -> SendCheck:
+        if ready is not None:
+            with contextlib.suppress(Exception):  # that read failed: this one reads again
+                return await ready.check
+        return await self.checks.check(row)
 
     async def _tenant_name(self, tenant_id: UUID) -> str:
         """The tenant's name, for its template folder; cached (names rarely change).
@@ -327,6 +335,16 @@ class EmailSender:
 
     def _message_id(self, job: Job, sender: Address) -> str:
         return message_id_for(job.id, message_id_domain(self.message_id_domain, sender))
+
+
+class _Parsed(NamedTuple):
+    spec: EmailJob
+    sender: Address
+    to: tuple[Address, ...]
+    cc: tuple[Address, ...]
+    bcc: tuple[Address, ...]
+    reply_to: tuple[Address, ...]
+    message_id: str
 
 
 class _LogRow:

@@ -3,14 +3,14 @@
 Before its message goes out, every attempt reads what earlier attempts of its job left and
 which of its recipients are suppressed (`email_send_check_many`; orchestrator/attempts.py).
 Done one by one, that is a pool checkout and a statement per message, and under load the
-worker's handlers queue for connections. So the read is made for the jobs of a claim at
-once, when they are claimed (`read_early`, the worker's claim hook): by the time a slot
-runs one, its read is usually back, where reading at that point put a round trip, and the
-wait for company, in every message's path. An attempt that reaches its check without such
-a read, or more than EARLY_SECS after it started, reads then: the attempts that arrive
-while a read is in flight wait for the next one, so a busy worker reads for dozens of
-attempts per round trip while an idle one still reads for each at once. A row the
-database refuses fails only its own attempt: a refused batch is read again row by row.
+worker's handlers queue for connections. So the read is started for the jobs of a claim at
+once, when they are claimed (`start`; claimed.py): by the time a slot runs one, its read
+is usually back, where reading at that point put a round trip, and the wait for company,
+in every message's path. An attempt that reaches its check without such a read reads then
+(`check`): the attempts that arrive while a read is in flight wait for the next one, so a
+busy worker reads for dozens of attempts per round trip while an idle one still reads for
+each at once. A row the database refuses fails only its own attempt: a refused batch is
+read again row by row.
 
 The reads go through one connection held for the worker's life (core/heldconn.py), with
 generic plans: the worker's pooled connections force custom plans for the sake of
@@ -22,8 +22,6 @@ plan to keep, and the held connection sets nothing: heldconn.py.)
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import time
 from typing import Any
 
 import psycopg
@@ -42,10 +40,6 @@ MAX_BATCH = 500  # rows per statement: bounded work per read
 # was about half of a message's time. An idle worker, whose last read carried one attempt,
 # reads at once.
 LINGER_SECS = 0.005
-# A read started when its job was claimed (`read_early`) serves the attempt this long after
-# it started; an attempt that reaches its check later reads again (a recipient may have
-# been suppressed meanwhile).
-EARLY_SECS = 1.0
 _READ = ("job_id", "tenant_id", "recipients")  # what the read needs of a log row
 
 
@@ -64,37 +58,18 @@ class SendCheckBatcher:
         self._busy = False  # the last read carried more than one attempt
         self._enough = max(2, concurrency // 2)  # attempts waiting that end the wait
         self._enough_waiting = asyncio.Event()
-        # Reads started by read_early, by log row id: (the read, its recipients, started).
-        self._early: dict[str, tuple[asyncio.Future[SendCheck], list[str], float]] = {}
         self.round_trips = 0
 
-    def read_early(self, rows: list[dict[str, Any]]) -> None:
-        """Start the read for attempts that will check soon (their jobs were just claimed),
-        at once and all in one read: by the time a slot runs them, it is usually back.
-        Each row is its attempt's log row, as `check` will be given it."""
-        now = time.monotonic()
-        while self._early:  # oldest first: those whose jobs never ran (handed back)
-            key, (future, _, started) = next(iter(self._early.items()))
-            if now - started < EARLY_SECS:
-                break
-            del self._early[key]
-            future.cancel()
-        for row in rows:
-            future = self._enqueue(row)
-            self._early[row["id"]] = (future, row["recipients"], now)
-        self._enough_waiting.set()  # the claim's batch is whole: no reason to wait
+    def start(self, rows: list[dict[str, Any]]) -> list[asyncio.Future[SendCheck]]:
+        """Start the read for these rows now, in one round trip (their batch is whole: no
+        wait for company); each row's SendCheck, to await when its attempt needs it."""
+        futures = [self._enqueue(row) for row in rows]
+        self._enough_waiting.set()
+        return futures
 
     async def check(self, row: dict[str, Any]) -> SendCheck:
-        """This attempt's `SendCheck`: the read started for it when its job was claimed,
-        else `email_send_check_many` run for its log row together with whatever other
-        attempts are waiting."""
-        early = self._early.pop(row["id"], None)
-        if early is not None:
-            future, recipients, started = early
-            if recipients == row["recipients"] and time.monotonic() - started < EARLY_SECS:
-                with contextlib.suppress(Exception):  # read again below
-                    return await future
-            future.cancel()
+        """Run `email_send_check_many` for this attempt's log row, together with whatever
+        other attempts are waiting, and return this one's `SendCheck`."""
         future = self._enqueue(row)
         if len(self._waiting) >= self._enough:
             self._enough_waiting.set()
@@ -158,7 +133,6 @@ class SendCheckBatcher:
         waiting, self._waiting = self._waiting, []
         for _, future in waiting:
             future.cancel()
-        self._early.clear()
         await self._held.close()
 
 

@@ -6,13 +6,17 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 from sqlalchemy import text
 
-from postrelay.orchestrator import sending
+from postrelay.core.errors import ValidationError
+from postrelay.orchestrator import claimed, sending
+from postrelay.orchestrator.claimed import ClaimedJobs
 from postrelay.orchestrator.sending import SendCheckBatcher
+from postrelay.queue.model import Job
 
 
 def check_row(tenant: uuid.UUID, job_id: uuid.UUID | str) -> dict[str, Any]:
@@ -52,36 +56,60 @@ async def test_a_busy_read_waits_for_company_until_half_the_slots_wait(
     await batcher.close()
 
 
-async def test_a_read_started_at_the_claim_serves_each_attempt_of_its_batch(
-        rig, tenant, async_engine):
+async def test_a_claims_read_is_made_at_once_in_one_round_trip(rig, tenant, async_engine):
     rows = [check_row(tenant, rig.enqueue(tenant)) for _ in range(6)]
-    batcher = SendCheckBatcher(async_engine, concurrency=4)
-    batcher.read_early(rows)
-    checks = await asyncio.gather(*(batcher.check(row) for row in rows))
+    batcher = SendCheckBatcher(async_engine, concurrency=20)  # ten waiting would end a wait
+    await batcher.check(rows[0])
+    await asyncio.gather(*(batcher.check(row) for row in rows[:3]))  # busy: it would wait
+    sending.LINGER_SECS, linger = 30.0, sending.LINGER_SECS
+    try:
+        checks = await asyncio.wait_for(asyncio.gather(*batcher.start(rows)), timeout=10.0)
+    finally:
+        sending.LINGER_SECS = linger
     assert [c.already_sent for c in checks] == [False] * 6
-    assert batcher.round_trips == 1  # the claim's read, whole, without waiting for company
+    assert batcher.round_trips == 3  # the claim's batch is whole: no wait for company
     await batcher.close()
 
 
-async def test_an_early_read_is_not_used_once_old_or_for_other_recipients(
+def claimed_job(job_id: uuid.UUID, tenant: uuid.UUID, payload: dict[str, Any]) -> Job:
+    now = datetime.now(UTC)
+    return Job(id=job_id, tenant_id=tenant, kind="email_send", payload=payload, priority=100,
+               attempts=1, max_attempts=3, available_at=now, claimed_at=now, created_at=now,
+               idempotency_key=None)
+
+
+def parse(job: Job) -> tuple[str, list[str]]:
+    to = job.payload.get("to")
+    if not isinstance(to, str):
+        raise ValidationError("to", "must be an address")
+    return to, [to]
+
+
+async def test_a_run_takes_what_its_claim_made_ready_only_while_it_is_fresh(
         rig, tenant, async_engine, engine, monkeypatch):
-    """A suppression added after the early read is seen by an attempt that checks later
-    than EARLY_SECS, and by one whose recipients are not those the read was for."""
-    late, changed = check_row(tenant, rig.enqueue(tenant)), check_row(tenant, rig.enqueue(tenant))
+    """Within EARLY_SECS a run takes the read made at the claim; later it is dropped (a
+    recipient may have been suppressed since), and so is what a job that never ran left."""
     batcher = SendCheckBatcher(async_engine)
-    batcher.read_early([late, changed])
-    await asyncio.sleep(0.2)  # the early read is back
-    suppressed = [late["recipients"][0], "other@example.com"]
+    ready = ClaimedJobs(batcher, parse)
+    fresh, late, never, bad = (claimed_job(rig.enqueue(tenant), tenant,
+                                           {"to": f"{name}@example.com"})
+                               for name in ("fresh", "late", "never", "bad"))
+    bad = claimed_job(bad.id, tenant, {"to": ["not", "a", "string"]})
+    ready.claimed([fresh, late, never, bad])
+    taken = ready.take(fresh)
+    assert taken is not None and taken.parsed == "fresh@example.com"
+    assert not (await taken.check).suppressed(None)
+    assert ready.take(bad) is None  # its run reads for itself, and fails it
     with engine.begin() as conn:
         conn.execute(text("INSERT INTO mdm.aa_email_suppression (tenant_id, address, reason, "
-                          "source) SELECT :t, a, 'test', 'manual' FROM unnest(CAST(:a AS text[]))"
-                          " AS a"), {"t": tenant, "a": suppressed})
-    monkeypatch.setattr(sending, "EARLY_SECS", 0.1)
-    assert (await batcher.check(late)).suppressed(None) == {late["recipients"][0]}
-    monkeypatch.setattr(sending, "EARLY_SECS", 60.0)
-    assert (await batcher.check(changed | {"recipients": ["other@example.com"]})
-            ).suppressed(None) == {"other@example.com"}
-    assert batcher.round_trips == 3
+                          "source) VALUES (:t, 'late@example.com', 'test', 'manual')"),
+                     {"t": tenant})
+    monkeypatch.setattr(claimed, "EARLY_SECS", 0.0)
+    assert ready.take(late) is None
+    assert (await batcher.check(check_row(tenant, late.id) | {
+        "recipients": ["late@example.com"]})).suppressed(None) == {"late@example.com"}
+    ready.claimed([])  # drops what the job that never ran left
+    assert ready.take(never) is None and batcher.round_trips == 2
     await batcher.close()
 
 

@@ -26,11 +26,13 @@ async def email_send_check_many(
     `job_id`, `tenant_id` and `recipients`."""
     result = await driver_fetch(conn, EMAIL_SQL["email_send_check_many"],
                                 {"rows": jsontext.encode_rows(rows)})
-    return {str(job_id): SendCheck(
+    return {job_id: SendCheck(
                 logged=tuple(Logged(UUID(r["id"]), r["attempt"], r["status"],
-                                    datetime.fromisoformat(r["created_at"])) for r in logged),
+                                    datetime.fromisoformat(r["created_at"]))
+                             for r in logged or ()),
                 rescues=tuple(Rescue(int(r["attempt"]), _moment(r["claimed_at"]),
-                                     datetime.fromisoformat(r["created_at"])) for r in lost),
+                                     datetime.fromisoformat(r["created_at"]))
+                              for r in lost or ()),
                 released_at=released_at,
                 suppressions=frozenset((kind, address) for kind, address in suppressed))
             for job_id, logged, lost, released_at, suppressed, _ in result}

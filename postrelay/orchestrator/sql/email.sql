@@ -23,14 +23,15 @@ WITH r AS (
 ), flush AS (
     SELECT pg_logical_emit_message(true, 'postrelay', 'send') AS lsn
 )
-SELECT r.job_id,
-       (SELECT COALESCE(jsonb_agg(jsonb_build_object(
+-- A first attempt has no earlier rows: NULL, not '[]', which the driver would parse.
+SELECT CAST(r.job_id AS text) AS job_id,
+       (SELECT jsonb_agg(jsonb_build_object(
                    'id', l.id, 'attempt', l.attempt, 'status', l.status,
-                   'created_at', l.created_at)), '[]')
+                   'created_at', l.created_at))
         FROM mdm.aa_email_log l WHERE l.job_id = r.job_id) AS logged,
-       (SELECT COALESCE(jsonb_agg(jsonb_build_object(
+       (SELECT jsonb_agg(jsonb_build_object(
                    'attempt', a.detail->'attempts', 'claimed_at', a.detail->'claimed_at',
-                   'created_at', a.created_at)), '[]')
+                   'created_at', a.created_at))
         FROM mdm.aa_job_audit a
         WHERE a.job_id = r.job_id AND a.action IN ('job_rescued', 'job_dlq')
           AND a.detail ? 'claimed_by') AS lost,

@@ -27,23 +27,23 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from email.headerregistry import Address
 from typing import Any, NamedTuple
 from uuid import UUID
 
-from sqlalchemy import TextClause
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from postrelay.core.errors import ValidationError
 from postrelay.core.telemetry import event as log_event
 from postrelay.orchestrator import queries
 from postrelay.orchestrator.addresses import parse_address, parse_addresses
-from postrelay.orchestrator.attempts import SENT, LostAttempt, SendCheck, attempt_log_id
+from postrelay.orchestrator.attempts import SENT, SendCheck
 from postrelay.orchestrator.claimed import ClaimedJobs, Ready
 from postrelay.orchestrator.feedback.unsubscribe import UnsubscribeLinks
 from postrelay.orchestrator.feedback.verp import ReturnPath
 from postrelay.orchestrator.job import EMAIL_KIND, EmailJob
+from postrelay.orchestrator.logrow import LogRow, refusals, suppress_refused
 from postrelay.orchestrator.message import (
     build_message,
     check_header_lines,
@@ -52,7 +52,6 @@ from postrelay.orchestrator.message import (
     message_id_for,
 )
 from postrelay.orchestrator.replies import (
-    Reply,
     SmtpAuthFailed,
     SmtpError,
     SmtpPaused,
@@ -68,25 +67,11 @@ from postrelay.queue import (
     Registry,
     Snooze,
     ThrottlePolicy,
-    record_with_outcome,
     throttle_refused,
 )
 
 TENANT_CACHE_SECS = 60.0
 DEFAULT_TIMEOUT_SECS = 120.0  # rendering plus one SMTP transaction
-
-
-class _RowWriter:
-    def __init__(self, name: str,
-                 statement: Callable[[Sequence[dict[str, Any]]], tuple[TextClause, Any]]
-                 ) -> None:
-        self.name = name
-        self.statement = statement
-
-
-EMAIL_LOG = _RowWriter("email_log", queries.email_log_upsert_many)
-LOST_ATTEMPTS = _RowWriter("email_log_lost", queries.email_log_add_lost_many)
-SUPPRESSIONS = _RowWriter("email_suppression", queries.email_suppression_add_many)
 
 
 def email_registry(
@@ -157,7 +142,7 @@ class EmailSender:
         ready = self.claimed_jobs.take(job)  # made ready at the claim (claimed.py)
         parsed, recipients = (ready.parsed, ready.recipients) if ready else self._parse(job)
         spec, sender, to, cc, bcc, reply_to, message_id = parsed
-        log = _LogRow(job, spec)
+        log = LogRow(job, spec)
         log.update(from_address=str(sender), recipients=recipients,
                    to_addresses=[str(a) for a in to], cc_addresses=[str(a) for a in cc],
                    bcc_addresses=[str(a) for a in bcc], message_id=message_id)
@@ -223,7 +208,7 @@ class EmailSender:
                 spec = EmailJob.from_payload(job.payload)
             except ValidationError:
                 raise PermanentError(f"invalid email_send payload: {exc}") from None
-            _LogRow(job, spec).record("failed", error=str(exc))
+            LogRow(job, spec).record("failed", error=str(exc))
             raise PermanentError(str(exc)) from None
 
     async def _check(self, ready: Ready[_Parsed] | None, row: dict[str, Any]) -> SendCheck:
@@ -259,7 +244,7 @@ class EmailSender:
         self._tenants[tenant_id] = (name, time.monotonic() + TENANT_CACHE_SECS)
         return name
 
-    async def _deliver(self, job: Job, log: _LogRow, sender: Address, live: list[str],
+    async def _deliver(self, job: Job, log: LogRow, sender: Address, live: list[str],
                        data: bytes, results: dict[str, dict[str, Any]]) -> None:
         # MAIL FROM only: bounces come back naming this attempt's log row; From is unchanged.
         envelope_from = (self.return_path.address(UUID(log.row["id"])) if self.return_path
@@ -275,10 +260,10 @@ class EmailSender:
                              "is not known")
             raise
         except SmtpError as exc:
-            results.update(_refusals(exc.refused))
+            results.update(refusals(exc.refused))
             status = "bounced" if isinstance(exc, SmtpPermanent) else "deferred"
             log.record(status, reply=exc.reply, recipient_results=results, error=str(exc))
-            _suppress(job, log, exc.refused)
+            suppress_refused(job, log, exc.refused)
             if isinstance(exc, SmtpThrottled):
                 await self._throttled(exc)
             if isinstance(exc, SmtpPaused | SmtpAuthFailed):
@@ -291,11 +276,11 @@ class EmailSender:
             log.record("deferred", recipient_results=results, error=repr(exc))
             raise
         results.update({r: {"status": "accepted"} for r in delivery.accepted})
-        results.update(_refusals(delivery.refused))
+        results.update(refusals(delivery.refused))
         partial = any(r["status"] != "accepted" for r in results.values())
         log.record("partial" if partial else "sent", reply=delivery.reply,
                    queue_id=delivery.queue_id, recipient_results=results)
-        _suppress(job, log, delivery.refused)
+        suppress_refused(job, log, delivery.refused)
 
     async def _throttled(self, exc: SmtpThrottled) -> None:
         """The SMTP server (one for the installation: settings, not tenants, name it) said
@@ -347,73 +332,6 @@ class _Parsed(NamedTuple):
     message_id: str
 
 
-class _LogRow:
-    """The log row of one attempt, recorded with the job's outcome."""
-
-    def __init__(self, job: Job, spec: EmailJob) -> None:
-        self.job = job
-        self.row: dict[str, Any] = {
-            "id": str(attempt_log_id(job.id, job.claimed_at)), "tenant_id": str(job.tenant_id),
-            "job_id": str(job.id),
-            "event_id": str(spec.event_id) if spec.event_id else None,
-            "template": spec.template, "template_version": None, "category": spec.category,
-            "from_address": spec.sender or "", "recipients": [r.lower() for r in spec.to],
-            "to_addresses": list(spec.to), "cc_addresses": list(spec.cc),
-            "bcc_addresses": list(spec.bcc), "subject": None, "message_id": None,
-            "attempt": job.attempts,
-        }
-
-    def update(self, **values: Any) -> None:
-        self.row.update(values)
-
-    def record(self, status: str, *, reply: Reply | None = None, queue_id: str | None = None,
-               recipient_results: Mapping[str, Any] | None = None,
-               error: str | None = None) -> None:
-        row = {**self.row, "status": status, "queue_id": queue_id,
-               "recipient_results": dict(recipient_results) if recipient_results else None,
-               "error": error}
-        # Before the From address is known, the Message-ID's domain is not either.
-        row["message_id"] = row["message_id"] or f"<{self.job.id}@unsent.invalid>"
-        if reply is not None:
-            row.update(smtp_code=reply.code, smtp_enhanced=reply.enhanced,
-                       smtp_response=reply.text)
-        record_with_outcome(EMAIL_LOG, row)
-        # Success is quiet, as a done job is: one INFO line per message would cost a busy
-        # worker more than the message's own log row.
-        level = logging.DEBUG if status == "sent" else logging.WARNING
-        log_event(f"postrelay.email.{status}", level, job_id=str(self.job.id),
-                  template=row["template"], attempt=row["attempt"],
-                  smtp_code=row.get("smtp_code"), error=error)
-
-
-    def record_lost(self, lost: LostAttempt) -> None:
-        """An earlier attempt of this job whose worker died: `unknown`, under the id that
-        attempt gave its own row."""
-        row = {**self.row, "id": str(lost.log_id), "attempt": lost.attempt,
-               "created_at": lost.rescued_at.isoformat(),
-               "error": "the worker sending this attempt was lost before it recorded the reply"}
-        record_with_outcome(LOST_ATTEMPTS, row)
-        log_event("postrelay.email.unknown", logging.WARNING, job_id=str(self.job.id),
-                  template=row["template"], attempt=lost.attempt, error=row["error"])
-
-
 def _already_sent(job: Job) -> None:
     log_event("postrelay.email.already_sent", logging.INFO, job_id=str(job.id),
               reason="an earlier attempt of this job was accepted; not sending again")
-
-
-def _refusals(refused: Mapping[str, Reply]) -> dict[str, dict[str, Any]]:
-    return {addr.lower(): {"status": "refused", "code": r.code, "enhanced": r.enhanced,
-                           "text": r.text} for addr, r in refused.items()}
-
-
-def _suppress(job: Job, log: _LogRow, refused: Mapping[str, Reply]) -> None:
-    """5.1.x means the mailbox or domain does not exist: stop sending there. A 5.7.x policy
-    block says nothing about the address, so it never suppresses."""
-    for address, reply in refused.items():
-        if reply.code >= 500 and (reply.enhanced or "").startswith("5.1."):
-            record_with_outcome(SUPPRESSIONS, {
-                "tenant_id": str(job.tenant_id), "address": address.lower(),
-                "reason": f"{reply.code} {reply.enhanced} {reply.text}".strip(),
-                "smtp_code": reply.code, "smtp_enhanced": reply.enhanced,
-                "email_log_id": log.row["id"]})

@@ -13,10 +13,12 @@ The decorator registers into the process-wide default registry, which `postrelay
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from postrelay.core.errors import ValidationError
+from postrelay.core.telemetry import event
 from postrelay.queue.model import Job
 
 HandlerFn = Callable[[Job], Awaitable[object]]
@@ -62,6 +64,21 @@ class Registry:
 
     def get(self, kind: str) -> Handler | None:
         return self._handlers.get(kind)
+
+    def announce(self, jobs: Sequence[Job]) -> None:
+        """Tell each kind's claim hook of its jobs in this claim."""
+        by_kind: dict[str, list[Job]] = {}
+        for job in jobs:
+            by_kind.setdefault(job.kind, []).append(job)
+        for kind, batch in by_kind.items():
+            handler = self._handlers.get(kind)
+            if handler is None or handler.on_claim is None:
+                continue
+            try:
+                handler.on_claim(batch)
+            except Exception as exc:  # only a head start lost: the runs do without it
+                event("postrelay.worker.claim_hook_failed", logging.WARNING, kind=kind,
+                      error=repr(exc))
 
     def kinds(self) -> list[str]:
         return sorted(self._handlers)

@@ -275,7 +275,7 @@ class Worker:
                 continue
             if jobs and self.metrics is not None:
                 self.metrics.claimed_batch(jobs)
-            self._announce(jobs)
+            self.registry.announce(jobs)
             claimed_at = time.monotonic()
             for job in jobs:
                 if len(self._running) < self.config.concurrency:
@@ -290,21 +290,6 @@ class Worker:
             if due_in is not None:
                 wait = min(wait, max(due_in, 0.0))
             await self._sleep(wait)
-
-    def _announce(self, jobs: list[Job]) -> None:
-        """Tell each kind's claim hook (registry.py) of its jobs in this claim."""
-        by_kind: dict[str, list[Job]] = {}
-        for job in jobs:
-            by_kind.setdefault(job.kind, []).append(job)
-        for kind, batch in by_kind.items():
-            handler = self.registry.get(kind)
-            if handler is None or handler.on_claim is None:
-                continue
-            try:
-                handler.on_claim(batch)
-            except Exception as exc:  # only a head start lost: the runs do without it
-                event("postrelay.worker.claim_hook_failed", logging.WARNING, kind=kind,
-                      error=repr(exc))
 
     def _release_long_holds(self) -> None:
         """Hand back the held jobs once the first has waited the hold limit (queue/pace.py):

@@ -8,7 +8,7 @@ One attempt, in order:
 2. Render (at run time, so a fixed template and a DLQ retry send the fixed mail) and build
    the MIME message; its Message-ID is derived from the job, the same on every attempt.
 3. One read, started for the jobs of a claim together as soon as they are claimed
-   (orchestrator/sending.py), learns what earlier attempts left (orchestrator/attempts.py):
+   (orchestrator/claimed.py), learns what earlier attempts left (orchestrator/attempts.py):
    a `sent` row means the message went out and the job completes without sending again;
    an attempt whose worker died (the job's claim is the record that its message may have
    left) is logged `unknown`, and the template's policy decides: resend (the default) or

@@ -64,6 +64,8 @@ class ClaimedJobs(Generic[P]):
             parsed.append((job, what, recipients))
             rows.append({"job_id": str(job.id), "tenant_id": str(job.tenant_id),
                          "recipients": recipients})
+        if not rows:  # an empty start would still end the next read's wait for company
+            return
         for (job, what, recipients), check in zip(parsed, self.checks.start(rows),
                                                   strict=True):
             self._ready[(job.id, job.claimed_at)] = (Ready(what, recipients, check), now)

@@ -67,15 +67,16 @@ class Registry:
 
     def announce(self, jobs: Sequence[Job]) -> None:
         """Tell each kind's claim hook of its jobs in this claim."""
+        hooks = {h.kind: h.on_claim for h in self._handlers.values() if h.on_claim}
+        if not hooks:  # most workers: nothing to sort the claim for
+            return
         by_kind: dict[str, list[Job]] = {}
         for job in jobs:
-            by_kind.setdefault(job.kind, []).append(job)
+            if job.kind in hooks:
+                by_kind.setdefault(job.kind, []).append(job)
         for kind, batch in by_kind.items():
-            handler = self._handlers.get(kind)
-            if handler is None or handler.on_claim is None:
-                continue
             try:
-                handler.on_claim(batch)
+                hooks[kind](batch)
             except Exception as exc:  # only a head start lost: the runs do without it
                 event("postrelay.worker.claim_hook_failed", logging.WARNING, kind=kind,
                       error=repr(exc))

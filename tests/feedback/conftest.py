@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import string
 import time
 import uuid
@@ -16,6 +17,9 @@ from sqlalchemy import Connection, Engine, TextClause, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from postrelay.core.db import sqlalchemy_url
+from postrelay.orchestrator import ReturnPath
+from postrelay.orchestrator.feedback import SuppressionPolicy
+from postrelay.orchestrator.feedback.inbound import InboundConfig, InboundServer
 
 # The email rig (templates, an SMTP sink, workers with the real handler).
 from tests.orchestrator.conftest import rig, sink, templates_dir  # noqa: F401
@@ -158,3 +162,19 @@ def receiver_engine(database_url: str) -> Iterator[AsyncEngine]:
     eng = create_async_engine(sqlalchemy_url(database_url), pool_pre_ping=False)
     yield eng
     eng.sync_engine.dispose(close=False)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def inbound(receiver_engine: AsyncEngine, return_path: ReturnPath,
+            clean_db: None) -> Iterator[InboundServer]:
+    """`postrelay inbound` on a free loopback port: 1 MB messages, two connections."""
+    config = InboundConfig(host="127.0.0.1", port=free_port(), max_bytes=1024 * 1024,
+                           max_connections=2)
+    with InboundServer(receiver_engine, return_path, SuppressionPolicy(), config) as server:
+        yield server

@@ -4,7 +4,6 @@ the way MTAs deliver bounces (null sender, to the VERP address), over a real Pos
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import uuid
 
@@ -18,23 +17,9 @@ from postrelay.orchestrator import SmtpConfig, SmtpPool
 from postrelay.orchestrator.feedback import SuppressionPolicy
 from postrelay.orchestrator.feedback.inbound import InboundConfig, InboundServer
 from postrelay.orchestrator.replies import SmtpPermanent
-from tests.feedback.conftest import await_inbox_empty, bounce_mail, insert_log
+from tests.feedback.conftest import await_inbox_empty, bounce_mail, free_port, insert_log
 
 ANN = "ann@example.com"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-@pytest.fixture
-def inbound(receiver_engine, return_path, clean_db):
-    config = InboundConfig(host="127.0.0.1", port=free_port(), max_bytes=1024 * 1024,
-                           max_connections=2)
-    with InboundServer(receiver_engine, return_path, SuppressionPolicy(), config) as server:
-        yield server
 
 
 async def deliver(server, rcpt: str, raw: bytes) -> tuple[int, str]:

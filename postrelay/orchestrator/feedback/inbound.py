@@ -24,6 +24,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from postrelay.core.eventloop import new_event_loop
 from postrelay.core.telemetry import event
+from postrelay.orchestrator.feedback.chunking import (
+    DATA_AFTER_BDAT,
+    NEED_RCPT,
+    SYNTAX,
+    TOO_BIG,
+    Chunks,
+    parse_bdat,
+    read_chunk,
+)
 from postrelay.orchestrator.feedback.inbox import InboxProcessor
 from postrelay.orchestrator.feedback.ingest import read_mail
 from postrelay.orchestrator.feedback.model import Feedback, SuppressionPolicy
@@ -73,8 +82,10 @@ class FeedbackHandler:
             responses: list[str]) -> list[str]:
         # PIPELINING (RFC 2920): MTAs then send MAIL, RCPT and DATA in one packet, which
         # the session reads in order from its buffer, one wake-up instead of three.
+        # CHUNKING (RFC 3030, chunking.py): those that use it send the message in that
+        # packet too, and the DSN costs one round trip.
         session.host_name = hostname  # this hook's duty (aiosmtpd's own EHLO leaves it)
-        responses.insert(-1, "250-PIPELINING")
+        responses[-1:-1] = ["250-PIPELINING", "250-CHUNKING"]
         return responses
 
     async def handle_RCPT(  # noqa: N802 - aiosmtpd's hook name
@@ -128,6 +139,7 @@ class _Server(SMTP):
         self._gate = gate
         self._counted = False
         self._held = bytearray()  # replies waiting for the next one (push)
+        self._chunks: Chunks | None = None  # the BDAT chunks of the current transaction
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         if self._gate.open >= self._gate.limit:
@@ -166,6 +178,9 @@ class _Server(SMTP):
         if await self.check_helo_needed() or await self.check_auth_needed("DATA"):
             return
         assert self.envelope is not None
+        if self._chunking():
+            await self.push(DATA_AFTER_BDAT)
+            return
         if not self.envelope.rcpt_tos:
             await self.push("503 Error: need RCPT command")
             return
@@ -183,6 +198,52 @@ class _Server(SMTP):
             await self.push(error)
             self._set_post_data_state()  # type: ignore[no-untyped-call]
             return
+        await self._accept(body)
+
+    async def smtp_BDAT(self, arg: str) -> None:  # noqa: N802 - aiosmtpd's command name
+        """RFC 3030: one chunk of the message (chunking.py); the last one hands the whole
+        message to the handle_DATA hook, as DATA does. A chunk is read before any reply,
+        refused or not: its bytes are not commands."""
+        command = parse_bdat(arg)
+        if command is None:  # the size is unknown, so where the next command starts is too
+            await self.push(SYNTAX)
+            self._close()
+            return
+        assert self.envelope is not None
+        if self._chunks is None or not self._chunking():
+            self._chunks = Chunks(self.envelope)
+        chunks = self._chunks
+        error = None
+        if not self.envelope.rcpt_tos:
+            error = NEED_RCPT
+        elif self.data_size_limit and len(chunks.kept) + command.size > self.data_size_limit:
+            error = TOO_BIG
+        try:
+            chunk = await read_chunk(self._reader, command.size,
+                                     keep=error is None and chunks.error is None)
+        except asyncio.IncompleteReadError:  # the client left mid-chunk: nothing to answer
+            self._close()
+            return
+        if await self.check_helo_needed() or await self.check_auth_needed("BDAT"):
+            return
+        chunks.add(chunk, error)
+        if chunks.error is not None:
+            if command.last:
+                self._set_post_data_state()  # type: ignore[no-untyped-call]
+            await self.push(chunks.error)
+            return
+        if not command.last:
+            await self.push(f"250 2.0.0 OK: {command.size} bytes")
+            return
+        await self._accept(bytes(chunks.kept))
+
+    def _chunking(self) -> bool:
+        """Whether the current transaction has had a BDAT chunk."""
+        return self._chunks is not None and self._chunks.envelope is self.envelope
+
+    async def _accept(self, body: bytes) -> None:
+        """The whole message: to the handle_DATA hook, whose reply ends the transaction."""
+        assert self.envelope is not None
         content: str | bytes = body
         if self._decode_data:
             try:
@@ -196,6 +257,12 @@ class _Server(SMTP):
         status = await self._call_handler_hook("DATA")
         self._set_post_data_state()  # type: ignore[no-untyped-call]
         await self.push("250 OK" if status is MISSING else status)
+
+    def _close(self) -> None:
+        """End the session, as aiosmtpd's QUIT does."""
+        assert self._handler_coroutine is not None and self.transport is not None
+        self._handler_coroutine.cancel()
+        self.transport.close()
 
     def _getaddr(self, arg: str) -> tuple[str | None, str | None]:
         # aiosmtpd reads every path with email's full RFC 5322 parser (and defines a class

@@ -116,6 +116,9 @@ class Settings(BaseSettings):
     # smtp_auth_pause_secs instead of failing every job against bad credentials.
     smtp_throttle_secs: float = Field(default=5.0, ge=0)
     smtp_auth_pause_secs: float = Field(default=60.0, ge=0)
+    # BDAT (RFC 3030) where the server offers CHUNKING: the message in the same write as
+    # MAIL and RCPT, one round trip. Off for a relay whose CHUNKING is known to misbehave.
+    smtp_chunking: bool = True
     # The most email_send jobs claimed per second across every worker ("14/s", "1000/min"):
     # workers set the kind-wide email_send limit's rate to it as they start (queue/limits.py).
     smtp_rate: str | None = None

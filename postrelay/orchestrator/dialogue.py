@@ -7,6 +7,9 @@ pipelined (RFC 2920) when the server offers PIPELINING.
     dialogue.write_message(raw)          # after a 354
     final = await dialogue.read()
 
+When the server offers CHUNKING (RFC 3030) too, `write_chunked` sends the commands and the
+whole message as one `BDAT <size> LAST` in one write: one round trip for the message.
+
 aiosmtplib opens the connection and says EHLO, STARTTLS and AUTH; then its transport is
 handed to a `Dialogue` for every message sent on it. aiosmtplib reads one reply per command
 written and drops replies that arrive ahead of their read, so it cannot send MAIL, RCPT and
@@ -42,19 +45,23 @@ def envelope_address(address: str, *, utf8: bool) -> bytes:
     return quoted.encode("utf-8" if utf8 else "ascii")
 
 
-def message_data(message: bytes) -> bytes:
-    """The message as DATA sends it: CRLF line endings, leading dots doubled, the final dot;
-    the bytes aiosmtplib sends (its own helper exists only from 5.1 on; a test holds the
-    two together)."""
-    # Most messages come with CRLF line ends and no line starting with a dot: counting in C
-    # is cheaper than a substitution that rewrites every line end as itself.
+def message_lines(message: bytes) -> bytes:
+    """The message with CRLF line endings, ending with one: what BDAT sends."""
+    # Most messages come with CRLF line ends: counting in C is cheaper than a substitution
+    # that rewrites every line end as itself.
     crlf = message.count(b"\r\n")
     if message.count(b"\n") == crlf == message.count(b"\r"):
         data = message
     else:
         data = _LINE_ENDINGS.sub(b"\r\n", message)
-    if not data.endswith(b"\r\n"):
-        data += b"\r\n"
+    return data if data.endswith(b"\r\n") else data + b"\r\n"
+
+
+def message_data(message: bytes) -> bytes:
+    """The message as DATA sends it: CRLF line endings, leading dots doubled, the final dot;
+    the bytes aiosmtplib sends (its own helper exists only from 5.1 on; a test holds the
+    two together)."""
+    data = message_lines(message)
     if data.startswith(b".") or b"\n." in data:
         data = _LEADING_DOT.sub(b"..", data)
     return data + b".\r\n"
@@ -64,8 +71,9 @@ class Dialogue(asyncio.Protocol):
     """The commands and replies of one SMTP connection, after its setup."""
 
     def __init__(self, transport: asyncio.Transport, *, pipelining: bool, smtputf8: bool,
-                 timeout_secs: float) -> None:
+                 timeout_secs: float, chunking: bool = False) -> None:
         self.pipelining = pipelining
+        self.chunking = chunking
         self.smtputf8 = smtputf8
         self._transport = transport
         self._timeout = timeout_secs
@@ -77,13 +85,17 @@ class Dialogue(asyncio.Protocol):
         self._waiter: asyncio.Future[None] | None = None
 
     @classmethod
-    def take_over(cls, smtp: aiosmtplib.SMTP, *, timeout_secs: float) -> Dialogue:
-        """Take the connection of `smtp`, which is set up and idle; `smtp` is done with."""
+    def take_over(cls, smtp: aiosmtplib.SMTP, *, timeout_secs: float,
+                  chunking: bool = True) -> Dialogue:
+        """Take the connection of `smtp`, which is set up and idle; `smtp` is done with.
+        `chunking=False`: never BDAT, even where the server offers it."""
         transport = cast("asyncio.Transport | None", smtp.transport)
         if transport is None or transport.is_closing():
             raise aiosmtplib.SMTPServerDisconnected("Connection lost")
-        dialogue = cls(transport, pipelining=smtp.supports_extension("pipelining"),
-                       smtputf8=smtp.supports_extension("smtputf8"), timeout_secs=timeout_secs)
+        pipelining = smtp.supports_extension("pipelining")
+        dialogue = cls(transport, pipelining=pipelining,
+                       smtputf8=smtp.supports_extension("smtputf8"), timeout_secs=timeout_secs,
+                       chunking=chunking and pipelining and smtp.supports_extension("chunking"))
         transport.set_protocol(dialogue)
         return dialogue
 
@@ -109,6 +121,15 @@ class Dialogue(asyncio.Protocol):
         self._send(message_data(message))
         self._in_data = False
         self._owed.append(b".")
+
+    def write_chunked(self, *commands: bytes, message: bytes) -> None:
+        """Send `commands` and then the whole message as one `BDAT <size> LAST` chunk
+        (RFC 3030), in one write; each command and the chunk owe a reply."""
+        data = message_lines(message)
+        self._send(b"".join(c + b"\r\n" for c in commands)
+                   + b"BDAT %d LAST\r\n" % len(data) + data)
+        self._owed.extend(commands)
+        self._owed.append(b"BDAT")
 
     async def read(self) -> SMTPResponse:
         """The reply to the oldest command that owes one; raises aiosmtplib's

@@ -7,7 +7,8 @@
 
 aiosmtplib connects, says EHLO, starts TLS and logs in; each message then goes through the
 connection's `Dialogue` (orchestrator/dialogue.py), which sends MAIL FROM, the RCPT TOs and
-DATA in one write when the server offers PIPELINING.
+DATA in one write when the server offers PIPELINING, and the message in that write too, as
+one BDAT chunk, when it offers CHUNKING as well (Postfix since 3.4, Exchange, Gmail).
 
 Failures are `SmtpError`s that say where they happened (`stage`) and what the server replied:
 `SmtpTransient` (retry later), `SmtpPermanent` (dead-letter). After a 421/454 the pool waits
@@ -70,6 +71,7 @@ class SmtpConfig:
     ca_file: Path | None = None
     throttle_secs: float = 5.0
     auth_pause_secs: float = 60.0
+    chunking: bool = True  # BDAT where the server offers CHUNKING and PIPELINING
 
     def __post_init__(self) -> None:
         if self.security not in ("none", "starttls", "tls"):
@@ -86,7 +88,7 @@ class SmtpConfig:
             timeout_secs=settings.smtp_timeout_secs, pool_size=settings.smtp_pool_size,
             validate_certs=settings.smtp_validate_certs, ca_file=settings.smtp_ca_file,
             throttle_secs=settings.smtp_throttle_secs,
-            auth_pause_secs=settings.smtp_auth_pause_secs,
+            auth_pause_secs=settings.smtp_auth_pause_secs, chunking=settings.smtp_chunking,
         )
 
 
@@ -203,7 +205,8 @@ class SmtpPool:
                 secret = cfg.password.get_secret_value() if cfg.password else ""
                 await _step("auth", smtp.login(cfg.username, secret))
             try:
-                dialogue = Dialogue.take_over(smtp, timeout_secs=cfg.timeout_secs)
+                dialogue = Dialogue.take_over(smtp, timeout_secs=cfg.timeout_secs,
+                                              chunking=cfg.chunking)
             except aiosmtplib.SMTPException as exc:  # lost right after the setup
                 raise classify(exc, "connect") from exc
         except BaseException as exc:
@@ -215,7 +218,7 @@ class SmtpPool:
         self.connections_opened += 1
         event("postrelay.smtp.connected", logging.DEBUG, host=cfg.host, port=cfg.port,
               security=cfg.security, pipelining=dialogue.pipelining,
-              open=self.connections_opened)
+              chunking=dialogue.chunking, open=self.connections_opened)
         return dialogue
 
     async def _transact(
@@ -224,15 +227,23 @@ class SmtpPool:
     ) -> Delivery:
         """MAIL, RCPT, DATA and the message. Pipelined, the first three go in one write and
         their replies are read in order; otherwise each command waits for the reply before
-        it. Either way the message itself goes only after a 354, so a send that fails
-        before that never reached the server's queue."""
+        it. The message itself goes only after a 354, so a send that fails before that
+        never reached the server's queue; except with CHUNKING, where it goes in the same
+        write as one BDAT chunk, which a server refuses with the transaction when MAIL or
+        every RCPT was refused (the reply is read by `reset`). A reused connection found
+        closed before any reply came back is still retried on a fresh one: a server that
+        closes an idle connection reads nothing of what is sent after."""
         utf8 = _needs_smtputf8(dialogue, sender, recipients)
         parameters = b" SMTPUTF8" if utf8 else b""
         mail = b"MAIL FROM:" + envelope_address(sender, utf8=utf8) + parameters
         rcpts = [b"RCPT TO:" + envelope_address(r, utf8=utf8) for r in recipients]
         ahead = dialogue.pipelining
+        chunked = dialogue.chunking
         try:
-            dialogue.write(*([mail, *rcpts, b"DATA"] if ahead else [mail]))
+            if chunked:
+                dialogue.write_chunked(mail, *rcpts, message=message)
+            else:
+                dialogue.write(*([mail, *rcpts, b"DATA"] if ahead else [mail]))
             mail_reply = await _step("mail", dialogue.read())
             if mail_reply.code != aiosmtplib.SMTPStatus.completed:
                 raise classify(aiosmtplib.SMTPSenderRefused(
@@ -246,6 +257,7 @@ class SmtpPool:
             raise
         accepted: list[str] = []
         refused: dict[str, Reply] = {}
+        stop: SmtpError | None = None  # a throttle or auth refusal, with CHUNKING
         for rcpt, command in zip(recipients, rcpts, strict=True):
             if not ahead:
                 dialogue.write(command)
@@ -257,23 +269,32 @@ class SmtpPool:
             error = classify(aiosmtplib.SMTPRecipientRefused(
                 response.code, response.message, rcpt), "rcpt", refused)
             if isinstance(error, SmtpThrottled | SmtpAuthFailed):
-                raise error  # back off now rather than try each recipient
+                if not chunked:
+                    raise error  # back off now rather than try each recipient
+                # The message is already sent: the server may take it for those accepted.
+                stop = stop or error
         if not accepted:
+            if stop is not None:
+                raise stop
             last = list(refused.values())[-1]
             kind = SmtpPermanent if all(r.code >= 500 for r in refused.values()) else SmtpTransient
             raise kind(f"rcpt: every recipient refused (last: {last})", stage="rcpt",
                        reply=last, refused=refused)
-        if not ahead:
-            dialogue.write(b"DATA")
-        start = await _step("data", dialogue.read(), refused)
-        if start.code != aiosmtplib.SMTPStatus.start_input:
-            raise classify(aiosmtplib.SMTPDataError(start.code, start.message), "data", refused)
-        # From here the server may hold the message: never retried here.
-        dialogue.write_message(message)
+        if not chunked:
+            if not ahead:
+                dialogue.write(b"DATA")
+            start = await _step("data", dialogue.read(), refused)
+            if start.code != aiosmtplib.SMTPStatus.start_input:
+                raise classify(aiosmtplib.SMTPDataError(start.code, start.message), "data",
+                               refused)
+            # From here the server may hold the message: never retried here.
+            dialogue.write_message(message)
         response = await _step("data", dialogue.read(), refused)
         if response.code != aiosmtplib.SMTPStatus.completed:
             raise classify(aiosmtplib.SMTPDataError(response.code, response.message), "data",
                            refused)
+        if stop is not None:
+            self._react(stop)  # sent to some; the rest wait out the throttle or the pause
         self.messages_sent += 1
         reply = Reply.parse(response.code, response.message)
         return Delivery(tuple(accepted), MappingProxyType(refused), reply,

@@ -6,6 +6,12 @@ event -> relay -> worker -> SMTP -> log row, one worker) on the same machine and
 
     python -m bench.feedback_bench [--dsns 2000] [--events 5000] [--emails 2000] [--quick]
 
+The DSNs arrive twice over: with DATA, as Postfix sends them (PIPELINING: MAIL, RCPT and
+DATA in one write, the message after the 354), and with BDAT, as Gmail, Microsoft 365 and
+Exim send to a server that offers CHUNKING (the message in that same write). The send rate
+and each DSN rate are the better of two runs, taken in turn, so a busy moment lowers
+neither the bar nor what is measured against it.
+
 Each DSN and each event bounces one log row of its own (hard, 5.1.1): the whole effect is
 written (feedback row, log row, suppression, outbox event). Target: ingestion at least as
 fast as sending, so feedback never backs up behind the sender.
@@ -22,6 +28,8 @@ import socket
 import string
 import time
 import uuid
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import httpx
@@ -72,28 +80,30 @@ def _sent_rows(bench: BenchDatabase, n: int, prefix: str) -> list[tuple[uuid.UUI
     return rows
 
 
-async def _smtp(port: int, mails: list[tuple[str, bytes]], connections: int) -> None:
+async def _smtp(port: int, mails: list[tuple[str, bytes]], connections: int,
+                chunking: bool) -> None:
     """Deliver `mails` over `connections` reused connections as an MTA does: through
     postrelay's own SMTP pool, which pipelines MAIL, RCPT and DATA when offered, as Postfix
-    and Exim do."""
+    does, and sends the message in the same write as BDAT when `chunking`, as Gmail,
+    Microsoft 365 and Exim do."""
     pool = SmtpPool(SmtpConfig(host="127.0.0.1", port=port, pool_size=connections,
-                               timeout_secs=30.0))
+                               timeout_secs=30.0, chunking=chunking))
     try:
         await asyncio.gather(*(pool.send("", [rcpt], raw) for rcpt, raw in mails))
     finally:
         await pool.close()
 
 
-def dsn_rate(bench: BenchDatabase, n: int, connections: int,
-             cpu: dict[str, float]) -> float:
+def dsn_rate(bench: BenchDatabase, n: int, connections: int, cpu: dict[str, float], *,
+             chunking: bool = False, prefix: str = "dsn") -> float:
     """DSNs/s through `postrelay inbound` in a process of its own: from the first
     connection until every DSN is recorded (its 250 says only that it is stored in the
-    inbox)."""
+    inbox). Each run needs a `prefix` of its own for its recipients."""
     secret = "bench-feedback-secret-0123456789"
     path = ReturnPath(DOMAIN, secret.encode())
     template = string.Template(FIXTURE.read_text())
     mails = []
-    for i, (log_id, recipient, message_id) in enumerate(_sent_rows(bench, n, "dsn")):
+    for i, (log_id, recipient, message_id) in enumerate(_sent_rows(bench, n, prefix)):
         verp = path.address(log_id)
         raw = template.substitute(verp=verp, message_id=message_id, recipient=recipient,
                                   queue_id=f"Q{i}", domain=DOMAIN).replace("\n", "\r\n")
@@ -114,14 +124,14 @@ def dsn_rate(bench: BenchDatabase, n: int, connections: int,
         meter = bench.cpu_meter({"inbound": inbound.proc.pid, "bench": os.getpid()})
         meter.start()
         started = time.perf_counter()
-        asyncio.run(_smtp(port, mails, connections))
-        _await_recorded(bench, n)  # a 250 says stored; the inbox is recorded after it
+        asyncio.run(_smtp(port, mails, connections, chunking))
+        _await_recorded(bench, n, prefix)  # a 250 says stored; the inbox is recorded after
         elapsed = time.perf_counter() - started
         cpu.update(meter.stop())
     return n / elapsed
 
 
-def _await_recorded(bench: BenchDatabase, n: int, timeout: float = 120.0) -> None:
+def _await_recorded(bench: BenchDatabase, n: int, prefix: str, timeout: float = 120.0) -> None:
     """Until the inbox is empty and every DSN's feedback row is there. Every 250 was heard
     before this starts, so an empty inbox means all is recorded: it alone is polled (a
     count of the feedback table at each poll would scan it, and bill the scans to the
@@ -134,8 +144,8 @@ def _await_recorded(bench: BenchDatabase, n: int, timeout: float = 120.0) -> Non
             conn.rollback()
             if waiting == 0:
                 recorded = conn.execute(text(
-                    "SELECT count(*) FROM mdm.aa_email_feedback "
-                    "WHERE source = 'mail'")).scalar_one()
+                    "SELECT count(*) FROM mdm.aa_email_feedback WHERE source = 'mail' "
+                    "AND recipient LIKE :prefix"), {"prefix": f"{prefix}%"}).scalar_one()
                 conn.rollback()
                 assert recorded == n, (recorded, n)
                 return
@@ -230,39 +240,62 @@ def main() -> None:
               f"50); {dsns:,} DSNs over {args.connections} SMTP connections to one inbound "
               f"process; {events:,} SendGrid events in batches of {BATCH}, {args.posters} "
               "requests in flight, to one API process", flush=True)
-        send_cpu: dict[str, float] = {}
-        dsn_cpu: dict[str, float] = {}
-        sendgrid_cpu: dict[str, float] = {}
+        send, data, chunked = _Best(), _Best(), _Best()
         with sink_process() as sink:
-            # Twice, the better run kept: a busy moment must not lower the bar.
-            send = end_to_end_rate(bench, sink, emails, 50, cpu=send_cpu)
-            again_cpu: dict[str, float] = {}
-            again = end_to_end_rate(bench, sink, emails, 50, cpu=again_cpu)
-            if again > send:
-                send, send_cpu = again, again_cpu
-        dsn = dsn_rate(bench, dsns, args.connections, dsn_cpu)
+            # In turn, twice: the better run of each is kept.
+            for round_ in range(2):
+                send.take(partial(end_to_end_rate, bench, sink, emails, 50))
+                data.take(partial(dsn_rate, bench, dsns, args.connections,
+                                  prefix=f"data{round_}-"))
+                chunked.take(partial(dsn_rate, bench, dsns, args.connections, chunking=True,
+                                     prefix=f"bdat{round_}-"))
+        sendgrid_cpu: dict[str, float] = {}
         sendgrid = sendgrid_rate(bench, events, args.posters, sendgrid_cpu)
         with bench.engine.connect() as conn:
             suppressed = conn.execute(text(
                 "SELECT count(*) FROM mdm.aa_email_suppression")).scalar_one()
-    assert suppressed == dsns + events, suppressed
+    assert suppressed == 4 * dsns + events, suppressed
     print()
     print_table([
-        Row("DSNs/s through postrelay inbound", rate(dsn), rate(send), ratio(dsn, send),
-            ">= 1x send rate", met(dsn >= send)),
-        Row("SendGrid events/s through the API", rate(sendgrid), rate(send),
-            ratio(sendgrid, send), ">= 1x send rate", met(sendgrid >= send)),
+        Row("DSNs/s through postrelay inbound, DATA (Postfix)", rate(data.rate),
+            rate(send.rate), ratio(data.rate, send.rate), ">= 1x send rate",
+            met(data.rate >= send.rate)),
+        Row("DSNs/s through postrelay inbound, BDAT (Gmail, M365)", rate(chunked.rate),
+            rate(send.rate), ratio(chunked.rate, send.rate), ">= 1x send rate",
+            met(chunked.rate >= send.rate)),
+        Row("SendGrid events/s through the API", rate(sendgrid), rate(send.rate),
+            ratio(sendgrid, send.rate), ">= 1x send rate", met(sendgrid >= send.rate)),
     ])
-    print("(baseline: emails/s end to end, as bench.email_bench measures it, the better of "
-          "two runs; every report bounced, suppressed and emitted an outbox event)")
+    print("(baseline: emails/s end to end, as bench.email_bench measures it; each rate the "
+          f"better of two runs: send {rate(send.rates[0])}, {rate(send.rates[1])}; DATA "
+          f"{rate(data.rates[0])}, {rate(data.rates[1])}; BDAT {rate(chunked.rates[0])}, "
+          f"{rate(chunked.rates[1])}; every report bounced, suppressed and emitted an outbox "
+          "event)")
     print()
     # CPU per item says where the time went whatever else the machine was doing; the
     # "postgres" figure is the run's server alone (every client of it, so inflated when
     # other work shares the server); "bench" is this process: the SMTP sender of the DSNs
     # and the poster of the webhooks.
-    print(_cpu_line("email sent", send_cpu, emails))
-    print(_cpu_line("DSN", dsn_cpu, dsns))
+    print(_cpu_line("email sent", send.cpu, emails))
+    print(_cpu_line("DSN with DATA", data.cpu, dsns))
+    print(_cpu_line("DSN with BDAT", chunked.cpu, dsns))
     print(_cpu_line("SendGrid event", sendgrid_cpu, events))
+
+
+class _Best:
+    """The better of the runs given to `take`: its rate and the CPU it used."""
+
+    def __init__(self) -> None:
+        self.rates: list[float] = []
+        self.rate = 0.0
+        self.cpu: dict[str, float] = {}
+
+    def take(self, run: Callable[..., float]) -> None:
+        cpu: dict[str, float] = {}
+        measured = run(cpu=cpu)
+        self.rates.append(measured)
+        if measured > self.rate:
+            self.rate, self.cpu = measured, cpu
 
 
 def _cpu_line(what: str, cpu: dict[str, float], n: int) -> str:

@@ -231,8 +231,8 @@ class SmtpPool:
         never reached the server's queue; except with CHUNKING, where it goes in the same
         write as one BDAT chunk, which a server refuses with the transaction when MAIL or
         every RCPT was refused (the reply is read by `reset`). A reused connection found
-        closed before any reply came back is still retried on a fresh one: a server that
-        closes an idle connection reads nothing of what is sent after."""
+        closed is retried on a fresh one only when the message cannot have gone: it went
+        with DATA, or the server's 421 refused it."""
         utf8 = _needs_smtputf8(dialogue, sender, recipients)
         parameters = b" SMTPUTF8" if utf8 else b""
         mail = b"MAIL FROM:" + envelope_address(sender, utf8=utf8) + parameters
@@ -250,9 +250,10 @@ class SmtpPool:
                     mail_reply.code, mail_reply.message, sender), "mail")
         except SmtpTransient as exc:
             # The server closed the idle connection (or said 421 while closing it) while it
-            # sat in the pool: not a verdict on this message.
-            lost = isinstance(exc.__cause__, ConnectionError) or isinstance(exc, SmtpThrottled)
-            if reused and lost:
+            # sat in the pool: not a verdict on this message. But a message sent as BDAT
+            # with no reply at all may have been taken: not sent again here.
+            closed = isinstance(exc.__cause__, ConnectionError) and not chunked
+            if reused and (closed or isinstance(exc, SmtpThrottled)):
                 raise _StaleConnection from exc
             raise
         accepted: list[str] = []

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from postrelay.orchestrator import SmtpConfig, SmtpPool
-from postrelay.orchestrator.transport import SmtpPermanent
+from postrelay.orchestrator.transport import SmtpPermanent, SmtpTransient
 from tests.orchestrator.smtp_helpers import SENDER
 
 ANN = "ann@acme.example"
@@ -31,6 +31,7 @@ class ChunkingServer:
     def __init__(self, refuse: dict[str, bytes] | None = None, chunking: bool = True) -> None:
         self.refuse = refuse or {}
         self.chunking = chunking
+        self.vanish_after = 0  # > 0: after that many chunks, hang up without replying
         self.commands: list[bytes] = []
         self.messages: list[tuple[list[str], bytes]] = []
         self.connections = 0
@@ -72,6 +73,8 @@ class ChunkingServer:
                 data = await reader.readexactly(size)
                 if rcpts:
                     self.messages.append((rcpts, data))
+                if self.vanish_after and len(self.messages) == self.vanish_after:
+                    break  # taken, and the connection lost before any reply
                 held.append(b"250 2.0.0 OK: queued as Q1" if rcpts
                             else b"554 5.5.1 Error: no valid recipients")
                 writer.write(b"".join(reply + b"\r\n" for reply in held))
@@ -165,3 +168,22 @@ async def test_a_throttled_recipient_beside_an_accepted_one_is_a_partial_deliver
     assert delivery.accepted == (ANN,) and delivery.refused[BOB].code == 454
     assert server.messages == [([ANN], ON_THE_WIRE)]
     assert any("postrelay.smtp.throttled" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_chunk_lost_without_a_reply_is_not_sent_again_on_a_fresh_connection(servers):
+    """With DATA, a reused connection found closed before any reply is reopened and the
+    message sent there: it never left. With BDAT it went with the commands and may have
+    been taken, so the send fails as transient and a retry is left to the job."""
+    server = ChunkingServer()
+    server.vanish_after = 2
+    pool = await pool_to(servers, server)
+    try:
+        await pool.send(SENDER, [ANN], MESSAGE)
+        with pytest.raises(SmtpTransient) as caught:
+            await pool.send(SENDER, [BOB], MESSAGE)
+    finally:
+        await pool.close()
+
+    assert caught.value.stage == "mail" and caught.value.reply is None
+    assert [rcpts for rcpts, _ in server.messages] == [[ANN], [BOB]]
+    assert server.connections == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import string
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -178,3 +179,19 @@ def inbound(receiver_engine: AsyncEngine, return_path: ReturnPath,
                            max_connections=2)
     with InboundServer(receiver_engine, return_path, SuppressionPolicy(), config) as server:
         yield server
+
+
+@pytest.fixture
+def written(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """What the receiver's sessions hand their sockets, write by write (the listener runs
+    on a thread of its own, the test on the main one)."""
+    writes: list[bytes] = []
+    write = asyncio.StreamWriter.write
+
+    def recording(self: asyncio.StreamWriter, data: bytes) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            writes.append(bytes(data))
+        write(self, data)
+
+    monkeypatch.setattr(asyncio.StreamWriter, "write", recording)
+    return writes

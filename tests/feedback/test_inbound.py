@@ -4,7 +4,6 @@ the way MTAs deliver bounces (null sender, to the VERP address), over a real Pos
 from __future__ import annotations
 
 import asyncio
-import threading
 import uuid
 
 import aiosmtplib
@@ -93,19 +92,10 @@ async def test_bounces_pipelined_as_mtas_send_them_are_each_recorded(
 
 
 async def test_replies_to_pipelined_commands_leave_together(inbound, engine, tenant, look,
-                                                           return_path, monkeypatch):
+                                                           return_path, written):
     """RFC 2920: the replies to MAIL, RCPT and DATA sent in one write come back in one
     (each 250 waits while the next command is already there); a refusal among them is
     answered in order, and the message still needs its 354."""
-    written: list[bytes] = []  # what the receiver's sessions hand their sockets, write by write
-    write = asyncio.StreamWriter.write
-
-    def recording(self, data):
-        if threading.current_thread() is not threading.main_thread():
-            written.append(bytes(data))
-        return write(self, data)
-
-    monkeypatch.setattr(asyncio.StreamWriter, "write", recording)
     with engine.begin() as conn:
         sent = insert_log(conn, tenant_id=tenant)
     verp = return_path.address(sent["id"])

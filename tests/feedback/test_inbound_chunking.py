@@ -5,7 +5,6 @@ to the real listener, recorded on the real PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
-import threading
 import uuid
 
 import pytest
@@ -57,16 +56,7 @@ def stored(inbound, monkeypatch) -> list[bytes]:
 
 
 async def test_a_bounce_in_one_bdat_chunk_is_answered_in_one_write_and_recorded(
-        inbound, engine, tenant, look, return_path, stored, monkeypatch):
-    written: list[bytes] = []  # what the receiver's sessions hand their sockets, write by write
-    write = asyncio.StreamWriter.write
-
-    def recording(self, data):
-        if threading.current_thread() is not threading.main_thread():
-            written.append(bytes(data))
-        return write(self, data)
-
-    monkeypatch.setattr(asyncio.StreamWriter, "write", recording)
+        inbound, engine, tenant, look, return_path, stored, written):
     with engine.begin() as conn:
         sent = insert_log(conn, tenant_id=tenant)
     verp = return_path.address(sent["id"])

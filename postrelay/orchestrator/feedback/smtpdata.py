@@ -2,8 +2,8 @@
 
 aiosmtpd reads DATA one line at a time (an `await readuntil` and its bookkeeping per
 line: about half of its dialogue's CPU for a DSN of 70 lines). This reads up to each
-`.<CR><LF>` it meets (or as much as the stream's limit allows) and applies the same rules
-to the lines it got, in order:
+`.<CR><LF>` it meets (or as much as the stream's limit allows) until one ends a lone dot
+line, and applies the same rules to the lines it got, in order:
 
 - a line longer than `max_line` bytes (CRLF included) makes it `500 Line too long`;
 - more than `max_bytes` bytes of lines (as sent, dot-stuffing included, the final `.`
@@ -24,6 +24,7 @@ TOO_LONG = "500 Line too long (see RFC5321 4.5.3.1.6)"
 TOO_MUCH = "552 Error: Too much mail data"
 _END = b".\r\n"
 _CRLF = b"\r\n"
+FEED_BYTES = 64 * 1024
 
 
 class _Lines:
@@ -96,16 +97,26 @@ async def read_data(reader: asyncio.StreamReader, *, max_bytes: int | None,
     """The message up to its lone `.` line, and the error reply (then the message is
     empty) when it broke a limit; the whole of it is read in any case."""
     lines = _Lines(max_bytes, max_line)
+    # What was read and not yet checked: checked once at the end, not at each line that
+    # ends in a dot (most sentences of a bounce do), and in slices before that, so a message
+    # refused for its size is not held whole. A slice leaves its last two bytes here: the
+    # line end a lone dot must follow.
+    pending = bytearray()
+    fed = False
     while True:
         try:
-            piece = await reader.readuntil(_END)
+            pending += await reader.readuntil(_END)
         except asyncio.LimitOverrunError as exc:  # no `.` CRLF within the stream's limit
-            lines.feed(await reader.read(exc.consumed))
-            continue
-        lines.feed(piece[:-3])
-        if lines.at_line_start:
-            break
-        lines.feed(_END)
+            pending += await reader.read(exc.consumed)
+        else:
+            if pending.endswith(_CRLF + _END) or (not fed and pending == _END):
+                del pending[-len(_END):]
+                lines.feed(bytes(pending))
+                break
+        if len(pending) >= FEED_BYTES:
+            lines.feed(bytes(pending[:-2]))
+            del pending[:-2]
+            fed = True
     if lines.error is not None:
         return b"", lines.error
     return lines.content(), None

@@ -131,3 +131,19 @@ async def test_a_bdat_without_a_size_is_refused_and_the_session_ends(inbound):
         assert await asyncio.wait_for(client.reader.read(), 5) == b""  # closed, QUIT unread
     finally:
         client.close()
+
+
+async def test_a_client_gone_mid_chunk_leaves_nothing_and_the_next_is_served(
+        inbound, return_path, stored):
+    verp = return_path.address(uuid.uuid4()).encode()
+    client = await Client.open(inbound.config.port)
+    client.writer.write(b"MAIL FROM:<>\r\nRCPT TO:<%s>\r\nBDAT 1000 LAST\r\nonly part" % verp)
+    await client.writer.drain()
+    client.close()  # the replies to MAIL and RCPT wait for the chunk's: none come
+    again = await Client.open(inbound.config.port)
+    try:
+        again.writer.write(b"MAIL FROM:<>\r\nRCPT TO:<%s>\r\nBDAT 4 LAST\r\nwhole" % verp)
+        assert [r[:3] for r in await again.replies(3)] == [b"250"] * 3
+    finally:
+        again.close()
+    assert stored == [b"whol"]

@@ -259,10 +259,11 @@ class _Server(SMTP):
         await self.push("250 OK" if status is MISSING else status)
 
     def _close(self) -> None:
-        """End the session, as aiosmtpd's QUIT does."""
-        assert self._handler_coroutine is not None and self.transport is not None
-        self._handler_coroutine.cancel()
-        self.transport.close()
+        """End the session, as aiosmtpd's QUIT does (the connection may be gone already)."""
+        if self._handler_coroutine is not None:
+            self._handler_coroutine.cancel()
+        if self.transport is not None:
+            self.transport.close()
 
     def _getaddr(self, arg: str) -> tuple[str | None, str | None]:
         # aiosmtpd reads every path with email's full RFC 5322 parser (and defines a class

@@ -39,6 +39,7 @@ class Handler:
 class Registry:
     def __init__(self) -> None:
         self._handlers: dict[str, Handler] = {}
+        self._claim_hooks: dict[str, ClaimHook] = {}  # by kind: what announce tells
         # What the handlers hold open (connections), released once the worker has stopped.
         self.closers: list[Callable[[], Awaitable[None]]] = []
 
@@ -52,6 +53,10 @@ class Registry:
             raise ValidationError("on_claim", "must be a plain function: it must not block "
                                               "the claim")
         self._handlers[kind] = Handler(kind, fn, timeout, on_claim)
+        if on_claim is None:
+            self._claim_hooks.pop(kind, None)
+        else:
+            self._claim_hooks[kind] = on_claim
 
     def handler(
         self, kind: str, *, timeout: float | None = None
@@ -67,7 +72,7 @@ class Registry:
 
     def announce(self, jobs: Sequence[Job]) -> None:
         """Tell each kind's claim hook of its jobs in this claim."""
-        hooks = {h.kind: h.on_claim for h in self._handlers.values() if h.on_claim}
+        hooks = self._claim_hooks
         if not hooks:  # most workers: nothing to sort the claim for
             return
         by_kind: dict[str, list[Job]] = {}

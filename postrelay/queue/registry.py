@@ -52,11 +52,7 @@ class Registry:
         if on_claim is not None and inspect.iscoroutinefunction(on_claim):
             raise ValidationError("on_claim", "must be a plain function: it must not block "
                                               "the claim")
-        self._handlers[kind] = Handler(kind, fn, timeout, on_claim)
-        if on_claim is None:
-            self._claim_hooks.pop(kind, None)
-        else:
-            self._claim_hooks[kind] = on_claim
+        self._add(Handler(kind, fn, timeout, on_claim))
 
     def handler(
         self, kind: str, *, timeout: float | None = None
@@ -92,9 +88,18 @@ class Registry:
     def merged(self, other: Registry) -> Registry:
         """A new registry with this one's handlers, then `other`'s on top."""
         merged = Registry()
-        merged._handlers = {**self._handlers, **other._handlers}
+        for handler in (*self._handlers.values(), *other._handlers.values()):
+            merged._add(handler)
         merged.closers = [*self.closers, *other.closers]
         return merged
+
+    def _add(self, handler: Handler) -> None:
+        """The one way in for a handler: its claim hook is indexed (or unindexed) with it."""
+        self._handlers[handler.kind] = handler
+        if handler.on_claim is None:
+            self._claim_hooks.pop(handler.kind, None)
+        else:
+            self._claim_hooks[handler.kind] = handler.on_claim
 
 
 default_registry = Registry()

@@ -1,10 +1,14 @@
-"""The worker process releases what its handlers hold open once the worker has stopped."""
+"""The worker process: the registries merged into it keep their claim hooks, and it releases
+what its handlers hold open once the worker has stopped."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+from uuid import uuid4
+
 from postrelay.core.db import Database, sqlalchemy_url
 from postrelay.core.settings import Settings
-from postrelay.queue import Registry
+from postrelay.queue import Job, Registry
 from postrelay.runtime import build_worker
 
 
@@ -17,6 +21,27 @@ def test_merged_registries_keep_every_closer() -> None:
     builtin.closers.append(first)
     app.closers.append(second)
     assert builtin.merged(app).closers == [first, second]
+
+
+def test_merged_registries_keep_every_claim_hook() -> None:
+    """A kind's claim hook hears of its jobs through any merge; a handler merged on top
+    without one takes its kind's hook away."""
+    told: list[str] = []
+
+    async def run(job: Job) -> None: ...
+
+    builtin, app, override = Registry(), Registry(), Registry()
+    builtin.register("email_send", run, on_claim=lambda jobs: told.append("email"))
+    app.register("reindex", run, on_claim=lambda jobs: told.append("reindex"))
+    override.register("reindex", run)
+    now = datetime.now(UTC)
+    jobs = [Job(uuid4(), uuid4(), kind, {}, 100, 1, 3, now, now, now, None)
+            for kind in ("email_send", "reindex")]
+    builtin.merged(app).announce(jobs)
+    assert told == ["email", "reindex"]
+    told.clear()
+    builtin.merged(app).merged(override).announce(jobs)
+    assert told == ["email"]
 
 
 async def test_stopping_a_worker_process_runs_its_handlers_closers(database_url, clean_db):

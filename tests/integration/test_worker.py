@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections import Counter
 
+import pytest
 from sqlalchemy import text
 
 from postrelay.queue import PermanentError, Registry, RetryAfter, StopJob, enqueue
@@ -210,10 +211,12 @@ async def test_a_saturated_worker_claims_freed_slots_together(engine, async_engi
     assert claims <= 25, claims
 
 
+@pytest.mark.parametrize("merged", [False, True], ids=["own", "merged"])
 async def test_a_claim_hook_hears_of_its_kinds_jobs_before_they_run(engine, async_engine,
-                                                                   libpq, tenant):
+                                                                   libpq, tenant, merged):
     """Each claim's jobs of the kind, before any of them runs; a hook that raises costs
-    nothing but itself (the jobs run all the same)."""
+    nothing but itself (the jobs run all the same). Its registry may be merged into the
+    worker's, as the email handler's is (runtime.py)."""
     registry = Registry()
     told: list[list[int]] = []
     started: list[int] = []
@@ -233,6 +236,8 @@ async def test_a_claim_hook_hears_of_its_kinds_jobs_before_they_run(engine, asyn
 
     registry.register("reindex", run, on_claim=hook)
     registry.register("email_send", other)
+    if merged:
+        registry = Registry().merged(registry)
     from postrelay.queue import JobSpec, enqueue_many
 
     with engine.begin() as conn:

@@ -72,11 +72,6 @@ def email_suppression_list(conn: Connection, *, tenant_id: str | None, limit: in
                                           {"tenant_id": tenant_id, "limit": limit}).mappings()]
 
 
-def email_suppression_delete(conn: Connection, *, tenant_id: str, address: str) -> bool:
-    return conn.execute(EMAIL_SQL["email_suppression_delete"],
-                        {"tenant_id": tenant_id, "address": address}).first() is not None
-
-
 def email_log_list(conn: Connection, **filters: Any) -> list[dict[str, Any]]:
     narrowed = any(filters[f] is not None for f in ("recipient", "event_id", "job_id"))
     if narrowed:

@@ -129,6 +129,9 @@ email_suppression = Table(
     Column("source", Text),  # smtp (the reply at send time), mail, ses, postmark, ...
     Column("feedback_id", UUID(as_uuid=True)),  # the feedback that suppressed it
     PrimaryKeyConstraint("tenant_id", "address", "category", name="aa_email_suppression_pkey"),
+    # A feedback report's readers ask whether it suppressed (migration 0024).
+    Index("ix_email_suppression_feedback", "feedback_id",
+          postgresql_where=text("feedback_id IS NOT NULL")),
 )
 
 email_feedback = Table(
@@ -148,6 +151,9 @@ email_feedback = Table(
     Column("source_event_id", Text),  # the source's own id: a DSN's Message-ID, an SNS id
     # The same feedback twice (a provider's retry, a DSN sent again) has the same key.
     Column("dedupe_key", Text, nullable=False),
+    # Whether this report suppressed its address: while the suppression stands, its row
+    # names the report (aa_email_suppression.feedback_id) and this stays false; lifting it
+    # sets this, so the history stays (the readers: feedback.sql, email_feedback_list).
     Column("suppressed", Boolean, nullable=False, server_default=text("false")),
     Column("detail", JSONB),  # what else the source said (Action, Feedback-Type, headers)
     Column("occurred_at", TIMESTAMPTZ),  # when the source says it happened

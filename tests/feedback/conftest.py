@@ -18,7 +18,8 @@ from sqlalchemy import Connection, Engine, TextClause, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from postrelay.core.db import sqlalchemy_url
-from postrelay.orchestrator import ReturnPath
+from postrelay.orchestrator import ReturnPath, feedback_list
+from postrelay.orchestrator.admin import MAX_LIMIT
 from postrelay.orchestrator.feedback import SuppressionPolicy
 from postrelay.orchestrator.feedback.inbound import InboundConfig, InboundServer
 
@@ -108,7 +109,10 @@ class Look:
             return [dict(r) for r in conn.execute(text(sql), params).mappings()]
 
     def feedback(self) -> list[dict[str, Any]]:
-        return self.rows("SELECT * FROM mdm.aa_email_feedback ORDER BY received_at, id")
+        """Oldest first, as operators read it (whether a report suppressed is read from the
+        suppression that names it)."""
+        with self.engine.connect() as conn:
+            return feedback_list(conn, limit=MAX_LIMIT)[::-1]
 
     def log(self, log_id: uuid.UUID) -> dict[str, Any]:
         return self.rows("SELECT * FROM mdm.aa_email_log WHERE id = :id", id=log_id)[0]

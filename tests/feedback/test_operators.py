@@ -34,9 +34,13 @@ def test_unsuppress_writes_an_audit_row_with_what_was_lifted_and_by_whom(
         return subprocess.run([POSTRELAY, *args], env=worker_env, capture_output=True,
                               text=True, timeout=60)
 
+    made = {(r["kind"], r["id"]) for r in look.feedback() if r["suppressed"]}
     lifted = postrelay("emails", "unsuppress", "Ann@Example.com", "--tenant", str(tenant))
     assert lifted.returncode == 0, lifted.stderr
     assert look.suppressed(tenant) == {}
+    # The reports that suppressed still say so, after the rows that named them are gone.
+    assert {(r["kind"], r["id"]) for r in look.feedback() if r["suppressed"]} == made
+    assert {kind for kind, _ in made} == {"bounced", "unsubscribe"}
     (audit,) = look.rows("SELECT * FROM mdm.aa_email_suppression_audit")
     assert (audit["tenant_id"], audit["address"], audit["action"]) == (tenant, ANN,
                                                                        "unsuppress")

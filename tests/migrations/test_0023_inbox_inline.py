@@ -40,6 +40,8 @@ def test_0023_keeps_inbox_rows_inline_and_back(empty_url: str, empty_engine: Eng
         assert conn.execute(text("SELECT count(*) FROM mdm.aa_feedback_inbox")).scalar() == 1
         conn.execute(insert, {"raw": bounce})
         assert _stored(conn) == (len(bounce), False)  # as it came
+    upgrade(empty_url, "head")
+    with empty_engine.connect() as conn:
         assert schema_diff(conn) == []
     downgrade(empty_url, "0022")
     with empty_engine.connect() as conn:

@@ -122,12 +122,6 @@ WHERE CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid)
 ORDER BY created_at DESC, address
 LIMIT :limit;
 
--- name: email_suppression_delete
--- An operator lets an address receive mail again (the mailbox exists after all).
-DELETE FROM mdm.aa_email_suppression
-WHERE tenant_id = CAST(:tenant_id AS uuid) AND address = :address
-RETURNING address;
-
 -- name: email_log_list
 -- The log, newest first, narrowed by tenant, status, recipient, event or job (and the
 -- rest). A status matches the SMTP outcome or what feedback said later (a late bounce): ix_email_log_tenant_time, ix_email_log_status_time, the recipients' GIN index,
@@ -251,7 +245,9 @@ SELECT to_jsonb(t) AS log,
        (SELECT COALESCE(jsonb_agg(jsonb_build_object(
                    'id', f.id, 'email_log_id', f.email_log_id, 'recipient', f.recipient,
                    'kind', f.kind, 'status', f.status, 'diagnostic', f.diagnostic,
-                   'source', f.source, 'suppressed', f.suppressed,
+                   'source', f.source,
+                   'suppressed', f.suppressed OR EXISTS (
+                       SELECT 1 FROM mdm.aa_email_suppression s WHERE s.feedback_id = f.id),
                    'received_at', f.received_at) ORDER BY f.received_at, f.id), '[]')
         FROM mdm.aa_email_feedback f
         JOIN mdm.aa_email_log a ON a.id = f.email_log_id

@@ -97,7 +97,9 @@ RETURNING id, dedupe_key,
 --   is completed without a second send, with an audit row; only when that row is the
 --   job's last attempt (a later attempt's failure is another story);
 -- * the suppressions the caller decided on: the first report of the batch for an address
---   and category makes it, unless one was there already.
+--   and category makes it, unless one was there already. The suppression row names the
+--   report (feedback_id), which is how readers know that it suppressed: the report's own
+--   row is not updated (a second version of it, and an entry in each of its indexes).
 -- Log rows are locked in id order, so concurrent batches cannot deadlock on them.
 WITH w AS (
     SELECT r.*, e.n
@@ -165,11 +167,6 @@ WITH w AS (
     ORDER BY w.tenant_id, w.recipient, w.category, w.n
     ON CONFLICT (tenant_id, address, category) DO NOTHING
     RETURNING feedback_id
-), marked AS (
-    -- By its primary key: a generic plan made while the table was small would otherwise
-    -- join the whole table, and keep doing so as it grows.
-    UPDATE mdm.aa_email_feedback SET suppressed = true
-    WHERE id = ANY (ARRAY(SELECT feedback_id FROM suppressed))
 )
 SELECT w.n, g.old_status, h.id AS completed_job,
        w.feedback_id IN (SELECT feedback_id FROM suppressed) AS suppressed
@@ -181,9 +178,13 @@ ORDER BY w.n;
 -- name: email_feedback_list
 -- Feedback, newest first, narrowed by tenant, kind, source, time, or to the unmatched
 -- (no log row took the report's word: nothing named, or a recipient it never had).
+-- `suppressed`: the report made a suppression that stands (its row names the report) or
+-- that was lifted since (the lift set the flag).
 SELECT f.id, f.tenant_id, f.email_log_id, f.matched_by, f.recipient, f.kind, f.status,
-       f.diagnostic, f.source, f.source_event_id, f.suppressed, f.detail, f.occurred_at,
-       f.received_at
+       f.diagnostic, f.source, f.source_event_id,
+       f.suppressed OR EXISTS (SELECT 1 FROM mdm.aa_email_suppression s
+                               WHERE s.feedback_id = f.id) AS suppressed,
+       f.detail, f.occurred_at, f.received_at
 FROM mdm.aa_email_feedback f
 WHERE (CAST(:tenant_id AS uuid) IS NULL OR f.tenant_id = CAST(:tenant_id AS uuid))
   AND (CAST(:kind AS text) IS NULL OR f.kind = CAST(:kind AS text))
@@ -217,11 +218,15 @@ WHERE id IN (SELECT id FROM mdm.aa_email_suppression_audit
 -- name: email_suppression_lift
 -- An operator lets an address receive a tenant's mail again: every category's row goes,
 -- and one audit row keeps what was lifted and by whom. Nothing is audited when nothing
--- was suppressed.
+-- was suppressed. The reports that made the rows keep, in their own flag, that they
+-- suppressed (readers found it in the rows until now).
 WITH lifted AS (
     DELETE FROM mdm.aa_email_suppression
     WHERE tenant_id = CAST(:tenant_id AS uuid) AND address = :address
     RETURNING category, reason, source, smtp_enhanced, feedback_id, created_at
+), kept AS (
+    UPDATE mdm.aa_email_feedback SET suppressed = true
+    WHERE id = ANY (ARRAY(SELECT feedback_id FROM lifted WHERE feedback_id IS NOT NULL))
 ), audited AS (
     INSERT INTO mdm.aa_email_suppression_audit (tenant_id, address, action, actor, detail)
     SELECT CAST(:tenant_id AS uuid), :address, 'unsuppress', :actor,

@@ -214,9 +214,8 @@ async def test_a_saturated_worker_claims_freed_slots_together(engine, async_engi
 @pytest.mark.parametrize("merged", [False, True], ids=["own", "merged"])
 async def test_a_claim_hook_hears_of_its_kinds_jobs_before_they_run(engine, async_engine,
                                                                    libpq, tenant, merged):
-    """Each claim's jobs of the kind, before any of them runs; a hook that raises costs
-    nothing but itself (the jobs run all the same). Its registry may be merged into the
-    worker's, as the email handler's is (runtime.py)."""
+    """Each claim's jobs of the kind, before any of them runs, also through a merge (as
+    runtime.py builds the worker's); a hook that raises costs nothing but itself."""
     registry = Registry()
     told: list[list[int]] = []
     started: list[int] = []
@@ -236,8 +235,7 @@ async def test_a_claim_hook_hears_of_its_kinds_jobs_before_they_run(engine, asyn
 
     registry.register("reindex", run, on_claim=hook)
     registry.register("email_send", other)
-    if merged:
-        registry = Registry().merged(registry)
+    registry = Registry().merged(registry) if merged else registry
     from postrelay.queue import JobSpec, enqueue_many
 
     with engine.begin() as conn:

@@ -38,11 +38,12 @@ ORDER BY created_at;
 -- What came back after the SMTP handoff, with the log row it changed and whether it
 -- suppressed the address.
 SELECT t.name AS tenant, l.template, l.status, l.delivery, f.recipient, f.kind, f.status AS code,
-       f.diagnostic, f.source,
-       f.suppressed OR EXISTS (SELECT 1 FROM mdm.aa_email_suppression s
-                               WHERE s.feedback_id = f.id) AS suppressed
+       f.diagnostic, f.source, f.suppressed OR made.feedback_id IS NOT NULL AS suppressed
 FROM mdm.aa_email_feedback f
 JOIN mdm.aa_email_log l ON l.id = f.email_log_id
 JOIN mdm.aa_tenant t ON t.id = l.tenant_id
+-- Whether the report suppressed: as in email_feedback_list (orchestrator/sql/feedback.sql).
+LEFT JOIN LATERAL (SELECT s.feedback_id FROM mdm.aa_email_suppression s
+                   WHERE s.feedback_id = f.id LIMIT 1) made ON true
 WHERE l.tenant_id = ANY(CAST(:tenants AS uuid[])) AND f.received_at >= :since
 ORDER BY t.name, f.recipient, f.received_at, f.id;

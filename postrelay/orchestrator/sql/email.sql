@@ -246,11 +246,13 @@ SELECT to_jsonb(t) AS log,
                    'id', f.id, 'email_log_id', f.email_log_id, 'recipient', f.recipient,
                    'kind', f.kind, 'status', f.status, 'diagnostic', f.diagnostic,
                    'source', f.source,
-                   'suppressed', f.suppressed OR EXISTS (
-                       SELECT 1 FROM mdm.aa_email_suppression s WHERE s.feedback_id = f.id),
+                   'suppressed', f.suppressed OR made.feedback_id IS NOT NULL,
                    'received_at', f.received_at) ORDER BY f.received_at, f.id), '[]')
         FROM mdm.aa_email_feedback f
         JOIN mdm.aa_email_log a ON a.id = f.email_log_id
+        -- Whether the report suppressed: as in email_feedback_list (feedback.sql).
+        LEFT JOIN LATERAL (SELECT s.feedback_id FROM mdm.aa_email_suppression s
+                           WHERE s.feedback_id = f.id LIMIT 1) made ON true
         WHERE (a.job_id = t.job_id AND a.message_id = t.message_id OR a.id = t.id)
           AND a.tenant_id = t.tenant_id) AS feedback
 FROM target t;

@@ -179,13 +179,16 @@ ORDER BY w.n;
 -- Feedback, newest first, narrowed by tenant, kind, source, time, or to the unmatched
 -- (no log row took the report's word: nothing named, or a recipient it never had).
 -- `suppressed`: the report made a suppression that stands (its row names the report) or
--- that was lifted since (the lift set the flag).
+-- that was lifted since (the lift set the flag). The suppression is looked up per row
+-- shown, through ix_email_suppression_feedback: written as an EXISTS, the planner may
+-- instead hash the whole suppression list to answer one page.
 SELECT f.id, f.tenant_id, f.email_log_id, f.matched_by, f.recipient, f.kind, f.status,
        f.diagnostic, f.source, f.source_event_id,
-       f.suppressed OR EXISTS (SELECT 1 FROM mdm.aa_email_suppression s
-                               WHERE s.feedback_id = f.id) AS suppressed,
+       f.suppressed OR made.feedback_id IS NOT NULL AS suppressed,
        f.detail, f.occurred_at, f.received_at
 FROM mdm.aa_email_feedback f
+LEFT JOIN LATERAL (SELECT s.feedback_id FROM mdm.aa_email_suppression s
+                   WHERE s.feedback_id = f.id LIMIT 1) made ON true
 WHERE (CAST(:tenant_id AS uuid) IS NULL OR f.tenant_id = CAST(:tenant_id AS uuid))
   AND (CAST(:kind AS text) IS NULL OR f.kind = CAST(:kind AS text))
   AND (CAST(:source AS text) IS NULL OR f.source = CAST(:source AS text))

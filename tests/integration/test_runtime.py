@@ -44,6 +44,24 @@ def test_merged_registries_keep_every_claim_hook() -> None:
     assert told == ["email"]
 
 
+async def test_the_built_worker_tells_the_email_handler_of_each_claim(database_url, clean_db):
+    """The email handler's read before sending starts when its jobs are claimed: the
+    worker's registry, merged from the built-in ones, announces a claim to its hook."""
+    db = Database(url=sqlalchemy_url(database_url))
+    process = build_worker(Settings(database_url=database_url,
+                                    email_from="Acme <noreply@acme.example>"),
+                           db, registry=Registry(), maintenance=False)
+    email_sender = process.closers[0].__self__  # type: ignore[attr-defined]
+    now = datetime.now(UTC)
+    job = Job(uuid4(), uuid4(), "email_send",
+              {"template": "welcome", "to": ["ann@example.com"], "context": {}}, 100, 1, 3,
+              now, now, now, None)
+    process.worker.registry.announce([job])
+    ready = email_sender.claimed_jobs.take(job)
+    await email_sender.close()
+    assert ready is not None and ready.recipients == ["ann@example.com"]
+
+
 async def test_stopping_a_worker_process_runs_its_handlers_closers(database_url, clean_db):
     closed: list[str] = []
     app = Registry()

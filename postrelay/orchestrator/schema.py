@@ -153,7 +153,8 @@ email_feedback = Table(
     Column("dedupe_key", Text, nullable=False),
     # Whether this report suppressed its address: while the suppression stands, its row
     # names the report (aa_email_suppression.feedback_id) and this stays false; lifting it
-    # sets this, so the history stays (the readers: feedback.sql, email_feedback_list).
+    # sets this, so the history stays. Read so by email_feedback_list (feedback.sql), the
+    # email story (email.sql) and the demo's feedback rows (demo.sql).
     Column("suppressed", Boolean, nullable=False, server_default=text("false")),
     Column("detail", JSONB),  # what else the source said (Action, Feedback-Type, headers)
     Column("occurred_at", TIMESTAMPTZ),  # when the source says it happened

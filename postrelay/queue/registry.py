@@ -39,7 +39,6 @@ class Handler:
 class Registry:
     def __init__(self) -> None:
         self._handlers: dict[str, Handler] = {}
-        self._claim_hooks: dict[str, ClaimHook] = {}  # by kind: what announce tells
         # What the handlers hold open (connections), released once the worker has stopped.
         self.closers: list[Callable[[], Awaitable[None]]] = []
 
@@ -52,7 +51,7 @@ class Registry:
         if on_claim is not None and inspect.iscoroutinefunction(on_claim):
             raise ValidationError("on_claim", "must be a plain function: it must not block "
                                               "the claim")
-        self._add(Handler(kind, fn, timeout, on_claim))
+        self._handlers[kind] = Handler(kind, fn, timeout, on_claim)
 
     def handler(
         self, kind: str, *, timeout: float | None = None
@@ -67,8 +66,9 @@ class Registry:
         return self._handlers.get(kind)
 
     def announce(self, jobs: Sequence[Job]) -> None:
-        """Tell each kind's claim hook of its jobs in this claim."""
-        hooks = self._claim_hooks
+        """Tell each kind's claim hook of its jobs in this claim. The hooks are read off
+        the handlers each time: a registry has a few kinds, and no copy can fall behind."""
+        hooks = {h.kind: h.on_claim for h in self._handlers.values() if h.on_claim}
         if not hooks:  # most workers: nothing to sort the claim for
             return
         by_kind: dict[str, list[Job]] = {}
@@ -88,18 +88,9 @@ class Registry:
     def merged(self, other: Registry) -> Registry:
         """A new registry with this one's handlers, then `other`'s on top."""
         merged = Registry()
-        for handler in (*self._handlers.values(), *other._handlers.values()):
-            merged._add(handler)
+        merged._handlers = {**self._handlers, **other._handlers}
         merged.closers = [*self.closers, *other.closers]
         return merged
-
-    def _add(self, handler: Handler) -> None:
-        """The one way in for a handler: its claim hook is indexed (or unindexed) with it."""
-        self._handlers[handler.kind] = handler
-        if handler.on_claim is None:
-            self._claim_hooks.pop(handler.kind, None)
-        else:
-            self._claim_hooks[handler.kind] = handler.on_claim
 
 
 default_registry = Registry()

@@ -151,10 +151,16 @@ class Relay:
     def _jobs_for(self, event: Event, max_bytes: int) -> list[tuple[str, ValidatedJob, bool]]:
         """The jobs the routes ask for, each checked here: a job a route got wrong fails
         its own event, not the batch."""
-        jobs = []
+        jobs: list[tuple[str, ValidatedJob, bool]] = []
         for route in self.routes.matching(event.event_type):
             for request in route.requests(event):
                 name = route.name if request.key is None else f"{route.name}:{request.key}"
+                # Two links of one name in a batch would fail the whole batch, again at
+                # every retry, and stall every event behind this one.
+                if any(name == taken for taken, _, _ in jobs):
+                    raise ValidationError(
+                        "key", f"route {route.name!r} asked for two jobs named {name!r}: "
+                               "each job of an event needs its own key")
                 try:
                     job = validated_job(
                         request.kind, request.payload, event.tenant_id, request.priority,

@@ -190,7 +190,9 @@ async def test_a_route_asking_for_an_invalid_job_fails_only_its_event(
     routes = RouteRegistry()
 
     @routes.route("order.placed", name="sloppy")
-    def sloppy(event: Event) -> JobRequest:
+    def sloppy(event: Event) -> JobRequest | list[JobRequest]:
+        if event.payload["n"] == 4:  # two jobs under one name: their links would clash
+            return [JobRequest("reindex", {}, key="x"), JobRequest("reindex", {}, key="x")]
         if event.payload["n"] == 1:
             return JobRequest("reindex", ["not", "an", "object"])  # type: ignore[arg-type]
         if event.payload["n"] == 2:
@@ -199,15 +201,16 @@ async def test_a_route_asking_for_an_invalid_job_fails_only_its_event(
 
     with engine.begin() as conn:
         ids = [emit(conn, "order.placed", {"n": n}, tenant_id=tenant, aggregate_type="order",
-                    aggregate_id=n) for n in range(4)]
+                    aggregate_id=n) for n in range(5)]
     result = await Relay(async_engine, routes).run_once()
-    assert (result.handled, result.jobs, result.failed) == (2, 2, 2)
+    assert (result.handled, result.jobs, result.failed) == (2, 2, 3)
     with engine.connect() as conn:
         events = dict(conn.execute(text(
             "SELECT id, last_error FROM mdm.aa_outbox_event WHERE handled_at IS NULL")).all())
         payloads = conn.execute(text("SELECT payload FROM mdm.aa_job ORDER BY payload->>'n'"))
         assert [p for (p,) in payloads] == [{"n": 0}, {"n": 3}]
-    assert set(events) == {ids[1], ids[2]}
+    assert set(events) == {ids[1], ids[2], ids[4]}
+    assert "key: route 'sloppy' asked for two jobs named 'sloppy:x'" in events[ids[4]]
     assert "payload: must be a JSON object" in events[ids[1]]
     assert "priority: must be between" in events[ids[2]]
     assert "route 'sloppy' asked for an invalid job" in events[ids[2]]

@@ -27,6 +27,7 @@ from postrelay.core.limits import (
     MAX_PAYLOAD_BYTES_ENV,
     NUL_RULE,
     SURROGATE_RULE,
+    storable,
 )
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
@@ -53,9 +54,18 @@ def encode(value: Any) -> str:
 
 
 def encode_rows(rows: Any) -> str:
-    """`rows` as compact JSON for a statement's jsonb parameter, UUIDs and datetimes (and
-    anything else JSON has no type for) as their text."""
-    return _ROWS_ENCODER.encode(rows)
+    """`rows` (or one row's jsonb value) as compact JSON for a statement's parameter, UUIDs
+    and datetimes (and anything else JSON has no type for) as their text. What such rows
+    record comes partly from outside (an SMTP server's reply, a bounce): a NUL or an
+    unpaired surrogate (a byte that was not UTF-8, kept by a `surrogateescape` decode)
+    becomes U+FFFD, since jsonb refuses both and one such row would fail the statement of
+    every row beside it."""
+    text = _ROWS_ENCODER.encode(rows)
+    # Any escape starts with a backslash: looking for one character is a memchr, many
+    # times faster than looking for two.
+    if "\\" in text and ("\\u0000" in text or "\\ud" in text) and _bad_escape(text):
+        text = _ROWS_ENCODER.encode(_storable(rows))
+    return text
 
 
 def decode(text: str) -> Any:
@@ -109,6 +119,17 @@ def _bad_escape(text: str) -> str | None:
     if "\\ud" in rest:
         return SURROGATE_RULE
     return None
+
+
+def _storable(value: Any) -> Any:
+    """`value` with U+FFFD for each NUL and unpaired surrogate of its strings and keys."""
+    if isinstance(value, str):
+        return storable(value)
+    if isinstance(value, dict):
+        return {_storable(key): _storable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_storable(item) for item in value]
+    return value
 
 
 def _deeper_than(text: str, limit: int) -> bool:

@@ -3,7 +3,10 @@ before it sends anything, so that bad input is a ValidationError and the caller'
 transaction stays usable (a value the server refuses aborts the whole transaction).
 
 - Text columns and jsonb cannot hold U+0000 (NUL), and nothing can hold an unpaired
-  surrogate (it has no UTF-8 form).
+  surrogate (it has no UTF-8 form). Input is refused with a ValidationError; text that
+  only records what happened (an error, an SMTP server's reply, a bounce) is made
+  storable instead (`storable`): one such value must not keep a whole batch from its
+  table.
 - A JSON document (a payload, an event's headers) is at most `max_payload_bytes()` bytes as
   postrelay sends it: compact, with every non-ASCII character as a `\\uXXXX` escape. The
   default is 256 KiB; `POSTRELAY_MAX_PAYLOAD_BYTES` changes it.
@@ -15,6 +18,7 @@ transaction stays usable (a value the server refuses aborts the whole transactio
 from __future__ import annotations
 
 import os
+import re
 
 from postrelay.core.errors import ConfigError, ValidationError
 
@@ -33,6 +37,15 @@ MAX_NAME_CHARS = 255  # event types, aggregate types and ids
 NUL_RULE = "must not contain the NUL character (U+0000): PostgreSQL cannot store it"
 SURROGATE_RULE = "must not contain an unpaired surrogate (U+D800-U+DFFF): it has no UTF-8 form"
 DEPTH_RULE = f"must not nest objects and arrays more than {MAX_DEPTH} levels deep"
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")  # a NUL or a surrogate
+
+
+def storable(text: str) -> str:
+    """`text` with U+FFFD (the replacement character) for each NUL and unpaired surrogate
+    (a byte that was not UTF-8, kept by a `surrogateescape` decode)."""
+    if text.isascii() and "\x00" not in text:  # the usual case, at C speed
+        return text
+    return _UNSTORABLE.sub("\ufffd", text)
 
 
 def max_payload_bytes() -> int:

@@ -11,6 +11,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Literal
 
+from postrelay.core.limits import storable
 from postrelay.queue.backoff import Backoff
 from postrelay.queue.effects import Effect
 from postrelay.queue.model import Job
@@ -105,12 +106,12 @@ def decide(job: Job, outcome: Outcome, backoff: Backoff) -> Transition:
 
 def format_error(error: BaseException) -> str:
     """The error with its traceback, cut to ERROR_LIMIT bytes (keeping the end, where the
-    cause is, when it is too long)."""
+    cause is, when it is too long), storable: an error may quote what a server sent."""
     if isinstance(error, RetryAfter | StopJob | PermanentError) and error.__traceback__ is None:
         text = f"{type(error).__name__}: {error}"
     else:
         text = "".join(traceback.format_exception(error)).rstrip()
-    return truncate_utf8(text, ERROR_LIMIT)
+    return truncate_utf8(storable(text), ERROR_LIMIT)
 
 
 def truncate_utf8(text: str, limit: int) -> str:

@@ -99,6 +99,16 @@ def test_error_text_is_cut_to_4kb_keeping_the_end() -> None:
     assert t.error.endswith("THE-END") and "truncated" in t.error
 
 
+@pytest.mark.parametrize("error", [raised(ValueError("550 unknown \udce0 \x00 user")),
+                                   PermanentError("550 unknown \udce0 \x00 user")])
+def test_error_text_quoting_bytes_that_are_not_text_is_storable(error: BaseException) -> None:
+    # An SMTP reply decoded with surrogateescape: its error could neither be encoded (the
+    # run's task died, its job left running) nor stored (NUL) before.
+    t = decide(job(3, 3), Failure(error), FIXED)
+    assert t.status == "dlq" and "550 unknown \ufffd \ufffd user" in t.error
+    t.error.encode("utf-8")
+
+
 def test_truncate_utf8_never_splits_a_character() -> None:
     text = "é" * 5000
     cut = truncate_utf8(text, 4096)

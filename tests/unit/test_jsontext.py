@@ -1,0 +1,25 @@
+"""jsontext.encode_rows: what rows record from outside reaches the database storable."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+from postrelay.core import jsontext
+
+
+def test_rows_with_a_nul_or_a_lone_surrogate_get_the_replacement_character() -> None:
+    rows = [{"reply": "550 unknown \udce0 user\x00", "id": uuid.UUID(int=1),
+             "tags": ["ok", "\ud800"], "key \x00": None}]
+    assert json.loads(jsontext.encode_rows(rows)) == [{
+        "reply": "550 unknown \ufffd user\ufffd", "id": "00000000-0000-0000-0000-000000000001",
+        "tags": ["ok", "\ufffd"], "key \ufffd": None}]
+
+
+def test_text_jsonb_can_hold_is_left_as_it_is() -> None:
+    # A character beyond the BMP is a surrogate pair in JSON; "\\u0000" typed as text is a
+    # backslash and five characters, not a NUL.
+    rows = [{"a": "grinning \U0001F600", "b": "a backslash: \\u0000 and \\ud800"}]
+    text = jsontext.encode_rows(rows)
+    assert json.loads(text) == rows
+    assert text == json.dumps(rows, separators=(",", ":"))

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from postrelay.core.errors import ValidationError
+from postrelay.core.limits import storable
 from postrelay.orchestrator.schema import FEEDBACK_KINDS
 
 if TYPE_CHECKING:
@@ -19,6 +20,9 @@ if TYPE_CHECKING:
 
 SOURCES = ("mail", "ses", "postmark", "sendgrid", "one-click")
 _STATUS = re.compile(r"^[245]\.\d{1,3}\.\d{1,3}$")
+# The fields a report quotes from what a mail server or provider sent.
+QUOTED_FIELDS = ("recipient", "diagnostic", "source_event_id", "message_id", "queue_id",
+                 "category")
 
 # What each kind makes of the log row's delivery outcome, and the event it emits.
 DELIVERY = {"delivered": "delivered", "delayed": "delayed", "soft-bounced": "soft-bounced",
@@ -68,6 +72,10 @@ class Feedback:
             raise ValidationError("status", "an enhanced status code like 5.1.1")
         if self.vouched and (self.tenant_id is None or not self.recipient):
             raise ValidationError("vouched", "a vouched report names its tenant and recipient")
+        for name in QUOTED_FIELDS:  # what a mail server wrote need not be storable text
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, storable(value))
         if self.recipient is not None:
             object.__setattr__(self, "recipient", normal_address(self.recipient))
         if self.message_id is not None:

@@ -171,7 +171,7 @@ class _Row:
                 "recipient": self.recipient, "kind": f.kind, "status": f.status,
                 "diagnostic": f.diagnostic, "source": f.source,
                 "source_event_id": f.source_event_id, "dedupe_key": self.dedupe_key,
-                "detail": jsontext.encode(self.detail), "occurred_at": f.occurred_at}
+                "detail": jsontext.encode_rows(self.detail), "occurred_at": f.occurred_at}
 
     def take_insert(self, inserted: dict[str, dict[str, Any]]) -> bool:
         """Whether this report's row was inserted (else it was recorded before)."""

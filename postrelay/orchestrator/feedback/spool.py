@@ -40,7 +40,7 @@ class InboxSpool(Batches[Message, None]):
         await self.submit((list(envelope_to), raw))
 
     async def _commit(self, messages: list[Message]) -> list[None]:
-        params = {"envelopes": [jsontext.encode(to) for to, _ in messages],
+        params = {"envelopes": [jsontext.encode_rows(to) for to, _ in messages],
                   "raws": [raw for _, raw in messages]}
         try:
             # The statement is its own transaction: no BEGIN and COMMIT round trips.

@@ -3,7 +3,10 @@
 Finished runs queue up here while the previous batch is being written, so under load each
 statement carries many outcomes (one round trip for a hundred jobs) and when idle each
 outcome is written at once. A batch that fails to write (connection lost) is kept and
-retried: an outcome is never dropped while the process lives.
+retried: an outcome is never dropped while the process lives. A batch the database refuses
+(a row it cannot take, not a lost connection) is written one outcome at a time, so the
+others go on; an outcome refused on its own MAX_REFUSALS times is given up: its job goes
+to the DLQ without its effects, with an error that says why (outcome.unrecordable).
 
 Outcomes are written on a held connection (heldconn.py): with ten jobs per write, a pool
 checkout per write cost about a quarter of the worker's CPU per job. A write is one round
@@ -31,7 +34,7 @@ from postrelay.core.telemetry import event
 from postrelay.queue import queries
 from postrelay.queue.effects import effect_statements
 from postrelay.queue.model import Job
-from postrelay.queue.outcome import Transition
+from postrelay.queue.outcome import Transition, unrecordable
 
 # The outcomes and their effects commit without waiting for the WAL flush (the setting
 # rides with the outcome's statement: queries.job_complete_many, job_finalize_many). Should
@@ -51,6 +54,9 @@ RETRY_MAX_SECS = 2.0
 # once.
 LINGER_SECS = 0.005
 FULL_BATCH = 32
+MAX_REFUSALS = 5  # writes of one outcome the database refused, with the backoff between
+# Failures that say nothing about the batch: the connection or the server, not a row.
+TRANSIENT = (psycopg.OperationalError, psycopg.InterfaceError, OSError)
 
 
 class Completer:
@@ -67,6 +73,8 @@ class Completer:
         self._idle = asyncio.Event()
         self._idle.set()
         self._busy = False  # the last write carried more than one outcome
+        self._alone = 0  # writes of one outcome each still to make, after a refused batch
+        self._refusals: dict[UUID, int] = {}  # job id: refused writes of its outcome alone
         self._loop = ServiceLoop("completer", self.run_once, self._next_wait,
                                  backoff=ErrorBackoff(RETRY_BASE_SECS, RETRY_MAX_SECS),
                                  first_wait=None, failed_event="postrelay.completer.write_failed")
@@ -97,25 +105,50 @@ class Completer:
 
     async def run_once(self) -> int:
         """Write the queued outcomes (up to MAX_BATCH); returns how many were written. A
-        batch that fails to write goes back to the front of the queue, and raises."""
+        batch that fails to write is queued again (`_requeue`), and raises."""
         if self._busy and len(self._queue) < FULL_BATCH:  # let more join this write
             await asyncio.sleep(LINGER_SECS)
         self._ready.clear()  # what arrived during the linger is in this batch
-        batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+        size = 1 if self._alone else MAX_BATCH
+        batch, self._queue = self._queue[:size], self._queue[size:]
         self._busy = len(batch) > 1
         self._writing = batch
         try:
             written = await self._write(batch)
-        except Exception:  # keep the batch and try again after the backoff
-            self._queue[:0] = batch
+        except Exception as exc:  # keep the batch and try again after the backoff
+            self._requeue(batch, exc)
             raise
         finally:
             self._writing = []
+        if len(batch) == 1:
+            self._alone = max(0, self._alone - 1)
+            self._refusals.pop(batch[0][0].id, None)
         if batch and self.on_written is not None:
             self.on_written()
         if not self._queue:
             self._idle.set()
         return written
+
+    def _requeue(self, batch: list[tuple[Job, Transition]], exc: Exception) -> None:
+        """Queue a batch that failed to write again: at the front, unless the database
+        refused it. Then each of its outcomes is written on its own, and one refused on its
+        own waits behind the others, until it is replaced by outcome.unrecordable after
+        MAX_REFUSALS refusals."""
+        if isinstance(exc, TRANSIENT) or len(batch) > 1:
+            if not isinstance(exc, TRANSIENT):
+                self._alone = len(batch)
+            self._queue[:0] = batch
+            return
+        [(job, transition)] = batch
+        refusals = self._refusals.get(job.id, 0) + 1
+        if refusals < MAX_REFUSALS:
+            self._refusals[job.id] = refusals
+            self._queue.append((job, transition))
+            return
+        self._refusals.pop(job.id, None)
+        event("postrelay.completer.outcome_unrecordable", logging.ERROR, job_id=str(job.id),
+              status=transition.status, error=repr(exc))
+        self._queue.insert(0, (job, unrecordable(transition, exc, refusals)))
 
     def _next_wait(self, _: int) -> float | None:
         """At once while outcomes are queued; else until add() queues one."""

@@ -104,6 +104,19 @@ def decide(job: Job, outcome: Outcome, backoff: Backoff) -> Transition:
     raise TypeError(f"unknown outcome {outcome!r}")
 
 
+def unrecordable(transition: Transition, refusal: BaseException, refusals: int) -> Transition:
+    """What is written instead of an outcome the database refused `refusals` times on its
+    own: the job goes to the DLQ, without the effects (its records of what happened), and
+    its error says what the outcome was and why it is not there."""
+    written = ", ".join(dict.fromkeys(e.writer.name for e in transition.effects)) or "none"
+    text = (f"the outcome ({transition.status}) could not be recorded: the database refused "
+            f"it {refusals} times: {type(refusal).__name__}: {refusal}; its records ({written}) "
+            f"were not written")
+    if transition.error:
+        text += f"; the run's error: {transition.error}"
+    return Transition("dlq", error=truncate_utf8(storable(text), ERROR_LIMIT))
+
+
 def format_error(error: BaseException) -> str:
     """The error with its traceback, cut to ERROR_LIMIT bytes (keeping the end, where the
     cause is, when it is too long), storable: an error may quote what a server sent."""

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 from sqlalchemy import TextClause, text
 
 from postrelay.core import jsontext
 from postrelay.queue import PermanentError, Registry, Snooze, enqueue, record_with_outcome
+from postrelay.queue.completer import MAX_REFUSALS
 from postrelay.queue.model import Job
 from tests.factories import job_row
 from tests.integration.test_worker import run_until, status_of
+from tests.integration.worker_helpers import as_awaitable, make_worker, wait_until
 
 NOTE = (
     "INSERT INTO mdm.aa_job_audit (job_id, tenant_id, job_kind, action, actor) "
@@ -118,3 +121,56 @@ async def test_snooze_does_not_count_the_attempt(engine, async_engine, libpq, te
         job_id = enqueue(conn, "reindex", {}, tenant_id=tenant, max_attempts=1)
     await run_until(async_engine, libpq, registry, lambda: status_of(engine, job_id) == "done")
     assert runs == [1, 1, 1]  # max_attempts 1, yet three runs: snoozes are not attempts
+
+
+class PoisonNote(AuditNote):
+    """Writes an audit row per effect, and refuses (a NULL action) every statement that
+    carries a row whose action is "poison"."""
+
+    name = "poison-note"
+
+    def statement(self, rows: Sequence[dict]) -> tuple[TextClause, dict]:
+        self.calls += 1
+        action = "CASE WHEN r.action = 'poison' THEN NULL ELSE r.action END"
+        return text(NOTE.format(action=action)), {"rows": jsontext.encode_rows(rows)}
+
+
+async def test_an_outcome_the_database_refuses_is_given_up_alone_and_the_rest_go_on(
+    engine, async_engine, libpq, tenant
+):
+    """A row the database will never take fails its statement, and so every outcome
+    written with it: the completer writes them one at a time, and the one refused on its
+    own MAX_REFUSALS times goes to the DLQ without its effects, saying why."""
+    writer = PoisonNote()
+    registry = Registry()
+    started = asyncio.Event()
+
+    @registry.handler("reindex")
+    async def reindex(job: Job) -> None:
+        await started.wait()  # the runs end together: their outcomes share a write
+        record_with_outcome(writer, {"job_id": job.id, "tenant_id": job.tenant_id,
+                                     "action": job.payload["note"]})
+
+    with engine.begin() as conn:
+        jobs = [enqueue(conn, "reindex", {"note": note}, tenant_id=tenant)
+                for note in ("a", "poison", "b", "c")]
+    worker = make_worker(async_engine, libpq, registry)
+    await worker.start()
+    try:
+        await wait_until(lambda: as_awaitable(len(worker.running_ids) == 4))
+        started.set()
+        await wait_until(lambda: as_awaitable(
+            [status_of(engine, j) for j in jobs] == ["done", "dlq", "done", "done"]), timeout=30)
+        # The worker writes outcomes as before.
+        with engine.begin() as conn:
+            later = enqueue(conn, "reindex", {"note": "later"}, tenant_id=tenant)
+        await wait_until(lambda: as_awaitable(status_of(engine, later) == "done"))
+    finally:
+        await worker.stop()
+    assert [notes(engine, j) for j in jobs] == [["a"], [], ["b"], ["c"]]
+    with engine.connect() as conn:
+        error = job_row(conn, jobs[1])["last_error"]
+    assert error.startswith(f"the outcome (done) could not be recorded: the database refused "
+                            f"it {MAX_REFUSALS} times: NotNullViolation")
+    assert "its records (poison-note) were not written" in error
+    assert writer.calls > MAX_REFUSALS  # the batch, then each outcome on its own

@@ -14,12 +14,17 @@ from tests.feedback.test_inbound import ANN, deliver
 NOT_TEXT = b"\xe0\x00"  # a Latin-1 letter, then a NUL
 
 
-async def test_a_bounce_whose_diagnostic_is_not_text_bounces_and_suppresses(
-        inbound, engine, tenant, look, return_path):
+def report_on_a_sent_row(engine, tenant, return_path, name: str):
+    """A `sent` log row, its VERP address, and fixture `name` reporting on it."""
     with engine.begin() as conn:
         sent = insert_log(conn, tenant_id=tenant)
     verp = return_path.address(sent["id"])
-    raw = bounce_mail("postfix_bounce.eml", verp=verp, message_id=sent["message_id"])
+    return sent, verp, bounce_mail(name, verp=verp, message_id=sent["message_id"])
+
+
+async def test_a_bounce_whose_diagnostic_is_not_text_bounces_and_suppresses(
+        inbound, engine, tenant, look, return_path):
+    sent, verp, raw = report_on_a_sent_row(engine, tenant, return_path, "postfix_bounce.eml")
     raw = raw.replace(b"Recipient address rejected", b"Destinataire " + NOT_TEXT + b" rejected")
     assert (await deliver(inbound, verp, raw))[0] == 250
     await await_inbox_empty(look.engine)
@@ -33,10 +38,7 @@ async def test_a_bounce_whose_diagnostic_is_not_text_bounces_and_suppresses(
 
 async def test_a_complaint_whose_returned_headers_hold_a_nul_is_recorded(
         inbound, engine, tenant, look, return_path):
-    with engine.begin() as conn:
-        sent = insert_log(conn, tenant_id=tenant)
-    verp = return_path.address(sent["id"])
-    raw = bounce_mail("yahoo_arf.eml", verp=verp, message_id=sent["message_id"])
+    _, _, raw = report_on_a_sent_row(engine, tenant, return_path, "yahoo_arf.eml")
     raw = raw.replace(b"Subject: Welcome, Ann!", b"Subject: Welcome " + NOT_TEXT + b" Ann!")
     assert (await deliver(inbound, f"fbl@{BOUNCE_DOMAIN}", raw))[0] == 250
     await await_inbox_empty(look.engine)
@@ -63,10 +65,8 @@ async def deliver_raw(server, rcpt: bytes, raw: bytes) -> bytes:
 
 async def test_a_recipient_address_holding_a_nul_is_stored_beside_the_others(
         inbound, engine, tenant, look, return_path):
-    with engine.begin() as conn:
-        sent = insert_log(conn, tenant_id=tenant)
-    verp = return_path.address(sent["id"])
-    bounce = bounce_mail("postfix_bounce.eml", verp=verp, message_id=sent["message_id"])
+    sent, verp, bounce = report_on_a_sent_row(engine, tenant, return_path,
+                                              "postfix_bounce.eml")
     odd = b"odd\x00box@" + BOUNCE_DOMAIN.encode()
     odd_reply, (code, _) = await asyncio.gather(
         deliver_raw(inbound, odd, b"Subject: hi\r\n\r\nhello\r\n"),

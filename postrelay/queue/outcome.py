@@ -121,10 +121,19 @@ def format_error(error: BaseException) -> str:
     """The error with its traceback, cut to ERROR_LIMIT bytes (keeping the end, where the
     cause is, when it is too long), storable: an error may quote what a server sent."""
     if isinstance(error, RetryAfter | StopJob | PermanentError) and error.__traceback__ is None:
-        text = f"{type(error).__name__}: {error}"
+        text = f"{type(error).__name__}: {_message(error)}"
     else:
         text = "".join(traceback.format_exception(error)).rstrip()
     return truncate_utf8(storable(text), ERROR_LIMIT)
+
+
+def _message(error: BaseException) -> str:
+    """str(error), or what the traceback module prints when a handler's exception class
+    cannot say what it is."""
+    try:
+        return str(error)
+    except Exception:
+        return "<exception str() failed>"
 
 
 def truncate_utf8(text: str, limit: int) -> str:

@@ -109,6 +109,18 @@ def test_error_text_quoting_bytes_that_are_not_text_is_storable(error: BaseExcep
     t.error.encode("utf-8")
 
 
+class Unsayable(PermanentError):
+    def __str__(self) -> str:
+        raise ValueError("no words")
+
+
+@pytest.mark.parametrize("error", [Unsayable(), raised(Unsayable())])
+def test_an_error_that_cannot_say_what_it_is_still_ends_its_job(error: BaseException) -> None:
+    # Formatting it raised, and the run's task died with its job left running.
+    t = decide(job(1, 3), Failure(error), FIXED)
+    assert t.status == "dlq" and "<exception str() failed>" in t.error
+
+
 def test_truncate_utf8_never_splits_a_character() -> None:
     text = "é" * 5000
     cut = truncate_utf8(text, 4096)

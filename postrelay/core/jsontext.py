@@ -61,9 +61,7 @@ def encode_rows(rows: Any) -> str:
     becomes U+FFFD, since jsonb refuses both and one such row would fail the statement of
     every row beside it."""
     text = _ROWS_ENCODER.encode(rows)
-    # Any escape starts with a backslash: looking for one character is a memchr, many
-    # times faster than looking for two.
-    if "\\" in text and ("\\u0000" in text or "\\ud" in text) and _bad_escape(text):
+    if _bad_escape(text):
         text = _ROWS_ENCODER.encode(_storable(rows))
     return text
 
@@ -88,9 +86,7 @@ def encode_document(value: Any, field: str, max_bytes: int) -> str:
         raise PayloadTooLargeError(
             field, f"is {len(text)} bytes as JSON, over the limit of {max_bytes} "
                    f"({MAX_PAYLOAD_BYTES_ENV})")
-    # Every non-ASCII character is a \u escape: ASCII-only text, the common case, costs
-    # one substring search here, and other text one more before the close look.
-    if "\\u" in text and ("\\u0000" in text or "\\ud" in text) and (rule := _bad_escape(text)):
+    if rule := _bad_escape(text):
         path = _find_string(value, lambda s: _bad_escape(_ENCODER.encode(s)) is not None)
         raise ValidationError(field + (path or ""), rule)
     if (len(text) > _SHALLOW_CHARS and text.count("[") + text.count("{") > MAX_DEPTH
@@ -112,7 +108,12 @@ def parse_document(text: str, field: str) -> Any:
 
 def _bad_escape(text: str) -> str | None:
     """The rule a `\\uXXXX` escape of encoder output breaks: a NUL, or a surrogate that is
-    not half of a pair (jsonb refuses both); None if every escape is fine."""
+    not half of a pair (jsonb refuses both); None if every escape is fine. Every non-ASCII
+    character is a \\u escape, and every escape starts with a backslash: text without one,
+    the common case, costs a one-character search (a memchr, many times faster than
+    searching for two), and other text two more before the close look."""
+    if "\\" not in text or ("\\u0000" not in text and "\\ud" not in text):
+        return None
     rest = _GOOD_ESCAPES.sub("", text)
     if "\\u0000" in rest:
         return NUL_RULE

@@ -134,9 +134,11 @@ class Completer:
         refused it. Then each of its outcomes is written on its own, and one refused on its
         own waits behind the others, until it is replaced by outcome.unrecordable after
         MAX_REFUSALS refusals."""
-        if isinstance(exc, TRANSIENT) or len(batch) > 1:
-            if not isinstance(exc, TRANSIENT):
-                self._alone = len(batch)
+        if isinstance(exc, TRANSIENT):  # the batch is not at fault
+            self._queue[:0] = batch
+            return
+        if len(batch) > 1:  # one of its outcomes is: write each on its own
+            self._alone = len(batch)
             self._queue[:0] = batch
             return
         [(job, transition)] = batch

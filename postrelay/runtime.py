@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from uuid import UUID
 
 from postrelay.core.db import Database
+from postrelay.core.heap import freeze_startup_heap
 from postrelay.core.service import Service
 from postrelay.core.settings import Settings
 from postrelay.orchestrator import (
@@ -211,12 +212,14 @@ def build_relay(
 
 
 async def run_until_signalled(process: Service) -> None:
-    """Run until SIGTERM or SIGINT, then stop gracefully."""
+    """Run a process's service until SIGTERM or SIGINT, then stop gracefully. What the
+    service built to start is left out of later garbage collections (core/heap.py)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await process.start()
+    freeze_startup_heap()
     try:
         await stop.wait()
     finally:

@@ -8,6 +8,7 @@ from postrelay.cli.common import database, settings_or_exit, transaction
 from postrelay.cli.output import echo, print_json, table
 from postrelay.cli.root import app
 from postrelay.core.errors import ConfigError
+from postrelay.core.heap import freeze_startup_heap
 
 keys_app = typer.Typer(help="API keys bound to one tenant (the service-role key is a setting).",
                        no_args_is_help=True)
@@ -37,6 +38,7 @@ def api_command(
         # Client addresses (the sign-in throttle counts per address) come from the peer,
         # or from X-Forwarded-For when the peer is a proxy named in the setting.
         proxies = settings.api_forwarded_allow_ips
+        freeze_startup_heap()  # core/heap.py: no full collection walks the app again
         uvicorn.run(api, host=host, port=port, log_level=settings.log_level.lower(),
                     proxy_headers=bool(proxies), forwarded_allow_ips=proxies or None)
 

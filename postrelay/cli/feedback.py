@@ -15,6 +15,7 @@ from postrelay.cli.emails import parse_time
 from postrelay.cli.output import cell, print_json, table
 from postrelay.cli.root import app
 from postrelay.core.errors import ConfigError
+from postrelay.core.heap import freeze_startup_heap
 from postrelay.core.settings import Settings
 from postrelay.orchestrator import (
     InboundConfig,
@@ -113,6 +114,7 @@ def inbound(
         with InboundServer(engine, return_path, policy, config):
             typer.echo(f"inbound: mail for {return_path.domain} on {config.host}:"
                        f"{config.port}" + (" (STARTTLS)" if config.tls else ""))
+            freeze_startup_heap()  # core/heap.py: no full collection walks start-up again
             stop.wait()
 
 

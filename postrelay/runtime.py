@@ -212,14 +212,15 @@ def build_relay(
 
 
 async def run_until_signalled(process: Service) -> None:
-    """Run a process's service until SIGTERM or SIGINT, then stop gracefully. What the
-    service built to start is left out of later garbage collections (core/heap.py)."""
+    """Run a process's service until SIGTERM or SIGINT, then stop gracefully. What was
+    built before it starts is left out of later garbage collections (core/heap.py); that is
+    done first, so that the collection it makes holds up no claim."""
+    freeze_startup_heap()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await process.start()
-    freeze_startup_heap()
     try:
         await stop.wait()
     finally:

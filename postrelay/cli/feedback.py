@@ -111,10 +111,13 @@ def inbound(
         # each 250 promises (and the processor's flush keeps its WAL out of that commit).
         engine = db.async_engine(pool_pre_ping=False, connect_args={
             "options": "-c plan_cache_mode=force_generic_plan -c synchronous_commit=on"})
-        with InboundServer(engine, return_path, policy, config):
+        server = InboundServer(engine, return_path, policy, config)
+        # core/heap.py: no full collection walks start-up again. Before the server listens,
+        # so that the collection made first delays no session.
+        freeze_startup_heap()
+        with server:
             typer.echo(f"inbound: mail for {return_path.domain} on {config.host}:"
                        f"{config.port}" + (" (STARTTLS)" if config.tls else ""))
-            freeze_startup_heap()  # core/heap.py: no full collection walks start-up again
             stop.wait()
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 
 import typer
@@ -10,6 +9,7 @@ import typer
 from postrelay.cli.common import database, settings_or_exit, transaction
 from postrelay.cli.output import echo, print_json, table
 from postrelay.cli.root import app
+from postrelay.core.eventloop import run
 
 outbox_app = typer.Typer(help="The transactional outbox.", no_args_is_help=True)
 app.add_typer(outbox_app, name="outbox")
@@ -27,7 +27,7 @@ def relay_command(
     settings = settings_or_exit()
     import_apps(apps)
     with database(settings) as db:
-        asyncio.run(run_until_signalled(build_relay(settings, db)))
+        run(run_until_signalled(build_relay(settings, db)))
 
 
 @outbox_app.command("status")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 from uuid import UUID
 
 import typer
 
 from postrelay.cli.common import database, settings_or_exit
 from postrelay.cli.root import app
+from postrelay.core.eventloop import run
 
 
 @app.command("worker")
@@ -61,7 +61,7 @@ def worker_command(
                            f"{settings.worker_metrics_port}: {exc}", err=True)
                 raise typer.Exit(2) from None
         try:
-            asyncio.run(run_until_signalled(process))
+            run(run_until_signalled(process))
         finally:
             if server is not None:
                 server.shutdown()

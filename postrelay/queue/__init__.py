@@ -27,6 +27,15 @@ from postrelay.queue.backoff import Backoff, ExponentialBackoff, FixedBackoff, b
 from postrelay.queue.cron import CronEntry, cron_create, cron_delete, cron_list
 from postrelay.queue.effects import EffectWriter, record_with_outcome
 from postrelay.queue.enqueue import (
+    enqueue,
+    enqueue_async,
+    enqueue_many,
+    enqueue_many_async,
+    enqueue_validated_async,
+    job_kinds,
+    job_kinds_async,
+)
+from postrelay.queue.jobspec import (
     INT_MAX,
     MAX_DELAY_SECS,
     RELAY_KEY_PREFIX,
@@ -35,13 +44,6 @@ from postrelay.queue.enqueue import (
     JobSpec,
     ValidatedJob,
     default_max_attempts,
-    enqueue,
-    enqueue_async,
-    enqueue_many,
-    enqueue_many_async,
-    enqueue_validated_async,
-    job_kinds,
-    job_kinds_async,
     validated_job,
 )
 from postrelay.queue.limits import (

@@ -26,7 +26,7 @@ from postrelay.core import jsontext
 from postrelay.core.errors import ConflictError, NotFoundError, ValidationError
 from postrelay.core.limits import checked_text, max_payload_bytes
 from postrelay.core.sqlfiles import load_queries
-from postrelay.queue.enqueue import INT_MAX, MAX_KIND_CHARS, SMALLINT_MAX, SMALLINT_MIN
+from postrelay.queue.jobspec import INT_MAX, MAX_KIND_CHARS, SMALLINT_MAX, SMALLINT_MIN
 from postrelay.queue.reserved import check_cron_name, check_system_kind_tenant
 
 CRON_SQL = load_queries("postrelay.queue", "sql/cron.sql")

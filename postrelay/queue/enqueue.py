@@ -1,4 +1,4 @@
-"""Enqueue jobs inside the caller's transaction.
+"""Enqueue jobs inside the caller's transaction (jobspec.py checks them first).
 
 Every function takes the caller's connection or session and never commits it: the job
 exists only if the caller commits. `enqueue` and `enqueue_many` take a sync SQLAlchemy
@@ -16,7 +16,6 @@ async ones. Both kinds run the same steps (`_enqueue_steps`, `_enqueue_many_step
 from __future__ import annotations
 
 from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, overload
 from uuid import UUID
@@ -35,43 +34,22 @@ from postrelay.core.dbcall import (
 )
 from postrelay.core.errors import ValidationError
 from postrelay.core.ids import new_uuid, new_uuids
-from postrelay.core.limits import MAX_KEY_CHARS, checked_text, max_payload_bytes
+from postrelay.core.limits import max_payload_bytes
 from postrelay.core.notify import NotifyOnce
-from postrelay.core.settings import environment_settings
+from postrelay.queue.jobspec import (
+    RELAY_KEY_PREFIX,
+    JobSpec,
+    ValidatedJob,
+    checked_created_by,
+    validated_job,
+)
 from postrelay.queue.queries import JOB_SQL
 
-SMALLINT_MIN, SMALLINT_MAX = -32768, 32767
-INT_MAX = 2**31 - 1
-# A delay past this is almost certainly a unit mistake (ms for s), and far past it the
-# database's timestamp range ends; refuse it as bad input instead.
-MAX_DELAY_SECS = 10 * 365 * 24 * 3600
-MAX_KIND_CHARS = 63  # an enum label's limit (NAMEDATALEN - 1)
-# The outbox relay's keys, `outbox:<event>:<route>`: kept unique by its delivery links, not
-# by job_idempotency_uk (sql/job.sql), so no other writer may use the prefix.
-RELAY_KEY_PREFIX = "outbox:"
-
 _wakeup = NotifyOnce("postrelay_jobs")
-# A job as validated_job leaves it: kind, payload (JSON text), tenant_id, priority, delay,
-# run_at, max_attempts, idempotency_key.
-ValidatedJob = dict[str, Any]
 # The columns of job_copy_in; an enum travels in binary COPY as its label's text.
 JOB_COPY_TYPES = (
     "uuid", "uuid", "text", "jsonb", "int2", "timestamptz", "int4", "text", "text",
 )
-
-
-@dataclass(frozen=True, slots=True)
-class JobSpec:
-    """One job for `enqueue_many`; the fields mean what `enqueue`'s arguments mean."""
-
-    kind: str
-    payload: Mapping[str, Any]
-    tenant_id: UUID | str
-    priority: int = 100
-    delay: float | timedelta | None = None
-    run_at: datetime | None = None
-    max_attempts: int | None = None
-    idempotency_key: str | None = None
 
 
 @overload
@@ -148,7 +126,7 @@ def _job_row(
     """The row job_insert takes: the job checked, its creator and a new id."""
     row = validated_job(kind, payload, tenant_id, priority, delay, run_at, max_attempts,
                         idempotency_key)
-    row["created_by"] = _created_by(created_by)
+    row["created_by"] = checked_created_by(created_by)
     row["id"] = new_uuid()
     return row
 
@@ -198,7 +176,7 @@ def enqueue_many(
     (or names an unknown tenant or kind) nothing is written. On an async connection,
     `await enqueue_many_async(...)`.
     """
-    steps = _enqueue_many_steps(conn, _validated_specs(jobs), _created_by(created_by),
+    steps = _enqueue_many_steps(conn, _validated_specs(jobs), checked_created_by(created_by),
                                 _wakeup.wanted(conn, notify))
     return run_sync_or_deprecated_async(conn, steps, async_name="enqueue_many_async")
 
@@ -211,7 +189,7 @@ async def enqueue_many_async(
     notify: bool = True,
 ) -> list[UUID]:
     """`enqueue_many` on an async connection or session."""
-    steps = _enqueue_many_steps(conn, _validated_specs(jobs), _created_by(created_by),
+    steps = _enqueue_many_steps(conn, _validated_specs(jobs), checked_created_by(created_by),
                                 _wakeup.wanted(conn, notify))
     return await run_async(conn, steps)
 
@@ -239,7 +217,7 @@ async def enqueue_validated_async(
     `ids`: the new jobs' ids, when the caller has named them already (the relay links each
     job to its event before making it)."""
     return await run_async(conn, _enqueue_many_steps(
-        conn, rows, _created_by(created_by), _wakeup.wanted(conn, notify), ids))
+        conn, rows, checked_created_by(created_by), _wakeup.wanted(conn, notify), ids))
 
 
 def _enqueue_many_steps(
@@ -335,105 +313,3 @@ async def job_kinds_async(conn: AsyncAnyConnection) -> list[str]:
 def _kinds_steps() -> Steps[list[str]]:
     rows = yield JOB_SQL["job_kinds"], {}
     return [row[0] for row in rows]
-
-
-def default_max_attempts() -> int:
-    """`max_attempts` of a job enqueued without one: the job_max_retries setting
-    (POSTRELAY_JOB_MAX_RETRIES, default 8)."""
-    return environment_settings().job_max_retries
-
-
-def _created_by(created_by: str | None) -> str | None:
-    if created_by is not None and not isinstance(created_by, str):
-        raise ValidationError("created_by", "must be a string")
-    return None if created_by is None else checked_text(created_by, "created_by")
-
-
-def validated_job(
-    kind: str,
-    payload: Mapping[str, Any],
-    tenant_id: UUID | str,
-    priority: int,
-    delay: float | timedelta | None,
-    run_at: datetime | None,
-    max_attempts: int | None,
-    idempotency_key: str | None,
-    *,
-    index: int | None = None,
-    max_bytes: int | None = None,
-    relay_key: bool = False,
-) -> ValidatedJob:
-    """One job's fields checked and in the form the inserts take (the payload as JSON
-    text); a broken rule raises ValidationError naming the field (`jobs[i].field` with
-    `index`). Everything PostgreSQL would refuse is refused here (core/limits.py), so a
-    ValidationError leaves the caller's transaction usable. `max_bytes`: the payload size
-    limit, read from POSTRELAY_MAX_PAYLOAD_BYTES when None. `relay_key`: the key is the
-    outbox relay's own, which alone may start with `outbox:`."""
-
-    def field_name(name: str) -> str:
-        return name if index is None else f"jobs[{index}].{name}"
-
-    if not isinstance(kind, str) or not kind:
-        raise ValidationError(field_name("kind"), "must be a non-empty string")
-    if len(kind) > MAX_KIND_CHARS or not kind.isascii() or "\x00" in kind:
-        checked_text(kind, field_name("kind"), MAX_KIND_CHARS)
-    if not isinstance(payload, Mapping):
-        raise ValidationError(
-            field_name("payload"),
-            f"must be a JSON object (a mapping), got {type(payload).__name__}",
-        )
-    try:
-        payload_json = jsontext.encode_document(
-            payload, "payload", max_payload_bytes() if max_bytes is None else max_bytes)
-    except ValidationError as exc:  # named here, not up front: the f-string costs per job
-        raise type(exc)(field_name(exc.field), exc.rule) from None
-    if tenant_id is None:
-        raise ValidationError(field_name("tenant_id"), "is required")
-    try:
-        tenant = tenant_id if isinstance(tenant_id, UUID) else UUID(str(tenant_id))
-    except ValueError:
-        raise ValidationError(
-            field_name("tenant_id"), f"must be a UUID, got {tenant_id!r}"
-        ) from None
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise ValidationError(field_name("priority"), "must be an integer")
-    if not SMALLINT_MIN <= priority <= SMALLINT_MAX:
-        raise ValidationError(
-            field_name("priority"), f"must be between {SMALLINT_MIN} and {SMALLINT_MAX} (smallint)"
-        )
-    if delay is not None and run_at is not None:
-        raise ValidationError(field_name("delay"), "give either delay or run_at, not both")
-    delay_secs = delay.total_seconds() if isinstance(delay, timedelta) else delay
-    if delay_secs is not None and (
-        isinstance(delay_secs, bool) or not isinstance(delay_secs, int | float)
-        or not 0 <= delay_secs <= MAX_DELAY_SECS  # NaN fails both comparisons
-    ):
-        raise ValidationError(
-            field_name("delay"), f"must be a number of seconds from 0 to {MAX_DELAY_SECS} "
-                                 f"(10 years), got {delay_secs!r}")
-    if run_at is not None and (not isinstance(run_at, datetime) or run_at.tzinfo is None):
-        raise ValidationError(field_name("run_at"), "must be a timezone-aware datetime")
-    attempts = default_max_attempts() if max_attempts is None else max_attempts
-    if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= INT_MAX:
-        raise ValidationError(field_name("max_attempts"), "must be an integer >= 1")
-    if idempotency_key is not None:
-        if not isinstance(idempotency_key, str) or not idempotency_key:
-            raise ValidationError(field_name("idempotency_key"),
-                                  "must be a non-empty string or None")
-        if (len(idempotency_key) > MAX_KEY_CHARS or not idempotency_key.isascii()
-                or "\x00" in idempotency_key):  # the close look only when the cheap one fails
-            checked_text(idempotency_key, field_name("idempotency_key"), MAX_KEY_CHARS)
-        if idempotency_key.startswith(RELAY_KEY_PREFIX) and not relay_key:
-            raise ValidationError(field_name("idempotency_key"),
-                                  f"must not start with {RELAY_KEY_PREFIX!r} (the outbox "
-                                  "relay's prefix for the keys of its jobs)")
-    return {
-        "kind": kind,
-        "payload": payload_json,
-        "tenant_id": tenant,
-        "priority": priority,
-        "delay": float(delay_secs or 0.0),
-        "run_at": run_at,
-        "max_attempts": attempts,
-        "idempotency_key": idempotency_key,
-    }

@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from postrelay.dashboard import queries as dashboard
 from postrelay.queue import Registry, enqueue_many, ensure_tenant
-from postrelay.queue.enqueue import JobSpec
+from postrelay.queue.jobspec import JobSpec
 from postrelay.queue.maintenance import DoneRollup, Maintenance, Rescuer
 from postrelay.queue.maintenance.rollup import (
     CATCH_UP,

@@ -169,6 +169,23 @@ def receiver_engine(database_url: str) -> Iterator[AsyncEngine]:
     eng.sync_engine.dispose(close=False)
 
 
+async def until_listening(port: int, timeout: float = 30.0) -> None:
+    """Until a `postrelay inbound` started as a process answers on `port`."""
+    import aiosmtplib
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            smtp = aiosmtplib.SMTP(hostname="127.0.0.1", port=port, timeout=5)
+            await smtp.connect()
+            await smtp.quit()
+            return
+        except (OSError, aiosmtplib.SMTPException):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"postrelay inbound did not listen on {port}") from None
+            await asyncio.sleep(0.1)
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -16,25 +16,13 @@ from tests.feedback.conftest import (
     BOUNCE_DOMAIN,
     SECRET,
     await_inbox_empty,
-    bounce_mail,
     free_port,
-    insert_log,
+    until_listening,
 )
+from tests.feedback.test_inbox import bounces
 
 POSTRELAY = Path(sys.executable).parent / "postrelay"
 BACKLOG = 1500  # many batches of 100: more than either process takes in one go
-
-
-async def until_listening(port: int) -> None:
-    for _ in range(300):
-        try:
-            smtp = aiosmtplib.SMTP(hostname="127.0.0.1", port=port, timeout=5)
-            await smtp.connect()
-            await smtp.quit()
-            return
-        except (OSError, aiosmtplib.SMTPException):
-            await asyncio.sleep(0.1)
-    raise AssertionError(f"postrelay inbound did not listen on {port}")
 
 
 async def send(port: int, verp: str, raw: bytes) -> None:
@@ -48,13 +36,9 @@ async def test_two_receivers_share_the_inbox_and_record_each_message_once(
         worker_env, engine, tenant, look, return_path, tmp_path):
     env = {**worker_env, "POSTRELAY_EMAIL_BOUNCE_DOMAIN": BOUNCE_DOMAIN,
            "POSTRELAY_FEEDBACK_SECRET": SECRET.decode(), "POSTRELAY_LOG_LEVEL": "INFO"}
-    with engine.begin() as conn:
-        sent = [insert_log(conn, tenant_id=tenant, recipients=(f"u{i}@example.com",))
-                for i in range(BACKLOG + 2)]
-    mails = [(return_path.address(s["id"]),
-              bounce_mail("postfix_bounce.eml", verp=return_path.address(s["id"]),
-                          message_id=s["message_id"], recipient=f"u{i}@example.com"))
-             for i, s in enumerate(sent)]
+    made = bounces(engine, tenant, return_path, BACKLOG + 2)  # (log row, VERP, DSN) each
+    sent = [log for log, _, _ in made]
+    mails = [(verp, raw) for _, verp, raw in made]
     ports = [free_port(), free_port()]
     logs = [tmp_path / "first.log", tmp_path / "second.log"]
     receivers = []

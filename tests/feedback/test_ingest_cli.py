@@ -15,6 +15,7 @@ from tests.feedback.conftest import (
     await_inbox_empty,
     bounce_mail,
     insert_log,
+    until_listening,
 )
 
 POSTRELAY = Path(sys.executable).parent / "postrelay"
@@ -105,7 +106,6 @@ def test_the_email_log_shows_late_bounces_and_why_an_address_is_suppressed(
 
 async def test_postrelay_inbound_as_a_process_records_a_bounce_and_stops_on_sigterm(
         worker_env, engine, tenant, look, return_path):
-    import asyncio
     import signal
     import socket
 
@@ -125,15 +125,9 @@ async def test_postrelay_inbound_as_a_process_records_a_bounce_and_stops_on_sigt
                                str(port)], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE)
     try:
-        for _ in range(200):
-            try:
-                smtp = aiosmtplib.SMTP(hostname="127.0.0.1", port=port, timeout=5)
-                await smtp.connect()
-                break
-            except (OSError, aiosmtplib.SMTPException):
-                await asyncio.sleep(0.1)
-        else:
-            raise AssertionError("postrelay inbound did not start")
+        await until_listening(port)
+        smtp = aiosmtplib.SMTP(hostname="127.0.0.1", port=port, timeout=5)
+        await smtp.connect()
         await smtp.sendmail("", [verp], bounce_mail("postfix_bounce.eml", verp=verp,
                                                     message_id=sent["message_id"]))
         await smtp.quit()

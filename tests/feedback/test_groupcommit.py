@@ -6,7 +6,9 @@ once its own item is committed, and an item that cannot be committed fails alone
 from __future__ import annotations
 
 import asyncio
+import socket
 
+import pytest
 from sqlalchemy import text
 
 from postrelay.orchestrator.feedback.groupcommit import Batches
@@ -31,8 +33,8 @@ async def test_messages_arriving_together_are_stored_in_one_commit(engine, async
 class _Doubling(Batches[int, int]):
     """Commits a batch of numbers; a negative one makes its batch fail."""
 
-    def __init__(self) -> None:
-        super().__init__(in_flight=1)
+    def __init__(self, gather_woken: bool = False) -> None:
+        super().__init__(in_flight=1, gather_woken=gather_woken)
         self.batches: list[list[int]] = []
 
     async def _commit(self, items: list[int]) -> list[int]:
@@ -50,6 +52,38 @@ async def test_one_item_that_cannot_be_committed_fails_alone():
     assert outcomes[0] == 2 and outcomes[2:] == [4, 6]
     assert isinstance(outcomes[1], ValueError)
     assert batches.batches[-4:] == [[1], [-1], [2], [3]]  # the failed batch, one by one
+
+
+@pytest.mark.parametrize(("gather_woken", "expected"), [
+    (True, [[1, 2], [3, 4]]),
+    (False, [[1, 2], [3], [4]]),
+])
+async def test_a_busy_batch_takes_the_items_whose_data_the_loop_just_read(
+        gather_woken: bool, expected: list[list[int]]):
+    """Once a batch held more than one item, the next is taken one timer tick late: a
+    session woken by data that arrived meanwhile (its DATA) submits first and joins that
+    batch, instead of waiting for a commit of its own. Without gather_woken it is left for
+    the next batch."""
+    batches = _Doubling(gather_woken=gather_woken)
+    assert await asyncio.gather(batches.submit(1), batches.submit(2)) == [2, 4]
+    ours, theirs = socket.socketpair()
+    reader, writer = await asyncio.open_connection(sock=ours)
+
+    async def session() -> int:
+        await reader.readexactly(1)  # its message arrives
+        return await batches.submit(4)
+
+    fourth = asyncio.create_task(session())
+    await asyncio.sleep(0)  # the session waits for its data
+    third = asyncio.create_task(batches.submit(3))
+    await asyncio.sleep(0)  # the third waits, and its batch's task is scheduled
+    theirs.send(b".")  # read at the loop's next poll, after that task's first step
+    try:
+        assert await asyncio.gather(third, fourth) == [6, 8]
+    finally:
+        writer.close()
+        theirs.close()
+    assert batches.batches == expected
 
 
 async def test_an_item_submitted_as_the_last_batch_ends_is_committed():

@@ -35,6 +35,13 @@ MAX_MESSAGES = 100
 # as for ten). Another starts beside it only when a full batch waits, so the database's
 # other cores are used once one transaction can no longer keep up.
 IN_FLIGHT = 3
+# With `gather_woken`, a busy receiver (its last batch held more than one item) takes each
+# batch one timer tick late: after the sessions that the loop's last poll woke (a DATA that
+# arrived) have run and submitted, so their messages join this commit instead of paying for
+# one of their own. A bare yield (`sleep(0)`) would resume ahead of them: they were woken
+# after it was scheduled. uvloop fires any delay under half a millisecond at its next turn,
+# asyncio's loop at once. An idle receiver, whose last batch held one item, commits at once.
+TIMER_TICK_SECS = 1e-6
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -43,11 +50,14 @@ class Batches(Generic[T, R]):
     """Items submitted while a transaction commits are committed together in the next one;
     `_commit` (a subclass's) commits one batch and returns each item's result, in order."""
 
-    def __init__(self, max_messages: int = MAX_MESSAGES, in_flight: int = IN_FLIGHT) -> None:
+    def __init__(self, max_messages: int = MAX_MESSAGES, in_flight: int = IN_FLIGHT,
+                 gather_woken: bool = False) -> None:
         self.max_messages = max_messages
         self.in_flight = in_flight
+        self.gather_woken = gather_woken
         self._waiting: list[tuple[T, asyncio.Future[R]]] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        self._busy = False  # the last batch held more than one item
 
     async def submit(self, item: T) -> R:
         """Commit `item` with whatever else is waiting; raises what committing it alone
@@ -65,8 +75,11 @@ class Batches(Generic[T, R]):
         # What arrives while the transactions in flight commit waits for the next one.
         try:
             while self._waiting:
+                if self.gather_woken and self._busy and len(self._waiting) < self.max_messages:
+                    await asyncio.sleep(TIMER_TICK_SECS)
                 batch = self._waiting[:self.max_messages]
                 del self._waiting[:len(batch)]
+                self._busy = len(batch) > 1
                 try:
                     results = await self._commit([item for item, _ in batch])
                 except Exception as exc:

@@ -30,7 +30,10 @@ class InboxSpool(Batches[Message, None]):
                  max_messages: int = MAX_MESSAGES) -> None:
         # One transaction at a time: whatever arrives meanwhile makes the next batch. So one
         # connection, held in autocommit mode, serves them all without a pool checkout each.
-        super().__init__(max_messages, in_flight=1)
+        # Under load a commit also takes the messages whose DATA the loop has just read
+        # (groupcommit.TIMER_TICK_SECS): each commit's flush costs the server about as much
+        # as storing the messages.
+        super().__init__(max_messages, in_flight=1, gather_woken=True)
         self.engine = engine
         self.on_commit = on_commit
         self._held = HeldConnection(engine)

@@ -40,6 +40,17 @@ def test_a_postfix_report_carries_the_relays_queue_id(return_path):
     assert "User unknown" in report.diagnostic
 
 
+def test_an_action_with_a_comment_is_read_by_its_value(return_path):
+    """sendmail writes `Action: relayed (to non-DSN-aware mailer)` (RFC 3464 allows the
+    comment): still a delivery report, not a block to skip."""
+    raw = bounce_mail("postfix_delivered.eml", verp=return_path.address(uuid.uuid4()),
+                      message_id=MID).replace(b"Action: relayed",
+                                              b"Action: relayed (to non-DSN-aware mailer)")
+    (report,) = parse_mail(raw, return_path=return_path)
+    assert (report.kind, report.status, report.detail["action"]) == \
+        ("delivered", "2.0.0", "relayed")
+
+
 def test_a_redacted_complaint_leaves_the_recipient_to_the_match(return_path):
     (report,) = parse_mail(bounce_mail("jmrp_redacted.eml", verp="-", message_id=MID),
                            return_path=return_path)

@@ -102,7 +102,7 @@ def _dsn(msg: Message, source: str, event_id: str, keys: _Keys) -> list[Feedback
     for block in per_recipient:
         recipient = _typed_address(block.get("final-recipient")
                                    or block.get("original-recipient"))
-        action = (block.get("action") or "").strip().lower()
+        action = _action(block.get("action"))
         diagnostic = _short(_unfold(block.get("diagnostic-code")))
         status = _status(block.get("status"), diagnostic)
         if action == "failed":
@@ -252,6 +252,13 @@ def _original(msg: Message) -> Message | None:
             return email.message_from_string(str(part.get_payload(decode=False)),
                                              policy=email.policy.compat32)
     return None
+
+
+def _action(value: str | None) -> str:
+    """The Action field's value without what follows it: sendmail writes `relayed (to
+    non-DSN-aware mailer)`, an RFC 822 comment the field may carry (RFC 3464 2.1.1)."""
+    words = (value or "").split("(", 1)[0].split()
+    return words[0].lower() if words else ""
 
 
 def _status(value: str | None, diagnostic: str | None) -> str | None:

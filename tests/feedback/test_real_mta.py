@@ -1,7 +1,7 @@
-"""DSNs made by real MTAs (Postfix 3.7, Exim 4.96; mail/real/README.md says how), replayed
-byte for byte through `postrelay inbound` as the MTA delivered them: null sender, to the
-VERP address it bounced to. Each lands on the log row it is about, with the kind, status
-and suppression the rules give."""
+"""DSNs made by real MTAs (Postfix 3.7, Exim 4.96, sendmail 8.17; mail/real/README.md says
+how), replayed byte for byte through `postrelay inbound` as the MTA delivered them: null
+sender, to the VERP address it bounced to. Each lands on the log row it is about, with the
+kind, status and suppression the rules give."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from tests.feedback.test_inbound import deliver, free_port
 
 DOMAIN = "bounces.example"
 SECRETS = {"postfix-3.7": b"postfix-fixture-secret-0123456789",
-           "exim-4.96": b"exim-fixture-secret-0-0123456789"}
+           "exim-4.96": b"exim-fixture-secret-0-0123456789",
+           "sendmail-8.17": b"sendmail-fixture-secret-012345678"}
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,27 @@ CASES = [
     Sent("exim-4.96", "expired", "4e9f7eae-4956-4237-abd6-13fe9cc962e2",
          "7c5493af-5a63-4209-b735-dabfd5ba0ffd", "later-cat@rejecting.example",
          "soft-bounced", "4.2.0", False),
+    Sent("sendmail-8.17", "rejected", "dcd64ae7-ccff-4020-a23b-dc7f505cf0dd",
+         "c9c6bcf4-e161-4eed-88be-9cc709e36e45", "ann@rejecting.example",
+         "bounced", "5.1.1", True),
+    Sent("sendmail-8.17", "unknown_user", "b8d07626-a741-4a47-929d-84c25700530e",
+         "465e3c0c-af5a-4067-90e4-a5c90f82f687", "nosuchuser@mx.relay.example",
+         "bounced", "5.1.1", True),
+    Sent("sendmail-8.17", "mailbox_full", "4c8a1b3e-8503-4abb-814f-e9a7abf3d75e",
+         "1c58c794-bfe4-4b8a-8f09-cda06f59afd8", "full-bob@rejecting.example",
+         "soft-bounced", "5.2.2", False),
+    # sendmail's own codes beside the remote's "451 4.2.0": 4.3.0 while it retries, 4.4.7
+    # (delivery time expired) once it gives up.
+    Sent("sendmail-8.17", "delayed", "872c705d-a36a-44e3-ab4b-85a90946c140",
+         "547ca5c6-f4d3-44ca-a018-0809ba764a0e", "later-cat@rejecting.example",
+         "delayed", "4.3.0", False),
+    Sent("sendmail-8.17", "expired", "872c705d-a36a-44e3-ab4b-85a90946c140",
+         "547ca5c6-f4d3-44ca-a018-0809ba764a0e", "later-cat@rejecting.example",
+         "soft-bounced", "4.4.7", False),
+    # `Action: relayed (to non-DSN-aware mailer)`: a comment after the action.
+    Sent("sendmail-8.17", "relayed", "83e7ac17-65ec-449f-a709-f2b82e9b626f",
+         "e6cc9c99-2c63-495f-9d50-1c7cf29fa1d8", "dan@bounces.example",
+         "delivered", "2.0.0", False),
 ]
 
 

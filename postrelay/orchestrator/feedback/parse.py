@@ -75,6 +75,11 @@ def _reports(msg: Message, source: str, event_id: str, envelope_to: Sequence[str
         return [_unparsed(msg, source, event_id, envelope_to, return_path,
                           f"report-type {report_type or '(none)'} is not one postrelay reads",
                           keys)]
+    # OpenSMTPD sends its DSN as multipart/mixed: its delivery-status part still says
+    # which recipients failed and which are only delayed, which no text heuristic knows.
+    found = _dsn(msg, source, event_id, keys) if msg.is_multipart() else []
+    if found:
+        return found
     found = _flufl(msg, source, event_id, keys)
     if found:
         return found
@@ -99,13 +104,22 @@ def _dsn(msg: Message, source: str, event_id: str, keys: _Keys) -> list[Feedback
     keys.queue_id = keys.queue_id or _clean(per_message.get("x-postfix-queue-id"))
     keys.message_id = keys.message_id or _first_id(per_message.get("x-original-message-id"))
     reports = []
+    notice = None  # the human-readable part, read only for a block without a diagnostic
     for block in per_recipient:
         recipient = _typed_address(block.get("final-recipient")
                                    or block.get("original-recipient"))
         action = _action(block.get("action"))
         diagnostic = _short(_unfold(block.get("diagnostic-code")))
+        if diagnostic is None and recipient:
+            # OpenSMTPD writes only the class (`Status: 5.0.0`) and puts the remote's
+            # reply on the notice's line for the recipient: `ann@…: 550 5.1.1 …`.
+            notice = _body_text(_without_original(msg)) if notice is None else notice
+            diagnostic = _short(_line_naming(notice, recipient))
         status = _status(block.get("status"), diagnostic)
-        if action == "failed":
+        # Delivery time expired: the MTA gave up, whatever its Action says (OpenSMTPD 6.8
+        # reports an expired envelope as `delayed`, 4.4.7).
+        expired = action == "delayed" and status is not None and status.endswith(".4.7")
+        if action == "failed" or expired:
             kind = bounce_kind(status)
         elif action in ACTIONS:
             kind = ACTIONS[action]
@@ -316,6 +330,17 @@ def _body_text(msg: Message) -> str:
 def _quoted_message_id(text: str) -> str | None:
     match = re.search(r"^\s*Message-ID:\s*(<[^<>\s]+>)", text, re.IGNORECASE | re.MULTILINE)
     return match.group(1) if match else None
+
+
+def _line_naming(text: str, address: str) -> str | None:
+    """The first line of `text` that names `address`."""
+    needle = address.lower()
+    return next((line.strip() for line in text.splitlines() if needle in line.lower()), None)
+
+
+def _without_original(msg: Message) -> Message:
+    """`msg` as `_body_text` should read it: the notice, not the returned headers."""
+    return next((part for part in msg.walk() if part.get_content_type() == "text/plain"), msg)
 
 
 def _near(text: str, address: str) -> str | None:

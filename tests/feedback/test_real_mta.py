@@ -1,7 +1,7 @@
-"""DSNs made by real MTAs (Postfix 3.7, Exim 4.96, sendmail 8.17; mail/real/README.md says
-how), replayed byte for byte through `postrelay inbound` as the MTA delivered them: null
-sender, to the VERP address it bounced to. Each lands on the log row it is about, with the
-kind, status and suppression the rules give."""
+"""DSNs made by real MTAs (Postfix 3.7, Exim 4.96, sendmail 8.17, OpenSMTPD 6.8;
+mail/real/README.md says how), replayed byte for byte through `postrelay inbound` as the
+MTA delivered them: null sender, to the VERP address it bounced to. Each lands on the log
+row it is about, with the kind, status and suppression the rules give."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from tests.feedback.test_inbound import deliver, free_port
 DOMAIN = "bounces.example"
 SECRETS = {"postfix-3.7": b"postfix-fixture-secret-0123456789",
            "exim-4.96": b"exim-fixture-secret-0-0123456789",
-           "sendmail-8.17": b"sendmail-fixture-secret-012345678"}
+           "sendmail-8.17": b"sendmail-fixture-secret-012345678",
+           "opensmtpd-6.8": b"opensmtpd-fixture-secret-0123456789"}
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,21 @@ CASES = [
     Sent("sendmail-8.17", "relayed", "83e7ac17-65ec-449f-a709-f2b82e9b626f",
          "e6cc9c99-2c63-495f-9d50-1c7cf29fa1d8", "dan@bounces.example",
          "delivered", "2.0.0", False),
+    # OpenSMTPD: multipart/mixed, its delivery-status part only the class (5.0.0, 4.0.0);
+    # the code comes from the notice's line for the recipient.
+    Sent("opensmtpd-6.8", "rejected", "44cee260-e097-40e3-99d4-8ba5334a3dcc",
+         "04074fc3-18b6-4947-be4b-034144327138", "ann@rejecting.example",
+         "bounced", "5.1.1", True),
+    Sent("opensmtpd-6.8", "mailbox_full", "cba47ff6-16be-4f96-8e9a-9f5001c832c5",
+         "75a3046f-db7f-4ba0-9a25-37789d6f0920", "full-bob@rejecting.example",
+         "soft-bounced", "5.2.2", False),
+    Sent("opensmtpd-6.8", "delayed", "3c99132b-f7e6-4eed-824e-a3c938c50eda",
+         "4369272f-60e3-4155-bc89-6101dfa0fd87", "later-cat@rejecting.example",
+         "delayed", "4.2.0", False),
+    # `Action: delayed` with 4.4.7 (delivery time expired): it gave up.
+    Sent("opensmtpd-6.8", "expired", "3c99132b-f7e6-4eed-824e-a3c938c50eda",
+         "4369272f-60e3-4155-bc89-6101dfa0fd87", "later-cat@rejecting.example",
+         "soft-bounced", "4.4.7", False),
 ]
 
 

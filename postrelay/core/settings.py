@@ -60,7 +60,7 @@ class Settings(BaseSettings):
     worker_poll_interval_secs: float = Field(default=1.0, gt=0)
     # A worker with short jobs claims ahead of its free slots what it would start within
     # this long (queue/worker.py); 0: claim only for free slots.
-    worker_claim_ahead_secs: float = Field(default=0.01, ge=0, le=10)
+    worker_claim_ahead_secs: float = Field(default=0.03, ge=0, le=10)
     # Fair claiming: within a priority level, each claim is shared out across the tenants
     # with due work, by weight (a tenant not named in tenant_weights weighs 1, e.g.
     # POSTRELAY_TENANT_WEIGHTS='{"<tenant id>": 3}'). Off: strictly by priority, then due

@@ -1,6 +1,6 @@
 """How much a worker claims and when, from how long its runs take.
 
-    pace = ClaimPace(concurrency=20, claim_ahead_secs=0.01)
+    pace = ClaimPace(concurrency=20, claim_ahead_secs=0.03)
     pace.ran(0.004)                        # each run's time, into a moving average
     capacity = 20 + pace.ahead()           # the slots, and the jobs worth claiming ahead
     if free < capacity // pace.gather_part() and pace.gather_wait() > 0: ...  # not yet
@@ -12,7 +12,7 @@ allow a few (a claim of 50 rows costs little more than one of 10): at concurrenc
 worker drained no-op jobs twice as fast. A job held ahead waits about `claim_ahead_secs`
 for its slot. Slow jobs are never claimed ahead: they stay claimable by idle workers. When
 short runs are followed by long ones, held jobs may wait for far longer: once the first has
-waited HOLD_LIMIT_FACTOR times `claim_ahead_secs` (a second by default), all are handed
+waited HOLD_LIMIT_FACTOR times `claim_ahead_secs` (3 s by default), all are handed
 back uncounted for any worker to take, and the worker claims only for free slots until its
 runs are short again.
 
@@ -20,7 +20,7 @@ Gathering: a saturated worker lets freed slots gather, up to part of its capacit
 at most CLAIM_GATHER_SECS, before it claims: its jobs end one at a time, and a claim's cost
 is mostly the same for one job or twenty. The part is a quarter while runs are short (the
 jobs held ahead must not run out before the claim returns) and half once they take longer
-than `claim_ahead_secs` (an email's send: half the claims). An unsaturated worker claims at
+than `claim_ahead_secs`. An unsaturated worker claims at
 once, so pickup latency is untouched.
 """
 

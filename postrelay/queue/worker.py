@@ -72,7 +72,7 @@ class WorkerConfig:
     grace_secs: float = 30.0
     default_timeout_secs: float | None = None
     listen: bool = True
-    claim_ahead_secs: float = 0.01  # 0: claim only for free slots
+    claim_ahead_secs: float = 0.03  # 0: claim only for free slots
     # Share each claim across the tenants waiting at the most urgent priority level
     # (sql/claim.sql, job_claim_fair); False: strictly by priority and due time.
     fair: bool = True

@@ -12,9 +12,10 @@ allow a few (a claim of 50 rows costs little more than one of 10): at concurrenc
 worker drained no-op jobs twice as fast. A job held ahead waits about `claim_ahead_secs`
 for its slot. Slow jobs are never claimed ahead: they stay claimable by idle workers. When
 short runs are followed by long ones, held jobs may wait for far longer: once the first has
-waited HOLD_LIMIT_FACTOR times `claim_ahead_secs` (3 s by default), all are handed
-back uncounted for any worker to take, and the worker claims only for free slots until its
-runs are short again.
+waited HOLD_LIMIT_FACTOR times `claim_ahead_secs`, and never more than HOLD_LIMIT_SECS, all
+are handed back uncounted for any worker to take, and the worker claims only for free slots
+until its runs are short again. So jobs held before a pause of their kind start for a
+second after it at most.
 
 Gathering: a saturated worker lets freed slots gather, up to part of its capacity or for
 at most CLAIM_GATHER_SECS, before it claims: its jobs end one at a time, and a claim's cost
@@ -32,6 +33,7 @@ CLAIM_GATHER_SECS = 0.025
 CLAIM_AHEAD_MAX_PER_SLOT = 9
 CLAIM_AHEAD_MAX_JOBS = 100
 HOLD_LIMIT_FACTOR = 100
+HOLD_LIMIT_SECS = 1.0
 RUN_TIME_WEIGHT = 0.1  # of the newest run in the moving average of run times
 
 
@@ -59,7 +61,7 @@ class ClaimPace:
     @property
     def hold_limit_secs(self) -> float:
         """How long the first job held ahead may wait before all are handed back."""
-        return self.claim_ahead_secs * HOLD_LIMIT_FACTOR
+        return min(self.claim_ahead_secs * HOLD_LIMIT_FACTOR, HOLD_LIMIT_SECS)
 
     def held_too_long(self, waited: float) -> None:
         """Held jobs were handed back after `waited` seconds: reckon runs at least that

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from postrelay.queue.pace import CLAIM_AHEAD_MAX_JOBS, CLAIM_GATHER_SECS, ClaimPace
+from postrelay.queue.pace import (
+    CLAIM_AHEAD_MAX_JOBS,
+    CLAIM_GATHER_SECS,
+    HOLD_LIMIT_SECS,
+    ClaimPace,
+)
 
 
 def test_nothing_is_claimed_ahead_before_a_run_or_when_switched_off():
@@ -60,3 +65,11 @@ def test_a_gathering_ends_after_its_time_and_starts_afresh_after_a_claim():
     assert pace.gather_wait(now=100.03) < 0  # over: claim now
     pace.claiming()
     assert pace.gather_wait(now=200.0) == pytest.approx(CLAIM_GATHER_SECS)
+
+
+def test_a_hold_ends_after_a_hundred_times_the_claim_ahead_time_and_a_second_at_most():
+    assert ClaimPace(concurrency=10, claim_ahead_secs=0.002).hold_limit_secs == \
+        pytest.approx(0.2)
+    # A pause of a kind stops its held jobs from starting within this time.
+    assert ClaimPace(concurrency=10, claim_ahead_secs=0.03).hold_limit_secs == HOLD_LIMIT_SECS
+    assert ClaimPace(concurrency=10, claim_ahead_secs=5.0).hold_limit_secs == HOLD_LIMIT_SECS

@@ -1,6 +1,7 @@
 """Mail to the bounce domain, read into `Feedback`: DSNs (RFC 3464), complaints (RFC 5965
-ARF), the non-standard bounces real MTAs still send (GNU Mailman's flufl.bounce detectors),
-auto-replies (RFC 3834). What none of them understands is `unparsed`, kept for an operator.
+ARF), the non-standard bounces real MTAs still send (GNU Mailman's flufl.bounce detectors,
+then detectors.py for formats they do not know), auto-replies (RFC 3834). What none of
+them understands is `unparsed`, kept for an operator.
 
     reports = parse_mail(raw_bytes, envelope_to=["bounce-…@bounces.acme.example"],
                          return_path=path)
@@ -23,6 +24,7 @@ from uuid import UUID
 
 from flufl.bounce import all_failures
 
+from postrelay.orchestrator.feedback.detectors import other_failures
 from postrelay.orchestrator.feedback.model import Feedback, bounce_kind
 from postrelay.orchestrator.feedback.outline import outline
 from postrelay.orchestrator.feedback.verp import ReturnPath, TokenError
@@ -80,7 +82,7 @@ def _reports(msg: Message, source: str, event_id: str, envelope_to: Sequence[str
     found = _dsn(msg, source, event_id, keys) if msg.is_multipart() else []
     if found:
         return found
-    found = _flufl(msg, source, event_id, keys)
+    found = _non_standard(msg, source, event_id, keys)
     if found:
         return found
     if _auto_reply(msg):
@@ -154,11 +156,15 @@ def _arf(msg: Message, source: str, event_id: str, keys: _Keys) -> Feedback:
         "original_headers": _headers(original)})
 
 
-def _flufl(msg: Message, source: str, event_id: str, keys: _Keys) -> list[Feedback]:
+def _non_standard(msg: Message, source: str, event_id: str, keys: _Keys) -> list[Feedback]:
+    """A bounce in a format of its own: flufl.bounce's detectors, then the formats they do
+    not know (detectors.py)."""
     temporary, permanent = all_failures(msg)
+    text = _body_text(msg)
+    if not temporary and not permanent:
+        temporary, permanent = other_failures(text)
     if not temporary and not permanent:
         return []
-    text = _body_text(msg)
     keys.message_id = keys.message_id or _quoted_message_id(text)
     status = _status(None, text)
     reports = []

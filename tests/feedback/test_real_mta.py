@@ -1,4 +1,4 @@
-"""DSNs made by real MTAs (Postfix 3.7, Exim 4.96, sendmail 8.17, OpenSMTPD 6.8;
+"""DSNs made by real MTAs (Postfix 3.7, Exim 4.96, sendmail 8.17, OpenSMTPD 6.8, dma 0.13;
 mail/real/README.md says how), replayed byte for byte through `postrelay inbound` as the
 MTA delivered them: null sender, to the VERP address it bounced to. Each lands on the log
 row it is about, with the kind, status and suppression the rules give."""
@@ -20,7 +20,8 @@ DOMAIN = "bounces.example"
 SECRETS = {"postfix-3.7": b"postfix-fixture-secret-0123456789",
            "exim-4.96": b"exim-fixture-secret-0-0123456789",
            "sendmail-8.17": b"sendmail-fixture-secret-012345678",
-           "opensmtpd-6.8": b"opensmtpd-fixture-secret-0123456789"}
+           "opensmtpd-6.8": b"opensmtpd-fixture-secret-0123456789",
+           "dma-0.13": b"dma-fixture-secret-0123456789abcd"}
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class Sent:
     job_id: str
     recipient: str
     kind: str
-    status: str
+    status: str | None
     suppressed: bool
 
 
@@ -106,6 +107,17 @@ CASES = [
     Sent("opensmtpd-6.8", "expired", "3c99132b-f7e6-4eed-824e-a3c938c50eda",
          "4369272f-60e3-4155-bc89-6101dfa0fd87", "later-cat@rejecting.example",
          "soft-bounced", "4.4.7", False),
+    # dma: a plain-text notice naming the recipient, then the server's reply; after its
+    # retries ran out, no code at all: a temporary failure that lasted.
+    Sent("dma-0.13", "rejected", "d816bdc4-f80c-4edf-a9ba-c3498d4aa52b",
+         "df7b243d-452c-4431-8883-170079ce19ac", "ann@rejecting.example",
+         "bounced", "5.1.1", True),
+    Sent("dma-0.13", "mailbox_full", "712d63f6-1933-4467-9c16-491dc62132c9",
+         "cf451ad6-470f-4143-ac62-54998fa4fd88", "full-bob@rejecting.example",
+         "soft-bounced", "5.2.2", False),
+    Sent("dma-0.13", "expired", "aa1a0713-0094-4392-bdbc-52059d485380",
+         "ef257ba7-94d5-479f-a615-1f2e7104e2cd", "later-cat@rejecting.example",
+         "soft-bounced", None, False),
 ]
 
 

@@ -21,8 +21,8 @@ Gathering: a saturated worker lets freed slots gather, up to part of its capacit
 at most CLAIM_GATHER_SECS, before it claims: its jobs end one at a time, and a claim's cost
 is mostly the same for one job or twenty. The part is a quarter while runs are short (the
 jobs held ahead must not run out before the claim returns) and half once they take longer
-than `claim_ahead_secs`. An unsaturated worker claims at
-once, so pickup latency is untouched.
+than `claim_ahead_secs`. An unsaturated worker claims at once, so pickup latency is
+untouched.
 """
 
 from __future__ import annotations

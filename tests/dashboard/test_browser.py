@@ -100,6 +100,9 @@ def test_retry_a_dead_job_by_clicking_and_watch_it_leave(page, engine, tenant):
                              last_error="TimeoutError: search cluster did not answer")
     browser_sign_in(page)
     page.click("nav.side >> text=Dead letters")
+    # The click returns once the page has begun to load; dashboard.js (deferred) disables the
+    # buttons that need a selection before DOMContentLoaded.
+    page.wait_for_load_state("domcontentloaded")
     assert page.inner_text("[data-count=dlq-total]") == "2"
     retry = page.locator("button[value=retry]")
     assert retry.is_disabled()  # nothing selected yet

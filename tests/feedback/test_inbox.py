@@ -102,6 +102,35 @@ async def test_a_message_that_cannot_be_recorded_is_retried_then_kept_unparsed(
     assert len(look.feedback()) == 4
 
 
+async def test_recording_waits_while_mail_keeps_coming_and_starts_when_it_stops(
+        database_url, engine, tenant, look, return_path):
+    """While inbox commits keep coming the processor leaves the loop to the SMTP sessions;
+    once none has come for `quiet_secs` it records at once (not `defer_secs` later)."""
+    mails = bounces(engine, tenant, return_path, 5)
+    server = receiver(database_url, return_path)
+    server.feedback.inbox.quiet_secs = 2.0  # mail below keeps coming: one every 0.1 s
+    server.feedback.inbox.defer_secs = 60.0
+    with server:
+        for _, verp, raw in mails:
+            assert (await deliver(server, verp, raw))[0] == 250
+            await asyncio.sleep(0.1)
+        assert look.feedback() == []
+        await await_inbox_empty(engine, timeout=20)
+    assert all(look.log(sent["id"])["delivery"] == "bounced" for sent, _, _ in mails)
+
+
+async def test_recording_waits_no_longer_than_its_limit(database_url, engine, tenant, look,
+                                                         return_path):
+    ((sent, verp, raw),) = bounces(engine, tenant, return_path, 1)
+    server = receiver(database_url, return_path)
+    server.feedback.inbox.quiet_secs = 60.0
+    server.feedback.inbox.defer_secs = 0.5
+    with server:
+        assert (await deliver(server, verp, raw))[0] == 250
+        await await_inbox_empty(engine, timeout=20)
+    assert look.log(sent["id"])["delivery"] == "bounced"
+
+
 @pytest.mark.parametrize("stop_first", [True, False])
 async def test_stopping_keeps_what_was_not_recorded(database_url, engine, tenant, look,
                                                    return_path, stop_first):

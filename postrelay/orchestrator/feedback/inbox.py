@@ -7,6 +7,10 @@ receiver's event loop: up to 100 messages a transaction, oldest first, taken out
     processor.wake()       # after each inbox commit; it also polls every POLL_SECS
     await processor.stop() # the current batch finishes, or is abandoned (its rows stay)
 
+While inbox commits keep coming, a batch waits (DEFER_SECS at most): the SMTP sessions have
+the loop to themselves, and the batches that follow are full. Once none has come for
+QUIET_SECS it starts at once.
+
 The commit waits for its WAL flush. It need not (were it lost, the rows would still be in
 the inbox and be recorded again, and recording the same report twice changes nothing), but
 left unflushed a batch's WAL is flushed by the next inbox write, whose 250s wait. Several
@@ -22,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -40,10 +45,13 @@ BATCH = 100
 POLL_SECS = 2.0  # rows left by a crash, by another process, or waiting out a backoff
 MAX_ATTEMPTS = 5
 RETRY_SECS = 1.0  # the first backoff; doubled at each failure
-# After a wake, how long the batch waits for more. Under load, the longer the wait the
-# fuller the batch, and a batch costs the receiver and the database about as much for
-# ten DSNs as for one; recording happens after the 250, so the wait delays no sender.
-LINGER_SECS = 0.05
+# After a wake, the batch waits while mail keeps coming: until no inbox commit has come for
+# QUIET_SECS (the senders paused or are done), DEFER_SECS at most. Meanwhile the SMTP
+# sessions have the loop to themselves and are answered sooner, and the batches that follow
+# are full: a batch costs the receiver and the database about as much for ten DSNs as for
+# one. Recording happens after the 250, so the wait delays no sender.
+QUIET_SECS = 0.005
+DEFER_SECS = 0.2
 STOP_SECS = 5.0  # how long stop() lets the current batch finish before abandoning it
 # Smaller messages are parsed on the event loop: handing a DSN of a few kB to a thread costs
 # about what parsing it does, and the GIL lets no two parses run at once anyway.
@@ -58,7 +66,7 @@ class InboxProcessor:
     def __init__(self, engine: AsyncEngine, read: Read, policy: SuppressionPolicy,
                  batch: int = BATCH, poll_secs: float = POLL_SECS,
                  max_attempts: int = MAX_ATTEMPTS, retry_secs: float = RETRY_SECS,
-                 linger_secs: float = LINGER_SECS) -> None:
+                 quiet_secs: float = QUIET_SECS, defer_secs: float = DEFER_SECS) -> None:
         self.engine = engine
         self.read = read
         self.policy = policy
@@ -66,9 +74,11 @@ class InboxProcessor:
         self.poll_secs = poll_secs
         self.max_attempts = max_attempts
         self.retry_secs = retry_secs
-        self.linger_secs = linger_secs
+        self.quiet_secs = quiet_secs
+        self.defer_secs = defer_secs
         self.recorded = 0  # messages recorded (or given up on) by this processor
         self._wake = asyncio.Event()
+        self._woken_at = 0.0  # time.monotonic() of the last wake
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
         self._helper: asyncio.Task[None] | None = None  # a second batch, while backlogged
@@ -79,6 +89,7 @@ class InboxProcessor:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     def wake(self) -> None:
+        self._woken_at = time.monotonic()
         self._wake.set()
 
     async def stop(self, timeout: float = STOP_SECS) -> None:
@@ -108,9 +119,19 @@ class InboxProcessor:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.poll_secs)
             if self._wake.is_set():
-                # The inbox commits of the next few milliseconds join this batch: a batch
-                # of one costs the database about what a batch of ten does.
-                await asyncio.sleep(self.linger_secs)
+                await self._while_arriving()
+
+    async def _while_arriving(self) -> None:
+        """Until no wake has come for `quiet_secs`, or `defer_secs` after the first. One
+        timer at a time, not one per wake: under load the inbox commits come every
+        millisecond or so."""
+        deadline = time.monotonic() + self.defer_secs
+        while not self._stopping:
+            now = time.monotonic()
+            until = min(self._woken_at + self.quiet_secs, deadline)
+            if now >= until:
+                return
+            await asyncio.sleep(until - now)
 
     async def _backlog(self) -> None:
         """Batches beside `_run`'s while they come back full: one is read and parsed on the

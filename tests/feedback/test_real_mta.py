@@ -1,4 +1,5 @@
-"""DSNs made by real MTAs (Postfix 3.7, Exim 4.96, sendmail 8.17, OpenSMTPD 6.8, dma 0.13;
+"""DSNs made by real MTAs (Postfix 3.7, Exim 4.96, sendmail 8.17, OpenSMTPD 6.8, dma 0.13,
+nullmailer 2.2;
 mail/real/README.md says how), replayed byte for byte through `postrelay inbound` as the
 MTA delivered them: null sender, to the VERP address it bounced to. Each lands on the log
 row it is about, with the kind, status and suppression the rules give."""
@@ -21,7 +22,8 @@ SECRETS = {"postfix-3.7": b"postfix-fixture-secret-0123456789",
            "exim-4.96": b"exim-fixture-secret-0-0123456789",
            "sendmail-8.17": b"sendmail-fixture-secret-012345678",
            "opensmtpd-6.8": b"opensmtpd-fixture-secret-0123456789",
-           "dma-0.13": b"dma-fixture-secret-0123456789abcd"}
+           "dma-0.13": b"dma-fixture-secret-0123456789abcd",
+           "nullmailer-2.2": b"nullmailer-fixture-secret-0123456789"}
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,16 @@ CASES = [
     Sent("dma-0.13", "expired", "aa1a0713-0094-4392-bdbc-52059d485380",
          "ef257ba7-94d5-479f-a615-1f2e7104e2cd", "later-cat@rejecting.example",
          "soft-bounced", None, False),
+    Sent("nullmailer-2.2", "rejected", "7d733ec8-53ba-46e9-b7a1-b712556ad32b",
+         "4fc2b056-d15e-4999-b087-aaf7cb7ab252", "ann@rejecting.example",
+         "bounced", "5.1.1", True),
+    Sent("nullmailer-2.2", "mailbox_full", "196a2d59-3639-47a3-9cfb-de04fb19ec67",
+         "9e607fe9-ce4a-432e-b7c2-6f55a32728e0", "full-bob@rejecting.example",
+         "soft-bounced", "5.2.2", False),
+    # nullmailer reports only what it gave up on, an expired message as `Action: delayed`.
+    Sent("nullmailer-2.2", "expired", "02a257bc-be35-480c-8859-9a5a0e3a6cab",
+         "7d9486ba-1ac7-4f87-9d27-5d1a1afba095", "later-cat@rejecting.example",
+         "soft-bounced", "4.2.0", False),
 ]
 
 

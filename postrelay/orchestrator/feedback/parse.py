@@ -38,6 +38,7 @@ ACTIONS = {"delivered": "delivered", "relayed": "delivered", "expanded": "delive
 ENVELOPE_HEADERS = ("delivered-to", "x-original-to", "envelope-to", "x-envelope-to", "to")
 VACATION_HEADERS = ("x-autoreply", "x-autorespond", "x-autoresponder")
 DETAIL_CHARS = 2000
+NULLMAILER_NOTICE = "This is the nullmailer delivery system."
 
 
 def parse_mail(raw: bytes, *, envelope_to: Sequence[str] = (),
@@ -120,7 +121,8 @@ def _dsn(msg: Message, source: str, event_id: str, keys: _Keys) -> list[Feedback
         status = _status(block.get("status"), diagnostic)
         # Delivery time expired: the MTA gave up, whatever its Action says (OpenSMTPD 6.8
         # reports an expired envelope as `delayed`, 4.4.7).
-        expired = action == "delayed" and status is not None and status.endswith(".4.7")
+        expired = action == "delayed" and (
+            (status is not None and status.endswith(".4.7")) or _from_nullmailer(msg))
         if action == "failed" or expired:
             kind = bounce_kind(status)
         elif action in ACTIONS:
@@ -134,6 +136,12 @@ def _dsn(msg: Message, source: str, event_id: str, keys: _Keys) -> list[Feedback
                                          "reporting_mta": _short(
                                              per_message.get("reporting-mta"))}))
     return reports
+
+
+def _from_nullmailer(msg: Message) -> bool:
+    """nullmailer writes a report only for a message it gave up on: `delayed`, with the
+    last reply's code, when its failures were temporary until the message expired."""
+    return NULLMAILER_NOTICE in _body_text(_without_original(msg))
 
 
 def _arf(msg: Message, source: str, event_id: str, keys: _Keys) -> Feedback:

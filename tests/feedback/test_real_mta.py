@@ -1,5 +1,5 @@
 """DSNs made by real MTAs (Postfix 3.7, Exim 4.96, sendmail 8.17, OpenSMTPD 6.8, dma 0.13,
-nullmailer 2.2;
+nullmailer 2.2, Courier 1.0;
 mail/real/README.md says how), replayed byte for byte through `postrelay inbound` as the
 MTA delivered them: null sender, to the VERP address it bounced to. Each lands on the log
 row it is about, with the kind, status and suppression the rules give."""
@@ -23,7 +23,8 @@ SECRETS = {"postfix-3.7": b"postfix-fixture-secret-0123456789",
            "sendmail-8.17": b"sendmail-fixture-secret-012345678",
            "opensmtpd-6.8": b"opensmtpd-fixture-secret-0123456789",
            "dma-0.13": b"dma-fixture-secret-0123456789abcd",
-           "nullmailer-2.2": b"nullmailer-fixture-secret-0123456789"}
+           "nullmailer-2.2": b"nullmailer-fixture-secret-0123456789",
+           "courier-1.0": b"courier-fixture-secret-0123456789abc"}
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,26 @@ CASES = [
     Sent("nullmailer-2.2", "expired", "02a257bc-be35-480c-8859-9a5a0e3a6cab",
          "7d9486ba-1ac7-4f87-9d27-5d1a1afba095", "later-cat@rejecting.example",
          "soft-bounced", "4.2.0", False),
+    # Courier, as Exim: `Status: 5.0.0`, the remote's code in the Diagnostic-Code.
+    Sent("courier-1.0", "rejected", "386d6623-09e4-4e20-9f1a-726b6fe507c8",
+         "733e6fc8-6c39-4bb4-9759-3b886a2dd8a1", "ann@rejecting.example",
+         "bounced", "5.1.1", True),
+    Sent("courier-1.0", "mailbox_full", "60bb44ae-5e84-4568-a5e9-7199be48f851",
+         "74865206-ecdf-4f37-b2dd-12baf8d2db28", "full-bob@rejecting.example",
+         "soft-bounced", "5.2.2", False),
+    # "No such domain." and only 5.0.0: not proof the mailbox is gone.
+    Sent("courier-1.0", "no_such_domain", "cacbd7df-f097-4e89-8de0-75d944e0c6c4",
+         "8f57cfb5-8554-4e2e-ba14-22f5459d2a9f", "nosuchuser@mx.relay.example",
+         "bounced", "5.0.0", False),
+    Sent("courier-1.0", "delayed", "2fc9fbbc-301f-48d7-b376-301a10b84420",
+         "951d983c-ad42-4fbd-9666-d5e758f1f51a", "later-cat@rejecting.example",
+         "delayed", "4.0.0", False),
+    Sent("courier-1.0", "expired", "2fc9fbbc-301f-48d7-b376-301a10b84420",
+         "951d983c-ad42-4fbd-9666-d5e758f1f51a", "later-cat@rejecting.example",
+         "soft-bounced", "4.2.0", False),
+    Sent("courier-1.0", "relayed", "19c09288-b24b-49ca-b849-0e0b465ce5af",
+         "e054e67b-33fd-4995-9364-9bfee3338126", "dan@bounces.example",
+         "delivered", "2.0.0", False),
 ]
 
 

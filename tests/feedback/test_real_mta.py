@@ -1,8 +1,8 @@
 """DSNs made by real MTAs (Postfix 3.7, Exim 4.96, sendmail 8.17, OpenSMTPD 6.8, dma 0.13,
-nullmailer 2.2, Courier 1.0;
-mail/real/README.md says how), replayed byte for byte through `postrelay inbound` as the
-MTA delivered them: null sender, to the VERP address it bounced to. Each lands on the log
-row it is about, with the kind, status and suppression the rules give."""
+nullmailer 2.2, Courier 1.0; mail/real/README.md says how), replayed byte for byte through
+`postrelay inbound` as the MTA delivered them: null sender, to the VERP address it bounced
+to. Each lands on the log row it is about, with the kind, status and suppression the rules
+give."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from tests.feedback.conftest import (
     BOUNCE_DOMAIN,
     SECRET,
     await_inbox_empty,
-    free_port,
+    free_ports,
     until_listening,
 )
 from tests.feedback.test_inbox import bounces
@@ -39,7 +39,7 @@ async def test_two_receivers_share_the_inbox_and_record_each_message_once(
     made = bounces(engine, tenant, return_path, BACKLOG + 2)  # (log row, VERP, DSN) each
     sent = [log for log, _, _ in made]
     mails = [(verp, raw) for _, verp, raw in made]
-    ports = [free_port(), free_port()]
+    ports = free_ports(2)
     logs = [tmp_path / "first.log", tmp_path / "second.log"]
     receivers = []
     for port, log in zip(ports, logs, strict=True):

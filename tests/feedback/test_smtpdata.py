@@ -42,18 +42,33 @@ class _Listener(Controller):
         return SMTP(self.handler, data_size_limit=CAP, **self.kwargs)
 
 
+def _started(ours: bool, **kwargs: Any) -> _Listener:
+    """A listening _Listener; another socket may take the probed port before the bind."""
+    for attempt in range(3):
+        listener = _Listener(ours, **kwargs)
+        try:
+            listener.start()
+        except OSError:
+            if attempt == 2:
+                raise
+            continue
+        return listener
+    raise AssertionError("unreachable")
+
+
 @pytest.fixture(params=[{}, {"decode_data": True}, {"decode_data": True,
                                                     "enable_SMTPUTF8": True}],
                 ids=["bytes", "ascii", "utf8"])
 def listeners(request: pytest.FixtureRequest) -> Iterator[tuple[_Listener, _Listener]]:
-    theirs, ours = _Listener(False, **request.param), _Listener(True, **request.param)
-    theirs.start()
-    ours.start()
+    theirs = _started(False, **request.param)
     try:
-        yield theirs, ours
+        ours = _started(True, **request.param)
+        try:
+            yield theirs, ours
+        finally:
+            ours.stop()
     finally:
         theirs.stop()
-        ours.stop()
 
 
 async def _reply(reader: asyncio.StreamReader) -> bytes:

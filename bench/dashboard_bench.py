@@ -185,13 +185,16 @@ def _overview(engine: Engine, tenant: Any) -> None:
         queries.overview(conn, tenant)
 
 
-def _statement_params() -> dict[str, dict[str, Any]]:
+def _statement_params(engine: Engine) -> dict[str, dict[str, Any]]:
     now = datetime.now(UTC)
+    with engine.connect() as conn:  # the done rollup's mark, read first as the overview does
+        until = conn.execute(DASHBOARD_SQL["job_done_rollup_until"]).scalar_one()
     return {
         "job_count_live": {},
         "job_done_estimate": {},
         "job_pending_oldest": {},
-        "job_done_per_minute": {"since": now - timedelta(hours=1)},
+        "job_done_rollup_until": {},
+        "job_done_per_minute": {"since": now - timedelta(hours=1), "until": until},
         "job_failed_per_minute": {"since": now - timedelta(hours=1)},
         "outbox_backlog": {},
         "email_log_count_since": {"since": now - timedelta(hours=24),
@@ -202,7 +205,7 @@ def _statement_params() -> dict[str, dict[str, Any]]:
 def _statement_rows(engine: Engine, args: argparse.Namespace,
                     tenant: Any) -> list[tuple[str, list[float], float | None]]:
     rows = []
-    for name, params in _statement_params().items():
+    for name, params in _statement_params(engine).items():
         bound = {"tenant_id": tenant, **params}
 
         def run(name: str = name, bound: dict[str, Any] = bound) -> None:
@@ -214,7 +217,7 @@ def _statement_rows(engine: Engine, args: argparse.Namespace,
 
 
 def _explain(engine: Engine) -> None:
-    for name, params in _statement_params().items():
+    for name, params in _statement_params(engine).items():
         with engine.connect() as conn:
             plan = conn.execute(text("EXPLAIN (ANALYZE, BUFFERS) " + DASHBOARD_SQL[name].text),
                                 {"tenant_id": None, **params}).scalars().all()

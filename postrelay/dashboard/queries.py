@@ -79,6 +79,16 @@ def job_counts(conn: Connection, tenant_id: UUID | None) -> JobCounts:
     return JobCounts(by_status, by_kind, by_tenant)
 
 
+def email_counts(conn: Connection, tenant_id: UUID | None, *, since: datetime) -> dict[str, int]:
+    """Email log rows created since `since`, by status, every status named."""
+    if tenant_id is None:
+        return dict(conn.execute(DASHBOARD_SQL["email_log_count_since"], {
+            "since": since, "statuses": list(EMAIL_STATUSES)}).all())
+    found: dict[str, int] = dict(conn.execute(DASHBOARD_SQL["email_log_count_since_tenant"], {
+        "since": since, "tenant_id": tenant_id}).all())
+    return {status: found.get(status, 0) for status in EMAIL_STATUSES}
+
+
 def job_done_estimate(conn: Connection) -> int | None:
     """Done jobs in all, from the table statistics (None before they counted any)."""
     n = int(conn.execute(DASHBOARD_SQL["job_done_estimate"]).scalar_one())
@@ -102,15 +112,13 @@ def overview(conn: Connection, tenant_id: UUID | None, *, minutes: int = 60) -> 
     series = [(m, done.get(m, 0), failed.get(m, 0))
               for m in (since + timedelta(minutes=i) for i in range(minutes))]
     outbox = conn.execute(DASHBOARD_SQL["outbox_backlog"], scope).one()
-    emails = conn.execute(DASHBOARD_SQL["email_log_count_since"], {
-        **scope, "since": this_minute - timedelta(hours=24), "statuses": list(EMAIL_STATUSES),
-    }).all()
+    emails = email_counts(conn, tenant_id, since=this_minute - timedelta(hours=24))
     done_estimate = job_done_estimate(conn) if tenant_id is None else None
     if done_estimate is not None:
         # The statistics lag: never claim fewer in all than the last hour's exact count.
         done_estimate = max(done_estimate, sum(d for _, d, _ in series))
     return Overview(counts, pending.due, pending.oldest_age_secs, series, outbox.backlog,
-                    outbox.lag_secs, outbox.dead, dict(emails), done_estimate)
+                    outbox.lag_secs, outbox.dead, emails, done_estimate)
 
 
 def job_list(conn: Connection, *, status: str, tenant_id: UUID | None, kind: str | None,

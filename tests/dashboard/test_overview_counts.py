@@ -171,3 +171,22 @@ def test_the_estimate_waits_for_the_first_statistics(engine, tenant):
         assert queries.job_done_estimate(conn) is None
         overview = queries.overview(conn, tenant)
     assert overview.done_estimate is None and overview.done_last_hour == 0
+
+
+def test_the_email_counts_are_the_last_day_of_the_scope_with_every_status(
+        engine, tenant, other_tenant):
+    now = datetime.now(UTC)
+    rows = [(tenant, "sent", now), (tenant, "sent", now - timedelta(hours=3)),
+            (tenant, "bounced", now), (tenant, "sent", now - timedelta(hours=30)),
+            (other_tenant, "sent", now), (other_tenant, "deferred", now)]
+    with engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO mdm.aa_email_log (tenant_id, template, from_address, recipients,"
+            " to_addresses, message_id, status, attempt, created_at) VALUES (:t, 'welcome',"
+            " 'a@acme.example', '{b@example.com}', '{b@example.com}', '<m@x>', :s, 1, :at)"),
+            [{"t": t, "s": s, "at": at} for t, s, at in rows])
+        # A tenant's own rows (its index range), the service role's every tenant's.
+        mine, everyone = queries.overview(conn, tenant), queries.overview(conn, None)
+    zero = dict.fromkeys(queries.EMAIL_STATUSES, 0)
+    assert mine.emails == {**zero, "sent": 2, "bounced": 1}
+    assert everyone.emails == {**zero, "sent": 3, "bounced": 1, "deferred": 1}

@@ -139,15 +139,22 @@ SELECT (SELECT count(*) FROM mdm.aa_outbox_event
            AS dead;
 
 -- name: email_log_count_since
--- Email outcomes since :since, one index range per status on ix_email_log_status_time
--- (a tenant session reads its own range of ix_email_log_tenant_time instead).
+-- Email outcomes since :since, one index range per status on ix_email_log_status_time.
 SELECT s.status,
        (SELECT count(*) FROM mdm.aa_email_log l
-        WHERE l.status = s.status AND l.created_at >= :since
-          AND (CAST(:tenant_id AS uuid) IS NULL OR l.tenant_id = CAST(:tenant_id AS uuid)))
-           AS n
+        WHERE l.status = s.status AND l.created_at >= :since) AS n
 FROM unnest(CAST(:statuses AS text[])) WITH ORDINALITY AS s(status, ord)
 ORDER BY s.ord;
+
+-- name: email_log_count_since_tenant
+-- A tenant's email outcomes since :since, from its own range of ix_email_log_tenant_time.
+-- Through the status ranges instead (the statement above with a filter), it read every
+-- tenant's rows of the day: 166 ms against 18 for a tenant of 20,000 rows in a day of
+-- 143,000.
+SELECT status, count(*) AS n
+FROM mdm.aa_email_log
+WHERE tenant_id = CAST(:tenant_id AS uuid) AND created_at >= :since
+GROUP BY status;
 
 -- name: job_list_pending
 -- Pending jobs in the order workers will take them (ix_job_dispatch).

@@ -22,6 +22,7 @@ from postrelay.core.settings import Settings
 from postrelay.orchestrator import (
     EMAIL_FEEDBACK_TARGET,
     EMAIL_LOG_TARGET,
+    EmailHourTally,
     ReturnPath,
     SmtpConfig,
     SmtpPool,
@@ -185,7 +186,7 @@ def build_worker(
         interval_secs=maintenance_interval(settings.maintenance_interval_secs,
                                            settings.job_lease_secs),
         rescuer=Rescuer(engine, lease_secs=settings.job_lease_secs, actor=worker.id),
-        rollup=DoneRollup(engine),
+        rollups=(DoneRollup(engine), EmailHourTally(engine)),
     )
     scheduler = CronScheduler(engine, interval_secs=settings.cron_interval_secs)
     return WorkerProcess(worker, keeper, scheduler, [*handlers.closers, smtp.close],

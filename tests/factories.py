@@ -15,7 +15,7 @@ TABLES_TO_CLEAN = ("mdm.aa_job", "mdm.aa_job_audit", "mdm.aa_worker", "mdm.aa_le
                    "mdm.aa_email_feedback", "mdm.aa_job_cancel", "mdm.aa_job_pause",
                    "mdm.aa_flow_audit", "mdm.aa_job_limit", "mdm.aa_job_limit_bucket",
                    "mdm.aa_job_done_minute", "mdm.aa_job_done_rollup", "mdm.aa_job_throttle",
-                   "mdm.aa_feedback_inbox")
+                   "mdm.aa_feedback_inbox", "mdm.aa_email_hour", "mdm.aa_email_hour_rollup")
 
 
 def insert_job(

@@ -13,6 +13,7 @@ from postrelay.orchestrator.admin import (
     suppression_remove,
 )
 from postrelay.orchestrator.cancel import cancel_job, cancel_jobs
+from postrelay.orchestrator.email_hours import EmailHourTally
 from postrelay.orchestrator.feedback import Feedback, Recorded, SuppressionPolicy, record_feedback
 from postrelay.orchestrator.feedback.admin import feedback_list, suppression_audit
 from postrelay.orchestrator.feedback.inbound import InboundConfig, InboundServer
@@ -55,6 +56,7 @@ __all__ = [
     "EMAIL_FEEDBACK_TARGET",
     "EMAIL_KIND",
     "EMAIL_LOG_TARGET",
+    "EmailHourTally",
     "build_message",
     "cancel_job",
     "cancel_jobs",

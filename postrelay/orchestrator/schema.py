@@ -113,6 +113,28 @@ email_log = Table(
           postgresql_where=text("delivery IS NOT NULL")),
 )
 
+# Log rows per closed hour, tenant and status (orchestrator/email_hours.py): the bounce and
+# complaint rates' denominators sum these instead of counting a week of the log.
+email_hour = Table(
+    "aa_email_hour",
+    metadata,
+    Column("hour", TIMESTAMPTZ, primary_key=True),
+    Column("tenant_id", UUID(as_uuid=True), ForeignKey("mdm.aa_tenant.id", ondelete="CASCADE"),
+           primary_key=True),
+    Column("status", Text, primary_key=True),
+    Column("messages", BigInteger, nullable=False),
+)
+
+# The tally's mark, one row: every hour before `until` is in aa_email_hour, and a round
+# locks the row, so two leaders never tally the same hours at once.
+email_hour_rollup = Table(
+    "aa_email_hour_rollup",
+    metadata,
+    Column("id", Boolean, primary_key=True, server_default=text("true")),
+    Column("until", TIMESTAMPTZ),
+    CheckConstraint("id", name="email_hour_rollup_one_row_chk"),
+)
+
 email_suppression = Table(
     "aa_email_suppression",
     metadata,

@@ -223,7 +223,7 @@ async def test_the_maintenance_leader_tallies_and_a_follower_does_not(
     def keeper(holder: str) -> Maintenance:
         return Maintenance(async_engine, holder=holder, interval_secs=10,
                            rescuer=Rescuer(async_engine, lease_secs=450, actor=holder),
-                           rollup=DoneRollup(async_engine))
+                           rollups=(DoneRollup(async_engine),))
 
     leader, follower = keeper("a"), keeper("b")
     try:

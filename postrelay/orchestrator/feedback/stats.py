@@ -1,6 +1,7 @@
 """Feedback in figures, for `/metrics` and the dashboard: what was received by kind and
 source, the inbound receiver's inbox backlog, and each tenant's bounce and complaint rates
-over 24 hours and 7 days.
+over 24 hours and 7 days (each window from a whole UTC hour; the week's answered messages
+mostly from the email hour tally: orchestrator/email_hours.py).
 
     feedback_rates(conn, tenant_id=None)
     # [{"tenant_id": ..., "tenant_name": "acme", "messages_24h": 120, "bounced_24h": 3,
@@ -17,6 +18,7 @@ from sqlalchemy import Connection
 
 from postrelay.orchestrator.admin import _uuid
 from postrelay.orchestrator.feedback.queries import FEEDBACK_SQL
+from postrelay.orchestrator.queries import EMAIL_SQL
 
 WINDOWS = ("24h", "7d")
 
@@ -39,8 +41,10 @@ def feedback_rates(conn: Connection, *, tenant_id: UUID | str | None = None,
                    now: datetime | None = None) -> list[dict[str, Any]]:
     """Each tenant's messages, bounces and complaints over the last 24 hours and 7 days,
     with the rates (None when no message got an answer in the window)."""
+    until = conn.execute(EMAIL_SQL["email_hour_rollup_until"]).scalar_one()
     rows = conn.execute(FEEDBACK_SQL["email_feedback_rates"], {
-        "now": now or datetime.now(UTC), "tenant_id": _uuid("tenant", tenant_id)}).mappings()
+        "now": now or datetime.now(UTC), "until": until,
+        "tenant_id": _uuid("tenant", tenant_id)}).mappings()
     found = []
     for row in rows:
         item = dict(row)

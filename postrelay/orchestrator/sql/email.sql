@@ -307,3 +307,51 @@ CROSS JOIN LATERAL (
 ) a
 WHERE j.id = ANY(CAST(:ids AS uuid[]))
   AND j.job_kind = 'email_send';
+
+-- The email hour tally (orchestrator/email_hours.py): log rows per closed hour, tenant and
+-- status, tallied once by the maintenance leader, so that the week of the bounce and
+-- complaint rates sums a few rows per tenant and hour instead of counting every log row.
+-- Hours are UTC hours, whatever the session's time zone.
+
+-- name: email_hour_rollup_mark
+-- Locks the tally's mark for the round (creating it on the first), and returns it with the
+-- round's cutoff: the start of the hour `margin_secs` ago. A log row's created_at is its
+-- attempt's start and the row commits when the attempt ends, so an hour is tallied only
+-- once it ended more than the margin ago. A second leader racing this one waits here and
+-- then reads the mark the first one moved.
+INSERT INTO mdm.aa_email_hour_rollup (id) VALUES (true)
+ON CONFLICT (id) DO UPDATE SET until = mdm.aa_email_hour_rollup.until
+RETURNING until,
+          date_trunc('hour', COALESCE(CAST(:now AS timestamptz), now())
+                             - make_interval(secs => CAST(:margin_secs AS float8)),
+                     'UTC') AS cutoff;
+
+-- name: email_hour_rollup_tally
+-- Tallies the log rows created in [start, end), whole hours, through ix_email_log_status_time
+-- (one range per status), and moves the mark to `end` in the same transaction. Rows of a
+-- tenant that no longer exists are left out (the log has no foreign key; the tally has). An
+-- hour tallied again (the mark cleared by hand) gets its new counts, never the sum of both.
+WITH tally AS (
+    INSERT INTO mdm.aa_email_hour (hour, tenant_id, status, messages)
+    SELECT date_trunc('hour', l.created_at, 'UTC'), l.tenant_id, l.status, count(*)
+    FROM mdm.aa_email_log l
+    JOIN mdm.aa_tenant t ON t.id = l.tenant_id
+    WHERE l.status = ANY(CAST(:statuses AS text[]))
+      AND l.created_at >= CAST(:start AS timestamptz)
+      AND l.created_at < CAST(:end AS timestamptz)
+    GROUP BY 1, 2, 3
+    ON CONFLICT (hour, tenant_id, status) DO UPDATE SET messages = EXCLUDED.messages
+    RETURNING messages
+), marked AS (
+    UPDATE mdm.aa_email_hour_rollup SET until = CAST(:end AS timestamptz)
+)
+SELECT CAST(COALESCE(sum(messages), 0) AS bigint) AS messages FROM tally;
+
+-- name: email_hour_delete_before
+-- The tally's retention: a few rows per tenant and hour, by the primary key.
+DELETE FROM mdm.aa_email_hour WHERE hour < CAST(:before AS timestamptz);
+
+-- name: email_hour_rollup_until
+-- The tally's mark: every hour before it is in aa_email_hour (NULL: none yet). Read apart
+-- from the rates so that they are planned with it as a constant.
+SELECT (SELECT until FROM mdm.aa_email_hour_rollup) AS until;

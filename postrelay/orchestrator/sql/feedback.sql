@@ -261,28 +261,64 @@ ORDER BY f.kind, f.source;
 
 -- name: email_feedback_rates
 -- Per tenant, of the messages that got an answer (sent, partial, or refused: bounced) in
--- the last 24 hours and 7 days before :now: how many bounced — refused at send time, or
--- bounced later as feedback said — and how many drew a complaint. The rates mailbox
--- providers watch. Rows of 7 days by ix_email_log_status_time.
-SELECT l.tenant_id, t.name AS tenant_name,
-       count(*) FILTER (WHERE l.created_at >= CAST(:now AS timestamptz) - interval '24 hours')
-           AS messages_24h,
-       count(*) FILTER (WHERE l.created_at >= CAST(:now AS timestamptz) - interval '24 hours'
-                          AND (l.status = 'bounced' OR l.delivery = 'bounced'))
-           AS bounced_24h,
-       count(*) FILTER (WHERE l.created_at >= CAST(:now AS timestamptz) - interval '24 hours'
-                          AND l.delivery = 'complained') AS complained_24h,
-       count(*) AS messages_7d,
-       count(*) FILTER (WHERE l.status = 'bounced' OR l.delivery = 'bounced') AS bounced_7d,
-       count(*) FILTER (WHERE l.delivery = 'complained') AS complained_7d
-FROM mdm.aa_email_log l
-JOIN mdm.aa_tenant t ON t.id = l.tenant_id
-WHERE l.status IN ('sent', 'partial', 'bounced')
-  AND l.created_at >= CAST(:now AS timestamptz) - interval '7 days'
-  AND l.created_at <= CAST(:now AS timestamptz)
-  AND (CAST(:tenant_id AS uuid) IS NULL OR l.tenant_id = CAST(:tenant_id AS uuid))
-GROUP BY l.tenant_id, t.name
-ORDER BY t.name, l.tenant_id;
+-- the last 24 hours and 7 days before :now, each window starting on a whole UTC hour: how
+-- many bounced — refused at send time, or bounced later as feedback said — and how many
+-- drew a complaint. The rates mailbox providers watch. The messages by status come from
+-- the hours the email hour tally holds (before :until, its mark: orchestrator/email_hours.py)
+-- and, after the mark, from the log rows themselves; what feedback said later (a few rows,
+-- and it changes rows the tally counted long before) from the log, through
+-- ix_email_log_delivery_time.
+WITH bounds AS (
+    SELECT date_trunc('hour', CAST(:now AS timestamptz) - interval '24 hours', 'UTC') AS day,
+           date_trunc('hour', CAST(:now AS timestamptz) - interval '7 days', 'UTC') AS week
+), answered AS (
+    SELECT h.tenant_id, h.hour AS at, h.status, h.messages AS n
+    FROM mdm.aa_email_hour h, bounds b
+    WHERE h.status IN ('sent', 'partial', 'bounced')
+      AND h.hour >= b.week AND h.hour < CAST(:until AS timestamptz)
+      AND (CAST(:tenant_id AS uuid) IS NULL OR h.tenant_id = CAST(:tenant_id AS uuid))
+    UNION ALL
+    SELECT l.tenant_id, l.created_at, l.status, 1
+    FROM mdm.aa_email_log l, bounds b
+    WHERE l.status IN ('sent', 'partial', 'bounced')
+      AND l.created_at >= GREATEST(b.week, CAST(:until AS timestamptz))
+      AND l.created_at <= CAST(:now AS timestamptz)
+      AND (CAST(:tenant_id AS uuid) IS NULL OR l.tenant_id = CAST(:tenant_id AS uuid))
+), per_tenant AS (
+    SELECT a.tenant_id,
+           sum(a.n) FILTER (WHERE a.at >= b.day) AS messages_24h,
+           sum(a.n) FILTER (WHERE a.at >= b.day AND a.status = 'bounced') AS refused_24h,
+           sum(a.n) AS messages_7d,
+           sum(a.n) FILTER (WHERE a.status = 'bounced') AS refused_7d
+    FROM answered a, bounds b
+    GROUP BY a.tenant_id
+), later AS (
+    SELECT l.tenant_id,
+           count(*) FILTER (WHERE l.created_at >= b.day AND l.delivery = 'bounced'
+                              AND l.status <> 'bounced') AS bounced_24h,
+           count(*) FILTER (WHERE l.created_at >= b.day AND l.delivery = 'complained')
+               AS complained_24h,
+           count(*) FILTER (WHERE l.delivery = 'bounced' AND l.status <> 'bounced')
+               AS bounced_7d,
+           count(*) FILTER (WHERE l.delivery = 'complained') AS complained_7d
+    FROM mdm.aa_email_log l, bounds b
+    WHERE l.delivery IN ('bounced', 'complained')
+      AND l.status IN ('sent', 'partial', 'bounced')
+      AND l.created_at >= b.week AND l.created_at <= CAST(:now AS timestamptz)
+      AND (CAST(:tenant_id AS uuid) IS NULL OR l.tenant_id = CAST(:tenant_id AS uuid))
+    GROUP BY l.tenant_id
+)
+SELECT p.tenant_id, t.name AS tenant_name,
+       CAST(COALESCE(p.messages_24h, 0) AS bigint) AS messages_24h,
+       CAST(COALESCE(p.refused_24h, 0) + COALESCE(r.bounced_24h, 0) AS bigint) AS bounced_24h,
+       COALESCE(r.complained_24h, 0) AS complained_24h,
+       CAST(p.messages_7d AS bigint) AS messages_7d,
+       CAST(COALESCE(p.refused_7d, 0) + COALESCE(r.bounced_7d, 0) AS bigint) AS bounced_7d,
+       COALESCE(r.complained_7d, 0) AS complained_7d
+FROM per_tenant p
+JOIN mdm.aa_tenant t ON t.id = p.tenant_id
+LEFT JOIN later r ON r.tenant_id = p.tenant_id
+ORDER BY t.name, p.tenant_id;
 
 -- name: feedback_inbox_insert
 -- The messages `postrelay inbound` accepted during the last commit: per message its RCPT TO

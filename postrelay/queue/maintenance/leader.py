@@ -1,6 +1,7 @@
 """The maintenance loop: one worker at a time leads and runs the rescuer, the flow keeper
-(ended throttles, idle limit buckets) and the done rollup (maintenance/rollup.py); the others
-only try to take the lead, every round.
+(ended throttles, idle limit buckets) and the tallies (the done rollup, maintenance/rollup.py,
+and those the layers above give it, such as the email hour tally); the others only try to
+take the lead, every round.
 
 On a direct connection leadership is a session-level advisory lock, held on a connection of
 the leader's own: PostgreSQL frees it the moment that connection drops, so when the leader
@@ -20,6 +21,9 @@ that take no longer than the interval.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Protocol
+
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from postrelay.core.db import behind_pooler
@@ -28,7 +32,6 @@ from postrelay.core.service import periodic
 from postrelay.queue import queries
 from postrelay.queue.maintenance.flowkeeper import FlowKeeper
 from postrelay.queue.maintenance.rescuer import Rescuer
-from postrelay.queue.maintenance.rollup import DoneRollup
 
 LEASE_NAME = "maintenance"
 # The advisory lock of the maintenance leader, in the database's own lock space: any
@@ -36,6 +39,12 @@ LEASE_NAME = "maintenance"
 LEADER_LOCK_KEY = 0x706F_7374_6D61  # "postma"
 LEASE_ROUNDS = 3  # a row lease outlives this many missed rounds, so leadership does not flap
 ROUNDS_PER_JOB_LEASE = 4
+
+
+class Tally(Protocol):
+    """A round of counting what has closed, into a table that pages read instead."""
+
+    async def run_once(self) -> object: ...
 
 
 def maintenance_interval(configured_secs: float, job_lease_secs: float) -> float:
@@ -55,14 +64,14 @@ class Maintenance:
         interval_secs: float,
         rescuer: Rescuer,
         flow: FlowKeeper | None = None,
-        rollup: DoneRollup | None = None,
+        rollups: Sequence[Tally] = (),
     ) -> None:
         self.engine = engine
         self.interval_secs = interval_secs
         self.holder = holder
         self.rescuer = rescuer
         self.flow = flow or FlowKeeper(engine)
-        self.rollup = rollup
+        self.rollups = tuple(rollups)
         # The connection that holds the leader's lock; None behind a pooler (row lease).
         self._lock = None if behind_pooler(engine) else HeldConnection(engine)
         self._locked = False
@@ -72,10 +81,10 @@ class Maintenance:
         """One round; returns whether this process was the leader."""
         if not await self._lead():
             return False
-        await self.rescuer.run_once()  # first: a failing rollup must not delay a rescue
+        await self.rescuer.run_once()  # first: a failing tally must not delay a rescue
         await self.flow.run_once()
-        if self.rollup is not None:
-            await self.rollup.run_once()
+        for rollup in self.rollups:
+            await rollup.run_once()
         return True
 
     async def _lead(self) -> bool:

@@ -29,10 +29,12 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from postrelay.core.tallyrange import tally_range
 from postrelay.core.telemetry import event
 from postrelay.orchestrator.queries import EMAIL_SQL
 from postrelay.orchestrator.schema import EMAIL_STATUSES
 
+HOUR = timedelta(hours=1)
 # Beyond an attempt's own length: SMTP's timeouts are per command, so the longest attempts
 # take minutes; one that commits later than this is left out of its hour's tally.
 MARGIN = timedelta(minutes=15)
@@ -58,15 +60,15 @@ class EmailHourTally:
         async with self.engine.begin() as conn:
             mark = (await conn.execute(EMAIL_SQL["email_hour_rollup_mark"], {
                 "now": now, "margin_secs": MARGIN.total_seconds()})).one()
-            earliest = mark.cutoff - CATCH_UP
-            start = earliest if mark.until is None else max(mark.until, earliest)
-            end = min(mark.cutoff, start + timedelta(hours=MAX_HOURS_PER_ROUND))
-            if start >= end:
+            took = tally_range(mark.until, mark.cutoff, unit=HOUR, catch_up=CATCH_UP,
+                               most=MAX_HOURS_PER_ROUND)
+            if took is None:
                 return TallyResult(0, 0, mark.until)
+            start, end = took
             messages = (await conn.execute(EMAIL_SQL["email_hour_rollup_tally"], {
                 "start": start, "end": end, "statuses": list(EMAIL_STATUSES)})).scalar_one()
             await conn.execute(EMAIL_SQL["email_hour_delete_before"], {"before": end - KEEP})
-        hours = round((end - start) / timedelta(hours=1))
+        hours = round((end - start) / HOUR)
         event("postrelay.email_hours.tallied", logging.DEBUG, hours=hours, messages=messages,
               until=end.isoformat())
         return TallyResult(hours, int(messages), end)

@@ -29,10 +29,12 @@ from datetime import datetime, timedelta
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from postrelay.core.sqlfiles import load_queries
+from postrelay.core.tallyrange import tally_range
 from postrelay.core.telemetry import event
 
 ROLLUP_SQL = load_queries("postrelay.queue", "sql/rollup.sql")
 
+MINUTE = timedelta(minutes=1)
 # A completion's completed_at is its transaction's start; that transaction is one short
 # statement (queue/completer.py) and commits milliseconds later, seconds in a stall. A
 # minute is tallied once it ended this long ago. The longer the margin, the more the page
@@ -60,16 +62,16 @@ class DoneRollup:
         async with self.engine.begin() as conn:
             mark = (await conn.execute(ROLLUP_SQL["job_done_rollup_mark"], {
                 "now": now, "margin_secs": MARGIN.total_seconds()})).one()
-            earliest = mark.cutoff - CATCH_UP
-            start = earliest if mark.until is None else max(mark.until, earliest)
-            end = min(mark.cutoff, start + timedelta(minutes=MAX_MINUTES_PER_ROUND))
-            if start >= end:
+            took = tally_range(mark.until, mark.cutoff, unit=MINUTE, catch_up=CATCH_UP,
+                               most=MAX_MINUTES_PER_ROUND)
+            if took is None:
                 return RollupResult(0, 0, mark.until)
+            start, end = took
             done = (await conn.execute(ROLLUP_SQL["job_done_rollup_tally"],
                                        {"start": start, "end": end})).scalar_one()
             await conn.execute(ROLLUP_SQL["job_done_minute_delete_before"],
                                {"before": end - KEEP})
-        minutes = round((end - start) / timedelta(minutes=1))
+        minutes = round((end - start) / MINUTE)
         event("postrelay.rollup.tallied", logging.DEBUG, minutes=minutes, done=done,
               until=end.isoformat())
         return RollupResult(minutes, int(done), end)

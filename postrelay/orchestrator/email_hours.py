@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from postrelay.core.tallyrange import tally_range
+from postrelay.core.tally import Tally, tally_round
 from postrelay.core.telemetry import event
 from postrelay.orchestrator.queries import EMAIL_SQL
 from postrelay.orchestrator.schema import EMAIL_STATUSES
@@ -41,6 +41,12 @@ MARGIN = timedelta(minutes=15)
 CATCH_UP = timedelta(days=7, hours=1)  # the rates' week, from its first whole hour
 MAX_HOURS_PER_ROUND = 6
 KEEP = timedelta(days=8)
+
+EMAIL_HOURS = Tally(unit=HOUR, margin=MARGIN, catch_up=CATCH_UP, most=MAX_HOURS_PER_ROUND,
+                   keep=KEEP, mark=EMAIL_SQL["email_hour_rollup_mark"],
+                   tally=EMAIL_SQL["email_hour_rollup_tally"],
+                   delete=EMAIL_SQL["email_hour_delete_before"],
+                   params={"statuses": list(EMAIL_STATUSES)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,18 +63,8 @@ class EmailHourTally:
     async def run_once(self, now: datetime | None = None) -> TallyResult:
         """Tally the hours that have closed since the mark, up to MAX_HOURS_PER_ROUND.
         `now` defaults to the database's clock, the one created_at is written with."""
-        async with self.engine.begin() as conn:
-            mark = (await conn.execute(EMAIL_SQL["email_hour_rollup_mark"], {
-                "now": now, "margin_secs": MARGIN.total_seconds()})).one()
-            took = tally_range(mark.until, mark.cutoff, unit=HOUR, catch_up=CATCH_UP,
-                               most=MAX_HOURS_PER_ROUND)
-            if took is None:
-                return TallyResult(0, 0, mark.until)
-            start, end = took
-            messages = (await conn.execute(EMAIL_SQL["email_hour_rollup_tally"], {
-                "start": start, "end": end, "statuses": list(EMAIL_STATUSES)})).scalar_one()
-            await conn.execute(EMAIL_SQL["email_hour_delete_before"], {"before": end - KEEP})
-        hours = round((end - start) / HOUR)
-        event("postrelay.email_hours.tallied", logging.DEBUG, hours=hours, messages=messages,
-              until=end.isoformat())
-        return TallyResult(hours, int(messages), end)
+        counted = await tally_round(self.engine, EMAIL_HOURS, now=now)
+        if counted.periods:
+            event("postrelay.email_hours.tallied", logging.DEBUG, hours=counted.periods,
+                  messages=counted.rows, until=str(counted.until))
+        return TallyResult(counted.periods, counted.rows, counted.until)

@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from postrelay.core.sqlfiles import load_queries
-from postrelay.core.tallyrange import tally_range
+from postrelay.core.tally import Tally, tally_round
 from postrelay.core.telemetry import event
 
 ROLLUP_SQL = load_queries("postrelay.queue", "sql/rollup.sql")
@@ -43,6 +43,12 @@ MARGIN = timedelta(seconds=15)
 CATCH_UP = timedelta(hours=1)  # the overview's chart: older minutes are not read
 MAX_MINUTES_PER_ROUND = 10
 KEEP = timedelta(days=1)
+
+DONE_MINUTES = Tally(unit=MINUTE, margin=MARGIN, catch_up=CATCH_UP,
+                    most=MAX_MINUTES_PER_ROUND, keep=KEEP,
+                    mark=ROLLUP_SQL["job_done_rollup_mark"],
+                    tally=ROLLUP_SQL["job_done_rollup_tally"],
+                    delete=ROLLUP_SQL["job_done_minute_delete_before"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,19 +65,8 @@ class DoneRollup:
     async def run_once(self, now: datetime | None = None) -> RollupResult:
         """Tally the minutes that have closed since the mark, up to MAX_MINUTES_PER_ROUND.
         `now` defaults to the database's clock, the one completed_at is written with."""
-        async with self.engine.begin() as conn:
-            mark = (await conn.execute(ROLLUP_SQL["job_done_rollup_mark"], {
-                "now": now, "margin_secs": MARGIN.total_seconds()})).one()
-            took = tally_range(mark.until, mark.cutoff, unit=MINUTE, catch_up=CATCH_UP,
-                               most=MAX_MINUTES_PER_ROUND)
-            if took is None:
-                return RollupResult(0, 0, mark.until)
-            start, end = took
-            done = (await conn.execute(ROLLUP_SQL["job_done_rollup_tally"],
-                                       {"start": start, "end": end})).scalar_one()
-            await conn.execute(ROLLUP_SQL["job_done_minute_delete_before"],
-                               {"before": end - KEEP})
-        minutes = round((end - start) / MINUTE)
-        event("postrelay.rollup.tallied", logging.DEBUG, minutes=minutes, done=done,
-              until=end.isoformat())
-        return RollupResult(minutes, int(done), end)
+        counted = await tally_round(self.engine, DONE_MINUTES, now=now)
+        if counted.periods:
+            event("postrelay.rollup.tallied", logging.DEBUG, minutes=counted.periods,
+                  done=counted.rows, until=str(counted.until))
+        return RollupResult(counted.periods, counted.rows, counted.until)

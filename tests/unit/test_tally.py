@@ -1,10 +1,10 @@
-"""The range a tally round takes (core/tallyrange.py)."""
+"""The range a tally round takes (core/tally.py)."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from postrelay.core.tallyrange import tally_range
+from postrelay.core.tally import tally_range
 
 HOUR = timedelta(hours=1)
 CUTOFF = datetime(2026, 12, 5, 13, tzinfo=UTC)

@@ -41,7 +41,7 @@ LEASE_ROUNDS = 3  # a row lease outlives this many missed rounds, so leadership 
 ROUNDS_PER_JOB_LEASE = 4
 
 
-class Tally(Protocol):
+class Rollup(Protocol):
     """A round of counting what has closed, into a table that pages read instead."""
 
     async def run_once(self) -> object: ...
@@ -64,7 +64,7 @@ class Maintenance:
         interval_secs: float,
         rescuer: Rescuer,
         flow: FlowKeeper | None = None,
-        rollups: Sequence[Tally] = (),
+        rollups: Sequence[Rollup] = (),
     ) -> None:
         self.engine = engine
         self.interval_secs = interval_secs

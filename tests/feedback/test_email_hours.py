@@ -23,7 +23,7 @@ from postrelay.orchestrator.email_hours import (
 )
 from postrelay.queue import DoneRollup, Maintenance, Rescuer
 from postrelay.runtime import build_worker
-from tests.integration.worker_helpers import wait_until
+from tests.integration.worker_helpers import wait_until, waiting_on_a_lock
 
 HOUR = timedelta(hours=1)
 ANSWERED = ("sent", "partial", "bounced")
@@ -176,7 +176,8 @@ async def test_leaders_racing_and_rounds_again_count_each_hour_once(
         blocker.execute(text("SELECT * FROM mdm.aa_email_hour_rollup FOR UPDATE"))
         both = asyncio.gather(a.run_once(), b.run_once())
         try:
-            await wait_until(lambda: asyncio.to_thread(_waiting_on_a_lock, engine, 2))
+            await wait_until(lambda: asyncio.to_thread(
+                waiting_on_a_lock, engine, 2, "aa_email_hour_rollup"))
         finally:  # let them finish whatever happened, so no transaction is left open
             blocker.commit()
             first, second = await both
@@ -198,13 +199,6 @@ async def test_leaders_racing_and_rounds_again_count_each_hour_once(
     assert rates(engine, now) == expected
 
 
-def _waiting_on_a_lock(engine: Engine, n: int) -> bool:
-    with engine.connect() as conn:
-        return conn.execute(text(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND wait_event_type = 'Lock' AND query LIKE '%aa_email_hour_rollup%'")
-        ).scalar_one() >= n
-
 
 async def test_catch_up_covers_the_week_a_few_hours_a_round_and_old_hours_go(
         engine: Engine, async_engine: AsyncEngine, tenant):
@@ -214,7 +208,7 @@ async def test_catch_up_covers_the_week_a_few_hours_a_round_and_old_hours_go(
     add_log(engine, gone, now - timedelta(days=2))
     with engine.begin() as conn:  # a tally row from before the week kept
         conn.execute(text("INSERT INTO mdm.aa_email_hour VALUES (:h, :t, 'sent', 7)"),
-                     {"h": whole_hour(now) - KEEP - HOUR, "t": tenant})
+                     {"h": whole_hour(now) - KEEP - 2 * HOUR, "t": tenant})
     rounds = EmailHourTally(async_engine)
     first = await rounds.run_once()
     assert first.hours == MAX_HOURS_PER_ROUND and first.until is not None

@@ -25,7 +25,12 @@ from postrelay.queue.maintenance.rollup import (
 )
 from postrelay.queue.model import Job
 from tests.factories import insert_job
-from tests.integration.worker_helpers import as_awaitable, make_worker, wait_until
+from tests.integration.worker_helpers import (
+    as_awaitable,
+    make_worker,
+    wait_until,
+    waiting_on_a_lock,
+)
 
 MINUTE = timedelta(minutes=1)
 
@@ -156,7 +161,8 @@ async def test_rounds_again_and_leaders_racing_count_each_minute_once(
         blocker.execute(text("SELECT * FROM mdm.aa_job_done_rollup FOR UPDATE"))
         rounds = asyncio.gather(a.run_once(), b.run_once())
         try:
-            await wait_until(lambda: asyncio.to_thread(_waiting_on_a_lock, engine, 2))
+            await wait_until(lambda: asyncio.to_thread(
+                waiting_on_a_lock, engine, 2, "aa_job_done_rollup"))
         finally:  # let them finish whatever happened, so no transaction is left open
             blocker.commit()
             first, second = await rounds
@@ -183,13 +189,6 @@ async def test_rounds_again_and_leaders_racing_count_each_minute_once(
     assert tally(engine) == counted
     assert page(engine, None) == expected[None]
 
-
-def _waiting_on_a_lock(engine: Engine, n: int) -> bool:
-    with engine.connect() as conn:
-        return conn.execute(text(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND wait_event_type = 'Lock' AND query LIKE '%aa_job_done_rollup%'")
-        ).scalar_one() >= n
 
 
 async def test_catch_up_covers_the_last_hour_a_round_at_a_time_and_old_tallies_go(

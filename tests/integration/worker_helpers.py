@@ -57,3 +57,12 @@ def count_status(engine, status: str) -> int:
             text("SELECT count(*) FROM mdm.aa_job WHERE status = CAST(:s AS mdm.job_status)"),
             {"s": status},
         ).scalar_one()
+
+
+def waiting_on_a_lock(engine, n: int, table: str) -> bool:
+    """Whether `n` sessions of this database wait on a lock in a statement naming `table`."""
+    with engine.connect() as conn:
+        return conn.execute(text(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND wait_event_type = 'Lock' AND query LIKE :like"),
+            {"like": f"%{table}%"}).scalar_one() >= n

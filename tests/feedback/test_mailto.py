@@ -14,6 +14,7 @@ import pytest
 from postrelay.orchestrator import UnsubscribeLinks
 from postrelay.orchestrator.feedback import SuppressionPolicy
 from postrelay.orchestrator.feedback.inbound import InboundConfig, InboundServer
+from postrelay.orchestrator.feedback.mailto import mailto_unsubscribe
 from tests.feedback.conftest import BOUNCE_DOMAIN, SECRET, await_inbox_empty
 from tests.feedback.test_inbound import deliver, free_port
 from tests.orchestrator.conftest import write_template
@@ -91,3 +92,33 @@ def test_without_a_bounce_domain_there_is_no_mailto():
     links = UnsubscribeLinks("https://mail.acme.example", SECRET)
     assert links.mailto_address is None
     assert "mailto:" not in links.headers(uuid.uuid4(), ANN, "n")["List-Unsubscribe"]
+
+
+def unsubscribe_mail(to: str, token: str) -> bytes:
+    return (f"From: Ann <{ANN}>\r\nTo: {to}\r\nSubject: unsubscribe {token}\r\n"
+            "\r\nPlease unsubscribe me.\r\n").encode()
+
+
+@pytest.mark.parametrize("to", [
+    f"unsubscribe@{BOUNCE_DOMAIN}",
+    f"Lists <UNSUBSCRIBE@{BOUNCE_DOMAIN.upper()}>",
+    f"UnSubscribe (the list)\r\n @ {BOUNCE_DOMAIN}",  # folded, a comment, spaces at the @
+])
+def test_a_mailto_named_in_to_alone_is_read(to):
+    """`postrelay feedback ingest` hands over no envelope: To must be enough, however an
+    address is spelled."""
+    tenant = uuid.uuid4()
+    found = mailto_unsubscribe(unsubscribe_mail(to, LINKS.token(tenant, ANN, "news")), [],
+                               LINKS)
+    assert found is not None
+    assert (found.kind, found.tenant_id, found.recipient, found.category) == (
+        "unsubscribe", tenant, ANN, "news")
+
+
+def test_a_mailto_named_in_the_envelope_alone_is_read():
+    """A Bcc, or a forward: the header block does not name the mailbox, the envelope does."""
+    tenant = uuid.uuid4()
+    raw = unsubscribe_mail("Ann <ann@example.com>", LINKS.token(tenant, ANN, "news"))
+    assert mailto_unsubscribe(raw, [], LINKS) is None
+    found = mailto_unsubscribe(raw, [f"<Unsubscribe@{BOUNCE_DOMAIN}>"], LINKS)
+    assert found is not None and (found.tenant_id, found.category) == (tenant, "news")

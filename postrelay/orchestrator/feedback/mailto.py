@@ -16,9 +16,17 @@ from email.header import decode_header, make_header
 from email.utils import getaddresses
 
 from postrelay.orchestrator.feedback.model import Feedback
-from postrelay.orchestrator.feedback.unsubscribe import UnsubscribeLinks, UnsubscribeTokenError
+from postrelay.orchestrator.feedback.unsubscribe import (
+    MAILTO_LOCAL,
+    UnsubscribeLinks,
+    UnsubscribeTokenError,
+)
 
 HEAD_BYTES = 64 * 1024
+# An address names the mailbox only if its local part is spelled out: folding and comments
+# go between an address's tokens, never inside the one atom `unsubscribe`, and an address
+# is never an encoded word. So a header block without it cannot be to the mailbox.
+_LOCAL_BYTES = MAILTO_LOCAL.encode("ascii")
 
 
 def mailto_unsubscribe(raw: bytes, envelope_to: Sequence[str],
@@ -26,9 +34,14 @@ def mailto_unsubscribe(raw: bytes, envelope_to: Sequence[str],
     if links is None or links.mailto_address is None:
         return None
     head = raw[:HEAD_BYTES].split(b"\r\n\r\n", 1)[0].split(b"\n\n", 1)[0]
+    if _LOCAL_BYTES not in head.lower() and \
+            links.mailto_address not in (_bare(a) for a in envelope_to):
+        # Most mail to the receiver is a bounce: it is not parsed twice (email's parser
+        # costs more here than the outline of a whole DSN does).
+        return None
     msg = email.message_from_bytes(head, policy=email.policy.compat32)
     to = [*envelope_to, *(a for _, a in getaddresses(msg.get_all("to", [])))]
-    if links.mailto_address not in (a.strip().strip("<>").lower() for a in to):
+    if links.mailto_address not in (_bare(a) for a in to):
         return None
     try:
         subject = str(make_header(decode_header(msg.get("subject") or "")))
@@ -44,3 +57,7 @@ def mailto_unsubscribe(raw: bytes, envelope_to: Sequence[str],
                         source_event_id=word,
                         detail={"format": "mailto", "from": str(msg.get("from") or "")[:300]})
     return None
+
+
+def _bare(address: str) -> str:
+    return address.strip().strip("<>").lower()

@@ -54,6 +54,7 @@ from postrelay.orchestrator import ReturnPath, SmtpConfig, SmtpPool
 
 FIXTURE = Path(__file__).parent.parent / "tests" / "feedback" / "mail" / "postfix_bounce.eml"
 DOMAIN = "bounces.bench.example"
+PUBLIC_URL = "https://mail.bench.example"
 BATCH = 100
 SERVICE_KEY = "bench-service-role-key-0123456789abcdef"
 
@@ -113,7 +114,10 @@ def dsn_rate(bench: BenchDatabase, n: int, connections: int, cpu: dict[str, floa
         raw = raw.replace("3F2A1B2C3D.1764625201/", f"{i:010X}.1764625201/")
         mails.append((verp, raw.encode()))
     port = _port()
+    # With a public URL as well, as a sender of bulk mail runs it: the receiver then also
+    # reads `mailto:` unsubscribes (feedback/mailto.py).
     env = {"POSTRELAY_EMAIL_BOUNCE_DOMAIN": DOMAIN, "POSTRELAY_FEEDBACK_SECRET": secret,
+           "POSTRELAY_PUBLIC_URL": PUBLIC_URL,
            "POSTRELAY_INBOUND_MAX_CONNECTIONS": str(connections + 5)}
     inbound = WorkerProcess(bench, env=env, argv=["-c", WORKER_MAIN, "inbound", "--host",
                                                   "127.0.0.1", "--port", str(port)])

@@ -122,6 +122,15 @@ CASES = {
     "split at the terminator": [b"a\r\n", b".", b"\r", b"\n"],
     "split inside CRLF": [b"a\r", b"\n.\r", b"\n"],
     "split after a line-end dot": [b"a.", b"\r\n.\r\n"],
+    # Read past a line that ends in a dot, up to the end that has already arrived.
+    "sentences": [b"One.\r\nTwo.\r\n\r\nThree\r\n.\r\n"],
+    "end right after a line-end dot": [b"a.\r\n.\r\n"],
+    "stuffed dot after a line-end dot": [b"a.\r\n..\r\n...b.\r\n..\r\n.\r\n"],
+    "end arrives after a line-end dot": [b"One.\r\nTwo\r\n", b"x\r\n.\r\n"],
+    "lone dot arrives after a line-end dot": [b"One.\r\nTwo.\r\n", b".\r\n"],
+    "bare LF before a dot line": [b"a.\r\nb\n.\r\nc\r\n.\r\n"],
+    "over the cap after a line-end dot": [b"a.\r\n" + _line(1000) * 4 + b".\r\n"],
+    "too long a line after a line-end dot": [b"a.\r\n" + _line(1003) + b"b\r\n.\r\n"],
     "byte by byte": [bytes([c]) for c in b"S: 1\r\n\r\n..x\r\ny.\r\n.\r\n"],
     "many lines": [b"".join(_line(70) for _ in range(50)) + b".\r\n"],
     "at the cap": [_line(1000) * 4 + b".\r\n"],
@@ -173,3 +182,31 @@ async def test_long_command_lines_get_aiosmtpds_replies(listeners):
     expected = await _commands(theirs.port, lines)
     assert await _commands(ours.port, lines) == expected
     assert expected[-1].startswith(b"250")
+
+
+async def _pipelined_after_data(port: int, data: bytes) -> list[bytes]:
+    """One message whose DATA ends in the same write as the commands after it (RFC 2920
+    lets a client send them without waiting for the 250): every reply, up to QUIT's."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    await _reply(reader)
+    replies = []
+    for line in [b"EHLO client.example\r\n", b"MAIL FROM:<>\r\n", b"RCPT TO:<a@b.example>\r\n",
+                 b"DATA\r\n"]:
+        writer.write(line)
+        replies.append(await _reply(reader))
+    writer.write(data + b"QUIT\r\n")
+    while not replies[-1].startswith(b"221"):
+        replies.append(await _reply(reader))
+    writer.close()
+    return replies
+
+
+async def test_commands_pipelined_after_the_message_are_not_read_as_data(listeners):
+    # The message ends with a lone dot right after a line ending in a dot, and what
+    # follows it in the same write holds a lone dot line of its own.
+    theirs, ours = listeners
+    data = b"a.\r\n.\r\nNOOP\r\nNOOP\r\n.\r\n"
+    expected = await _pipelined_after_data(theirs.port, data)
+    assert await _pipelined_after_data(ours.port, data) == expected
+    assert ours.capture.messages == theirs.capture.messages
+    assert [m for m, _ in ours.capture.messages] == [b"a.\r\n"]

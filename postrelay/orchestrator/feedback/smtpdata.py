@@ -3,7 +3,8 @@
 aiosmtpd reads DATA one line at a time (an `await readuntil` and its bookkeeping per
 line: about half of its dialogue's CPU for a DSN of 70 lines). This reads up to each
 `.<CR><LF>` it meets (or as much as the stream's limit allows) until one ends a lone dot
-line, and applies the same rules to the lines it got, in order:
+line, or, once the lone dot line has arrived, straight up to it; and applies the same
+rules to the lines it got, in order:
 
 - a line longer than `max_line` bytes (CRLF included) makes it `500 Line too long`;
 - more than `max_bytes` bytes of lines (as sent, dot-stuffing included, the final `.`
@@ -24,6 +25,7 @@ TOO_LONG = "500 Line too long (see RFC5321 4.5.3.1.6)"
 TOO_MUCH = "552 Error: Too much mail data"
 _END = b".\r\n"
 _CRLF = b"\r\n"
+_LONE_DOT = _CRLF + _END  # a lone `.` line, with the line break before it
 FEED_BYTES = 64 * 1024
 
 
@@ -109,14 +111,32 @@ async def read_data(reader: asyncio.StreamReader, *, max_bytes: int | None,
         except asyncio.LimitOverrunError as exc:  # no `.` CRLF within the stream's limit
             pending += await reader.read(exc.consumed)
         else:
-            if pending.endswith(_CRLF + _END) or (not fed and pending == _END):
-                del pending[-len(_END):]
-                lines.feed(bytes(pending))
+            if pending.endswith(_LONE_DOT) or (not fed and pending == _END):
+                break
+            # At a line start, the rest of the message has most likely arrived already:
+            # it is taken up to its end in one read, not in one read per line ending in
+            # a dot (most sentences of a bounce do).
+            if end := _buffered_end(reader):
+                pending += await reader.readexactly(end)
                 break
         if len(pending) >= FEED_BYTES:
             lines.feed(bytes(pending[:-2]))
             del pending[:-2]
             fed = True
+    del pending[-len(_END):]
+    lines.feed(bytes(pending))
     if lines.error is not None:
         return b"", lines.error
     return lines.content(), None
+
+
+def _buffered_end(reader: asyncio.StreamReader) -> int:
+    """At a line start: how many of the bytes the reader holds (received, not yet read) go
+    up to and through the lone `.` line, 0 if it has not arrived. The reader's buffer is
+    asyncio's own attribute, read as `_Server.push` reads it; only what is there is
+    taken, so a message that arrives later is read as before."""
+    buffered = reader._buffer  # type: ignore[attr-defined]
+    if buffered.startswith(_END):
+        return len(_END)
+    at = buffered.find(_LONE_DOT)
+    return at + len(_LONE_DOT) if at >= 0 else 0

@@ -26,7 +26,6 @@ from uuid import UUID
 from sqlalchemy import Connection
 
 import postrelay.relay as relay
-from postrelay.core import jsontext
 from postrelay.core.dbcall import AsyncAnyConnection, Steps, run_async, run_sync
 from postrelay.core.telemetry import event as log_event
 from postrelay.orchestrator.feedback import queries
@@ -171,7 +170,7 @@ class _Row:
                 "recipient": self.recipient, "kind": f.kind, "status": f.status,
                 "diagnostic": f.diagnostic, "source": f.source,
                 "source_event_id": f.source_event_id, "dedupe_key": self.dedupe_key,
-                "detail": jsontext.encode_rows(self.detail), "occurred_at": f.occurred_at}
+                "detail": self.detail, "occurred_at": f.occurred_at}
 
     def take_insert(self, inserted: dict[str, dict[str, Any]]) -> bool:
         """Whether this report's row was inserted (else it was recorded before)."""

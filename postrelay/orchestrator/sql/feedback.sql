@@ -62,7 +62,7 @@ INSERT INTO mdm.aa_email_feedback (tenant_id, email_log_id, matched_by, recipien
                                    status, diagnostic, source, source_event_id, dedupe_key,
                                    detail, occurred_at)
 SELECT w.tenant_id, w.email_log_id, w.matched_by, w.recipient, w.kind, w.status,
-       w.diagnostic, w.source, w.source_event_id, w.dedupe_key, CAST(w.detail AS jsonb),
+       w.diagnostic, w.source, w.source_event_id, w.dedupe_key, w.detail,
        w.occurred_at
 FROM (SELECT r.*, e.n
       FROM unnest(ARRAY(SELECT jsonb_array_elements(CAST(:rows AS jsonb))))
@@ -70,7 +70,7 @@ FROM (SELECT r.*, e.n
            jsonb_to_record(e.doc) AS r(tenant_id uuid, email_log_id uuid, matched_by text,
                                        recipient text, kind text, status text,
                                        diagnostic text, source text, source_event_id text,
-                                       dedupe_key text, detail text,
+                                       dedupe_key text, detail jsonb,
                                        occurred_at timestamptz)) AS w
 ORDER BY w.n
 ON CONFLICT (dedupe_key) DO NOTHING

@@ -45,19 +45,19 @@ def parse_mail(raw: bytes, *, envelope_to: Sequence[str] = (),
                return_path: ReturnPath | None = None, source: str = "mail",
                max_bytes: int | None = None) -> list[Feedback]:
     """Every report `raw` holds (one per recipient of a DSN), at least one."""
-    event_id = hashlib.sha256(raw).hexdigest()
     if max_bytes is not None and len(raw) > max_bytes:
         head = raw[:64 * 1024].split(b"\r\n\r\n", 1)[0].split(b"\n\n", 1)[0]
-        return [_unparsed(_message(head), source, event_id, envelope_to, return_path,
+        return [_unparsed(_message(head), source, _digest(raw), envelope_to, return_path,
                           f"{len(raw)} bytes, over the {max_bytes}-byte limit; headers kept")]
+    event_id = None
     try:
         # A report's outline when it has one: the parts classification reads, unparsed the
         # rest (a DSN often returns the whole original message).
         msg = outline(raw) or _message(raw)
-        event_id = _clean(msg.get("message-id")) or event_id
+        event_id = _clean(msg.get("message-id")) or _digest(raw)
         reports = _reports(msg, source, event_id, envelope_to, return_path)
     except Exception as exc:  # a parser bug or a message email cannot read: kept, not lost
-        return [_unparsed(None, source, event_id, envelope_to, return_path,
+        return [_unparsed(None, source, event_id or _digest(raw), envelope_to, return_path,
                           f"unreadable: {type(exc).__name__}: {exc}")]
     return reports
 
@@ -244,6 +244,11 @@ def _unparsed(msg: Message | None, source: str, event_id: str, envelope_to: Sequ
     except Exception:  # headers too broken to read: the reason alone
         keys, detail = _Keys(None, envelope_to, return_path), {"reason": reason}
     return keys.feedback("unparsed", source, event_id, recipient=None, detail=detail)
+
+
+def _digest(raw: bytes) -> str:
+    """The id of a message without a Message-ID: the same for the same bytes."""
+    return hashlib.sha256(raw).hexdigest()
 
 
 def _message(raw: bytes) -> Message:

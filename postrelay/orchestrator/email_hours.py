@@ -66,5 +66,5 @@ class EmailHourTally:
         counted = await tally_round(self.engine, EMAIL_HOURS, now=now)
         if counted.periods:
             event("postrelay.email_hours.tallied", logging.DEBUG, hours=counted.periods,
-                  messages=counted.rows, until=str(counted.until))
+                  messages=counted.rows, until=counted.until and counted.until.isoformat())
         return TallyResult(counted.periods, counted.rows, counted.until)

@@ -68,5 +68,5 @@ class DoneRollup:
         counted = await tally_round(self.engine, DONE_MINUTES, now=now)
         if counted.periods:
             event("postrelay.rollup.tallied", logging.DEBUG, minutes=counted.periods,
-                  done=counted.rows, until=str(counted.until))
+                  done=counted.rows, until=counted.until and counted.until.isoformat())
         return RollupResult(counted.periods, counted.rows, counted.until)

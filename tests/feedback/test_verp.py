@@ -3,9 +3,13 @@ turn it on, and the real send path putting it in MAIL FROM (From unchanged)."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import uuid
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from postrelay.core.errors import ConfigError
 from postrelay.core.settings import load_settings
@@ -126,3 +130,28 @@ def test_a_token_has_one_spelling():
     for ch in alphabet.replace(local[-1], ""):
         with pytest.raises(TokenError):
             path.log_id(f"{local[:-1]}{ch}@{domain}")
+
+
+BASE32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+
+
+@given(st.binary(min_size=verp.TOKEN_BYTES, max_size=verp.TOKEN_BYTES))
+def test_a_token_reads_back_the_bytes_base64_wrote(raw):
+    assert verp.token_bytes(base64.b32encode(raw).decode().rstrip("=")) == raw
+
+
+@given(st.text(BASE32, min_size=verp.TOKEN_CHARS, max_size=verp.TOKEN_CHARS)
+       | st.text(BASE32 + "az01=! ", max_size=verp.TOKEN_CHARS + 8))
+def test_a_token_is_read_only_if_base64_would_have_written_it(token):
+    try:
+        expected: bytes | None = base64.b32decode(token + "=" * (-len(token) % 8))
+    except (binascii.Error, ValueError):
+        expected = None
+    if expected is not None and (len(expected) != verp.TOKEN_BYTES or
+                                 base64.b32encode(expected).decode().rstrip("=") != token):
+        expected = None
+    try:
+        got: bytes | None = verp.token_bytes(token)
+    except TokenError:
+        got = None
+    assert got == expected

@@ -28,12 +28,21 @@ PLAIN_ENCODINGS = ("", "7bit", "8bit", "binary")
 # What follows the boundary on a delimiter line: `--` on the closing one, blanks, its end.
 DELIMITER_END = re.compile(rb"(--)?[ \t]*\r?(?:\n|\Z)")
 NEWLINE, CR = ord("\n"), ord("\r")
-BLANK_TEXT_LINE = re.compile(r"\r?\n\s*\r?\n")  # between a report's blocks, as parse.py splits
+# Between a report's blocks: a line break, blank lines, a line break. Each block is stripped
+# after the split, so a CR before the first LF may stay with the block before it; a pattern
+# that starts with one optional character is tried at every character instead of at LFs.
+BLANK_TEXT_LINE = re.compile(r"\n\s*\n")
 # A field: its name and colon, then its value to the end of the line and over every
 # continuation line (one that starts with a blank); lines end where email.feedparser's
 # NLCRE_crack ends them.
 FIELD = re.compile(r"([\041-\071\073-\176]+):[ \t]*"
                    r"([^\r\n]*(?:(?:\r\n|\r|\n)[ \t][^\r\n]*)*)(?:\r\n|\r|\n|\Z)")
+# A Content-Type of the plain form MTAs write: a type, then `name=token` or `name="text"`
+# parameters; no comments, escapes, RFC 2231 names, or a stray `;`. Its parameters are
+# read here as email's parser reads them; any other value is left to email.
+PLAIN_PARAMS = re.compile(r'\s*([^\s;="\\]+)((?:\s*;\s*[A-Za-z0-9._-]+\s*=\s*'
+                          r'(?:"[^"\\]*"|[^\s;"\\<>*\'()]+))*)\s*')
+PARAM = re.compile(r';\s*([A-Za-z0-9._-]+)\s*=\s*(?:"([^"\\]*)"|([^\s;"\\<>*\'()]+))')
 
 
 def outline(raw: bytes) -> Message | None:
@@ -140,8 +149,8 @@ class _Part(Message):
     def _get_params_preserve(self, failobj: Any, header: str) -> Any:
         key = header.lower()
         if key not in self._params:
-            self._params[key] = super()._get_params_preserve(  # type: ignore[misc]
-                _MISSING, header)
+            self._params[key] = _plain_params(self.get(header)) or \
+                super()._get_params_preserve(_MISSING, header)  # type: ignore[misc]
         found = self._params[key]
         return failobj if found is _MISSING else found
 
@@ -159,6 +168,16 @@ class _Part(Message):
 
 
 _MISSING = object()
+
+
+def _plain_params(value: Any) -> list[tuple[str, str]] | None:
+    """The parameters of a value of the plain form (PLAIN_PARAMS) as email lists them: the
+    type first, then each name in lower case with its value quoted; None for any other."""
+    plain = PLAIN_PARAMS.fullmatch(value) if isinstance(value, str) else None
+    if plain is None:
+        return None
+    return [(plain[1], ""), *((name.lower(), f'"{quoted}{token}"')
+                              for name, quoted, token in PARAM.findall(plain[2]))]
 
 
 def _fields(text: str) -> Message | None:

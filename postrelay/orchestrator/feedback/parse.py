@@ -26,7 +26,7 @@ from flufl.bounce import all_failures
 
 from postrelay.orchestrator.feedback.detectors import other_failures
 from postrelay.orchestrator.feedback.model import Feedback, bounce_kind
-from postrelay.orchestrator.feedback.outline import outline
+from postrelay.orchestrator.feedback.outline import BLANK_TEXT_LINE, outline
 from postrelay.orchestrator.feedback.verp import ReturnPath, TokenError
 
 ENHANCED = re.compile(r"\b([245])\.(\d{1,3})\.(\d{1,3})\b")
@@ -271,7 +271,7 @@ def _blocks(part: Message) -> list[Message]:
         return [p for p in payload if isinstance(p, Message)]
     text = payload if isinstance(payload, str) else ""
     return [email.message_from_string(block.strip() + "\n", policy=email.policy.compat32)
-            for block in re.split(r"\r?\n\s*\r?\n", text) if block.strip()]
+            for block in BLANK_TEXT_LINE.split(text) if block.strip()]
 
 
 def _original(msg: Message) -> Message | None:

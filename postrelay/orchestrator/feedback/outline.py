@@ -40,9 +40,8 @@ FIELD = re.compile(r"([\041-\071\073-\176]+):[ \t]*"
 # A Content-Type of the plain form MTAs write: a type, then `name=token` or `name="text"`
 # parameters; no comments, escapes, RFC 2231 names, or a stray `;`. Its parameters are
 # read here as email's parser reads them; any other value is left to email.
-PLAIN_PARAMS = re.compile(r'\s*([^\s;="\\]+)((?:\s*;\s*[A-Za-z0-9._-]+\s*=\s*'
-                          r'(?:"[^"\\]*"|[^\s;"\\<>*\'()]+))*)\s*')
 PARAM = re.compile(r';\s*([A-Za-z0-9._-]+)\s*=\s*(?:"([^"\\]*)"|([^\s;"\\<>*\'()]+))')
+PLAIN_PARAMS = re.compile(r'\s*([^\s;="\\]+)((?:\s*' + PARAM.pattern + r')*)\s*')
 
 
 def outline(raw: bytes) -> Message | None:

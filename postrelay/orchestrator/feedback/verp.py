@@ -36,7 +36,7 @@ VERIFIED_KEPT = 16384
 # digits 0-9 and then A-V.
 _BASE32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
 _AS_INT_DIGITS = str.maketrans(_BASE32, "0123456789ABCDEFGHIJKLMNOPQRSTUV")
-_BASE32_TEXT = re.compile("[A-Z2-7]*")
+_BASE32_TEXT = re.compile(f"[{_BASE32}]*")
 _UNUSED_BITS = TOKEN_CHARS * 5 - TOKEN_BYTES * 8  # of the last character
 _DOMAIN = re.compile(r"(?=.{1,253}$)([a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)"
                      r"(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+")

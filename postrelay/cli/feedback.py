@@ -25,6 +25,7 @@ from postrelay.orchestrator import (
     SuppressionPolicy,
     UnsubscribeLinks,
     feedback_list,
+    inbox_backlog,
     ingest,
     messages,
 )
@@ -100,6 +101,12 @@ def inbound(
                                max_connections=settings.inbound_max_connections,
                                tls=_tls(settings),
                                unsubscribe=UnsubscribeLinks.from_settings(settings))
+        # Refused, as the worker and the relay are, when the database cannot be reached or
+        # is not migrated: a receiver listening anyway would answer every message 451,
+        # with only its log to say why. Once it runs, an outage is ridden out (451: the
+        # sending MTAs keep the mail and retry).
+        with db.sync_engine().connect() as conn:
+            waiting = inbox_backlog(conn)["waiting"]
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: stop.set())
@@ -117,7 +124,9 @@ def inbound(
         freeze_startup_heap()
         with server:
             typer.echo(f"inbound: mail for {return_path.domain} on {config.host}:"
-                       f"{config.port}" + (" (STARTTLS)" if config.tls else ""))
+                       f"{config.port}" + (" (STARTTLS)" if config.tls else "")
+                       + (f"; {waiting} accepted before, waiting to be recorded"
+                          if waiting else ""))
             stop.wait()
 
 

@@ -1,5 +1,7 @@
-"""Two `postrelay inbound` processes on one database, as behind two MX hosts: they share
-the inbox, each message is recorded once, by one of them, and both take part."""
+"""`postrelay inbound` as a process: it refuses to start without a database it can use, says
+what an earlier run left in the inbox and records it; two of them on one database, as
+behind two MX hosts, share the inbox, each message recorded once, by one of them, and both
+take part."""
 
 from __future__ import annotations
 
@@ -7,11 +9,14 @@ import asyncio
 import signal
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 
 import aiosmtplib
-from sqlalchemy import text
+from sqlalchemy import create_engine, text
 
+from postrelay.core.db import sqlalchemy_url
 from tests.feedback.conftest import (
     BOUNCE_DOMAIN,
     SECRET,
@@ -25,6 +30,73 @@ POSTRELAY = Path(sys.executable).parent / "postrelay"
 BACKLOG = 1500  # many batches of 100: more than either process takes in one go
 
 
+def receiver_env(worker_env: dict[str, str], **settings: str) -> dict[str, str]:
+    return {**worker_env, "POSTRELAY_EMAIL_BOUNCE_DOMAIN": BOUNCE_DOMAIN,
+            "POSTRELAY_FEEDBACK_SECRET": SECRET.decode(), **settings}
+
+
+def refused(env: dict[str, str]) -> str:
+    """The one line a receiver that may not start prints; it exits at once (a receiver
+    that listened instead would run until the timeout)."""
+    port = free_ports(1)[0]
+    done = subprocess.run([str(POSTRELAY), "inbound", "--host", "127.0.0.1", "--port",
+                           str(port)], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
+    assert done.stdout == "" and "Traceback" not in done.stderr, (done.stdout, done.stderr)
+    (line,) = done.stderr.splitlines()
+    return line
+
+
+def test_a_receiver_that_cannot_reach_its_database_refuses_to_start(worker_env):
+    line = refused(receiver_env(
+        worker_env, POSTRELAY_DATABASE_URL="postgresql://u:s3cret@127.0.0.1:1/nope"))
+    assert line.startswith("error: cannot reach the database") and "s3cret" not in line
+
+
+def test_a_receiver_on_an_unmigrated_database_refuses_to_start(worker_env, server_url):
+    name = f"postrelay_empty_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(sqlalchemy_url(server_url), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        url = sqlalchemy_url(server_url).set(database=name).render_as_string(hide_password=False)
+        line = refused(receiver_env(worker_env, POSTRELAY_DATABASE_URL=url))
+        assert "aa_feedback_inbox" in line and "postrelay migrate" in line
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+async def test_a_receiver_says_what_an_earlier_one_left_in_the_inbox_and_records_it(
+        worker_env, engine, tenant, look, return_path, tmp_path):
+    made = bounces(engine, tenant, return_path, 3)
+    with engine.begin() as conn:  # accepted by a receiver that died before recording them
+        conn.execute(text("INSERT INTO mdm.aa_feedback_inbox (envelope_to, raw) "
+                          "VALUES (:to, :raw)"), [{"to": [verp], "raw": raw}
+                                                  for _, verp, raw in made])
+    port = free_ports(1)[0]
+    out = tmp_path / "inbound.out"
+    with out.open("wb") as stdout:
+        process = subprocess.Popen(
+            [str(POSTRELAY), "inbound", "--host", "127.0.0.1", "--port", str(port)],
+            env=receiver_env(worker_env), stdout=stdout, stderr=subprocess.STDOUT)
+    try:
+        await until_listening(port)
+        await await_inbox_empty(engine, timeout=30)
+        deadline = time.monotonic() + 10
+        while "\n" not in out.read_text() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=30)
+    assert code == 0, out.read_text()
+    assert out.read_text().splitlines()[0] == (
+        f"inbound: mail for {BOUNCE_DOMAIN} on 127.0.0.1:{port}; 3 accepted before, waiting "
+        "to be recorded")
+    assert {f["email_log_id"] for f in look.feedback()} == {s["id"] for s, _, _ in made}
+
+
 async def send(port: int, verp: str, raw: bytes) -> None:
     smtp = aiosmtplib.SMTP(hostname="127.0.0.1", port=port, timeout=10)
     await smtp.connect()
@@ -34,8 +106,7 @@ async def send(port: int, verp: str, raw: bytes) -> None:
 
 async def test_two_receivers_share_the_inbox_and_record_each_message_once(
         worker_env, engine, tenant, look, return_path, tmp_path):
-    env = {**worker_env, "POSTRELAY_EMAIL_BOUNCE_DOMAIN": BOUNCE_DOMAIN,
-           "POSTRELAY_FEEDBACK_SECRET": SECRET.decode(), "POSTRELAY_LOG_LEVEL": "INFO"}
+    env = receiver_env(worker_env, POSTRELAY_LOG_LEVEL="INFO")
     made = bounces(engine, tenant, return_path, BACKLOG + 2)  # (log row, VERP, DSN) each
     sent = [log for log, _, _ in made]
     mails = [(verp, raw) for _, verp, raw in made]

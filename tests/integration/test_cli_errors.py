@@ -66,7 +66,7 @@ def test_an_id_that_is_not_a_uuid_is_one_line(worker_env, clean_db, args):
 @pytest.mark.parametrize("args", [
     ("status",), ("jobs", "list"), ("dlq", "list"), ("emails",), ("outbox", "status"),
     ("cron", "list"), ("webhooks", "list"), ("tenants", "add", "x"), ("migrate",),
-    ("keys", "list"),
+    ("keys", "list"), ("worker",), ("relay",),
 ])
 def test_an_unreachable_database_is_one_line(worker_env, args):
     env = {**worker_env, "POSTRELAY_DATABASE_URL": "postgresql://u:s3cret@127.0.0.1:1/nope"}

@@ -5,12 +5,27 @@ from __future__ import annotations
 import email
 import email.policy
 import json
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from postrelay.cli.main import app
+
+
+@pytest.fixture(autouse=True)
+def logging_as_it_was() -> Iterator[None]:
+    """The command configures logging (`configure_logging`) with a handler on the stderr
+    that CliRunner lends it and closes: left in place, it would make every later warning
+    of this test run, from any thread, a "Logging error" on a closed stream."""
+    handlers, level = logging.root.handlers[:], logging.root.level
+    postrelay_level = logging.getLogger("postrelay").level
+    yield
+    logging.root.handlers[:] = handlers
+    logging.root.setLevel(level)
+    logging.getLogger("postrelay").setLevel(postrelay_level)
 
 
 @pytest.fixture

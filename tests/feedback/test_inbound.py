@@ -226,6 +226,36 @@ async def test_connections_past_the_cap_are_turned_away(inbound):
             smtp.close()
 
 
+async def test_a_session_that_takes_starttls_counts_once_against_the_cap(
+        receiver_engine, return_path, clean_db, server_tls, ca_file):
+    """aiosmtpd makes a session again once its STARTTLS handshake is done: it is still one
+    connection, and its end frees its place. Counted twice, every encrypted session left a
+    place taken, and soon every connection was turned away."""
+    config = InboundConfig(host="127.0.0.1", port=free_port(), tls=server_tls,
+                           max_connections=2)
+
+    async def encrypted() -> aiosmtplib.SMTP:
+        smtp = aiosmtplib.SMTP(hostname="127.0.0.1", port=config.port, timeout=5,
+                               start_tls=False, cert_bundle=str(ca_file))
+        await smtp.connect()
+        await smtp.starttls()
+        assert (await smtp.ehlo()).code == 250
+        return smtp
+
+    with InboundServer(receiver_engine, return_path, SuppressionPolicy(), config):
+        for _ in range(3):  # more sessions, one after the other, than the cap
+            await (await encrypted()).quit()
+        held = [await encrypted(), await encrypted()]  # the cap, at once
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", config.port)
+            assert (await asyncio.wait_for(reader.readline(), 5)).startswith(b"421")
+            writer.close()
+        finally:
+            for smtp in held:
+                await smtp.quit()
+        await (await encrypted()).quit()  # their places free again
+
+
 @pytest.mark.parametrize("arg", [
     "<>", "<> SIZE=5", "<ann@example.com>", "<ann@example.com> SIZE=12 BODY=8BITMIME",
     " <ann@example.com>", "<a.b+c@mx.example.com>  ", '<"x y"@example.com>',

@@ -142,6 +142,9 @@ class _Server(SMTP):
         self._chunks: Chunks | None = None  # the BDAT chunks of the current transaction
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self._counted:  # the same session over TLS: aiosmtpd makes it again after STARTTLS
+            super().connection_made(transport)
+            return
         if self._gate.open >= self._gate.limit:
             transport.write(b"421 4.7.0 too many connections; try again later\r\n")  # type: ignore[attr-defined]
             transport.close()

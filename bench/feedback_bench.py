@@ -5,12 +5,17 @@ one process of its own), SendGrid events per second through `postrelay api`'s si
 event -> relay -> worker -> SMTP -> log row, one worker) on the same machine and database.
 
     python -m bench.feedback_bench [--dsns 2000] [--events 5000] [--emails 2000] [--quick]
+                                   [--starttls]
 
 The DSNs arrive twice over: with DATA, as Postfix sends them (PIPELINING: MAIL, RCPT and
 DATA in one write, the message after the 354), and with BDAT, as Gmail, Microsoft 365 and
 Exim send to a server that offers CHUNKING (the message in that same write). The send rate
 and each DSN rate are the better of two runs, taken in turn, so a busy moment lowers
 neither the bar nor what is measured against it.
+
+With --starttls, DATA is measured a third way: over STARTTLS, as an MTA delivers to a
+receiver that offers it (`POSTRELAY_INBOUND_TLS_CERT`), its certificate from a throw-away
+authority: what encryption costs the receiver per DSN.
 
 Each DSN and each event bounces one log row of its own (hard, 5.1.1): the whole effect is
 written (feedback row, log row, suppression, outbox event). Target: ingestion at least as
@@ -26,13 +31,17 @@ import json
 import os
 import socket
 import string
+import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 import httpx
+import trustme
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from sqlalchemy import text
@@ -81,14 +90,37 @@ def _sent_rows(bench: BenchDatabase, n: int, prefix: str) -> list[tuple[uuid.UUI
     return rows
 
 
+@dataclass(frozen=True)
+class Tls:
+    """A certificate for the receiver's STARTTLS and the authority its sender trusts."""
+
+    cert: Path
+    key: Path
+    ca: Path
+
+
+@contextmanager
+def throwaway_tls() -> Iterator[Tls]:
+    ca = trustme.CA()
+    issued = ca.issue_cert("127.0.0.1")
+    with tempfile.TemporaryDirectory(prefix="postrelay-bench-tls-") as folder:
+        tls = Tls(Path(folder, "cert.pem"), Path(folder, "key.pem"), Path(folder, "ca.pem"))
+        issued.cert_chain_pems[0].write_to_path(str(tls.cert))
+        issued.private_key_pem.write_to_path(str(tls.key))
+        ca.cert_pem.write_to_path(str(tls.ca))
+        yield tls
+
+
 async def _smtp(port: int, mails: list[tuple[str, bytes]], connections: int,
-                chunking: bool) -> None:
+                chunking: bool, tls: Tls | None = None) -> None:
     """Deliver `mails` over `connections` reused connections as an MTA does: through
     postrelay's own SMTP pool, which pipelines MAIL, RCPT and DATA when offered, as Postfix
     does, and sends the message in the same write as BDAT when `chunking`, as Gmail,
-    Microsoft 365 and Exim do."""
+    Microsoft 365 and Exim do; over STARTTLS with `tls`."""
     pool = SmtpPool(SmtpConfig(host="127.0.0.1", port=port, pool_size=connections,
-                               timeout_secs=30.0, chunking=chunking))
+                               timeout_secs=30.0, chunking=chunking,
+                               security="starttls" if tls else "none",
+                               ca_file=tls.ca if tls else None))
     try:
         await asyncio.gather(*(pool.send("", [rcpt], raw) for rcpt, raw in mails))
     finally:
@@ -96,10 +128,11 @@ async def _smtp(port: int, mails: list[tuple[str, bytes]], connections: int,
 
 
 def dsn_rate(bench: BenchDatabase, n: int, connections: int, cpu: dict[str, float], *,
-             chunking: bool = False, prefix: str = "dsn") -> float:
+             chunking: bool = False, prefix: str = "dsn", tls: Tls | None = None) -> float:
     """DSNs/s through `postrelay inbound` in a process of its own: from the first
     connection until every DSN is recorded (its 250 says only that it is stored in the
-    inbox). Each run needs a `prefix` of its own for its recipients."""
+    inbox). Each run needs a `prefix` of its own for its recipients. With `tls`, the
+    receiver offers STARTTLS and every connection takes it."""
     secret = "bench-feedback-secret-0123456789"
     path = ReturnPath(DOMAIN, secret.encode())
     template = string.Template(FIXTURE.read_text())
@@ -119,6 +152,9 @@ def dsn_rate(bench: BenchDatabase, n: int, connections: int, cpu: dict[str, floa
     env = {"POSTRELAY_EMAIL_BOUNCE_DOMAIN": DOMAIN, "POSTRELAY_FEEDBACK_SECRET": secret,
            "POSTRELAY_PUBLIC_URL": PUBLIC_URL,
            "POSTRELAY_INBOUND_MAX_CONNECTIONS": str(connections + 5)}
+    if tls is not None:
+        env.update({"POSTRELAY_INBOUND_TLS_CERT": str(tls.cert),
+                    "POSTRELAY_INBOUND_TLS_KEY": str(tls.key)})
     inbound = WorkerProcess(bench, env=env, argv=["-c", WORKER_MAIN, "inbound", "--host",
                                                   "127.0.0.1", "--port", str(port)])
     with inbound:
@@ -128,7 +164,7 @@ def dsn_rate(bench: BenchDatabase, n: int, connections: int, cpu: dict[str, floa
         meter = bench.cpu_meter({"inbound": inbound.proc.pid, "bench": os.getpid()})
         meter.start()
         started = time.perf_counter()
-        asyncio.run(_smtp(port, mails, connections, chunking))
+        asyncio.run(_smtp(port, mails, connections, chunking, tls))
         _await_recorded(bench, n, prefix)  # a 250 says stored; the inbox is recorded after
         elapsed = time.perf_counter() - started
         cpu.update(meter.stop())
@@ -235,6 +271,8 @@ def main() -> None:
     parser.add_argument("--posters", type=int, default=4,
                         help="webhook requests in flight at once")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--starttls", action="store_true",
+                        help="also DSNs over DATA with STARTTLS")
     args = parser.parse_args()
     dsns = args.dsns or (500 if args.quick else 2000)
     events = args.events or (1000 if args.quick else 5000)
@@ -244,7 +282,7 @@ def main() -> None:
               f"50); {dsns:,} DSNs over {args.connections} SMTP connections to one inbound "
               f"process; {events:,} SendGrid events in batches of {BATCH}, {args.posters} "
               "requests in flight, to one API process", flush=True)
-        send, data, chunked = _Best(), _Best(), _Best()
+        send, data, chunked, encrypted = _Best(), _Best(), _Best(), _Best()
         with sink_process() as sink:
             # In turn, twice, the two ways of sending DSNs in the other order the second
             # time: the better run of each is kept.
@@ -254,14 +292,18 @@ def main() -> None:
                 for best, way in ways if round_ == 0 else ways[::-1]:
                     best.take(partial(dsn_rate, bench, dsns, args.connections,
                                       chunking=way == "bdat", prefix=f"{way}{round_}-"))
+                if args.starttls:
+                    with throwaway_tls() as tls:
+                        encrypted.take(partial(dsn_rate, bench, dsns, args.connections,
+                                               prefix=f"tls{round_}-", tls=tls))
         sendgrid_cpu: dict[str, float] = {}
         sendgrid = sendgrid_rate(bench, events, args.posters, sendgrid_cpu)
         with bench.engine.connect() as conn:
             suppressed = conn.execute(text(
                 "SELECT count(*) FROM mdm.aa_email_suppression")).scalar_one()
-    assert suppressed == 4 * dsns + events, suppressed
+    assert suppressed == (6 if args.starttls else 4) * dsns + events, suppressed
     print()
-    print_table([
+    rows = [
         Row("DSNs/s through postrelay inbound, DATA (Postfix)", rate(data.rate),
             rate(send.rate), ratio(data.rate, send.rate), ">= 1x send rate",
             met(data.rate >= send.rate)),
@@ -270,7 +312,12 @@ def main() -> None:
             met(chunked.rate >= send.rate)),
         Row("SendGrid events/s through the API", rate(sendgrid), rate(send.rate),
             ratio(sendgrid, send.rate), ">= 1x send rate", met(sendgrid >= send.rate)),
-    ])
+    ]
+    if args.starttls:
+        rows.insert(2, Row("DSNs/s through postrelay inbound, DATA over STARTTLS",
+                           rate(encrypted.rate), rate(send.rate),
+                           ratio(encrypted.rate, send.rate), "(no target)", "-"))
+    print_table(rows)
     print("(baseline: emails/s end to end, as bench.email_bench measures it; each rate the "
           f"better of two runs: send {rate(send.rates[0])}, {rate(send.rates[1])}; DATA "
           f"{rate(data.rates[0])}, {rate(data.rates[1])}; BDAT {rate(chunked.rates[0])}, "
@@ -284,6 +331,8 @@ def main() -> None:
     print(_cpu_line("email sent", send.cpu, emails))
     print(_cpu_line("DSN with DATA", data.cpu, dsns))
     print(_cpu_line("DSN with BDAT", chunked.cpu, dsns))
+    if args.starttls:
+        print(_cpu_line("DSN with DATA over STARTTLS", encrypted.cpu, dsns))
     print(_cpu_line("SendGrid event", sendgrid_cpu, events))
 
 

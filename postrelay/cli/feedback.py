@@ -9,6 +9,7 @@ import threading
 from typing import Any
 
 import typer
+from sqlalchemy.pool import NullPool
 
 from postrelay.cli.common import database, settings_or_exit, transaction, user_errors
 from postrelay.cli.emails import parse_time
@@ -105,7 +106,7 @@ def inbound(
         # is not migrated: a receiver listening anyway would answer every message 451,
         # with only its log to say why. Once it runs, an outage is ridden out (451: the
         # sending MTAs keep the mail and retry).
-        with db.sync_engine().connect() as conn:
+        with db.sync_engine(poolclass=NullPool).connect() as conn:  # closed once read
             waiting = inbox_backlog(conn)["waiting"]
         stop = threading.Event()
         for sig in (signal.SIGINT, signal.SIGTERM):

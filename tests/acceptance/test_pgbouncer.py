@@ -1,10 +1,12 @@
 """Every process through a real PgBouncer in transaction mode (POSTRELAY_POOLER=transaction):
 workers and relays drain jobs and events with retries, a rescue and cron, each job done
-exactly once, no prepared-statement error anywhere; and the claim's planner and commit
-settings never reach another client through the pooled server connections."""
+exactly once; the inbound receiver records each bounce once; no prepared-statement error
+anywhere; and the claim's planner and commit settings never reach another client through
+the pooled server connections."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 from collections import Counter
@@ -14,6 +16,7 @@ import psycopg
 import pytest
 from sqlalchemy import text
 
+from postrelay.orchestrator import ReturnPath, SmtpConfig, SmtpPool
 from postrelay.queue import JobSpec, enqueue, enqueue_many
 from postrelay.queue.cron import cron_create
 from postrelay.relay import EventSpec, emit_many
@@ -30,6 +33,8 @@ from tests.acceptance.conftest import (
     wait_registered,
 )
 from tests.apps.mail import TEMPLATES
+from tests.feedback.conftest import BOUNCE_DOMAIN, SECRET, free_ports, until_listening
+from tests.feedback.test_inbox import bounces
 from tests.pgbouncer import PgBouncer
 
 pytestmark = pytest.mark.acceptance
@@ -195,6 +200,46 @@ def test_email_through_pgbouncer_sends_each_message_once(
     assert_clean_logs(*(proc.log() for proc in procs), bouncer.log())
     assert [row for row in server_settings(bouncer)
             if {k: v for k, v in row.items() if k != "pid"} != CLAIM_SETTINGS] == []
+
+
+async def _deliver(port: int, mails: list[tuple[str, bytes]], connections: int) -> None:
+    pool = SmtpPool(SmtpConfig(host="127.0.0.1", port=port, pool_size=connections,
+                               chunking=False))
+    try:
+        await asyncio.gather(*(pool.send("", [verp], raw) for verp, raw in mails))
+    finally:
+        await pool.close()
+
+
+def test_bounces_through_pgbouncer_are_each_recorded_once(
+    workers: WorkerPool, engine, tenant, bouncer: PgBouncer
+):
+    # The receiver's inbox writes (binary parameters, autocommitted, on a connection it
+    # holds) and its batches (taken, read and recorded in one transaction) go through the
+    # pooler, from ten SMTP connections at once.
+    made = bounces(engine, tenant, ReturnPath(BOUNCE_DOMAIN, SECRET), 200)
+    port = free_ports(1)[0]
+    env = {**pooled_env(bouncer), "POSTRELAY_EMAIL_BOUNCE_DOMAIN": BOUNCE_DOMAIN,
+           "POSTRELAY_FEEDBACK_SECRET": SECRET.decode()}
+    receiver = workers.start_command(["inbound", "--host", "127.0.0.1", "--port", str(port)],
+                                     "inbound", env=env)
+    asyncio.run(until_listening(port))
+    asyncio.run(_deliver(port, [(verp, raw) for _, verp, raw in made], connections=10))
+
+    def recorded() -> list[str]:
+        with engine.connect() as conn:
+            if conn.execute(text("SELECT count(*) FROM mdm.aa_feedback_inbox")).scalar_one():
+                return []
+            return list(conn.execute(text(
+                "SELECT email_log_id FROM mdm.aa_email_feedback")).scalars())
+    found = wait_for(recorded, timeout=60, what="every bounce to be recorded")
+    assert Counter(found) == Counter(sent["id"] for sent, _, _ in made)
+    with engine.connect() as conn:
+        delivery = Counter(conn.execute(text("SELECT delivery FROM mdm.aa_email_log")).scalars())
+    assert delivery == {"bounced": len(made)}
+    receiver.send(signal.SIGTERM)
+    assert receiver.wait() == 0
+    assert_clean_logs(receiver.log(), bouncer.log())
 
 
 def test_migrate_runs_through_pgbouncer(bouncer: PgBouncer, worker_env: dict[str, str]):

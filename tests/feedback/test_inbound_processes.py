@@ -10,13 +10,11 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import aiosmtplib
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
-from postrelay.core.db import sqlalchemy_url
 from tests.feedback.conftest import (
     BOUNCE_DOMAIN,
     SECRET,
@@ -25,6 +23,7 @@ from tests.feedback.conftest import (
     until_listening,
 )
 from tests.feedback.test_inbox import bounces
+from tests.migrations import throwaway_database
 
 POSTRELAY = Path(sys.executable).parent / "postrelay"
 BACKLOG = 1500  # many batches of 100: more than either process takes in one go
@@ -54,18 +53,9 @@ def test_a_receiver_that_cannot_reach_its_database_refuses_to_start(worker_env):
 
 
 def test_a_receiver_on_an_unmigrated_database_refuses_to_start(worker_env, server_url):
-    name = f"postrelay_empty_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(sqlalchemy_url(server_url), isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        url = sqlalchemy_url(server_url).set(database=name).render_as_string(hide_password=False)
+    with throwaway_database(server_url) as url:
         line = refused(receiver_env(worker_env, POSTRELAY_DATABASE_URL=url))
-        assert "aa_feedback_inbox" in line and "postrelay migrate" in line
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    assert "aa_feedback_inbox" in line and "postrelay migrate" in line
 
 
 async def test_a_receiver_says_what_an_earlier_one_left_in_the_inbox_and_records_it(

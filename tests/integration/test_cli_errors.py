@@ -5,13 +5,11 @@ bad setting), and anything unforeseen."""
 from __future__ import annotations
 
 import json
-import uuid
 
 import pytest
-from sqlalchemy import create_engine, text
 
-from postrelay.core.db import sqlalchemy_url
 from tests.integration.test_cli_admin import run
+from tests.migrations import throwaway_database
 
 
 def one_line_error(done, code: int = 1) -> str:
@@ -93,16 +91,7 @@ def test_a_malformed_or_foreign_database_url_is_a_bad_setting(worker_env, url):
 
 
 def test_an_unmigrated_database_says_so(worker_env, server_url):
-    name = f"postrelay_empty_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(sqlalchemy_url(server_url), isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        url = sqlalchemy_url(server_url).set(database=name).render_as_string(hide_password=False)
+    with throwaway_database(server_url) as url:
         line = one_line_error(run({**worker_env, "POSTRELAY_DATABASE_URL": url}, "jobs", "list",
                                   ok=False))
-        assert "postrelay migrate" in line
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    assert "postrelay migrate" in line

@@ -88,7 +88,8 @@ def feedback_list_command(
 
 @app.command("inbound")
 def inbound(
-    host: str | None = typer.Option(None, "--host", help="Default POSTRELAY_INBOUND_HOST."),
+    host: str | None = typer.Option(None, "--host", help="Default POSTRELAY_INBOUND_HOST; "
+                                    "empty: every address, IPv4 and IPv6."),
     port: int | None = typer.Option(None, "--port", help="Default POSTRELAY_INBOUND_PORT."),
 ) -> None:
     """SMTP receiver for the bounce domain's feedback mail."""
@@ -96,7 +97,7 @@ def inbound(
     with user_errors(), database(settings) as db:
         return_path, policy = _feedback_settings(settings, need_domain=True)
         assert return_path is not None
-        config = InboundConfig(host=host or settings.inbound_host,
+        config = InboundConfig(host=settings.inbound_host if host is None else host,
                                port=port or settings.inbound_port,
                                max_bytes=settings.inbound_max_bytes,
                                max_connections=settings.inbound_max_connections,
@@ -124,7 +125,7 @@ def inbound(
         # so that the collection made first delays no session.
         freeze_startup_heap()
         with server:
-            typer.echo(f"inbound: mail for {return_path.domain} on {config.host}:"
+            typer.echo(f"inbound: mail for {return_path.domain} on {config.host or '*'}:"
                        f"{config.port}" + (" (STARTTLS)" if config.tls else "")
                        + (f"; {waiting} accepted before, waiting to be recorded"
                           if waiting else ""))

@@ -87,6 +87,28 @@ async def test_a_receiver_says_what_an_earlier_one_left_in_the_inbox_and_records
     assert {f["email_log_id"] for f in look.feedback()} == {s["id"] for s, _, _ in made}
 
 
+async def test_an_empty_host_listens_on_every_address_of_both_families(worker_env, tmp_path):
+    """`--host ""`, for an MX with both A and AAAA records: MTAs connect over either."""
+    port = free_ports(1)[0]
+    out = tmp_path / "inbound.out"
+    with out.open("wb") as stdout:
+        process = subprocess.Popen([str(POSTRELAY), "inbound", "--host", "", "--port", str(port)],
+                                   env=receiver_env(worker_env), stdout=stdout,
+                                   stderr=subprocess.STDOUT)
+    try:
+        await until_listening(port)  # over IPv4
+        reader, writer = await asyncio.open_connection("::1", port)
+        try:
+            assert (await asyncio.wait_for(reader.readline(), 5)).startswith(b"220 ")
+        finally:
+            writer.close()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=30)
+    assert code == 0, out.read_text()
+    assert out.read_text().splitlines()[0] == f"inbound: mail for {BOUNCE_DOMAIN} on *:{port}"
+
+
 async def send(port: int, verp: str, raw: bytes) -> None:
     smtp = aiosmtplib.SMTP(hostname="127.0.0.1", port=port, timeout=10)
     await smtp.connect()

@@ -53,6 +53,8 @@ PLAIN_PATH = re.compile(
 
 @dataclass(frozen=True)
 class InboundConfig:
+    # "" is every address of both families (asyncio binds one socket per family); "::"
+    # alone is IPv6 only, as asyncio sets IPV6_V6ONLY.
     host: str = "0.0.0.0"
     port: int = 25
     max_bytes: int = DEFAULT_MAX_BYTES

@@ -8,10 +8,13 @@ from __future__ import annotations
 import asyncio
 import socket
 
+import psycopg
 import pytest
 from sqlalchemy import text
 
+from postrelay.core.dbcall import psycopg_sql
 from postrelay.orchestrator.feedback.groupcommit import Batches
+from postrelay.orchestrator.feedback.queries import FEEDBACK_SQL
 from postrelay.orchestrator.feedback.spool import InboxSpool
 
 
@@ -96,3 +99,17 @@ async def test_an_item_submitted_as_the_last_batch_ends_is_committed():
         return await batches.submit(2)  # woken by the batch, which ends right after
 
     assert await asyncio.wait_for(answer_then_submit(), timeout=5.0) == 4
+
+
+def test_the_inbox_write_asks_for_its_flush_whatever_its_connection_carries(libpq, clean_db):
+    """The commit of an inbox write is what its 250s promise. Behind a transaction pooler
+    the receiver's startup setting is dropped, and a server connection may carry another
+    client's `SET synchronous_commit = off`: the statement turns it on for its own
+    transaction."""
+    with psycopg.connect(libpq, autocommit=True) as conn:
+        conn.execute("SET synchronous_commit = off")  # the careless client's leftover
+        with conn.transaction(force_rollback=True):
+            conn.execute(psycopg_sql(FEEDBACK_SQL["feedback_inbox_insert"], binary=True),
+                         {"envelopes": ['["bounce-x@bounces.acme.example"]'], "raws": [b"x"]})
+            assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
+        assert conn.execute("SHOW synchronous_commit").fetchone() == ("off",)  # its own only

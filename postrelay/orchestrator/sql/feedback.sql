@@ -325,11 +325,15 @@ ORDER BY t.name, p.tenant_id;
 -- list as a JSON array (`envelopes`) and its raw bytes (`raws`), both sent as binary
 -- parameters, so the bytes go over the wire and into the row as they are. One statement in
 -- its own transaction (autocommit: a single round trip), whose commit is the durability
--- point of their 250s: it waits for the WAL flush (the receiver's connections set
--- synchronous_commit on).
+-- point of their 250s: it waits for the WAL flush. The statement asks for that itself, for
+-- its own transaction: behind a transaction pooler the receiver's startup setting is
+-- dropped, and the server connection may carry another client's `SET synchronous_commit
+-- = off`. A volatile CTE is evaluated, once, before the first row is inserted.
+WITH flushed AS (SELECT set_config('synchronous_commit', 'on', true))
 INSERT INTO mdm.aa_feedback_inbox (envelope_to, raw)
 SELECT ARRAY(SELECT json_array_elements_text(CAST(m.envelope_to AS json))), m.raw
-FROM unnest(CAST(:envelopes AS text[]), CAST(:raws AS bytea[])) AS m(envelope_to, raw);
+FROM unnest(CAST(:envelopes AS text[]), CAST(:raws AS bytea[])) AS m(envelope_to, raw)
+CROSS JOIN flushed;
 
 -- name: feedback_inbox_take
 -- Up to :limit messages ready to record, oldest first by the primary key (ids are time

@@ -116,10 +116,11 @@ def inbound(
         # a batch that met a lost connection on new ones anyway. Generic plans: the
         # receiver's statements take their batch as one jsonb document, which a plan made
         # for one batch fits as well as any other, so the planner need not run every time.
-        # Synchronous commit on whatever the server's default: the inbox commit is what
-        # each 250 promises (and the processor's flush keeps its WAL out of that commit).
+        # The commits that must wait for their WAL flush (the inbox write each 250 promises,
+        # and the processor's, which keeps its WAL out of the next inbox commit) ask for it
+        # in their own statements (sql/feedback.sql), so it holds behind a pooler too.
         engine = db.async_engine(pool_pre_ping=False, connect_args={
-            "options": "-c plan_cache_mode=force_generic_plan -c synchronous_commit=on"})
+            "options": "-c plan_cache_mode=force_generic_plan"})
         server = InboundServer(engine, return_path, policy, config)
         # core/heap.py: no full collection walks start-up again. Before the server listens,
         # so that the collection made first delays no session.

@@ -9,7 +9,8 @@ import asyncio
 import signal
 import subprocess
 import sys
-import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import aiosmtplib
@@ -32,6 +33,22 @@ BACKLOG = 1500  # many batches of 100: more than either process takes in one go
 def receiver_env(worker_env: dict[str, str], **settings: str) -> dict[str, str]:
     return {**worker_env, "POSTRELAY_EMAIL_BOUNCE_DOMAIN": BOUNCE_DOMAIN,
             "POSTRELAY_FEEDBACK_SECRET": SECRET.decode(), **settings}
+
+
+@contextmanager
+def receiver_process(env: dict[str, str], host: str, port: int,
+                     out: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """`postrelay inbound` on host:port, what it prints in `out`; on the way out it gets
+    SIGTERM and is waited for, so everything it prints is in `out` after."""
+    with out.open("wb") as stdout:
+        process = subprocess.Popen(
+            [str(POSTRELAY), "inbound", "--host", host, "--port", str(port)],
+            env=env, stdout=stdout, stderr=subprocess.STDOUT)
+    try:
+        yield process
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
 
 
 def refused(env: dict[str, str]) -> str:
@@ -67,20 +84,10 @@ async def test_a_receiver_says_what_an_earlier_one_left_in_the_inbox_and_records
                                                   for _, verp, raw in made])
     port = free_ports(1)[0]
     out = tmp_path / "inbound.out"
-    with out.open("wb") as stdout:
-        process = subprocess.Popen(
-            [str(POSTRELAY), "inbound", "--host", "127.0.0.1", "--port", str(port)],
-            env=receiver_env(worker_env), stdout=stdout, stderr=subprocess.STDOUT)
-    try:
+    with receiver_process(receiver_env(worker_env), "127.0.0.1", port, out) as process:
         await until_listening(port)
         await await_inbox_empty(engine, timeout=30)
-        deadline = time.monotonic() + 10
-        while "\n" not in out.read_text() and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-    finally:
-        process.send_signal(signal.SIGTERM)
-        code = process.wait(timeout=30)
-    assert code == 0, out.read_text()
+    assert process.returncode == 0, out.read_text()
     assert out.read_text().splitlines()[0] == (
         f"inbound: mail for {BOUNCE_DOMAIN} on 127.0.0.1:{port}; 3 accepted before, waiting "
         "to be recorded")
@@ -91,21 +98,14 @@ async def test_an_empty_host_listens_on_every_address_of_both_families(worker_en
     """`--host ""`, for an MX with both A and AAAA records: MTAs connect over either."""
     port = free_ports(1)[0]
     out = tmp_path / "inbound.out"
-    with out.open("wb") as stdout:
-        process = subprocess.Popen([str(POSTRELAY), "inbound", "--host", "", "--port", str(port)],
-                                   env=receiver_env(worker_env), stdout=stdout,
-                                   stderr=subprocess.STDOUT)
-    try:
+    with receiver_process(receiver_env(worker_env), "", port, out) as process:
         await until_listening(port)  # over IPv4
         reader, writer = await asyncio.open_connection("::1", port)
         try:
             assert (await asyncio.wait_for(reader.readline(), 5)).startswith(b"220 ")
         finally:
             writer.close()
-    finally:
-        process.send_signal(signal.SIGTERM)
-        code = process.wait(timeout=30)
-    assert code == 0, out.read_text()
+    assert process.returncode == 0, out.read_text()
     assert out.read_text().splitlines()[0] == f"inbound: mail for {BOUNCE_DOMAIN} on *:{port}"
 
 

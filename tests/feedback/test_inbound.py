@@ -21,11 +21,12 @@ from tests.feedback.conftest import await_inbox_empty, bounce_mail, free_port, i
 ANN = "ann@example.com"
 
 
-async def deliver(server, rcpt: str, raw: bytes) -> tuple[int, str]:
+async def deliver(server, rcpt: str, raw: bytes,
+                  mail_options: tuple[str, ...] = ()) -> tuple[int, str]:
     smtp = aiosmtplib.SMTP(hostname="127.0.0.1", port=server.config.port, timeout=10)
     await smtp.connect()
     try:
-        await smtp.mail("")
+        await smtp.mail("", options=list(mail_options))
         try:
             await smtp.rcpt(rcpt)
         except aiosmtplib.SMTPRecipientRefused as exc:
@@ -189,6 +190,29 @@ async def test_it_is_never_an_open_relay_and_refuses_tampered_tokens(inbound, lo
     tampered = f"{local[:20]}{'b' if local[20] == 'a' else 'a'}{local[21:]}@{domain}"
     code, message = await deliver(inbound, tampered, b"Subject: x\r\n\r\nx")
     assert code == 550 and "signature" in message
+    assert look.feedback() == []
+
+
+async def test_smtputf8_is_offered_and_taken(inbound, look, return_path):
+    """MTAs hand a bounce that needs SMTPUTF8 (RFC 6531: UTF-8 in the headers it returns,
+    say) only to a server that offers it, and drop it otherwise: test_real_mta.py replays
+    Postfix's. MAIL with the SMTPUTF8 parameter and a UTF-8 address are taken."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", inbound.config.port)
+    try:
+        assert (await asyncio.wait_for(reader.readline(), 5)).startswith(b"220")
+        writer.write(b"EHLO mx.example.net\r\n")
+        extensions = [await asyncio.wait_for(reader.readline(), 5)]
+        while not extensions[-1].startswith(b"250 "):
+            extensions.append(await asyncio.wait_for(reader.readline(), 5))
+        assert b"250-SMTPUTF8\r\n" in extensions
+        writer.write(b"MAIL FROM:<> SMTPUTF8\r\nRCPT TO:<j\xc3\xbcrgen@%s>\r\nQUIT\r\n"
+                     % return_path.domain.encode())
+        replies = b""
+        while b"\r\n221" not in replies:
+            replies += await asyncio.wait_for(reader.read(4096), 5)
+        assert [line[:3] for line in replies.splitlines()] == [b"250", b"250", b"221"]
+    finally:
+        writer.close()
     assert look.feedback() == []
 
 

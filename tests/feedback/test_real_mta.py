@@ -39,6 +39,7 @@ class Sent:
     kind: str
     status: str | None
     suppressed: bool
+    mail_options: tuple[str, ...] = ()  # MAIL's parameters, when the MTA gave some
 
 
 CASES = [
@@ -57,6 +58,11 @@ CASES = [
     Sent("postfix-3.7", "expired", "aeec0bd5-fd88-4f93-9a89-4a16cd45238b",
          "758c8d1d-0780-4539-90f2-036b788ce780", "later-cat@rejecting.example",
          "soft-bounced", "4.2.0", False),
+    # The returned message's headers carry UTF-8: an RFC 6533 report (message/global-
+    # delivery-status), which Postfix hands only to a server that offers SMTPUTF8.
+    Sent("postfix-3.7", "smtputf8", "04b78982-343f-456f-8cd7-ec73aea5a96c",
+         "e8c79fd3-0f65-4ee8-9eba-16b3686f9f9d", "eve@rejecting.example",
+         "bounced", "5.1.1", True, ("SIZE=2727", "BODY=8BITMIME", "SMTPUTF8")),
     Sent("postfix-3.7", "relayed", "750a4a2e-9a4b-40c0-accd-1a7b50f32b92",
          "0052c697-0d49-41cd-8355-667a7fbf29c6", "dan@bounces.example",
          "delivered", "2.0.0", False),
@@ -165,7 +171,7 @@ async def test_a_real_mtas_dsn_is_recorded_on_its_row(sent, receiver_engine, cle
     raw = (MAIL / "real" / sent.mta / f"{sent.name}.eml").read_bytes()
     config = InboundConfig(host="127.0.0.1", port=free_port())
     with InboundServer(receiver_engine, return_path, SuppressionPolicy(), config) as server:
-        code, _ = await deliver(server, return_path.address(log_id), raw)
+        code, _ = await deliver(server, return_path.address(log_id), raw, sent.mail_options)
         assert code == 250
         await await_inbox_empty(look.engine)
 

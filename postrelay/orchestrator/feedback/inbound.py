@@ -315,6 +315,10 @@ class InboundServer(Controller):
     def factory(self) -> SMTP:
         return _Server(self.handler, gate=self._gate, data_size_limit=self.config.max_bytes,
                        tls_context=self.config.tls, require_starttls=False,
+                       # A report that needs it (RFC 6531/6533: UTF-8 in the headers it
+                       # returns) goes only to a server that offers it; Postfix drops it
+                       # otherwise. Messages are kept as bytes either way.
+                       enable_SMTPUTF8=True,
                        hostname=self.feedback.return_path.domain,
                        ident="postrelay inbound")
 

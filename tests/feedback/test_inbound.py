@@ -26,7 +26,10 @@ async def deliver(server, rcpt: str, raw: bytes,
     smtp = aiosmtplib.SMTP(hostname="127.0.0.1", port=server.config.port, timeout=10)
     await smtp.connect()
     try:
-        await smtp.mail("", options=list(mail_options))
+        try:
+            await smtp.mail("", options=list(mail_options))
+        except aiosmtplib.SMTPSenderRefused as exc:
+            return exc.code, exc.message
         try:
             await smtp.rcpt(rcpt)
         except aiosmtplib.SMTPRecipientRefused as exc:
@@ -216,12 +219,19 @@ async def test_smtputf8_is_offered_and_taken(inbound, look, return_path):
     assert look.feedback() == []
 
 
-async def test_a_message_over_the_size_cap_is_refused(inbound, look, return_path):
+async def test_a_message_over_the_size_cap_is_refused(inbound, look, return_path, caplog):
+    """Found while reading it, or announced with SIZE: 552, and a warning for the
+    operator, whose cap may be turning real reports away."""
     verp = return_path.address(uuid.uuid4())
     code, message = await deliver(inbound, verp,
                                   b"Subject: big\r\n\r\n" + b"x" * 76
                                   + (b"x" * 76 + b"\r\n") * 30_000)
     assert code == 552, message
+    code, message = await deliver(inbound, verp, b"Subject: x\r\n\r\nx",
+                                  mail_options=(f"SIZE={2 * 1024 * 1024}",))
+    assert code == 552, message
+    assert caplog.text.count("postrelay.inbound.too_big") == 2
+    assert f"max_bytes={1024 * 1024}" in caplog.text
     assert look.feedback() == []
 
 

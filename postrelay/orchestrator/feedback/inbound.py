@@ -158,9 +158,15 @@ class _Server(SMTP):
     async def push(self, status: str | bytes) -> None:
         """aiosmtpd's push, but a 250 waits while the client's next command is already
         here (RFC 2920: a server may hold the replies to pipelined commands until it runs
-        out of input): the replies to a pipelined MAIL, RCPT and DATA leave in one write."""
+        out of input): the replies to a pipelined MAIL, RCPT and DATA leave in one write.
+        Every 552 is a message over max_bytes (announced by MAIL's SIZE, or met in DATA or
+        BDAT), logged here, where the three meet, for the operator whose cap it is."""
         reply = status.encode("utf-8" if self.enable_SMTPUTF8 else "ascii") \
             if isinstance(status, str) else status
+        if reply.startswith(b"552 "):
+            peer = self.session.peer if self.session is not None else None
+            event("postrelay.inbound.too_big", logging.WARNING, peer=str(peer),
+                  max_bytes=self.data_size_limit)
         line = reply + b"\r\n"
         # The stream reader's buffer holds what the client sent and no command has read.
         if reply.startswith(b"250 ") and b"\n" in self._reader._buffer:  # type: ignore[attr-defined]

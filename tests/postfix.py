@@ -3,9 +3,14 @@ configuration, queue and log in a folder, each domain routed to a given SMTP ser
 loopback (a mailbox host, the bounce domain's MX). It relays for loopback clients and
 bounces what is refused to the envelope sender, as a deployment's relay does.
 
-    with postfix(routes={"bounces.example": 2525, "rejecting.example": 2526}) as relay:
-        relay.port   # where clients submit mail
+    with postfix(routes={"bounces.example": 2525, "rejecting.example": 2526},
+                 tls=Certificate(cert_pem, key_pem)) as relay:
+        relay.port   # where clients submit mail (STARTTLS offered, with `tls`)
         relay.log()  # what it logged
+
+With a certificate it offers STARTTLS to its clients, and takes STARTTLS wherever the
+servers it relays to offer it (opportunistic, as MTAs deliver); each session's TLS is
+logged.
 
 Postfix's master runs in the foreground (`start-fg`), so the test owns the process. Its
 daemons run as the `postfix` user, so only root can start it (the tests skip otherwise), and
@@ -48,6 +53,7 @@ retry     unix  - - n - - error
 discard   unix  - - n - - discard
 anvil     unix  - - n - 1 anvil
 scache    unix  - - n - 1 scache
+tlsmgr    unix  - - n 1000? 1 tlsmgr
 postlog   unix-dgram n - n - 1 postlogd
 """
 
@@ -70,6 +76,12 @@ def find_postfix() -> str | None:
     return str(debian) if debian.is_file() and os.access(debian, os.X_OK) else None
 
 
+@dataclass(frozen=True)
+class Certificate:
+    cert_pem: bytes  # the chain, leaf first
+    key_pem: bytes
+
+
 @dataclass
 class Postfix:
     port: int
@@ -80,9 +92,17 @@ class Postfix:
         return self.log_path.read_text(errors="replace")
 
 
-def _main_cf(folder: Path, routes: Mapping[str, int]) -> str:
+def _main_cf(folder: Path, routes: Mapping[str, int], tls: Certificate | None) -> str:
     transports = ", ".join(f"{domain}=smtp:[127.0.0.1]:{port}"
                            for domain, port in routes.items())
+    encrypted = [] if tls is None else [
+        f"smtpd_tls_cert_file = {folder / 'tls' / 'cert.pem'}",
+        f"smtpd_tls_key_file = {folder / 'tls' / 'key.pem'}",
+        "smtpd_tls_security_level = may",
+        "smtpd_tls_loglevel = 1",
+        "smtp_tls_security_level = may",
+        "smtp_tls_loglevel = 1",
+    ]
     return "\n".join([
         "compatibility_level = 3.6",
         f"queue_directory = {folder / 'queue'}",
@@ -96,6 +116,7 @@ def _main_cf(folder: Path, routes: Mapping[str, int]) -> str:
         "alias_database =",
         f"transport_maps = inline:{{ {transports} }}",
         "maillog_file = /dev/stdout",  # start-fg's output: the log file below
+        *encrypted,
         "",
     ])
 
@@ -107,7 +128,7 @@ def _free_port() -> int:
 
 
 @contextmanager
-def postfix(routes: Mapping[str, int]) -> Iterator[Postfix]:
+def postfix(routes: Mapping[str, int], tls: Certificate | None = None) -> Iterator[Postfix]:
     """Postfix relaying each domain of `routes` to that loopback port until the block
     ends; mail for any other domain is deferred."""
     reason = unavailable()
@@ -116,16 +137,22 @@ def postfix(routes: Mapping[str, int]) -> Iterator[Postfix]:
     with tempfile.TemporaryDirectory(prefix="postrelay-postfix-") as name:
         folder = Path(name)
         folder.chmod(0o755)
-        yield from _running(find_postfix() or "postfix", folder, routes)
+        yield from _running(find_postfix() or "postfix", folder, routes, tls)
 
 
-def _running(binary: str, folder: Path, routes: Mapping[str, int]) -> Iterator[Postfix]:
+def _running(binary: str, folder: Path, routes: Mapping[str, int],
+             tls: Certificate | None) -> Iterator[Postfix]:
     conf = folder / "conf"
     for path in (conf, folder / "queue", folder / "data"):
         path.mkdir(parents=True, exist_ok=True)
     shutil.chown(folder / "data", "postfix")  # the master's lock file, the TLS caches
+    if tls is not None:  # read by the daemons as root, before they drop privileges
+        (folder / "tls").mkdir()
+        (folder / "tls" / "cert.pem").write_bytes(tls.cert_pem)
+        (folder / "tls" / "key.pem").write_bytes(tls.key_pem)
+        (folder / "tls" / "key.pem").chmod(0o600)
     port = _free_port()
-    (conf / "main.cf").write_text(_main_cf(folder, routes))
+    (conf / "main.cf").write_text(_main_cf(folder, routes, tls))
     (conf / "master.cf").write_text(MASTER_CF.format(port=port))
     # Creates the queue's folders with the owners and modes the daemons expect.
     subprocess.run([binary, "-c", str(conf), "check"], check=True, timeout=60)

@@ -1,8 +1,9 @@
 """Mail through a real Postfix relay and its bounces back, as a deployment that sends
 through its own Postfix runs: `postrelay worker` submits each message to Postfix (Debian's,
-tests/postfix.py), which relays it to a mailbox host (aiosmtpd) that refuses some recipients;
-Postfix bounces those to the message's VERP address, on the bounce domain, whose MX is
-`postrelay inbound`. Each refused message's log row ends `bounced` and its address is
+tests/postfix.py) over STARTTLS, checking its certificate, and Postfix relays it to a
+mailbox host (aiosmtpd) that refuses some recipients; Postfix bounces those to the message's
+VERP address, on the bounce domain, whose MX is `postrelay inbound`, over the STARTTLS the
+receiver offers. Each refused message's log row ends `bounced` and its address is
 suppressed; the others were delivered with the VERP envelope sender. Nothing is faked
 between the processes: Postfix writes the bounces itself."""
 
@@ -11,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import trustme
 from sqlalchemy import text
 
 from postrelay.orchestrator.job import EmailJob, enqueue_email
@@ -20,7 +23,7 @@ from postrelay.testing import ScriptedHandler, SmtpSink, reply
 from tests.acceptance.conftest import WorkerPool, wait_for
 from tests.apps.mail import TEMPLATES
 from tests.feedback.conftest import BOUNCE_DOMAIN, SECRET, free_ports, until_listening
-from tests.postfix import Postfix, postfix, unavailable
+from tests.postfix import Certificate, Postfix, postfix, unavailable
 
 pytestmark = pytest.mark.acceptance
 
@@ -42,13 +45,20 @@ def inbound_port() -> int:
 
 
 @pytest.fixture
-def relay(mailbox_host: SmtpSink, inbound_port: int) -> Iterator[Postfix]:
+def certificate(ca: trustme.CA) -> Certificate:
+    issued = ca.issue_cert("127.0.0.1", "localhost")
+    return Certificate(issued.cert_chain_pems[0].bytes(), issued.private_key_pem.bytes())
+
+
+@pytest.fixture
+def relay(mailbox_host: SmtpSink, inbound_port: int,
+          certificate: Certificate) -> Iterator[Postfix]:
     reason = unavailable()
     if reason is not None:
         pytest.skip(reason)
     routes = {"rejecting.example": mailbox_host.port, "accepting.example": mailbox_host.port,
               BOUNCE_DOMAIN: inbound_port}
-    with postfix(routes) as running:
+    with postfix(routes, tls=certificate) as running:
         try:
             yield running
         finally:  # shown by pytest only when the test failed
@@ -57,10 +67,15 @@ def relay(mailbox_host: SmtpSink, inbound_port: int) -> Iterator[Postfix]:
 
 def test_postfixs_bounces_come_back_through_postrelay_inbound(
         workers: WorkerPool, engine, tenant, relay: Postfix, mailbox_host: SmtpSink,
-        inbound_port: int):
+        inbound_port: int, certificate: Certificate, ca_file: Path, tmp_path: Path):
+    (tmp_path / "cert.pem").write_bytes(certificate.cert_pem)
+    (tmp_path / "key.pem").write_bytes(certificate.key_pem)
     env = {"POSTRELAY_EMAIL_BOUNCE_DOMAIN": BOUNCE_DOMAIN,
            "POSTRELAY_FEEDBACK_SECRET": SECRET.decode(),
            "POSTRELAY_SMTP_HOST": "127.0.0.1", "POSTRELAY_SMTP_PORT": str(relay.port),
+           "POSTRELAY_SMTP_SECURITY": "starttls", "POSTRELAY_SMTP_CA_FILE": str(ca_file),
+           "POSTRELAY_INBOUND_TLS_CERT": str(tmp_path / "cert.pem"),
+           "POSTRELAY_INBOUND_TLS_KEY": str(tmp_path / "key.pem"),
            "POSTRELAY_EMAIL_TEMPLATES_DIR": str(TEMPLATES),
            "POSTRELAY_EMAIL_FROM": "Acme <noreply@acme.example>"}
     receiver = workers.start_command(
@@ -112,7 +127,11 @@ def test_postfixs_bounces_come_back_through_postrelay_inbound(
     receiver.send(signal.SIGTERM)
     assert receiver.wait() == 0
     assert "ERROR" not in receiver.log()
-    assert " status=bounced " not in _lines_about(relay.log(), BOUNCE_DOMAIN)
+    log = relay.log()
+    assert " status=bounced " not in _lines_about(log, BOUNCE_DOMAIN)
+    # Both legs encrypted: the worker's submissions, and Postfix's bounces to the receiver.
+    assert "TLS connection established from localhost[127.0.0.1]" in log
+    assert f"TLS connection established to 127.0.0.1[127.0.0.1]:{inbound_port}" in log
 
 
 def _lines_about(log: str, domain: str) -> str:

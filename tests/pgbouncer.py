@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import pwd
-import shutil
 import socket
 import subprocess
 import time
@@ -28,6 +27,7 @@ import psycopg
 from sqlalchemy import make_url
 
 from postrelay.core.db import libpq_url, sqlalchemy_url
+from tests.programs import find_program
 
 START_TIMEOUT_SECS = 10.0
 NOT_FOUND = ("pgbouncer not found on PATH or in /usr/sbin: install Debian's pgbouncer "
@@ -35,11 +35,7 @@ NOT_FOUND = ("pgbouncer not found on PATH or in /usr/sbin: install Debian's pgbo
 
 
 def find_pgbouncer() -> str | None:
-    found = shutil.which("pgbouncer")
-    if found:
-        return found
-    debian = Path("/usr/sbin/pgbouncer")  # not on a non-root user's PATH
-    return str(debian) if debian.is_file() and os.access(debian, os.X_OK) else None
+    return find_program("pgbouncer")
 
 
 @dataclass

@@ -31,6 +31,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.programs import find_program
+
 START_TIMEOUT_SECS = 20.0
 HOSTNAME = "mx.relay.example"
 # Only the services a relay uses; none chrooted (the folder is not set up for it).
@@ -69,11 +71,7 @@ def unavailable() -> str | None:
 
 
 def find_postfix() -> str | None:
-    found = shutil.which("postfix")
-    if found:
-        return found
-    debian = Path("/usr/sbin/postfix")  # not on a non-root user's PATH
-    return str(debian) if debian.is_file() and os.access(debian, os.X_OK) else None
+    return find_program("postfix")
 
 
 @dataclass(frozen=True)

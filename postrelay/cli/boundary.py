@@ -2,7 +2,9 @@
 
 Every command runs inside `GuardedGroup.invoke`, so no command needs its own handling and a
 new one cannot forget it: a bad setting exits 2, anything else that went wrong exits 1, each
-with one line on stderr. A traceback is logged at DEBUG only (POSTRELAY_LOG_LEVEL=DEBUG).
+with one line on stderr. (`postrelay feedback ingest` exits EX_TEMPFAIL when the database
+fails: the mail delivery agents that run it retry on that code alone.) A traceback is
+logged at DEBUG only (POSTRELAY_LOG_LEVEL=DEBUG).
 """
 
 from __future__ import annotations
@@ -39,12 +41,13 @@ class GuardedGroup(TyperGroup):
             fail(exc)
 
 
-def fail(exc: BaseException) -> NoReturn:
-    """Print `exc` as one line on stderr and exit: 2 for a bad setting, else 1."""
+def fail(exc: BaseException, code: int | None = None) -> NoReturn:
+    """Print `exc` as one line on stderr and exit: `code` when given, else 2 for a bad
+    setting and 1 for anything else."""
     _logger.debug("command failed", exc_info=exc)
-    code, message = describe(exc)
+    described, message = describe(exc)
     typer.echo(f"error: {terminal_text(message, newlines=False)}", err=True)
-    raise typer.Exit(code)
+    raise typer.Exit(described if code is None else code)
 
 
 def describe(exc: BaseException) -> tuple[int, str]:

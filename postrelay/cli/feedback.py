@@ -9,8 +9,10 @@ import threading
 from typing import Any
 
 import typer
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
+from postrelay.cli.boundary import fail
 from postrelay.cli.common import database, settings_or_exit, transaction, user_errors
 from postrelay.cli.emails import parse_time
 from postrelay.cli.output import cell, print_json, table
@@ -31,6 +33,7 @@ from postrelay.orchestrator import (
     messages,
 )
 
+EX_TEMPFAIL = 75  # sysexits.h: a temporary failure, the caller should try again later
 feedback_app = typer.Typer(help="Delivery feedback: bounces, complaints, delivery reports.",
                            no_args_is_help=True)
 app.add_typer(feedback_app, name="feedback")
@@ -43,18 +46,25 @@ def feedback_ingest(
     to: list[str] = typer.Option([], "--to", help="The envelope recipient (a pipe "
                                                   "transport's ${recipient}); repeatable."),
 ) -> None:
-    """Record feedback from messages, mbox files or Maildir folders."""
+    """Record feedback from messages, mbox files or Maildir folders. Exits 75 when the
+    database fails, so that a mail delivery agent keeps the message and tries again."""
     settings = settings_or_exit()
-    with user_errors(), database(settings) as db:
-        return_path, policy = _feedback_settings(settings, need_domain=False)
-        links = UnsubscribeLinks.from_settings(settings)
-        engine = db.sync_engine()
-        for name, raw in messages(files):
-            done = ingest(engine, raw, envelope_to=to, return_path=return_path,
-                          policy=policy, max_bytes=settings.inbound_max_bytes,
-                          unsubscribe=links)
-            for recorded in done:
-                typer.echo(f"{name}: {_summary(recorded)}")
+    try:
+        with user_errors(), database(settings) as db:
+            return_path, policy = _feedback_settings(settings, need_domain=False)
+            links = UnsubscribeLinks.from_settings(settings)
+            engine = db.sync_engine()
+            for name, raw in messages(files):
+                done = ingest(engine, raw, envelope_to=to, return_path=return_path,
+                              policy=policy, max_bytes=settings.inbound_max_bytes,
+                              unsubscribe=links)
+                for recorded in done:
+                    typer.echo(f"{name}: {_summary(recorded)}")
+    except SQLAlchemyError as exc:
+        # A pipe transport (Postfix's, Exim's) or procmail retries on EX_TEMPFAIL alone and
+        # returns the message on any other failure: a bounce returned is dropped. What was
+        # recorded before stays, and recording it again changes nothing.
+        fail(exc, EX_TEMPFAIL)
 
 
 @feedback_app.command("list")

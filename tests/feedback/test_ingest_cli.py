@@ -17,6 +17,7 @@ from tests.feedback.conftest import (
     insert_log,
     until_listening,
 )
+from tests.migrations import throwaway_database
 
 POSTRELAY = Path(sys.executable).parent / "postrelay"
 
@@ -75,6 +76,29 @@ def test_ingest_refuses_a_missing_file_and_lists_the_unmatched(worker_env, look,
     assert row["kind"] == "unparsed" and row["email_log_id"] is None
     bad = run(worker_env, "feedback", "list", "--kind", "exploded", ok=False)
     assert bad.returncode == 1 and b"kind" in bad.stderr
+
+
+def test_ingest_asks_to_be_tried_again_when_the_database_fails(worker_env, server_url):
+    """Exit 75 (EX_TEMPFAIL) and one line, whether the database cannot be reached or is not
+    migrated: a pipe transport (Postfix's, Exim's) keeps the message and retries on that
+    code alone. On any other code Postfix returns the message to its sender, and a bounce,
+    whose sender is empty, is then dropped."""
+    raw = bounce_mail("postfix_bounce.eml", verp=f"bounce-x@{BOUNCE_DOMAIN}",
+                      message_id="<m@example.com>")
+    unreachable = {**worker_env, "POSTRELAY_DATABASE_URL":
+                   "postgresql://u:s3cret@127.0.0.1:1/nope"}
+    with throwaway_database(server_url) as url:
+        unmigrated = {**worker_env, "POSTRELAY_DATABASE_URL": url}
+        lines = []
+        for env in (unreachable, unmigrated):
+            done = run(env, "feedback", "ingest", "--to", f"bounce-x@{BOUNCE_DOMAIN}", "-",
+                       stdin=raw, ok=False)
+            assert done.returncode == 75, done.stderr.decode()
+            assert done.stdout == b"" and b"Traceback" not in done.stderr
+            (line,) = done.stderr.decode().splitlines()
+            lines.append(line)
+    assert lines[0].startswith("error: cannot reach the database") and "s3cret" not in lines[0]
+    assert "aa_email" in lines[1] and "postrelay migrate" in lines[1]
 
 
 def test_the_email_log_shows_late_bounces_and_why_an_address_is_suppressed(

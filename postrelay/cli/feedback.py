@@ -46,8 +46,10 @@ def feedback_ingest(
     to: list[str] = typer.Option([], "--to", help="The envelope recipient (a pipe "
                                                   "transport's ${recipient}); repeatable."),
 ) -> None:
-    """Record feedback from messages, mbox files or Maildir folders. Exits 75 when the
-    database fails, so that a mail delivery agent keeps the message and tries again."""
+    """Record feedback from messages, mbox files or Maildir folders.
+
+    Exits 75 (EX_TEMPFAIL) when the database fails, so that a mail delivery agent keeps
+    the message and tries again."""
     settings = settings_or_exit()
     try:
         with user_errors(), database(settings) as db:

@@ -28,7 +28,8 @@ from postrelay.core.rates import parse_rate
 ENV_PREFIX = "POSTRELAY_"
 POSTGRES_DRIVERS = ("postgres", "postgresql", "postgresql+psycopg", "postgresql+psycopg2")
 # Fields whose value never appears in a repr, a log line or an error message.
-SECRET_FIELDS = ("database_url", "smtp_password", "service_role_key")
+SECRET_FIELDS = ("database_url", "smtp_password", "service_role_key", "feedback_secret",
+                 "feedback_secret_previous")
 
 
 def _default_embedded_dir() -> Path:
@@ -131,6 +132,10 @@ class Settings(BaseSettings):
     # the feedback secret signs it: required then, at least 16 characters.
     email_bounce_domain: str | None = None
     feedback_secret: SecretStr | None = None
+    # The secret before this one, kept while mail it signed may still bounce or be
+    # unsubscribed from: its tokens are still taken, new ones are signed with the secret
+    # above alone.
+    feedback_secret_previous: SecretStr | None = None
     # Where `postrelay api` is reached from outside: the one-click unsubscribe links of
     # templates with `unsubscribe = true` point at PUBLIC_URL/u/<token> (https, or http for
     # a loopback host). Needs the feedback secret too.
@@ -205,6 +210,15 @@ class Settings(BaseSettings):
             raise ValueError(f"must be at least POSTRELAY_EMAIL_SOFT_BOUNCE_WINDOW_DAYS"
                              f" ({window:g}): soft bounces are counted from the feedback"
                              f" rows of that window")
+        return value
+
+    @field_validator("feedback_secret_previous")
+    @classmethod
+    def _previous_beside_a_secret(cls, value: SecretStr | None,
+                                  info: ValidationInfo) -> SecretStr | None:
+        if value is not None and info.data.get("feedback_secret") is None:
+            raise ValueError("needs POSTRELAY_FEEDBACK_SECRET, which signs what is sent "
+                             "from now on")
         return value
 
     @field_validator("smtp_rate")

@@ -12,11 +12,17 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from postrelay.core.db import sqlalchemy_url
-from postrelay.orchestrator import SmtpConfig, SmtpPool
+from postrelay.orchestrator import ReturnPath, SmtpConfig, SmtpPool
 from postrelay.orchestrator.feedback import SuppressionPolicy
 from postrelay.orchestrator.feedback.inbound import InboundConfig, InboundServer
 from postrelay.orchestrator.replies import SmtpPermanent
-from tests.feedback.conftest import await_inbox_empty, bounce_mail, free_port, insert_log
+from tests.feedback.conftest import (
+    SECRET,
+    await_inbox_empty,
+    bounce_mail,
+    free_port,
+    insert_log,
+)
 
 ANN = "ann@example.com"
 
@@ -182,6 +188,22 @@ async def test_a_delivery_report_resolves_a_held_unknown_row(inbound, engine, te
     assert look.log(held["id"])["status"] == "sent"
     assert look.rows("SELECT status::text AS s FROM mdm.aa_job WHERE id = :j", j=job) == [
         {"s": "done"}]
+
+
+async def test_a_bounce_of_mail_signed_before_a_rotation_is_recorded(
+        receiver_engine, return_path, clean_db, engine, tenant, look):
+    """The receiver of a rotated secret, the old one kept as the previous: the bounce to an
+    address the old secret signed passes RCPT and lands on its row."""
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant)
+    verp = return_path.address(sent["id"])  # signed before the rotation
+    rotated = ReturnPath(return_path.domain, b"the-new-secret-0123456789", previous=SECRET)
+    config = InboundConfig(host="127.0.0.1", port=free_port())
+    with InboundServer(receiver_engine, rotated, SuppressionPolicy(), config) as server:
+        raw = bounce_mail("postfix_bounce.eml", verp=verp, message_id=sent["message_id"])
+        assert (await deliver(server, verp, raw))[0] == 250
+        await await_inbox_empty(look.engine)
+    assert look.log(sent["id"])["delivery"] == "bounced"
 
 
 async def test_it_is_never_an_open_relay_and_refuses_tampered_tokens(inbound, look,

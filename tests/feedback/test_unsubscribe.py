@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from postrelay.core.errors import ValidationError
+from postrelay.core.settings import load_settings
 from postrelay.orchestrator import UnsubscribeLinks
 from postrelay.orchestrator.feedback.unsubscribe import UnsubscribeTokenError
 from tests.api.server import serve_database
@@ -34,6 +35,26 @@ def test_a_token_names_tenant_recipient_and_category_and_cannot_be_changed():
     assert links.headers(tenant, ANN, "newsletter") == {
         "List-Unsubscribe": f"<https://mail.acme.example/u/{token}>",
         "List-Unsubscribe-Post": "List-Unsubscribe=One-Click"}
+
+
+def test_links_signed_before_a_rotation_still_unsubscribe():
+    """A link stays in the mailbox for months: while the old secret is kept as the previous
+    one, its links still unsubscribe; new links are signed with the new secret."""
+    old, new = b"old-secret-0123456789", b"new-secret-0123456789"
+    tenant = uuid.uuid4()
+    before = UnsubscribeLinks("https://mail.acme.example", old).token(tenant, ANN, "news")
+    links = UnsubscribeLinks("https://mail.acme.example", new, previous=old)
+    assert links.verify(before) == (tenant, ANN, "news")
+    assert UnsubscribeLinks("https://mail.acme.example", new).verify(
+        links.token(tenant, ANN, "news")) == (tenant, ANN, "news")
+    with pytest.raises(UnsubscribeTokenError):
+        UnsubscribeLinks("https://mail.acme.example", new).verify(before)
+    with pytest.raises(ValidationError, match="feedback_secret_previous"):
+        UnsubscribeLinks("https://mail.acme.example", new, previous=b"short")
+    configured = UnsubscribeLinks.from_settings(load_settings(
+        public_url="https://mail.acme.example", feedback_secret=new.decode(),
+        feedback_secret_previous=old.decode()))
+    assert configured is not None and configured.verify(before) == (tenant, ANN, "news")
 
 
 def test_the_public_url_is_https_or_loopback():

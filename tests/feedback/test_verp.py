@@ -81,6 +81,40 @@ def test_the_memory_of_verified_tokens_is_bounded_and_forgets_the_oldest(monkeyp
     assert checked == [a, b, c, d, a]  # the oldest was forgotten to make room
 
 
+def test_after_a_rotation_tokens_of_the_previous_secret_still_verify():
+    """Bounces arrive for days after the mail: while the old secret is kept as the previous
+    one, its tokens still name their rows; new tokens are signed with the new secret, and
+    a token of any other secret is still refused."""
+    old, new = b"old-secret-0123456789", b"new-secret-0123456789"
+    before = ReturnPath("bounces.acme.example", old).address(log_id := uuid.uuid4())
+    path = ReturnPath("bounces.acme.example", new, previous=old)
+    assert path.log_id(before) == log_id
+    after = path.address(other := uuid.uuid4())
+    assert after != ReturnPath("bounces.acme.example", old).address(other)
+    assert ReturnPath("bounces.acme.example", new).log_id(after) == other
+    with pytest.raises(TokenError, match="signature"):
+        path.log_id(ReturnPath("bounces.acme.example", b"third-secret-0123456789"
+                               ).address(uuid.uuid4()))
+    with pytest.raises(TokenError, match="signature"):  # once it is dropped, it is refused
+        ReturnPath("bounces.acme.example", new).log_id(before)
+
+
+def test_the_previous_secret_is_read_from_the_settings_and_checked(monkeypatch):
+    monkeypatch.setenv("POSTRELAY_EMAIL_BOUNCE_DOMAIN", "bounces.acme.example")
+    monkeypatch.setenv("POSTRELAY_FEEDBACK_SECRET_PREVIOUS", "old-secret-0123456789")
+    with pytest.raises(ConfigError, match="POSTRELAY_FEEDBACK_SECRET_PREVIOUS: .*needs "
+                                          "POSTRELAY_FEEDBACK_SECRET") as refused:
+        load_settings()
+    assert "old-secret" not in str(refused.value)  # the rule, never the value
+    monkeypatch.setenv("POSTRELAY_FEEDBACK_SECRET", "new-secret-0123456789")
+    before = ReturnPath("bounces.acme.example", b"old-secret-0123456789").address(
+        log_id := uuid.uuid4())
+    assert ReturnPath.from_settings(load_settings()).log_id(before) == log_id
+    monkeypatch.setenv("POSTRELAY_FEEDBACK_SECRET_PREVIOUS", "short")
+    with pytest.raises(ConfigError, match="POSTRELAY_FEEDBACK_SECRET_PREVIOUS: at least 16"):
+        ReturnPath.from_settings(load_settings())
+
+
 def test_the_bounce_domain_needs_a_feedback_secret(monkeypatch):
     monkeypatch.setenv("POSTRELAY_EMAIL_BOUNCE_DOMAIN", "bounces.acme.example")
     with pytest.raises(ConfigError, match="POSTRELAY_FEEDBACK_SECRET"):

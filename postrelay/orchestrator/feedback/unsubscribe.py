@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 from uuid import UUID
 
 from postrelay.core.errors import ConfigError, ValidationError
-from postrelay.orchestrator.feedback.verp import MIN_SECRET, feedback_key
+from postrelay.orchestrator.feedback.verp import feedback_keys, previous_secret
 
 if TYPE_CHECKING:
     from postrelay.core.settings import Settings
@@ -38,21 +38,20 @@ class UnsubscribeTokenError(ValidationError):
 
 
 class UnsubscribeLinks:
-    def __init__(self, public_url: str, secret: bytes, mailto_domain: str | None = None
-                 ) -> None:
+    def __init__(self, public_url: str, secret: bytes, mailto_domain: str | None = None,
+                 previous: bytes | None = None) -> None:
         url = public_url.rstrip("/")
         parts = urlsplit(url)
         if parts.scheme != "https" and not (parts.scheme == "http"
                                              and _loopback(parts.hostname or "")):
             raise ValidationError("public_url", "must be https:// (plain http only for a "
                                                 "loopback host)")
-        if len(secret) < MIN_SECRET:
-            raise ValidationError("feedback_secret", f"at least {MIN_SECRET} characters")
         self.base = url
         # With a bounce domain, the links also offer `mailto:unsubscribe@<domain>` with the
         # token in the subject (a local part is too short for it, and may be case-folded).
         self.mailto_address = f"{MAILTO_LOCAL}@{mailto_domain}" if mailto_domain else None
-        self._key = feedback_key(secret, "unsubscribe")
+        # Links in mail signed with the previous secret still unsubscribe (verify).
+        self._keys = feedback_keys(secret, previous, "unsubscribe")
 
     @classmethod
     def from_settings(cls, settings: Settings) -> UnsubscribeLinks | None:
@@ -64,13 +63,13 @@ class UnsubscribeLinks:
             if settings.email_bounce_domain else None
         try:
             return cls(settings.public_url, settings.feedback_secret.get_secret_value().encode(),
-                       domain)
+                       domain, previous_secret(settings))
         except ValidationError as exc:
             raise ConfigError(f"POSTRELAY_{exc.field.upper()}: {exc.rule}") from None
 
     def token(self, tenant_id: UUID, recipient: str, category: str) -> str:
         body = tenant_id.bytes + f"{recipient.lower()}\0{category}".encode()
-        return f"{_b64(body)}.{_b64(self._mac(body))}"
+        return f"{_b64(body)}.{_b64(self._mac(self._keys[0], body))}"
 
     def verify(self, token: str) -> tuple[UUID, str, str]:
         body_text, _, mac_text = token.partition(".")
@@ -78,7 +77,8 @@ class UnsubscribeLinks:
             body, mac = _unb64(body_text), _unb64(mac_text)
         except (binascii.Error, ValueError):
             raise UnsubscribeTokenError("not a token postrelay made") from None
-        if len(body) < 18 or not hmac.compare_digest(mac, self._mac(body)):
+        if len(body) < 18 or not any(hmac.compare_digest(mac, self._mac(key, body))
+                                     for key in self._keys):
             raise UnsubscribeTokenError("the signature does not match (tampered or forged)")
         recipient, _, category = body[16:].decode("utf-8", "replace").partition("\0")
         return UUID(bytes=body[:16]), recipient, category
@@ -100,8 +100,9 @@ class UnsubscribeLinks:
         return {"List-Unsubscribe": ", ".join(uris),
                 "List-Unsubscribe-Post": "List-Unsubscribe=One-Click"}
 
-    def _mac(self, body: bytes) -> bytes:
-        return hmac.new(self._key, body, hashlib.sha256).digest()[:MAC_BYTES]
+    @staticmethod
+    def _mac(key: bytes, body: bytes) -> bytes:
+        return hmac.new(key, body, hashlib.sha256).digest()[:MAC_BYTES]
 
 
 def _b64(raw: bytes) -> str:

@@ -4,6 +4,9 @@
     path.address(log_id)       # 'bounce-<token>@bounces.acme.example'
     path.log_id(address)       # log_id again; TokenError for a token postrelay did not sign
 
+Given the secret before (`previous`), its tokens are still taken while mail it signed can
+come back; new ones are signed with `secret`.
+
 The token is the log row's id and an HMAC-SHA256 of it (80 bits), in base32 so it survives
 receivers that change the case of a local part: a bounce to it can only be about a message
 postrelay sent, and nobody without the secret can make one about another message.
@@ -55,16 +58,30 @@ def feedback_key(secret: bytes, purpose: str) -> bytes:
     return hmac.new(secret, f"postrelay feedback {purpose}".encode(), hashlib.sha256).digest()
 
 
+def feedback_keys(secret: bytes, previous: bytes | None, purpose: str) -> tuple[bytes, ...]:
+    """The keys a token for `purpose` may be signed with: the secret's, which signs, then
+    the previous secret's, while mail it signed still comes back. ValidationError for a
+    secret too short to sign with."""
+    for field, value in (("feedback_secret", secret), ("feedback_secret_previous", previous)):
+        if value is not None and len(value) < MIN_SECRET:
+            raise ValidationError(field, f"at least {MIN_SECRET} characters")
+    return tuple(feedback_key(value, purpose) for value in (secret, previous) if value)
+
+
+def previous_secret(settings: Settings) -> bytes | None:
+    """POSTRELAY_FEEDBACK_SECRET_PREVIOUS, when set."""
+    previous = settings.feedback_secret_previous
+    return previous.get_secret_value().encode() if previous else None
+
+
 class ReturnPath:
-    def __init__(self, domain: str, secret: bytes) -> None:
+    def __init__(self, domain: str, secret: bytes, previous: bytes | None = None) -> None:
         domain = domain.strip().lower().rstrip(".")
         if not _DOMAIN.fullmatch(domain):
             raise ValidationError("email_bounce_domain",
                                   f"{domain!r} is not an ASCII domain name")
-        if len(secret) < MIN_SECRET:
-            raise ValidationError("feedback_secret", f"at least {MIN_SECRET} characters")
         self.domain = domain
-        self._key = feedback_key(secret, "verp")
+        self._keys = feedback_keys(secret, previous, "verp")
         # The receiver checks a token at RCPT and its parser again: the second check is a
         # lookup. Only tokens that passed are kept, so a flood of forged ones cannot evict.
         self._verified: dict[str, UUID] = {}
@@ -81,12 +98,12 @@ class ReturnPath:
                               "POSTRELAY_EMAIL_BOUNCE_DOMAIN is set, at least "
                               f"{MIN_SECRET} characters")
         try:
-            return cls(settings.email_bounce_domain, secret.encode())
+            return cls(settings.email_bounce_domain, secret.encode(), previous_secret(settings))
         except ValidationError as exc:
             raise ConfigError(f"POSTRELAY_{exc.field.upper()}: {exc.rule}") from None
 
     def address(self, log_id: UUID) -> str:
-        raw = log_id.bytes + self._mac(log_id.bytes)
+        raw = log_id.bytes + self._mac(self._keys[0], log_id.bytes)
         token = base64.b32encode(raw).decode().rstrip("=").lower()
         return f"{PREFIX}{token}@{self.domain}"
 
@@ -113,12 +130,13 @@ class ReturnPath:
             raise TokenError(f"the local part does not start with {PREFIX!r}")
         raw = token_bytes(local[len(PREFIX):].upper())
         ident, mac = raw[:16], raw[16:]
-        if not hmac.compare_digest(mac, self._mac(ident)):
+        if not any(hmac.compare_digest(mac, self._mac(key, ident)) for key in self._keys):
             raise TokenError("the token's signature does not match (tampered or forged)")
         return UUID(bytes=ident)
 
-    def _mac(self, ident: bytes) -> bytes:
-        return hmac.new(self._key, ident, hashlib.sha256).digest()[:MAC_BYTES]
+    @staticmethod
+    def _mac(key: bytes, ident: bytes) -> bytes:
+        return hmac.new(key, ident, hashlib.sha256).digest()[:MAC_BYTES]
 
 
 def token_bytes(token: str) -> bytes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 
 import pytest
@@ -63,6 +64,36 @@ def test_an_out_of_office_reply_is_an_auto_reply(return_path):
     (report,) = parse_mail(bounce_mail("out_of_office.eml", verp=return_path.address(log_id),
                                        message_id=MID), return_path=return_path)
     assert (report.kind, report.recipient, report.log_id) == ("auto-reply", ANN, log_id)
+
+
+QMAIL_NOTICE = b"""Subject: failure notice
+
+Hi. This is the qmail-send program at mx.example.
+I'm afraid I wasn't able to deliver your message to the following addresses.
+This is a permanent error; I've given up. Sorry it didn't work out.
+
+<ann@example.com>:
+192.0.2.1 does not like recipient.
+Remote host said: 550 5.1.1 User unknown
+Giving up on 192.0.2.1.
+"""
+
+
+@pytest.mark.parametrize(("raw", "kind"), [
+    (QMAIL_NOTICE, "bounced"),
+    (b"Subject: Out of office\nAuto-Submitted: auto-replied\n\nAway until Monday.\n",
+     "auto-reply"),
+    (b"Subject: cheap watches\n\nBuy now.\n", "unparsed"),
+])
+def test_a_message_without_a_from_is_still_read_by_every_detector(return_path, caplog, raw,
+                                                                  kind):
+    """flufl.bounce 6.0.0's Yale detector raises on a single-part message without a From,
+    which stopped the detectors after it and logged a traceback."""
+    verp = return_path.address(uuid.uuid4())
+    (report,) = parse_mail(b"To: " + verp.encode() + b"\n" + raw, return_path=return_path)
+    assert report.kind == kind
+    assert "unreadable" not in report.detail.get("reason", "")
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_a_tampered_token_names_no_message_and_says_so(return_path):

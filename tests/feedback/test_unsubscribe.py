@@ -3,7 +3,10 @@ the category's mail stopping while another category's keeps flowing."""
 
 from __future__ import annotations
 
+import html
+import re
 import uuid
+from urllib.parse import urljoin
 
 import httpx
 import pytest
@@ -64,6 +67,13 @@ def test_the_public_url_is_https_or_loopback():
         UnsubscribeLinks("http://mail.acme.example", SECRET)
 
 
+def form_target(page: str, url: str) -> str:
+    """Where a browser posts the page's form, the page being at `url`."""
+    (form,) = re.findall(r"<form\b[^>]*>", page)
+    action = re.search(r'\baction="([^"]*)"', form)
+    return urljoin(url, html.unescape(action[1])) if action and action[1] else url
+
+
 @pytest.fixture
 def served(database_url):
     with serve_database(database_url, "svc-key-for-the-unsubscribe-tests-0123",
@@ -78,6 +88,10 @@ def test_get_shows_a_button_post_unsubscribes_once_and_bad_tokens_write_nothing(
     with httpx.Client(base_url=served, timeout=30) as client:
         page = client.get(f"/u/{token}")
         assert page.status_code == 200 and "<form method=\"post\"" in page.text
+        # Its button posts back to the link as opened, also where a proxy serves the API
+        # under a path (POSTRELAY_PUBLIC_URL=https://acme.example/mail).
+        opened = f"https://acme.example/mail/u/{token}"
+        assert form_target(page.text, opened) == opened
         assert look.feedback() == [] and look.suppressed(tenant) == {}
         for _ in range(2):
             done = client.post(f"/u/{token}", content="List-Unsubscribe=One-Click",

@@ -37,8 +37,9 @@ def unsubscribe_page(request: Request, token: str) -> HTMLResponse:
     if isinstance(verified, HTMLResponse):
         return verified
     _tenant, recipient, category = verified
-    form = (f'<form method="post" action="/u/{html.escape(token)}">'
-            '<button type="submit">Unsubscribe</button></form>')
+    # No action: the button posts back to the link as opened, under whatever path prefix a
+    # proxy serves POSTRELAY_PUBLIC_URL at.
+    form = '<form method="post"><button type="submit">Unsubscribe</button></form>'
     return _page(200, "Unsubscribe", f"Stop sending {html.escape(category)} mail to "
                                      f"{html.escape(recipient)}?", form)
 

@@ -215,6 +215,18 @@ def test_a_malformed_notification_is_400_naming_the_field(client, tenant, look, 
     assert look.feedback() == []
 
 
+def test_a_raw_delivered_notification_is_refused_naming_the_sns_envelope(client, tenant,
+                                                                         look):
+    """A subscription with raw message delivery on posts SES's JSON alone: no SNS
+    signature to check, so nothing is written, and the answer names what is missing."""
+    answer = client.post(URL, content=bounce_note("<x@y.example>").encode(), headers={
+        "Content-Type": "text/plain; charset=UTF-8", "x-amz-sns-message-type": "Notification",
+        "x-amz-sns-rawdelivery": "true"})
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["field"] == "Type"
+    assert look.feedback() == [] and look.suppressed(tenant) == {}
+
+
 def test_ignored_event_types_are_acknowledged_and_not_recorded(client, look):
     note = json.dumps({"eventType": "Open", "mail": mail("<a@b.example>"), "open": {}})
     answer = post(client, sns("Notification", note, cert_url=NOWHERE))

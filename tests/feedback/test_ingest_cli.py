@@ -66,6 +66,41 @@ def test_ingest_reads_messages_mboxes_maildirs_and_stdin(worker_env, engine, ten
     assert "delivered" in table and "u0@example.com" in table
 
 
+def test_a_message_an_mta_pipes_with_its_from_line_is_one_message(worker_env, engine, tenant,
+                                                                 look, return_path):
+    """Exim's pipe transport (by default) and Postfix's (flag F) write an mbox From_ line
+    before the message and quote none of its own lines: a returned message's line that
+    starts with "From " is still the same message, and an mbox's messages are still
+    told apart by their From_ lines."""
+    env = {**worker_env, "POSTRELAY_EMAIL_BOUNCE_DOMAIN": BOUNCE_DOMAIN,
+           "POSTRELAY_FEEDBACK_SECRET": SECRET.decode()}
+    with engine.begin() as conn:
+        logs = [insert_log(conn, tenant_id=tenant, recipients=(f"u{i}@example.com",))
+                for i in range(3)]
+
+    def bounce(i, from_line):
+        verp = return_path.address(logs[i]["id"])
+        raw = bounce_mail("postfix_bounce.eml", verp=verp, message_id=logs[i]["message_id"],
+                          recipient=f"u{i}@example.com").replace(b"\r\n", b"\n").replace(
+            b"Hello Ann, welcome aboard.\n",
+            b"Hello Ann, welcome aboard.\n\nFrom the whole team at Acme\n")
+        return from_line + b"\n" + raw + b"\n"
+
+    # As Exim 4.96 pipes it with `envelope_to_add` (docs/operations.md): the recipient is
+    # in Envelope-to, not on the command line, where Exim refuses a tainted $local_part.
+    verp = return_path.address(logs[0]["id"]).encode()
+    exim = bounce(0, b"From MAILER-DAEMON Sun Dec 06 00:33:36 2026\nEnvelope-to: " + verp)
+    assert run(env, "feedback", "ingest", "-", stdin=exim).stdout.decode().count(
+        "matched by verp") == 1
+    # As Postfix's pipe writes its From_ line with flag F, two messages in one mbox.
+    mbox = bounce(1, b"From MAILER-DAEMON  Sun Dec  6 00:33:36 2026") + \
+        bounce(2, b"From MAILER-DAEMON  Sun Dec  6 00:33:37 2026")
+    assert run(env, "feedback", "ingest", "-", stdin=mbox).stdout.decode().count(
+        "matched by verp") == 2
+    assert sorted((r["kind"], r["recipient"]) for r in look.feedback()) == [
+        ("bounced", f"u{i}@example.com") for i in range(3)]
+
+
 def test_ingest_refuses_a_missing_file_and_lists_the_unmatched(worker_env, look, tmp_path):
     done = run(worker_env, "feedback", "ingest", str(tmp_path / "nope.eml"), ok=False)
     assert done.returncode == 1 and b"FILE" in done.stderr and b"does not exist" in done.stderr

@@ -7,7 +7,9 @@ files and Maildir folders (what a Postfix `pipe` transport or an IMAP fetcher ha
 
 from __future__ import annotations
 
+import itertools
 import mailbox
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -22,10 +24,17 @@ from postrelay.orchestrator.feedback.record import record_many
 from postrelay.orchestrator.feedback.unsubscribe import UnsubscribeLinks
 from postrelay.orchestrator.feedback.verp import ReturnPath
 
+# An mbox's From_ line: "From ", the envelope sender, then a date as asctime writes it. A
+# line of a message that only starts with "From " separates nothing: an MTA's pipe (Exim's
+# by default, Postfix's with flag F) writes a From_ line and quotes none of the message's.
+FROM_LINE = re.compile(rb"^From \S*[ \t]+(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) +"
+                       rb"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d{1,2} +"
+                       rb"\d{1,2}:\d\d", re.MULTILINE)
+
 
 def messages(paths: Sequence[str]) -> Iterator[tuple[str, bytes]]:
     """(name, raw bytes) of each message in `paths`; `-` reads stdin (one message, or an
-    mbox when it starts with a `From ` line). A missing path is refused before any is read."""
+    mbox when it starts with a From_ line). A missing path is refused before any is read."""
     for given in paths:
         if given != "-" and not Path(given).exists():
             raise ValidationError("FILE", f"{given} does not exist")
@@ -49,11 +58,12 @@ def _split(name: str, raw: bytes) -> Iterator[tuple[str, bytes]]:
     if not raw.startswith(b"From "):
         yield name, raw
         return
-    # An mbox: mailbox.mbox reads from a path, so split on the From_ lines it would.
-    chunks = raw.split(b"\nFrom ")
-    for i, chunk in enumerate(chunks):
-        body = chunk if i == 0 else b"From " + chunk
-        body = body.split(b"\n", 1)[1] if b"\n" in body else b""
+    # An mbox, or one message after the From_ line an MTA's pipe wrote: its first line is a
+    # From_ line whatever it holds (no message starts with "From "), the others only where
+    # one is (FROM_LINE).
+    starts = [0, *(line.start() for line in FROM_LINE.finditer(raw, 1)), len(raw)]
+    for i, (start, end) in enumerate(itertools.pairwise(starts)):
+        body = raw[start:end].partition(b"\n")[2]
         # mboxrd: ">From " at a line start was a "From " of the message.
         body = body.replace(b"\n>From ", b"\nFrom ")
         yield f"{name}#{i + 1}", body

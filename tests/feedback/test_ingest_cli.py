@@ -30,13 +30,22 @@ def run(env, *args, stdin: bytes | None = None, ok: bool = True):
     return done
 
 
+def with_bounce_domain(worker_env):
+    return {**worker_env, "POSTRELAY_EMAIL_BOUNCE_DOMAIN": BOUNCE_DOMAIN,
+            "POSTRELAY_FEEDBACK_SECRET": SECRET.decode()}
+
+
+def sent_rows(engine, tenant, n):
+    """`n` log rows, the i-th sent to u<i>@example.com."""
+    with engine.begin() as conn:
+        return [insert_log(conn, tenant_id=tenant, recipients=(f"u{i}@example.com",))
+                for i in range(n)]
+
+
 def test_ingest_reads_messages_mboxes_maildirs_and_stdin(worker_env, engine, tenant, look,
                                                          return_path, tmp_path):
-    env = {**worker_env, "POSTRELAY_EMAIL_BOUNCE_DOMAIN": BOUNCE_DOMAIN,
-           "POSTRELAY_FEEDBACK_SECRET": SECRET.decode()}
-    with engine.begin() as conn:
-        logs = [insert_log(conn, tenant_id=tenant, recipients=(f"u{i}@example.com",))
-                for i in range(5)]
+    env = with_bounce_domain(worker_env)
+    logs = sent_rows(engine, tenant, 5)
 
     def mail(name, i):
         return bounce_mail(name, verp=return_path.address(logs[i]["id"]),
@@ -72,11 +81,8 @@ def test_a_message_an_mta_pipes_with_its_from_line_is_one_message(worker_env, en
     before the message and quote none of its own lines: a returned message's line that
     starts with "From " is still the same message, and an mbox's messages are still
     told apart by their From_ lines."""
-    env = {**worker_env, "POSTRELAY_EMAIL_BOUNCE_DOMAIN": BOUNCE_DOMAIN,
-           "POSTRELAY_FEEDBACK_SECRET": SECRET.decode()}
-    with engine.begin() as conn:
-        logs = [insert_log(conn, tenant_id=tenant, recipients=(f"u{i}@example.com",))
-                for i in range(3)]
+    env = with_bounce_domain(worker_env)
+    logs = sent_rows(engine, tenant, 3)
 
     def bounce(i, from_line):
         verp = return_path.address(logs[i]["id"])

@@ -1,7 +1,9 @@
-"""Bounce formats that flufl.bounce's detectors do not know, read the way they read theirs:
-a pattern that names the failed address in the notice's text. The answer has the shape of
-flufl's `all_failures`: the addresses that failed for now and for good, as bytes.
+"""Detectors of bounces in formats of their own: GNU Mailman's (flufl.bounce), and those
+for formats they do not know, read the way they read theirs: a pattern that names the
+failed address in the notice's text. Both answer as flufl's `all_failures` does: the
+addresses that failed for now and for good, as bytes.
 
+    temporary, permanent = flufl_failures(msg)     # the bounce as email parsed it
     temporary, permanent = other_failures(text)   # the notice's text parts, decoded
 
 - DragonFly Mail Agent (dma): a plain-text notice, "There was an error delivering your mail
@@ -13,11 +15,28 @@ flufl's `all_failures`: the addresses that failed for now and for good, as bytes
 from __future__ import annotations
 
 import re
+from email.message import Message
+
+from flufl.bounce import all_failures
 
 DMA_FAILED = re.compile(r"^There was an error delivering your mail to <([^<>\s]+)>\.", re.M)
 DMA_GAVE_UP = re.compile(r"^Could not deliver for the last \d+ seconds\. Giving up\.", re.M)
 
 Failures = tuple[frozenset[bytes], frozenset[bytes]]
+
+
+def flufl_failures(msg: Message) -> Failures:
+    """flufl.bounce's detectors. Its Yale detector (6.0.0) fails on a single-part message
+    without a From (an IndexError, logged with its traceback, and no detector after it
+    runs); they all read the null address as no From, so such a message is shown them
+    with one, and given back as it came."""
+    if "from" in msg or msg.is_multipart():
+        return all_failures(msg)
+    msg["From"] = "<>"
+    try:
+        return all_failures(msg)
+    finally:
+        del msg["From"]
 
 
 def other_failures(text: str) -> Failures:

@@ -22,9 +22,7 @@ from email.utils import collapse_rfc2231_value, getaddresses, parseaddr
 from typing import Any
 from uuid import UUID
 
-from flufl.bounce import all_failures
-
-from postrelay.orchestrator.feedback.detectors import other_failures
+from postrelay.orchestrator.feedback.detectors import flufl_failures, other_failures
 from postrelay.orchestrator.feedback.model import Feedback, bounce_kind
 from postrelay.orchestrator.feedback.outline import BLANK_TEXT_LINE, outline
 from postrelay.orchestrator.feedback.verp import ReturnPath, TokenError
@@ -167,7 +165,7 @@ def _arf(msg: Message, source: str, event_id: str, keys: _Keys) -> Feedback:
 def _non_standard(msg: Message, source: str, event_id: str, keys: _Keys) -> list[Feedback]:
     """A bounce in a format of its own: flufl.bounce's detectors, then the formats they do
     not know (detectors.py)."""
-    temporary, permanent = _flufl_failures(msg)
+    temporary, permanent = flufl_failures(msg)
     text = _body_text(msg)
     if not temporary and not permanent:
         temporary, permanent = other_failures(text)
@@ -185,20 +183,6 @@ def _non_standard(msg: Message, source: str, event_id: str, keys: _Keys) -> list
                 diagnostic=_short(_near(text, raw.decode("ascii", "replace"))),
                 detail={"format": "non-standard", "subject": _short(msg.get("subject"))}))
     return reports
-
-
-def _flufl_failures(msg: Message) -> tuple[frozenset[bytes], frozenset[bytes]]:
-    """flufl.bounce's detectors. Its Yale detector (6.0.0) fails on a single-part message
-    without a From (an IndexError, logged with its traceback, and no detector after it
-    runs); they all read the null address as no From, so such a message is shown them
-    with one, and given back as it came."""
-    if "from" in msg or msg.is_multipart():
-        return all_failures(msg)
-    msg["From"] = "<>"
-    try:
-        return all_failures(msg)
-    finally:
-        del msg["From"]
 
 
 class _Keys:

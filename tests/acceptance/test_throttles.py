@@ -73,7 +73,11 @@ def test_a_454_seen_by_one_worker_slows_every_worker(workers: WorkerPool, engine
             "template": "welcome", "to": [f"user{n}@example.com"],
             "context": {"user": {"name": f"User {n}"}}}, tenant_id=tenant)
             for n in range(JOBS)])
-    wait_for(lambda: len(sink.handler.received) >= 30, timeout=60, what="30 messages sent")
+    # Both sending before the 454: on a loaded machine one worker may take the first 30
+    # alone while the other's first claim is still to come.
+    wait_for(lambda: len(sink.handler.received) >= 30
+             and {w for _, w in claims(engine, "email_send")} == ids,
+             timeout=60, what="30 messages sent, and both workers sending")
     sink.handler.refuse_next("454 4.7.0 Too many messages, slow down")
     shown = wait_for(lambda: _listed(engine), what="the throttle in the listing")
     assert shown.destination == "email_send" and "454 4.7.0" in shown.reason

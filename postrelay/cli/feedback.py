@@ -30,6 +30,7 @@ from postrelay.orchestrator import (
     feedback_list,
     inbox_backlog,
     ingest,
+    mark_seen,
     messages,
 )
 
@@ -45,6 +46,9 @@ def feedback_ingest(
                                                 "for stdin."),
     to: list[str] = typer.Option([], "--to", help="The envelope recipient (a pipe "
                                                   "transport's ${recipient}); repeatable."),
+    seen: bool = typer.Option(False, "--mark-seen", help="In a Maildir, read only the "
+                              "messages not flagged seen, and flag each seen once it is "
+                              "recorded."),
 ) -> None:
     """Record feedback from messages, mbox files or Maildir folders.
 
@@ -56,12 +60,14 @@ def feedback_ingest(
             return_path, policy = _feedback_settings(settings, need_domain=False)
             links = UnsubscribeLinks.from_settings(settings)
             engine = db.sync_engine()
-            for name, raw in messages(files):
-                done = ingest(engine, raw, envelope_to=to, return_path=return_path,
+            for mail in messages(files, unseen_only=seen):
+                done = ingest(engine, mail.raw, envelope_to=to, return_path=return_path,
                               policy=policy, max_bytes=settings.inbound_max_bytes,
                               unsubscribe=links)
                 for recorded in done:
-                    typer.echo(f"{name}: {_summary(recorded)}")
+                    typer.echo(f"{mail.name}: {_summary(recorded)}")
+                if mail.maildir_file is not None:  # committed: the next run skips it
+                    mark_seen(mail.maildir_file)
     except SQLAlchemyError as exc:
         # A pipe transport (Postfix's, Exim's) or procmail retries on EX_TEMPFAIL alone and
         # returns the message on any other failure: a bounce returned is dropped. What was

@@ -17,7 +17,7 @@ from postrelay.orchestrator.email_hours import EmailHourTally
 from postrelay.orchestrator.feedback import Feedback, Recorded, SuppressionPolicy, record_feedback
 from postrelay.orchestrator.feedback.admin import feedback_list, suppression_audit
 from postrelay.orchestrator.feedback.inbound import InboundConfig, InboundServer
-from postrelay.orchestrator.feedback.ingest import ingest, messages
+from postrelay.orchestrator.feedback.ingest import ingest, mark_seen, messages
 from postrelay.orchestrator.feedback.postmark import postmark_reports
 from postrelay.orchestrator.feedback.providers import ProviderWebhooks
 from postrelay.orchestrator.feedback.sendgrid import (
@@ -77,6 +77,7 @@ __all__ = [
     "ingest",
     "message_id_domain",
     "message_id_for",
+    "mark_seen",
     "messages",
     "parse_address",
     "postmark_reports",

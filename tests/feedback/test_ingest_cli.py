@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import mailbox
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -105,6 +106,55 @@ def test_a_message_an_mta_pipes_with_its_from_line_is_one_message(worker_env, en
         "matched by verp") == 2
     assert sorted((r["kind"], r["recipient"]) for r in look.feedback()) == [
         ("bounced", f"u{i}@example.com") for i in range(3)]
+
+
+def test_mark_seen_reads_each_maildir_message_once(worker_env, engine, tenant, look,
+                                                   return_path, tmp_path):
+    """A cron job over the Maildir a fetcher fills reads only what it has not read: each
+    message recorded moves to cur/ flagged seen, as a mail reader marks it, and is skipped
+    afterwards. A message flagged otherwise but not seen is read; one seen is not."""
+    env = with_bounce_domain(worker_env)
+    logs = sent_rows(engine, tenant, 4)
+
+    def mail(i, flags=""):
+        message = mailbox.MaildirMessage(bounce_mail(
+            "postfix_bounce.eml", verp=return_path.address(logs[i]["id"]),
+            message_id=logs[i]["message_id"], recipient=f"u{i}@example.com"))
+        if flags:
+            message.set_subdir("cur")
+            message.set_flags(flags)
+        return message
+
+    path = tmp_path / "Maildir"
+    folder = mailbox.Maildir(str(path), create=True)
+    fresh, flagged, seen = folder.add(mail(0)), folder.add(mail(1, "F")), folder.add(mail(2, "S"))
+    out = run(env, "feedback", "ingest", "--mark-seen", str(path)).stdout.decode()
+    assert out.count("matched by verp") == 2 and fresh in out and flagged in out
+    assert os.listdir(path / "new") == []
+    assert sorted(os.listdir(path / "cur")) == sorted(
+        [f"{fresh}:2,S", f"{flagged}:2,FS", f"{seen}:2,S"])
+
+    later = folder.add(mail(3))
+    out = run(env, "feedback", "ingest", "--mark-seen", str(path)).stdout.decode()
+    assert out.count("matched by verp") == 1 and later in out and fresh not in out
+    assert sorted(r["recipient"] for r in look.feedback()) == [
+        "u0@example.com", "u1@example.com", "u3@example.com"]
+    # Without the option the whole folder is read, and what was recorded stays as it was.
+    out = run(env, "feedback", "ingest", str(path)).stdout.decode()
+    assert out.count("already recorded") == 3 and out.count("matched by verp") == 1
+    assert len(os.listdir(path / "cur")) == 4
+
+
+def test_mark_seen_leaves_a_message_unseen_when_it_was_not_recorded(worker_env, server_url,
+                                                                   tmp_path):
+    folder = mailbox.Maildir(str(tmp_path / "Maildir"), create=True)
+    key = folder.add(bounce_mail("postfix_bounce.eml", verp=f"bounce-x@{BOUNCE_DOMAIN}",
+                                 message_id="<m@example.com>"))
+    with throwaway_database(server_url) as url:  # not migrated: the insert fails
+        done = run({**worker_env, "POSTRELAY_DATABASE_URL": url}, "feedback", "ingest",
+                   "--mark-seen", str(tmp_path / "Maildir"), ok=False)
+    assert done.returncode == 75, done.stderr.decode()
+    assert os.listdir(tmp_path / "Maildir" / "new") == [key]
 
 
 def test_ingest_refuses_a_missing_file_and_lists_the_unmatched(worker_env, look, tmp_path):

@@ -1,17 +1,21 @@
 """Feed mail to the feedback parser without a listener: single RFC 822 messages, mbox
 files and Maildir folders (what a Postfix `pipe` transport or an IMAP fetcher hands over).
 
-    for name, raw in messages(["bounces.mbox", "Maildir/", "-"]):
-        ...
+    for mail in messages(["bounces.mbox", "Maildir/", "-"], unseen_only=True):
+        ingest(engine, mail.raw, ...)
+        if mail.maildir_file is not None:
+            mark_seen(mail.maildir_file)
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-import mailbox
+import os
 import re
 import sys
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import Engine
@@ -32,9 +36,20 @@ FROM_LINE = re.compile(rb"^From \S*[ \t]+(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) +"
                        rb"\d{1,2}:\d\d", re.MULTILINE)
 
 
-def messages(paths: Sequence[str]) -> Iterator[tuple[str, bytes]]:
-    """(name, raw bytes) of each message in `paths`; `-` reads stdin (one message, or an
-    mbox when it starts with a From_ line). A missing path is refused before any is read."""
+@dataclass(frozen=True)
+class Incoming:
+    """One message to ingest: a name for the output, its bytes, and its file when it is
+    read from a Maildir with `unseen_only` (to be marked seen once recorded)."""
+
+    name: str
+    raw: bytes
+    maildir_file: Path | None = None
+
+
+def messages(paths: Sequence[str], *, unseen_only: bool = False) -> Iterator[Incoming]:
+    """Each message in `paths`; `-` reads stdin (one message, or an mbox when it starts with
+    a From_ line). With `unseen_only`, a Maildir gives only its messages not flagged seen.
+    A missing path is refused before any is read."""
     for given in paths:
         if given != "-" and not Path(given).exists():
             raise ValidationError("FILE", f"{given} does not exist")
@@ -47,16 +62,47 @@ def messages(paths: Sequence[str]) -> Iterator[tuple[str, bytes]]:
             if not all((path / sub).is_dir() for sub in ("cur", "new", "tmp")):
                 raise ValidationError("FILE", f"{given} is a folder but not a Maildir "
                                               "(cur, new and tmp inside)")
-            box = mailbox.Maildir(str(path), factory=None, create=False)
-            for key in sorted(box.keys()):
-                yield f"{given}:{key}", box.get_bytes(key)
+            yield from _maildir(given, path, unseen_only)
         else:
             yield from _split(given, path.read_bytes())
 
 
-def _split(name: str, raw: bytes) -> Iterator[tuple[str, bytes]]:
+def _maildir(given: str, path: Path, unseen_only: bool) -> Iterator[Incoming]:
+    # Listed by hand: Python 3.11's mailbox.Maildir tells a message's flags only by parsing
+    # it, and sets them only by writing the message anew.
+    files = [Path(entry.path) for sub in ("new", "cur") for entry in os.scandir(path / sub)
+             if not entry.name.startswith(".") and entry.is_file()
+             and not (unseen_only and "S" in _flags(entry.name))]
+    for file in sorted(files, key=lambda f: _unique_name(f.name)):
+        try:
+            raw = file.read_bytes()
+        except FileNotFoundError:  # taken meanwhile: another ingest, or the fetcher
+            continue
+        yield Incoming(f"{given}:{_unique_name(file.name)}", raw,
+                       file if unseen_only else None)
+
+
+def mark_seen(file: Path) -> None:
+    """Move a Maildir message to cur/ with the S (seen) flag, as a mail reader does once
+    it has read it. One taken meanwhile (another ingest, the fetcher) is left alone."""
+    flags = "".join(sorted(set(_flags(file.name)) | {"S"}))
+    with contextlib.suppress(FileNotFoundError):
+        file.rename(file.parent.parent / "cur" / f"{_unique_name(file.name)}:2,{flags}")
+
+
+def _unique_name(name: str) -> str:
+    """A Maildir file's name without its info (`:2,FLAGS`)."""
+    return name.partition(":")[0]
+
+
+def _flags(name: str) -> str:
+    info = name.partition(":")[2]
+    return info[2:] if info.startswith("2,") else ""
+
+
+def _split(name: str, raw: bytes) -> Iterator[Incoming]:
     if not raw.startswith(b"From "):
-        yield name, raw
+        yield Incoming(name, raw)
         return
     # An mbox, or one message after the From_ line an MTA's pipe wrote: its first line is a
     # From_ line whatever it holds (no message starts with "From "), the others only where
@@ -66,7 +112,7 @@ def _split(name: str, raw: bytes) -> Iterator[tuple[str, bytes]]:
         body = raw[start:end].partition(b"\n")[2]
         # mboxrd: ">From " at a line start was a "From " of the message.
         body = body.replace(b"\n>From ", b"\nFrom ")
-        yield f"{name}#{i + 1}", body
+        yield Incoming(f"{name}#{i + 1}", body)
 
 
 def ingest(engine: Engine, raw: bytes, *, envelope_to: Sequence[str] = (),

@@ -4,6 +4,7 @@ getting that category (and only that)."""
 
 from __future__ import annotations
 
+import email
 import re
 import uuid
 from email.message import EmailMessage
@@ -86,6 +87,39 @@ async def test_a_tampered_or_foreign_token_is_kept_and_suppresses_nothing(
     assert look.suppressed(tenant) == {}
     assert {r["kind"] for r in look.feedback()} <= {"unparsed", "auto-reply"}
     assert len(look.feedback()) == 3 and look.events() == []
+
+
+async def test_a_new_mail_after_the_suppression_was_lifted_unsubscribes_again(
+        inbound, tenant, engine, look):
+    """Every mail of the category offers the same mailto:. A new message to it after the
+    address was let back in stops the mail again; the old message delivered again (an
+    MTA's retry, an ingest that reads the folder again) does not."""
+    from postrelay.orchestrator import suppression_remove
+
+    mailto = f"mailto:unsubscribe@{BOUNCE_DOMAIN}?subject=unsubscribe%20" \
+             f"{LINKS.token(tenant, ANN, 'newsletter')}"
+
+    def sent(n):
+        message = email.message_from_bytes(client_mail(mailto))
+        message["Message-ID"] = f"<unsubscribe-{n}@client.example>"
+        return message.as_bytes()
+
+    async def send(raw):
+        code, _ = await deliver(inbound, f"unsubscribe@{BOUNCE_DOMAIN}", raw)
+        assert code == 250
+        await await_inbox_empty(look.engine)
+
+    await send(sent(1))
+    with engine.begin() as conn:
+        suppression_remove(conn, ANN, tenant_id=tenant, actor="preferences")
+    await send(sent(1))
+    assert look.suppressed(tenant) == {}
+    await send(sent(2))
+    await send(sent(3))  # while unsubscribed, another message changes nothing
+    assert set(look.suppressed(tenant)) == {(ANN, "newsletter")}
+    assert [(r["kind"], r["suppressed"]) for r in look.feedback()] == [
+        ("unsubscribe", True), ("unsubscribe", True)]
+    assert [e["event_type"] for e in look.events()] == ["email.unsubscribed"] * 2
 
 
 def test_without_a_bounce_domain_there_is_no_mailto():

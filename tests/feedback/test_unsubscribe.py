@@ -221,3 +221,24 @@ def test_a_route_refuses_an_unsubscribe_mark_it_cannot_keep():
     payload = EmailJob(template="t", to=("a@example.com",)).to_payload()
     assert "unsubscribe" not in payload  # unmarked: the payload as before the flag
     assert EmailJob.from_payload({**payload, "unsubscribe": True}).unsubscribe is True
+
+
+def test_a_click_after_the_suppression_was_lifted_unsubscribes_again(served, tenant, engine,
+                                                                      look):
+    """The link is the same in every mail of the category. Once the address is let back in
+    (it subscribed again and the application lifted the suppression), the next click on
+    any of those links must stop the mail again, not be taken for the earlier click."""
+    from postrelay.orchestrator import suppression_remove
+
+    token = UnsubscribeLinks("http://127.0.0.1", SECRET).token(tenant, ANN, "newsletter")
+    with httpx.Client(base_url=served, timeout=30) as client:
+        assert client.post(f"/u/{token}").status_code == 200
+        with engine.begin() as conn:
+            suppression_remove(conn, ANN, tenant_id=tenant, actor="preferences")
+        assert look.suppressed(tenant) == {}
+        for _ in range(2):  # and a second click after that changes nothing again
+            assert client.post(f"/u/{token}").status_code == 200
+    assert set(look.suppressed(tenant)) == {(ANN, "newsletter")}
+    assert [(r["kind"], r["suppressed"]) for r in look.feedback()] == [
+        ("unsubscribe", True), ("unsubscribe", True)]
+    assert [e["event_type"] for e in look.events()] == ["email.unsubscribed"] * 2

@@ -15,6 +15,7 @@ from uuid import UUID
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
+from postrelay.core.ids import new_uuid
 from postrelay.orchestrator import (
     Feedback,
     SuppressionPolicy,
@@ -51,10 +52,13 @@ def unsubscribe(request: Request, token: str) -> HTMLResponse:
     if isinstance(verified, HTMLResponse):
         return verified
     tenant, recipient, category = verified
+    # Every mail of the category carries this link, so a click has an id of its own: one
+    # after the suppression was lifted unsubscribes again. While the address is
+    # unsubscribed, a click is left out (record_many), so a second one changes nothing.
     with request.app.state.engine.begin() as conn:
         record_feedback(conn, Feedback(
             kind="unsubscribe", source="one-click", recipient=recipient, tenant_id=tenant,
-            category=category, vouched=True, source_event_id=token),
+            category=category, vouched=True, source_event_id=f"{token}:{new_uuid()}"),
             SuppressionPolicy.from_settings(request.app.state.settings))
     return _page(200, "Unsubscribed", f"{html.escape(recipient)} gets no more "
                                       f"{html.escape(category)} mail.")

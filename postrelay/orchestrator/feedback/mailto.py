@@ -16,6 +16,7 @@ from email.header import decode_header, make_header
 from email.utils import getaddresses
 
 from postrelay.orchestrator.feedback.model import Feedback
+from postrelay.orchestrator.feedback.parse import mail_event_id
 from postrelay.orchestrator.feedback.unsubscribe import (
     MAILTO_LOCAL,
     UnsubscribeLinks,
@@ -52,9 +53,12 @@ def mailto_unsubscribe(raw: bytes, envelope_to: Sequence[str],
             tenant, recipient, category = links.verify(word)
         except UnsubscribeTokenError:
             continue
+        # The message's own id, not the token's: every mail of the category offers the
+        # same token, and a new message after the suppression was lifted unsubscribes
+        # again (while one is in place, record_many leaves the report out).
         return Feedback(kind="unsubscribe", source="mail", recipient=recipient,
                         tenant_id=tenant, category=category, vouched=True,
-                        source_event_id=word,
+                        source_event_id=mail_event_id(msg, raw),
                         detail={"format": "mailto", "from": str(msg.get("from") or "")[:300]})
     return None
 

@@ -52,12 +52,18 @@ def parse_mail(raw: bytes, *, envelope_to: Sequence[str] = (),
         # A report's outline when it has one: the parts classification reads, unparsed the
         # rest (a DSN often returns the whole original message).
         msg = outline(raw) or _message(raw)
-        event_id = _clean(msg.get("message-id")) or _digest(raw)
+        event_id = mail_event_id(msg, raw)
         reports = _reports(msg, source, event_id, envelope_to, return_path)
     except Exception as exc:  # a parser bug or a message email cannot read: kept, not lost
         return [_unparsed(None, source, event_id or _digest(raw), envelope_to, return_path,
                           f"unreadable: {type(exc).__name__}: {exc}")]
     return reports
+
+
+def mail_event_id(msg: Message, raw: bytes) -> str:
+    """The id of a received message's reports: its Message-ID, else a hash of its bytes.
+    The same message delivered twice has the same id; another message, another one."""
+    return _clean(msg.get("message-id")) or _digest(raw)
 
 
 def _reports(msg: Message, source: str, event_id: str, envelope_to: Sequence[str],

@@ -170,10 +170,13 @@ class _Row:
                 "recipient": self.recipient, "kind": f.kind, "status": f.status,
                 "diagnostic": f.diagnostic, "source": f.source,
                 "source_event_id": f.source_event_id, "dedupe_key": self.dedupe_key,
-                "detail": self.detail, "occurred_at": f.occurred_at}
+                "detail": self.detail, "occurred_at": f.occurred_at,
+                "unless_suppressed_in": (f.category or "") if f.vouched and
+                f.kind == "unsubscribe" else None}
 
     def take_insert(self, inserted: dict[str, dict[str, Any]]) -> bool:
-        """Whether this report's row was inserted (else it was recorded before)."""
+        """Whether this report's row was inserted (else it was recorded before, or it is an
+        unsubscribe from a category the address is suppressed in already)."""
         row = inserted.get(self.dedupe_key)
         if row is None:
             return False

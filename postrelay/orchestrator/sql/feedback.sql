@@ -57,7 +57,10 @@ ORDER BY w.n;
 -- earlier matched soft bounces within the window (the statement's snapshot sees none of
 -- the rows it inserts, so the caller adds the batch's own); only those about a message
 -- sent to the recipient count, so forged reports cannot add up. No other kind reads it,
--- so no other kind pays for the count.
+-- so no other kind pays for the count. A report with `unless_suppressed_in` (an
+-- unsubscribe through a signed link, which every mail of the category repeats) is also
+-- left out while the address is suppressed in that category: a second click changes
+-- nothing, and a click after the suppression was lifted unsubscribes again.
 INSERT INTO mdm.aa_email_feedback (tenant_id, email_log_id, matched_by, recipient, kind,
                                    status, diagnostic, source, source_event_id, dedupe_key,
                                    detail, occurred_at)
@@ -71,7 +74,12 @@ FROM (SELECT r.*, e.n
                                        recipient text, kind text, status text,
                                        diagnostic text, source text, source_event_id text,
                                        dedupe_key text, detail jsonb,
-                                       occurred_at timestamptz)) AS w
+                                       occurred_at timestamptz,
+                                       unless_suppressed_in text)) AS w
+WHERE w.unless_suppressed_in IS NULL
+   OR NOT EXISTS (SELECT 1 FROM mdm.aa_email_suppression s
+                  WHERE s.tenant_id = w.tenant_id AND s.address = w.recipient
+                    AND s.category = w.unless_suppressed_in)
 ORDER BY w.n
 ON CONFLICT (dedupe_key) DO NOTHING
 RETURNING id, dedupe_key,

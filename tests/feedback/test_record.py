@@ -114,6 +114,27 @@ def test_soft_bounces_suppress_only_at_the_count_within_the_window(engine, tenan
                                        log_id=later["id"]), policy).suppressed
 
 
+def test_a_lift_starts_the_soft_bounce_count_afresh(engine, tenant, look):
+    """The mailbox was full, its owner cleared it and asked to get mail again: the soft
+    bounces from before the lift no longer count, so one more does not suppress at once."""
+    from postrelay.orchestrator import suppression_remove
+
+    policy = SuppressionPolicy(soft_limit=2, soft_window_secs=3600)
+    with engine.begin() as conn:
+        logs = [insert_log(conn, tenant_id=tenant) for _ in range(4)]
+
+    def soft(i):
+        return record(engine, Feedback(kind="soft-bounced", source="mail", recipient=ANN,
+                                       status="4.2.2", source_event_id=f"s{i}",
+                                       log_id=logs[i]["id"]), policy).suppressed
+
+    assert [soft(0), soft(1)] == [False, True]
+    with engine.begin() as conn:
+        suppression_remove(conn, ANN, tenant_id=tenant, actor="support")
+    assert [soft(2), soft(3)] == [False, True]
+    assert set(look.suppressed(tenant)) == {(ANN, "")}
+
+
 def test_forged_soft_bounces_do_not_add_up(engine, tenant, look):
     policy = SuppressionPolicy(soft_limit=2)
     with engine.begin() as conn:

@@ -56,8 +56,9 @@ ORDER BY w.n;
 -- nothing else happens for them. `soft_before` counts, for a soft bounce, the recipient's
 -- earlier matched soft bounces within the window (the statement's snapshot sees none of
 -- the rows it inserts, so the caller adds the batch's own); only those about a message
--- sent to the recipient count, so forged reports cannot add up. No other kind reads it,
--- so no other kind pays for the count. A report with `unless_suppressed_in` (an
+-- sent to the recipient count, so forged reports cannot add up, and only those received
+-- since an operator last lifted the address's suppression (a lift starts the count
+-- afresh). No other kind reads it, so no other kind pays for the count. A report with `unless_suppressed_in` (an
 -- unsubscribe through a signed link, which every mail of the category repeats) is also
 -- left out while the address is suppressed in that category: a second click changes
 -- nothing, and a click after the suppression was lifted unsubscribes again.
@@ -90,7 +91,11 @@ RETURNING id, dedupe_key,
            AND f.kind = 'soft-bounced'
            AND EXISTS (SELECT 1 FROM mdm.aa_email_log l
                        WHERE l.id = f.email_log_id AND f.recipient = ANY(l.recipients))
-           AND f.received_at > now() - make_interval(secs => :soft_window_secs))
+           AND f.received_at > now() - make_interval(secs => :soft_window_secs)
+           AND f.received_at > COALESCE(
+               (SELECT max(a.created_at) FROM mdm.aa_email_suppression_audit a
+                WHERE a.tenant_id = aa_email_feedback.tenant_id
+                  AND a.address = aa_email_feedback.recipient), '-infinity'))
     ELSE 0 END AS soft_before;
 
 -- name: email_feedback_apply_many

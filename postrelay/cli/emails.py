@@ -15,6 +15,7 @@ from postrelay.cli.output import cell, echo, print_json, table
 from postrelay.cli.root import app
 from postrelay.core.errors import ValidationError
 from postrelay.orchestrator import (
+    categories_text,
     email_list,
     email_story,
     suppression_audit,
@@ -165,11 +166,19 @@ def _lifted(tenant: str | None, limit: int, as_json: bool) -> None:
 def emails_unsuppress(
     address: str = typer.Argument(..., help="The address to send to again."),
     tenant: str = typer.Option(..., "--tenant", help="The tenant id."),
+    category: str = typer.Option("", "--category", help="Lift the address's unsubscribe "
+                                 "from this category instead (it subscribed again)."),
 ) -> None:
-    """Lift a suppression: the address gets this tenant's mail again."""
+    """Lift a suppression: the address gets this tenant's mail again.
+
+    Without --category, what stops all of its mail (a bounce, a complaint) is lifted;
+    its unsubscribes from single categories stay until named."""
     with transaction() as conn:
-        suppression_remove(conn, address, tenant_id=tenant, actor=actor())
-    echo(f"{address.strip().lower()} gets mail again")
+        others = suppression_remove(conn, address, tenant_id=tenant, actor=actor(),
+                                    category=category)
+    what = f"{category.strip()} mail" if category.strip() else "mail"
+    still = f" (still suppressed in {categories_text(others)})" if others else ""
+    echo(f"{address.strip().lower()} gets {what} again{still}")
 
 
 def _status(row: dict[str, Any]) -> str:

@@ -7,6 +7,7 @@ names only."""
 # addresses and messages for `postrelay email`.
 from postrelay.orchestrator.addresses import parse_address
 from postrelay.orchestrator.admin import (
+    categories_text,
     email_list,
     email_story,
     suppression_list,
@@ -60,6 +61,7 @@ __all__ = [
     "build_message",
     "cancel_job",
     "cancel_jobs",
+    "categories_text",
     "email_feedback_delete_batch",
     "email_list",
     "email_log_delete_batch",

@@ -82,16 +82,29 @@ def suppression_list(conn: Connection, *, tenant_id: UUID | str | None = None,
 
 
 def suppression_remove(conn: Connection, address: str, *, tenant_id: UUID | str,
-                       actor: str) -> None:
-    """Let `address` receive this tenant's mail again (every category), with an audit row
-    naming `actor` and what was lifted. Raises NotFoundError when it is not suppressed."""
+                       actor: str, category: str = "") -> list[str]:
+    """Let `address` receive this tenant's mail again, with an audit row naming `actor`
+    and what was lifted. By default the suppression of every category goes (a bounce, a
+    complaint, a refusal at send time); the address's unsubscribes from single categories
+    stay, since they are its own choice. `category` lifts that unsubscribe instead (the
+    address subscribed again). Returns the categories it stays unsubscribed from; raises
+    NotFoundError when there is nothing to lift."""
     tenant = _uuid("tenant", tenant_id)
     if tenant is None:
         raise ValidationError("tenant", "name the tenant whose suppression to lift")
-    wanted = address.strip().lower()
-    if not feedback_queries.email_suppression_lift(conn, tenant_id=tenant, address=wanted,
-                                                   actor=actor):
-        raise NotFoundError(f"{wanted} is not suppressed for tenant {tenant}")
+    wanted, category = address.strip().lower(), category.strip()
+    lifted, others = feedback_queries.email_suppression_lift(
+        conn, tenant_id=tenant, address=wanted, category=category, actor=actor)
+    if lifted:
+        return others
+    what = f"unsubscribed from {category}" if category else "suppressed in every category"
+    still = f"; it is suppressed in {categories_text(others)}" if others else ""
+    raise NotFoundError(f"{wanted} is not {what} for tenant {tenant}{still}")
+
+
+def categories_text(categories: list[str]) -> str:
+    """Suppression categories as operators read them: '' is every category."""
+    return ", ".join(category or "every category" for category in categories)
 
 
 def _uuid(field: str, value: UUID | str | None) -> str | None:

@@ -111,7 +111,8 @@ async def test_a_new_mail_after_the_suppression_was_lifted_unsubscribes_again(
 
     await send(sent(1))
     with engine.begin() as conn:
-        suppression_remove(conn, ANN, tenant_id=tenant, actor="preferences")
+        suppression_remove(conn, ANN, tenant_id=tenant, actor="preferences",
+                           category="newsletter")
     await send(sent(1))
     assert look.suppressed(tenant) == {}
     await send(sent(2))

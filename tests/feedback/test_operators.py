@@ -35,24 +35,36 @@ def test_unsuppress_writes_an_audit_row_with_what_was_lifted_and_by_whom(
                               text=True, timeout=60)
 
     made = {(r["kind"], r["id"]) for r in look.feedback() if r["suppressed"]}
+    # The bounce is lifted (the mailbox exists again); the unsubscribe, the address's own
+    # choice, stays until named.
     lifted = postrelay("emails", "unsuppress", "Ann@Example.com", "--tenant", str(tenant))
     assert lifted.returncode == 0, lifted.stderr
+    assert "still suppressed in newsletter" in lifted.stdout
+    assert set(look.suppressed(tenant)) == {(ANN, "newsletter")}
+    again = postrelay("emails", "unsuppress", ANN, "--tenant", str(tenant))
+    assert again.returncode == 1 and "not suppressed in every category" in again.stderr
+    assert "suppressed in newsletter" in again.stderr
+    resubscribed = postrelay("emails", "unsuppress", ANN, "--tenant", str(tenant),
+                             "--category", "newsletter")
+    assert resubscribed.returncode == 0, resubscribed.stderr
+    assert "gets newsletter mail again" in resubscribed.stdout
     assert look.suppressed(tenant) == {}
     # The reports that suppressed still say so, after the rows that named them are gone.
     assert {(r["kind"], r["id"]) for r in look.feedback() if r["suppressed"]} == made
     assert {kind for kind, _ in made} == {"bounced", "unsubscribe"}
-    (audit,) = look.rows("SELECT * FROM mdm.aa_email_suppression_audit")
-    assert (audit["tenant_id"], audit["address"], audit["action"]) == (tenant, ANN,
-                                                                       "unsuppress")
-    assert audit["actor"].startswith("cli:")
-    assert [(w["category"], w["source"]) for w in audit["detail"]["lifted"]] == [
-        ("", "sendgrid"), ("newsletter", "one-click")]
-    assert "5.1.1" in audit["detail"]["lifted"][0]["reason"]
+    audits = look.rows("SELECT * FROM mdm.aa_email_suppression_audit ORDER BY id")
+    assert [(a["tenant_id"], a["address"], a["action"]) for a in audits] == [
+        (tenant, ANN, "unsuppress")] * 2
+    assert all(a["actor"].startswith("cli:") for a in audits)
+    assert [[(w["category"], w["source"]) for w in a["detail"]["lifted"]] for a in audits] == [
+        [("", "sendgrid")], [("newsletter", "one-click")]]
+    assert "5.1.1" in audits[0]["detail"]["lifted"][0]["reason"]
     # Lifting what is not suppressed is refused and audits nothing.
-    again = postrelay("emails", "unsuppress", ANN, "--tenant", str(tenant))
-    assert again.returncode == 1 and "not suppressed" in again.stderr
+    for category in ((), ("--category", "newsletter")):
+        again = postrelay("emails", "unsuppress", ANN, "--tenant", str(tenant), *category)
+        assert again.returncode == 1 and "is not" in again.stderr
     shown = json.loads(postrelay("emails", "suppressed", "--lifted", "--json").stdout)
-    assert [(r["address"], r["actor"]) for r in shown] == [(ANN, audit["actor"])]
+    assert [(r["address"], r["actor"]) for r in shown] == [(ANN, audits[0]["actor"])] * 2
     table = postrelay("emails", "suppressed", "--lifted", "--tenant", str(tenant)).stdout
     assert ANN in table and "newsletter" in table
 

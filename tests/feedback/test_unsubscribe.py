@@ -234,7 +234,8 @@ def test_a_click_after_the_suppression_was_lifted_unsubscribes_again(served, ten
     with httpx.Client(base_url=served, timeout=30) as client:
         assert client.post(f"/u/{token}").status_code == 200
         with engine.begin() as conn:
-            suppression_remove(conn, ANN, tenant_id=tenant, actor="preferences")
+            suppression_remove(conn, ANN, tenant_id=tenant, actor="preferences",
+                               category="newsletter")
         assert look.suppressed(tenant) == {}
         for _ in range(2):  # and a second click after that changes nothing again
             assert client.post(f"/u/{token}").status_code == 200

@@ -51,10 +51,13 @@ def email_feedback_list(conn: Connection, **filters: Any) -> list[dict[str, Any]
 
 
 def email_suppression_lift(conn: Connection, *, tenant_id: str, address: str,
-                           actor: str) -> int:
-    """How many rows were lifted (0: the address was not suppressed; nothing audited)."""
-    return int(conn.execute(FEEDBACK_SQL["email_suppression_lift"], {
-        "tenant_id": tenant_id, "address": address, "actor": actor}).scalar_one())
+                           category: str, actor: str) -> tuple[bool, list[str]]:
+    """Whether the category's row was lifted (else nothing was audited), and the address's
+    other categories still suppressed."""
+    lifted, others = conn.execute(FEEDBACK_SQL["email_suppression_lift"], {
+        "tenant_id": tenant_id, "address": address, "category": category,
+        "actor": actor}).one()
+    return bool(lifted), list(others)
 
 
 def email_suppression_audit_list(conn: Connection, **params: Any) -> list[dict[str, Any]]:

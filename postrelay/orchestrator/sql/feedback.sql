@@ -57,8 +57,8 @@ ORDER BY w.n;
 -- earlier matched soft bounces within the window (the statement's snapshot sees none of
 -- the rows it inserts, so the caller adds the batch's own); only those about a message
 -- sent to the recipient count, so forged reports cannot add up, and only those received
--- since an operator last lifted the address's suppression (a lift starts the count
--- afresh). No other kind reads it, so no other kind pays for the count. A report with `unless_suppressed_in` (an
+-- since an operator last lifted the address's suppression of every category (a lift
+-- starts the count afresh). No other kind reads it, so no other kind pays for the count. A report with `unless_suppressed_in` (an
 -- unsubscribe through a signed link, which every mail of the category repeats) is also
 -- left out while the address is suppressed in that category: a second click changes
 -- nothing, and a click after the suppression was lifted unsubscribes again.
@@ -95,7 +95,8 @@ RETURNING id, dedupe_key,
            AND f.received_at > COALESCE(
                (SELECT max(a.created_at) FROM mdm.aa_email_suppression_audit a
                 WHERE a.tenant_id = aa_email_feedback.tenant_id
-                  AND a.address = aa_email_feedback.recipient), '-infinity'))
+                  AND a.address = aa_email_feedback.recipient
+                  AND a.detail @> '{"lifted": [{"category": ""}]}'), '-infinity'))
     ELSE 0 END AS soft_before;
 
 -- name: email_feedback_apply_many
@@ -232,13 +233,17 @@ WHERE id IN (SELECT id FROM mdm.aa_email_suppression_audit
              LIMIT :batch);
 
 -- name: email_suppression_lift
--- An operator lets an address receive a tenant's mail again: every category's row goes,
--- and one audit row keeps what was lifted and by whom. Nothing is audited when nothing
--- was suppressed. The reports that made the rows keep, in their own flag, that they
--- suppressed (readers found it in the rows until now).
+-- An operator lets an address receive a tenant's mail again, in one category: '' is the
+-- suppression of every category (bounces, complaints, refusals at send time), a name is
+-- the address's unsubscribe from that category. The other rows stay: an unsubscribe is the
+-- recipient's own choice, not a fault that lifting a bounce repairs. One audit row keeps
+-- what was lifted and by whom; nothing is audited when nothing was lifted. The reports that
+-- made the rows keep, in their own flag, that they suppressed (readers found it in the
+-- rows until now). `others` names the address's categories still suppressed.
 WITH lifted AS (
     DELETE FROM mdm.aa_email_suppression
     WHERE tenant_id = CAST(:tenant_id AS uuid) AND address = :address
+      AND category = :category
     RETURNING category, reason, source, smtp_enhanced, feedback_id, created_at
 ), kept AS (
     UPDATE mdm.aa_email_feedback SET suppressed = true
@@ -251,7 +256,11 @@ WITH lifted AS (
     HAVING count(*) > 0
     RETURNING id
 )
-SELECT (SELECT count(*) FROM lifted) AS lifted;
+SELECT (SELECT count(*) FROM lifted) AS lifted,
+       ARRAY(SELECT s.category FROM mdm.aa_email_suppression s
+             WHERE s.tenant_id = CAST(:tenant_id AS uuid) AND s.address = :address
+               AND s.category <> :category
+             ORDER BY s.category) AS others;
 
 -- name: email_suppression_audit_list
 SELECT id, tenant_id, address, action, actor, detail, created_at

@@ -233,13 +233,11 @@ WHERE id IN (SELECT id FROM mdm.aa_email_suppression_audit
              LIMIT :batch);
 
 -- name: email_suppression_lift
--- An operator lets an address receive a tenant's mail again, in one category: '' is the
--- suppression of every category (bounces, complaints, refusals at send time), a name is
--- the address's unsubscribe from that category. The other rows stay: an unsubscribe is the
--- recipient's own choice, not a fault that lifting a bounce repairs. One audit row keeps
--- what was lifted and by whom; nothing is audited when nothing was lifted. The reports that
--- made the rows keep, in their own flag, that they suppressed (readers found it in the
--- rows until now). `others` names the address's categories still suppressed.
+-- An operator lets an address receive a tenant's mail again in one category: '' (a bounce,
+-- a complaint, a refusal at send time: every category) or a name (its unsubscribe from
+-- that category, its own choice, which lifting a bounce leaves alone). One audit row keeps
+-- what was lifted and by whom (none when nothing was); the reports that made the rows keep,
+-- in their own flag, that they suppressed. `others`: the categories still suppressed.
 WITH lifted AS (
     DELETE FROM mdm.aa_email_suppression
     WHERE tenant_id = CAST(:tenant_id AS uuid) AND address = :address

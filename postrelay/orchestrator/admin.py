@@ -87,8 +87,8 @@ def suppression_remove(conn: Connection, address: str, *, tenant_id: UUID | str,
     and what was lifted. By default the suppression of every category goes (a bounce, a
     complaint, a refusal at send time); the address's unsubscribes from single categories
     stay, since they are its own choice. `category` lifts that unsubscribe instead (the
-    address subscribed again). Returns the categories it stays unsubscribed from; raises
-    NotFoundError when there is nothing to lift."""
+    address subscribed again). Returns the categories it stays suppressed in ('' for
+    every category); raises NotFoundError when there is nothing to lift."""
     tenant = _uuid("tenant", tenant_id)
     if tenant is None:
         raise ValidationError("tenant", "name the tenant whose suppression to lift")

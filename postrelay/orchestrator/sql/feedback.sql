@@ -58,10 +58,10 @@ ORDER BY w.n;
 -- the rows it inserts, so the caller adds the batch's own); only those about a message
 -- sent to the recipient count, so forged reports cannot add up, and only those received
 -- since an operator last lifted the address's suppression of every category (a lift
--- starts the count afresh). No other kind reads it, so no other kind pays for the count. A report with `unless_suppressed_in` (an
--- unsubscribe through a signed link, which every mail of the category repeats) is also
--- left out while the address is suppressed in that category: a second click changes
--- nothing, and a click after the suppression was lifted unsubscribes again.
+-- starts the count afresh). No other kind reads it, so no other kind pays for the count.
+-- A report with `unless_suppressed_in` (an unsubscribe through a signed link, which every
+-- mail of the category repeats) is also left out while the address is suppressed in that
+-- category: a second click changes nothing, and a click after a lift unsubscribes again.
 INSERT INTO mdm.aa_email_feedback (tenant_id, email_log_id, matched_by, recipient, kind,
                                    status, diagnostic, source, source_event_id, dedupe_key,
                                    detail, occurred_at)

@@ -1,7 +1,8 @@
 """`postrelay inbound` as a process: it refuses to start without a database it can use, says
 what an earlier run left in the inbox and records it; two of them on one database, as
 behind two MX hosts, share the inbox, each message recorded once, by one of them, and both
-take part."""
+take part; killed (SIGKILL) in the middle of a stream, it has lost no message it answered
+250, and the next records each once, the ones sent again too."""
 
 from __future__ import annotations
 
@@ -156,3 +157,75 @@ async def test_two_receivers_share_the_inbox_and_record_each_message_once(
     assert {f["kind"] for f in feedback} == {"bounced"}
     assert look.rows("SELECT count(*) AS n FROM mdm.aa_email_log "
                      "WHERE delivery = 'bounced'") == [{"n": BACKLOG + 2}]
+
+
+KILLED_AFTER = (120, 240)  # 250s heard before each receiver in turn is killed
+STREAM = 400
+
+
+async def deliver_until_killed(port: int, mails: list[tuple[str, bytes]], accepted: set[str],
+                               receiver: subprocess.Popen[bytes], kill_at: int) -> None:
+    """Deliver `mails` over eight connections, as an MTA does, into `accepted` as each 250
+    is heard; SIGKILL the receiver once `kill_at` have been. What got no 250 is left for
+    the next receiver, as an MTA keeps it for a retry."""
+    queue = list(mails)
+
+    async def connection() -> None:
+        smtp = aiosmtplib.SMTP(hostname="127.0.0.1", port=port, timeout=10)
+        try:
+            await smtp.connect()
+            while queue:
+                verp, raw = queue.pop()
+                await smtp.sendmail("", [verp], raw)
+                accepted.add(verp)
+                if len(accepted) >= kill_at and receiver.poll() is None:
+                    receiver.kill()
+        except (OSError, aiosmtplib.SMTPException):
+            return  # the receiver is gone
+
+    await asyncio.gather(*(connection() for _ in range(8)))
+
+
+async def test_receivers_killed_mid_stream_lose_no_message_they_accepted(
+        worker_env, engine, tenant, look, return_path, tmp_path):
+    made = bounces(engine, tenant, return_path, STREAM)
+    mails = {verp: raw for _, verp, raw in made}
+    accepted: set[str] = set()
+    for round_, kill_at in enumerate(KILLED_AFTER):
+        port = free_ports(1)[0]
+        log = tmp_path / f"killed{round_}.log"
+        with log.open("wb") as out:
+            receiver = subprocess.Popen(
+                [str(POSTRELAY), "inbound", "--host", "127.0.0.1", "--port", str(port)],
+                env=receiver_env(worker_env), stdout=out, stderr=subprocess.STDOUT)
+        try:
+            await until_listening(port)
+            left = [(verp, raw) for verp, raw in mails.items() if verp not in accepted]
+            await deliver_until_killed(port, left, accepted, receiver, kill_at)
+        finally:
+            receiver.kill()
+            assert receiver.wait(timeout=30) == -signal.SIGKILL, log.read_text()[-2000:]
+        # Every message heard with a 250 is in the inbox or recorded, killed or not.
+        kept = look.rows("SELECT DISTINCT unnest(envelope_to) AS verp "
+                         "FROM mdm.aa_feedback_inbox")
+        recorded = look.rows("SELECT email_log_id FROM mdm.aa_email_feedback")
+        kept_or_recorded = {r["verp"] for r in kept} | {
+            return_path.address(r["email_log_id"]) for r in recorded}
+        assert accepted <= kept_or_recorded, len(accepted - kept_or_recorded)
+        assert kill_at <= len(accepted) < STREAM
+
+    # The last receiver takes what the others left and the rest of the stream, including
+    # messages stored but killed before their 250 (sent again: recorded once).
+    port = free_ports(1)[0]
+    with receiver_process(receiver_env(worker_env), "127.0.0.1", port,
+                          tmp_path / "last.log") as receiver:
+        await until_listening(port)
+        left = [(verp, raw) for verp, raw in mails.items() if verp not in accepted]
+        await deliver_until_killed(port, left, accepted, receiver, STREAM + 1)
+        await await_inbox_empty(engine, timeout=60)
+    assert accepted == set(mails)
+    feedback = look.rows("SELECT email_log_id, kind FROM mdm.aa_email_feedback")
+    assert sorted(f["email_log_id"] for f in feedback) == sorted(s["id"] for s, _, _ in made)
+    assert {f["kind"] for f in feedback} == {"bounced"}
+    assert look.rows("SELECT count(*) AS n FROM mdm.aa_email_suppression") == [{"n": STREAM}]
+    assert [e["event_type"] for e in look.events()] == ["email.bounced"] * STREAM

@@ -129,6 +129,7 @@ def emails_show(
 @emails_app.command("suppressed")
 def emails_suppressed(
     tenant: str | None = typer.Option(None, "--tenant", help="Only this tenant id."),
+    address: str | None = typer.Option(None, "--address", help="Only this address."),
     limit: int = typer.Option(100, "--limit", help="At most this many (1-1000)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
     lifted: bool = typer.Option(False, "--lifted",
@@ -136,10 +137,10 @@ def emails_suppressed(
 ) -> None:
     """Addresses not sent to any more, with why and from which source."""
     if lifted:
-        _lifted(tenant, limit, as_json)
+        _lifted(tenant, address, limit, as_json)
         return
     with transaction() as conn:
-        rows = suppression_list(conn, tenant_id=tenant, limit=limit)
+        rows = suppression_list(conn, tenant_id=tenant, address=address, limit=limit)
     if as_json:
         print_json(rows)
         return
@@ -149,9 +150,9 @@ def emails_suppressed(
                       for r in rows]) if rows else "no suppressed addresses")
 
 
-def _lifted(tenant: str | None, limit: int, as_json: bool) -> None:
+def _lifted(tenant: str | None, address: str | None, limit: int, as_json: bool) -> None:
     with transaction() as conn:
-        rows = suppression_audit(conn, tenant_id=tenant, limit=limit)
+        rows = suppression_audit(conn, tenant_id=tenant, address=address, limit=limit)
     if as_json:
         print_json(rows)
         return

@@ -72,13 +72,15 @@ def email_story(
 
 
 def suppression_list(conn: Connection, *, tenant_id: UUID | str | None = None,
-                     limit: int = 100) -> list[dict[str, Any]]:
-    """The suppressed addresses, newest first, each with its reason, source (smtp, mail,
-    ...) and category ('' for every category)."""
+                     address: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+    """The suppressed addresses (or one address's suppressions, in each tenant and
+    category), newest first, each with its reason, source (smtp, mail, ...) and category
+    ('' for every category)."""
     if not 1 <= limit <= MAX_LIMIT:
         raise ValidationError("limit", f"must be between 1 and {MAX_LIMIT}")
-    return queries.email_suppression_list(conn, tenant_id=_uuid("tenant", tenant_id),
-                                          limit=limit)
+    return queries.email_suppression_list(
+        conn, tenant_id=_uuid("tenant", tenant_id),
+        address=address.strip().lower() if address else None, limit=limit)
 
 
 def suppression_remove(conn: Connection, address: str, *, tenant_id: UUID | str,

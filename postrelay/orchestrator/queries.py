@@ -66,10 +66,9 @@ def email_suppression_add_many(rows: Sequence[dict[str, Any]]) -> tuple[TextClau
     return EMAIL_SQL["email_suppression_add_many"], {"rows": jsontext.encode_rows(rows)}
 
 
-def email_suppression_list(conn: Connection, *, tenant_id: str | None, limit: int
-                           ) -> list[dict[str, Any]]:
+def email_suppression_list(conn: Connection, **params: Any) -> list[dict[str, Any]]:
     return [dict(r) for r in conn.execute(EMAIL_SQL["email_suppression_list"],
-                                          {"tenant_id": tenant_id, "limit": limit}).mappings()]
+                                          params).mappings()]
 
 
 def email_log_list(conn: Connection, **filters: Any) -> list[dict[str, Any]]:

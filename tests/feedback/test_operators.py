@@ -69,6 +69,40 @@ def test_unsuppress_writes_an_audit_row_with_what_was_lifted_and_by_whom(
     assert ANN in table and "newsletter" in table
 
 
+
+def test_suppressed_finds_one_address_in_every_tenant_and_category(
+        engine, tenant, other_tenant, look, worker_env):
+    with engine.begin() as conn:
+        for who in (tenant, other_tenant):
+            for i, address in enumerate((ANN, "bob@example.com")):
+                record_feedback(conn, Feedback(
+                    kind="unsubscribe", source="one-click", recipient=address, tenant_id=who,
+                    category="newsletter", vouched=True, source_event_id=f"u-{who}-{i}"))
+        record_feedback(conn, Feedback(kind="complaint", source="postmark", recipient=ANN,
+                                       tenant_id=tenant, vouched=True, source_event_id="c-1"))
+
+    def shown(*args: str) -> list[tuple[str, str, str]]:
+        done = subprocess.run([POSTRELAY, "emails", "suppressed", "--json", *args],
+                              env=worker_env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return sorted((str(r["tenant_id"]), r["address"], r.get("category", ""))
+                      for r in json.loads(done.stdout))
+
+    assert shown("--address", " Ann@Example.com ") == sorted([
+        (str(tenant), ANN, ""), (str(tenant), ANN, "newsletter"),
+        (str(other_tenant), ANN, "newsletter")])
+    assert shown("--address", ANN, "--tenant", str(other_tenant)) == [
+        (str(other_tenant), ANN, "newsletter")]
+    assert shown("--address", "carol@example.com") == []
+    assert len(shown()) == 5
+    # The audit of lifted suppressions, narrowed the same way.
+    subprocess.run([POSTRELAY, "emails", "unsuppress", "bob@example.com", "--tenant",
+                    str(tenant), "--category", "newsletter"], env=worker_env, check=True,
+                   capture_output=True, timeout=60)
+    assert [r[1] for r in shown("--lifted", "--address", "BOB@example.com")] == [
+        "bob@example.com"]
+    assert shown("--lifted", "--address", ANN) == []
+
 def _answered(engine, tenant, n, *, age_days=0.0, status="sent"):
     """n log rows answered `age_days` ago, one recipient each."""
     with engine.begin() as conn:

@@ -118,7 +118,8 @@ ON CONFLICT (tenant_id, address, category) DO NOTHING;
 SELECT tenant_id, address, category, reason, source, smtp_code, smtp_enhanced, email_log_id,
        feedback_id, created_at
 FROM mdm.aa_email_suppression
-WHERE CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid)
+WHERE (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
+  AND (CAST(:address AS text) IS NULL OR address = CAST(:address AS text))
 ORDER BY created_at DESC, address
 LIMIT :limit;
 

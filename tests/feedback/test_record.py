@@ -230,6 +230,23 @@ def test_a_vouched_unsubscribe_suppresses_one_category_without_a_log_row(engine,
     assert not stray.suppressed and set(look.suppressed(tenant)) == {(ANN, "newsletter")}
 
 
+def test_two_clicks_on_an_addresss_link_in_one_batch_unsubscribe_once(engine, tenant, look):
+    """Two `mailto:` unsubscribes of one address recorded in one batch (or two clicks):
+    the first counts; one of another category, or another address, is its own."""
+    from postrelay.orchestrator.feedback import record_many
+
+    def click(event_id: str, category: str = "newsletter", to: str = ANN) -> Feedback:
+        return Feedback(kind="unsubscribe", source="mail", recipient=to, tenant_id=tenant,
+                        category=category, vouched=True, source_event_id=event_id)
+
+    batch = [click("m1"), click("m2"), click("m3", "billing"), click("m4", to="bob@x.example")]
+    with engine.begin() as conn:
+        done = record_many(conn, batch)
+    assert [d.duplicate for d in done] == [False, True, False, False]
+    assert set(look.suppressed(tenant)) == {(ANN, "newsletter"), (ANN, "billing"),
+                                            ("bob@x.example", "newsletter")}
+    assert [e["event_type"] for e in look.events()] == ["email.unsubscribed"] * 3
+
 def test_bad_feedback_is_refused_naming_the_field():
     with pytest.raises(ValidationError, match="kind"):
         Feedback(kind="exploded", source="mail")

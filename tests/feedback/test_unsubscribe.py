@@ -3,6 +3,7 @@ the category's mail stopping while another category's keeps flowing."""
 
 from __future__ import annotations
 
+import asyncio
 import html
 import re
 import uuid
@@ -243,3 +244,19 @@ def test_a_click_after_the_suppression_was_lifted_unsubscribes_again(served, ten
     assert [(r["kind"], r["suppressed"]) for r in look.feedback()] == [
         ("unsubscribe", True), ("unsubscribe", True)]
     assert [e["event_type"] for e in look.events()] == ["email.unsubscribed"] * 2
+
+
+def test_clicks_made_at_once_unsubscribe_once(served, tenant, look):
+    """A double click on the page's button, or a mail client and its user both posting:
+    the clicks race, and still one report, one suppression and one event come of them."""
+    token = UnsubscribeLinks("http://127.0.0.1", SECRET).token(tenant, ANN, "newsletter")
+
+    async def clicks() -> list[int]:
+        async with httpx.AsyncClient(base_url=served, timeout=30) as client:
+            answers = await asyncio.gather(*(client.post(f"/u/{token}") for _ in range(8)))
+        return [answer.status_code for answer in answers]
+
+    assert asyncio.run(clicks()) == [200] * 8
+    assert set(look.suppressed(tenant)) == {(ANN, "newsletter")}
+    assert [(r["kind"], r["suppressed"]) for r in look.feedback()] == [("unsubscribe", True)]
+    assert [e["event_type"] for e in look.events()] == ["email.unsubscribed"]

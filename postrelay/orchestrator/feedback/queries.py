@@ -24,6 +24,12 @@ def email_feedback_match_many(keys: list[dict[str, Any]]
     return [r._asdict() if r.id is not None else None for r in rows]
 
 
+def email_unsubscribe_lock(keys: list[str]) -> Steps[None]:
+    """Wait for the transactions recording an unsubscribe of these keys (`tenant address`)
+    through a signed link; held until this one ends."""
+    yield FEEDBACK_SQL["email_unsubscribe_lock"], {"keys": keys}
+
+
 def email_feedback_insert_many(rows: list[dict[str, Any]], *, soft_window_secs: float
                                ) -> Steps[dict[str, dict[str, Any]]]:
     """The new rows' id and soft_before by dedupe_key; a row recorded before is absent."""

@@ -96,12 +96,20 @@ def _record_steps(reports: Sequence[Feedback], policy: SuppressionPolicy
         [{"log_id": f.log_id, "message_id": f.message_id, "queue_id": f.queue_id,
           "recipient": f.recipient} for f in reports])
     rows = [_Row.of(feedback, match) for feedback, match in zip(reports, matches, strict=True)]
-    seen: set[str] = set()
-    fresh = []  # each dedupe_key once: a report repeated within the batch is a duplicate
-    for row in rows:
-        if row.dedupe_key not in seen:
-            seen.add(row.dedupe_key)
+    seen: set[Any] = set()
+    fresh = []  # each dedupe_key once: a report repeated within the batch is a duplicate,
+    for row in rows:  # and so is a second click on an address's link (the first one counts)
+        once: set[Any] = {row.dedupe_key}
+        if (category := row.link_category()) is not None:
+            once.add((row.tenant_id, row.recipient, category))
+        if seen.isdisjoint(once):
             fresh.append(row)
+        seen |= once
+    # Clicks on one address's link made at once (a double click) take turns, so that the
+    # insert of the second sees the suppression the first made.
+    clicked = {f"{r.tenant_id} {r.recipient}" for r in fresh if r.link_category() is not None}
+    if clicked:
+        yield from queries.email_unsubscribe_lock(sorted(clicked))
     inserted = yield from queries.email_feedback_insert_many(
         [r.insert_params() for r in fresh], soft_window_secs=policy.soft_window_secs)
     recorded = [r for r in fresh if r.take_insert(inserted)]
@@ -171,8 +179,13 @@ class _Row:
                 "diagnostic": f.diagnostic, "source": f.source,
                 "source_event_id": f.source_event_id, "dedupe_key": self.dedupe_key,
                 "detail": self.detail, "occurred_at": f.occurred_at,
-                "unless_suppressed_in": (f.category or "") if f.vouched and
-                f.kind == "unsubscribe" else None}
+                "unless_suppressed_in": self.link_category()}
+
+    def link_category(self) -> str | None:
+        """The category of an unsubscribe through a signed link, which every mail of the
+        category repeats: it is left out while the address is suppressed there."""
+        f = self.feedback
+        return (f.category or "") if f.vouched and f.kind == "unsubscribe" else None
 
     def take_insert(self, inserted: dict[str, dict[str, Any]]) -> bool:
         """Whether this report's row was inserted (else it was recorded before, or it is an

@@ -50,6 +50,13 @@ LEFT JOIN LATERAL (
 LEFT JOIN mdm.aa_email_log m ON m.id = COALESCE(v.id, by_message.id, by_queue.id)
 ORDER BY w.n;
 
+-- name: email_unsubscribe_lock
+-- Transaction-level advisory locks, one per key, taken in one order (no deadlock); the
+-- class 8058 (RFC 8058) keeps them apart from other advisory locks.
+SELECT pg_advisory_xact_lock(8058, k.key)
+FROM (SELECT DISTINCT hashtext(key) AS key FROM unnest(CAST(:keys AS text[])) AS key
+      ORDER BY 1) AS k;
+
 -- name: email_feedback_insert_many
 -- The feedback rows of a batch (one per report, in the order given; the caller passes each
 -- dedupe_key once), except those recorded before (dedupe_key): those return nothing and

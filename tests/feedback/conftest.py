@@ -161,6 +161,18 @@ def other_tenant(engine: Engine, tenant: uuid.UUID) -> uuid.UUID:
         return ensure_tenant(conn, "globex")  # type: ignore[return-value]
 
 
+
+@pytest.fixture
+def gone_tenant(engine: Engine, tenant: uuid.UUID) -> uuid.UUID:
+    """A tenant made and deleted again: the log keeps the rows of its mail (no foreign key),
+    so feedback about them, and its links in mail already out, still come."""
+    from postrelay.queue import ensure_tenant
+
+    with engine.begin() as conn:
+        gone = ensure_tenant(conn, "initech")
+        conn.execute(text("DELETE FROM mdm.aa_tenant WHERE id = :id"), {"id": gone})
+    return gone  # type: ignore[return-value]
+
 @pytest.fixture
 def receiver_engine(database_url: str) -> Iterator[AsyncEngine]:
     """An async engine for an inbound listener: used on the listener's own event loop, so

@@ -260,3 +260,17 @@ def test_clicks_made_at_once_unsubscribe_once(served, tenant, look):
     assert set(look.suppressed(tenant)) == {(ANN, "newsletter")}
     assert [(r["kind"], r["suppressed"]) for r in look.feedback()] == [("unsubscribe", True)]
     assert [e["event_type"] for e in look.events()] == ["email.unsubscribed"]
+
+
+
+def test_a_link_of_a_deleted_tenant_answers_and_is_kept(served, gone_tenant, look):
+    """A recipient clicking the link of an old message of a tenant deleted since: it gets no
+    more of that mail anyway, and the click is kept for an operator."""
+    token = UnsubscribeLinks("http://127.0.0.1", SECRET).token(gone_tenant, ANN, "newsletter")
+    with httpx.Client(base_url=served, timeout=30) as client:
+        answer = client.post(f"/u/{token}")
+    assert answer.status_code == 200 and "Unsubscribed" in answer.text
+    ((kind, tenant_id, detail),) = [(r["kind"], r["tenant_id"], r["detail"])
+                                    for r in look.feedback()]
+    assert (kind, tenant_id, detail["tenant_gone"]) == ("unsubscribe", None, str(gone_tenant))
+    assert look.events() == []

@@ -144,6 +144,29 @@ def test_feedback_about_no_message_of_ours_is_kept_unmatched_and_suppresses_noth
     assert look.suppressed(tenant) == {} and look.events() == []
 
 
+
+def test_feedback_about_a_deleted_tenants_mail_is_kept_and_the_batch_recorded(
+        client, engine, tenant, gone_tenant, look):
+    """One event about the mail of a tenant deleted since must not fail the batch: SendGrid
+    would send it again and again, and the other events would never be recorded."""
+    with engine.begin() as conn:
+        ours, gone = (insert_log(conn, tenant_id=t) for t in (tenant, gone_tenant))
+    events = [{"email": ANN, "event": "bounce", "status": "5.1.1", "sg_event_id": f"b-{i}",
+               "smtp-id": sent["message_id"], "timestamp": 1700000000}
+              for i, sent in enumerate((ours, gone))]
+    answer = client.post(URL, **signed(events))
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["data"] == {"recorded": 2, "duplicates": 0, "matched": 1,
+                                     "ignored": 0}
+    rows = {r["source_event_id"]: r for r in look.feedback()}
+    assert (rows["b-0"]["email_log_id"], rows["b-0"]["suppressed"]) == (ours["id"], True)
+    assert (rows["b-1"]["tenant_id"], rows["b-1"]["email_log_id"]) == (None, None)
+    assert rows["b-1"]["detail"]["tenant_gone"] == str(gone_tenant)
+    assert rows["b-1"]["detail"]["claimed_log_id"] == str(gone["id"])
+    assert set(look.suppressed(tenant)) == {(ANN, "")}
+    assert look.rows("SELECT count(*) AS n FROM mdm.aa_email_suppression") == [{"n": 1}]
+    assert [e["event_type"] for e in look.events()] == ["email.bounced"]
+
 def test_a_wrong_signature_is_401_and_writes_nothing(client, engine, tenant, look):
     with engine.begin() as conn:
         sent = insert_log(conn, tenant_id=tenant)

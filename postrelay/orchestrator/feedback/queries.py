@@ -16,12 +16,13 @@ FEEDBACK_SQL = load_queries("postrelay.orchestrator", "sql/feedback.sql")
 
 
 def email_feedback_match_many(keys: list[dict[str, Any]]
-                              ) -> Steps[list[dict[str, Any] | None]]:
-    """The matched log row of each report, in order; None where nothing matched. `keys`:
-    per report, its log_id, message_id, queue_id and recipient."""
+                              ) -> Steps[list[tuple[dict[str, Any] | None, bool]]]:
+    """Per report, in order: its matched log row (None where nothing matched) and whether
+    its tenant has been deleted. `keys`: per report, its log_id, message_id, queue_id,
+    recipient and tenant_id."""
     rows = yield FEEDBACK_SQL["email_feedback_match_many"], {
         "rows": jsontext.encode_rows(keys)}
-    return [r._asdict() if r.id is not None else None for r in rows]
+    return [(r._asdict() if r.id is not None else None, r.tenant_gone) for r in rows]
 
 
 def email_unsubscribe_lock(keys: list[str]) -> Steps[None]:

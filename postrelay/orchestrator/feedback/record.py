@@ -94,8 +94,8 @@ def _record_steps(reports: Sequence[Feedback], policy: SuppressionPolicy
     """The three statements of a batch; its results and the outbox events to emit."""
     matches = yield from queries.email_feedback_match_many(
         [{"log_id": f.log_id, "message_id": f.message_id, "queue_id": f.queue_id,
-          "recipient": f.recipient} for f in reports])
-    rows = [_Row.of(feedback, match) for feedback, match in zip(reports, matches, strict=True)]
+          "recipient": f.recipient, "tenant_id": f.tenant_id} for f in reports])
+    rows = [_Row.of(feedback, *found) for feedback, found in zip(reports, matches, strict=True)]
     seen: set[Any] = set()
     fresh = []  # each dedupe_key once: a report repeated within the batch is a duplicate,
     for row in rows:  # and so is a second click on an address's link (the first one counts)
@@ -148,13 +148,20 @@ class _Row:
         self.done: Recorded | None = None
 
     @classmethod
-    def of(cls, feedback: Feedback, match: dict[str, Any] | None) -> _Row:
+    def of(cls, feedback: Feedback, match: dict[str, Any] | None, tenant_gone: bool) -> _Row:
         recipient = feedback.recipient
         if match is not None and recipient is None and len(match["recipients"]) == 1:
             # Complaint reports often withhold the recipient; a message to one address
             # names it.
             recipient = match["recipients"][0]
         tenant_id = match["tenant_id"] if match else feedback.tenant_id
+        if tenant_gone:
+            # Mail of a tenant deleted since (late feedback, a link in an old message):
+            # kept unmatched for an operator, as nothing can be suppressed or emitted for it.
+            detail = {**feedback.detail, "tenant_gone": str(tenant_id)}
+            if match is not None:
+                detail["claimed_log_id"] = str(match["id"])
+            return cls(feedback, None, recipient, None, False, False, detail)
         # A report names a message postrelay sent to this recipient, or an unsubscribe
         # token postrelay signed names the recipient: only then may it suppress. Anything
         # else may be forged, and is recorded for an operator without effect on the address.
@@ -224,13 +231,15 @@ class _Row:
         """Records what the apply did; the outbox event to emit, if any."""
         f, match = self.feedback, self.match
         assert self.feedback_id is not None
-        event_type = EVENTS.get(f.kind) if self.about_row or f.vouched else None
+        tenant_id = self.tenant_id  # None: unmatched, or its tenant is gone
+        event_type = EVENTS.get(f.kind) if (self.about_row or f.vouched) and \
+            tenant_id is not None else None
         spec = None
-        if event_type is not None and self.tenant_id is not None:  # a matched or vouched one
+        if event_type is not None and tenant_id is not None:  # a matched or vouched one
             spec = relay.EventSpec(
                 event_type, _payload(f, self.feedback_id, match, self.recipient,
                                      applied["suppressed"], self.category),
-                tenant_id=self.tenant_id, aggregate_type="email",
+                tenant_id=tenant_id, aggregate_type="email",
                 aggregate_id=str(match["id"]) if match else str(self.recipient))
         self.done = Recorded(
             feedback_id=self.feedback_id, duplicate=False,

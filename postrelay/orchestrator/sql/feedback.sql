@@ -15,16 +15,21 @@
 -- the apply: cheaper for the client to write than an array parameter per column. It is
 -- read through unnest(ARRAY(...)) so that a generic plan counts on 10 rows, as it did for
 -- unnest over array parameters (jsonb_to_recordset's 100 made them scan the log).
+-- `tenant_gone`: the tenant the report would be recorded under (its log row's, else the
+-- one it names) has been deleted since; the log keeps its rows.
 SELECT w.n, m.id, m.tenant_id, m.job_id, m.status, m.recipients, m.category, m.template,
        m.message_id,
        CASE WHEN v.id IS NOT NULL THEN 'verp'
             WHEN by_message.id IS NOT NULL THEN 'message_id'
-            WHEN by_queue.id IS NOT NULL THEN 'queue_id' END AS matched_by
+            WHEN by_queue.id IS NOT NULL THEN 'queue_id' END AS matched_by,
+       COALESCE(m.tenant_id, w.tenant_id) IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM mdm.aa_tenant t
+                       WHERE t.id = COALESCE(m.tenant_id, w.tenant_id)) AS tenant_gone
 FROM (SELECT r.*, e.n
       FROM unnest(ARRAY(SELECT jsonb_array_elements(CAST(:rows AS jsonb))))
            WITH ORDINALITY AS e(doc, n),
            jsonb_to_record(e.doc) AS r(log_id uuid, message_id text, queue_id text,
-                                       recipient text)) AS w
+                                       recipient text, tenant_id uuid)) AS w
 LEFT JOIN mdm.aa_email_log v ON v.id = w.log_id
 -- A Message-ID postrelay made is `<job id@domain>`: the job index finds its rows.
 LEFT JOIN LATERAL (

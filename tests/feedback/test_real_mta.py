@@ -49,6 +49,11 @@ CASES = [
     Sent("postfix-3.7", "unknown_user", "6f2cb478-fef8-41cb-a7dd-c3656a5fb374",
          "161e789a-34e8-4819-8fbb-776f2a1dd4d1", "nosuchuser@mx.relay.example",
          "bounced", "5.1.1", True),
+    # Sent to an alias (info@) that forwards to a mailbox that refuses (john@): the report's
+    # Final-Recipient is john@, its Original-Recipient the address postrelay sent to.
+    Sent("postfix-3.7", "forwarded", "6fafd7db-4150-4ccb-bfee-58b0e8a0f2e2",
+         "7aa3498e-afa0-4b28-a063-79db5907d50f", "info@forwarding.example",
+         "bounced", "5.1.1", True),
     Sent("postfix-3.7", "mailbox_full", "dce6732c-e617-4b94-9fe3-4575a5999fa5",
          "d05a1806-f29a-4726-88ea-382ab34c28da", "full-bob@rejecting.example",
          "soft-bounced", "5.2.2", False),

@@ -247,6 +247,35 @@ def test_two_clicks_on_an_addresss_link_in_one_batch_unsubscribe_once(engine, te
                                             ("bob@x.example", "newsletter")}
     assert [e["event_type"] for e in look.events()] == ["email.unsubscribed"] * 3
 
+def test_a_bounce_from_behind_an_alias_suppresses_the_address_sent_to(engine, tenant, look):
+    """Sent to info@, an alias that forwards to john@, whose mailbox refuses: the report
+    names john@ (Final-Recipient) and info@ (Original-Recipient). info@ is the address
+    that will fail again; john@ is kept in the report's detail. An Original-Recipient the
+    message never had changes nothing."""
+    info, john = "info@forwarding.example", "john@rejecting.example"
+    with engine.begin() as conn:
+        by_verp = insert_log(conn, tenant_id=tenant, recipients=(info,))
+        by_queue = insert_log(conn, tenant_id=tenant, recipients=("desk@forwarding.example",),
+                              queue_id="Q-ALIAS")
+    forwarded = record(engine, Feedback(kind="bounced", source="mail", recipient=john,
+                                        original_recipient=info, status="5.1.1",
+                                        source_event_id="fw-1", log_id=by_verp["id"]))
+    assert forwarded.suppressed and forwarded.matched_by == "verp"
+    queued = record(engine, Feedback(kind="bounced", source="mail", recipient=john,
+                                     original_recipient="Desk@Forwarding.example",
+                                     status="5.1.1", source_event_id="fw-2",
+                                     queue_id="Q-ALIAS"))
+    assert queued.email_log_id == by_queue["id"] and queued.suppressed
+    claimed = record(engine, Feedback(kind="bounced", source="mail", recipient=john,
+                                      original_recipient="other@forwarding.example",
+                                      status="5.1.1", source_event_id="fw-3",
+                                      message_id=by_verp["message_id"]))
+    assert not claimed.suppressed and claimed.email_log_id is None
+    assert set(look.suppressed(tenant)) == {(info, ""), ("desk@forwarding.example", "")}
+    rows = {r["source_event_id"]: r for r in look.feedback()}
+    assert (rows["fw-1"]["recipient"], rows["fw-1"]["detail"]["final_recipient"]) == (info, john)
+    assert rows["fw-3"]["recipient"] == john
+
 def test_bad_feedback_is_refused_naming_the_field():
     with pytest.raises(ValidationError, match="kind"):
         Feedback(kind="exploded", source="mail")

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 SOURCES = ("mail", "ses", "postmark", "sendgrid", "one-click")
 _STATUS = re.compile(r"^[245]\.\d{1,3}\.\d{1,3}$")
 # The fields a report quotes from what a mail server or provider sent.
-QUOTED_FIELDS = ("recipient", "diagnostic", "source_event_id", "message_id", "queue_id",
-                 "category")
+QUOTED_FIELDS = ("recipient", "original_recipient", "diagnostic", "source_event_id",
+                 "message_id", "queue_id", "category")
 
 # What each kind makes of the log row's delivery outcome, and the event it emits.
 DELIVERY = {"delivered": "delivered", "delayed": "delayed", "soft-bounced": "soft-bounced",
@@ -43,7 +43,9 @@ class Feedback:
 
     The keys that match it to the log row are whichever the source carried: `log_id` from
     a VERP token the caller has verified, `message_id` (postrelay's own Message-ID), or
-    `queue_id` (the relay's id from its 250 reply). `vouched` says that `tenant_id` and
+    `queue_id` (the relay's id from its 250 reply). `original_recipient` is a DSN's
+    Original-Recipient, the address before forwarding expanded it (an alias) into the
+    recipient that failed. `vouched` says that `tenant_id` and
     `recipient` come from a token postrelay signed (an unsubscribe link), so the feedback
     may suppress without a log row.
     """
@@ -51,6 +53,7 @@ class Feedback:
     kind: str
     source: str
     recipient: str | None = None
+    original_recipient: str | None = None
     status: str | None = None  # enhanced status code, e.g. 5.1.1
     diagnostic: str | None = None
     source_event_id: str | None = None
@@ -76,8 +79,9 @@ class Feedback:
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, storable(value))
-        if self.recipient is not None:
-            object.__setattr__(self, "recipient", normal_address(self.recipient))
+        for name in ("recipient", "original_recipient"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, normal_address(getattr(self, name)))
         if self.message_id is not None:
             object.__setattr__(self, "message_id", normal_message_id(self.message_id))
 

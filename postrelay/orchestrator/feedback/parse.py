@@ -113,8 +113,8 @@ def _dsn(msg: Message, source: str, event_id: str, keys: _Keys) -> list[Feedback
     reports = []
     notice = None  # the human-readable part, read only for a block without a diagnostic
     for block in per_recipient:
-        recipient = _typed_address(block.get("final-recipient")
-                                   or block.get("original-recipient"))
+        original = _typed_address(block.get("original-recipient"))
+        recipient = _typed_address(block.get("final-recipient")) or original
         action = _action(block.get("action"))
         diagnostic = _short(_unfold(block.get("diagnostic-code")))
         if diagnostic is None and recipient:
@@ -134,6 +134,8 @@ def _dsn(msg: Message, source: str, event_id: str, keys: _Keys) -> list[Feedback
         else:
             continue
         reports.append(keys.feedback(kind, source, event_id, recipient=recipient,
+                                     original_recipient=original if original != recipient
+                                     else None,
                                      status=status, diagnostic=diagnostic, detail={
                                          "format": "dsn", "action": action,
                                          "remote_mta": _short(block.get("remote-mta")),
@@ -229,12 +231,14 @@ class _Keys:
             self.take_verp(parseaddr(original.get("return-path") or "")[1])
 
     def feedback(self, kind: str, source: str, event_id: str, *, recipient: str | None,
-                 status: str | None = None, diagnostic: str | None = None,
+                 original_recipient: str | None = None, status: str | None = None,
+                 diagnostic: str | None = None,
                  detail: dict[str, Any] | None = None) -> Feedback:
         detail = {k: v for k, v in (detail or {}).items() if v is not None}
         if self.refused:
             detail["verp_refused"] = self.refused
-        return Feedback(kind=kind, source=source, recipient=recipient or None, status=status,
+        return Feedback(kind=kind, source=source, recipient=recipient or None,
+                        original_recipient=original_recipient, status=status,
                         diagnostic=diagnostic, source_event_id=event_id, log_id=self.log_id,
                         message_id=self.message_id, queue_id=self.queue_id, detail=detail)
 

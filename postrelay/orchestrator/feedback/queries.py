@@ -19,7 +19,7 @@ def email_feedback_match_many(keys: list[dict[str, Any]]
                               ) -> Steps[list[tuple[dict[str, Any] | None, bool]]]:
     """Per report, in order: its matched log row (None where nothing matched) and whether
     its tenant has been deleted. `keys`: per report, its log_id, message_id, queue_id,
-    recipient and tenant_id."""
+    recipient, original_recipient and tenant_id."""
     rows = yield FEEDBACK_SQL["email_feedback_match_many"], {
         "rows": jsontext.encode_rows(keys)}
     return [(r._asdict() if r.id is not None else None, r.tenant_gone) for r in rows]

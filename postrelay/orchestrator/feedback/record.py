@@ -94,7 +94,8 @@ def _record_steps(reports: Sequence[Feedback], policy: SuppressionPolicy
     """The three statements of a batch; its results and the outbox events to emit."""
     matches = yield from queries.email_feedback_match_many(
         [{"log_id": f.log_id, "message_id": f.message_id, "queue_id": f.queue_id,
-          "recipient": f.recipient, "tenant_id": f.tenant_id} for f in reports])
+          "recipient": f.recipient, "original_recipient": f.original_recipient,
+          "tenant_id": f.tenant_id} for f in reports])
     rows = [_Row.of(feedback, *found) for feedback, found in zip(reports, matches, strict=True)]
     seen: set[Any] = set()
     fresh = []  # each dedupe_key once: a report repeated within the batch is a duplicate,
@@ -149,16 +150,23 @@ class _Row:
 
     @classmethod
     def of(cls, feedback: Feedback, match: dict[str, Any] | None, tenant_gone: bool) -> _Row:
-        recipient = feedback.recipient
+        recipient, detail = feedback.recipient, dict(feedback.detail)
         if match is not None and recipient is None and len(match["recipients"]) == 1:
             # Complaint reports often withhold the recipient; a message to one address
             # names it.
             recipient = match["recipients"][0]
+        elif match is not None and feedback.original_recipient is not None and \
+                recipient not in match["recipients"] and \
+                feedback.original_recipient in match["recipients"]:
+            # Sent to an alias that forwards: the address postrelay sends to is the one that
+            # keeps failing, and the one to suppress.
+            detail["final_recipient"] = recipient
+            recipient = feedback.original_recipient
         tenant_id = match["tenant_id"] if match else feedback.tenant_id
         if tenant_gone:
             # Mail of a tenant deleted since (late feedback, a link in an old message):
             # kept unmatched for an operator, as nothing can be suppressed or emitted for it.
-            detail = {**feedback.detail, "tenant_gone": str(tenant_id)}
+            detail["tenant_gone"] = str(tenant_id)
             if match is not None:
                 detail["claimed_log_id"] = str(match["id"])
             return cls(feedback, None, recipient, None, False, False, detail)
@@ -170,7 +178,6 @@ class _Row:
         # The log row takes the report's word when the report names a recipient of it, or
         # came back to the signed VERP address (which only postrelay can make).
         about_row = match is not None and (sent_to or match["matched_by"] == "verp")
-        detail = dict(feedback.detail)
         if match is not None and not about_row:
             # Kept unmatched: the report names this row, but not a recipient it had.
             detail["claimed_log_id"] = str(match["id"])

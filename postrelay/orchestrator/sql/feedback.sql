@@ -7,14 +7,15 @@
 -- token's log row (verified before it gets here), the Message-ID postrelay generated (the
 -- same on every attempt of a job: the attempt that went out is preferred, the latest of
 -- them), or the relay's queue id from its 250 reply (not unique across relays and time:
--- the latest row with that id sent to the recipient). Each weaker key is looked up only
--- when the stronger ones found nothing (its condition on them is checked once per report,
--- before any scan): a DSN to its VERP address costs one index probe. One statement for a
--- batch: a provider's hundred events cost one round trip here, not a hundred. The batch
--- comes as one jsonb array of rows (`jsontext.encode_rows`), as do those of the insert and
--- the apply: cheaper for the client to write than an array parameter per column. It is
--- read through unnest(ARRAY(...)) so that a generic plan counts on 10 rows, as it did for
--- unnest over array parameters (jsonb_to_recordset's 100 made them scan the log).
+-- the latest row with that id sent to the recipient, or to the alias forwarded to it).
+-- Each weaker key is looked up only when the stronger ones found nothing (its condition on
+-- them is checked once per report, before any scan): a DSN to its VERP address costs one
+-- index probe. One statement for a batch: a provider's hundred events cost one round trip
+-- here, not a hundred. The batch comes as one jsonb array of rows (`jsontext.encode_rows`),
+-- as do those of the insert and the apply: cheaper for the client to write than an array
+-- parameter per column. It is read through unnest(ARRAY(...)) so that a generic plan counts
+-- on 10 rows, as it did for unnest over array parameters (jsonb_to_recordset's 100 made
+-- them scan the log).
 -- `tenant_gone`: the tenant the report would be recorded under (its log row's, else the
 -- one it names) has been deleted since; the log keeps its rows.
 SELECT w.n, m.id, m.tenant_id, m.job_id, m.status, m.recipients, m.category, m.template,
@@ -29,7 +30,8 @@ FROM (SELECT r.*, e.n
       FROM unnest(ARRAY(SELECT jsonb_array_elements(CAST(:rows AS jsonb))))
            WITH ORDINALITY AS e(doc, n),
            jsonb_to_record(e.doc) AS r(log_id uuid, message_id text, queue_id text,
-                                       recipient text, tenant_id uuid)) AS w
+                                       recipient text, original_recipient text,
+                                       tenant_id uuid)) AS w
 LEFT JOIN mdm.aa_email_log v ON v.id = w.log_id
 -- A Message-ID postrelay made is `<job id@domain>`: the job index finds its rows.
 LEFT JOIN LATERAL (
@@ -48,7 +50,8 @@ LEFT JOIN LATERAL (
     FROM mdm.aa_email_log l
     WHERE v.id IS NULL AND by_message.id IS NULL
       AND w.queue_id IS NOT NULL AND l.queue_id = w.queue_id
-      AND (w.recipient IS NULL OR l.recipients @> ARRAY[w.recipient])
+      AND (w.recipient IS NULL
+           OR l.recipients && ARRAY[w.recipient, w.original_recipient])
     ORDER BY l.created_at DESC
     LIMIT 1
 ) by_queue ON true

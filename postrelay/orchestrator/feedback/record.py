@@ -91,7 +91,8 @@ Events = list[tuple[str, relay.EventSpec]]
 
 def _record_steps(reports: Sequence[Feedback], policy: SuppressionPolicy
                   ) -> Steps[tuple[list[Recorded], Events]]:
-    """The three statements of a batch; its results and the outbox events to emit."""
+    """The statements of a batch (match, insert, apply; a lock first when it holds
+    signed-link unsubscribes); its results and the outbox events to emit."""
     matches = yield from queries.email_feedback_match_many(
         [{"log_id": f.log_id, "message_id": f.message_id, "queue_id": f.queue_id,
           "recipient": f.recipient, "original_recipient": f.original_recipient,
@@ -238,16 +239,16 @@ class _Row:
         """Records what the apply did; the outbox event to emit, if any."""
         f, match = self.feedback, self.match
         assert self.feedback_id is not None
-        tenant_id = self.tenant_id  # None: unmatched, or its tenant is gone
-        event_type = EVENTS.get(f.kind) if (self.about_row or f.vouched) and \
-            tenant_id is not None else None
-        spec = None
-        if event_type is not None and tenant_id is not None:  # a matched or vouched one
-            spec = relay.EventSpec(
-                event_type, _payload(f, self.feedback_id, match, self.recipient,
-                                     applied["suppressed"], self.category),
-                tenant_id=tenant_id, aggregate_type="email",
-                aggregate_id=str(match["id"]) if match else str(self.recipient))
+        event_type, spec = None, None
+        # A matched or vouched one, whose tenant is there (None: unmatched, or deleted).
+        if (self.about_row or f.vouched) and self.tenant_id is not None:
+            event_type = EVENTS.get(f.kind)
+            if event_type is not None:
+                spec = relay.EventSpec(
+                    event_type, _payload(f, self.feedback_id, match, self.recipient,
+                                         applied["suppressed"], self.category),
+                    tenant_id=self.tenant_id, aggregate_type="email",
+                    aggregate_id=str(match["id"]) if match else str(self.recipient))
         self.done = Recorded(
             feedback_id=self.feedback_id, duplicate=False,
             email_log_id=match["id"] if match else None, tenant_id=self.tenant_id,

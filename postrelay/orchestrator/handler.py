@@ -42,7 +42,7 @@ from postrelay.orchestrator.attempts import SENT, SendCheck
 from postrelay.orchestrator.claimed import ClaimedJobs, Ready
 from postrelay.orchestrator.feedback.unsubscribe import UnsubscribeLinks
 from postrelay.orchestrator.feedback.verp import ReturnPath
-from postrelay.orchestrator.job import EMAIL_KIND, EmailJob
+from postrelay.orchestrator.job import EMAIL_KIND, EmailJob, check_bulk_recipients
 from postrelay.orchestrator.logrow import LogRow, refusals, suppress_refused
 from postrelay.orchestrator.message import (
     build_message,
@@ -155,10 +155,12 @@ class EmailSender:
             rendered = self.templates.render(spec.template, spec.context,
                                              tenant_keys=tenant_keys)
             log.update(template_version=rendered.version, subject=rendered.subject)
-            if (rendered.unsubscribe or spec.unsubscribe) and not spec.category:
-                # Bulk mail's category is what its unsubscribe link names: the send-time
-                # suppression check reads it from the log row.
-                log.update(category=spec.template)
+            if rendered.unsubscribe or spec.unsubscribe:
+                check_bulk_recipients(recipients)
+                if not spec.category:
+                    # Bulk mail's category is what its unsubscribe link names: the
+                    # send-time suppression check reads it from the log row.
+                    log.update(category=spec.template)
             message = build_message(rendered=rendered, sender=sender, to=to, cc=cc,
                                     reply_to=reply_to, message_id=log.row["message_id"],
                                     headers=self._list_headers(job, spec, rendered, to))
@@ -310,8 +312,8 @@ class EmailSender:
     def _list_headers(self, job: Job, spec: EmailJob, rendered: Any,
                       to: Sequence[Address]) -> dict[str, str] | None:
         """RFC 8058 one-click unsubscribe for bulk mail (the template's template.toml or the
-        route marks it): the link names the tenant, the first To recipient and the category
-        (the route's, else the template's name)."""
+        route marks it): the link names the tenant, the message's one recipient and the
+        category (the route's, else the template's name)."""
         bulk = rendered.unsubscribe or spec.unsubscribe
         if not bulk or self.unsubscribe is None or not to:
             return None

@@ -35,6 +35,7 @@ from postrelay.core.dbcall import (
 )
 from postrelay.core.errors import ValidationError
 from postrelay.orchestrator.addresses import check_header_value, parse_addresses
+from postrelay.orchestrator.message import envelope_recipients
 
 EMAIL_KIND = "email_send"
 
@@ -179,6 +180,10 @@ def _checked_payload(message: EmailJob) -> dict[str, Any]:
     if message.category is not None:
         check_header_value(message.category, field="category")
     check_unsubscribe(message.unsubscribe, message.category)
+    if message.unsubscribe:
+        check_bulk_recipients(envelope_recipients(
+            *(parse_addresses(list(getattr(message, name)), field=name)
+              for name in ("to", "cc", "bcc"))))
     return message.to_payload()
 
 
@@ -194,6 +199,16 @@ def check_unsubscribe(unsubscribe: object, category: object) -> None:
         raise ValidationError("category", "must be a non-empty string when the mail "
                                           "carries an unsubscribe link (it names what one "
                                           "unsubscribe stops)")
+
+
+def check_bulk_recipients(recipients: Sequence[str]) -> None:
+    """Bulk mail goes to one recipient a message: its unsubscribe link names who
+    unsubscribes, and any other recipient of the message could follow it."""
+    if len(recipients) > 1:
+        raise ValidationError("to", f"bulk mail (with an unsubscribe link) goes to one "
+                                    f"recipient a message, not {len(recipients)} (to, cc and "
+                                    "bcc): its link names who unsubscribes; send one "
+                                    "message per recipient")
 
 
 @contextmanager

@@ -18,8 +18,10 @@ time) unless the payload has a key of that name.
 `unsubscribe=True` marks the route's mail bulk, as `unsubscribe = true` in a template's
 template.toml does: each message carries List-Unsubscribe and List-Unsubscribe-Post (RFC
 8058) with a signed token for its recipient and category (the route's `category`, else the
-template's name), and an unsubscribe stops that category's mail to that address only. The
-same template sent by an unmarked route stays transactional.
+template's name), and an unsubscribe stops that category's mail to that address only. So
+a bulk route sends one message per To address (as `split=True` does) and takes no Cc or
+Bcc: whoever gets the message can follow its link. The same template sent by an unmarked
+route stays transactional.
 """
 
 from __future__ import annotations
@@ -55,12 +57,17 @@ def email_route(
 ) -> Route:
     """Register an email route. `split=True` sends one message per To address (each with
     the same Cc/Bcc) instead of one message to all of them; `tenants` limits the route to
-    those tenants' events; `unsubscribe=True` marks its mail bulk (see above)."""
+    those tenants' events; `unsubscribe=True` marks its mail bulk, one message per address
+    (see above)."""
     if not template:
         raise ValidationError("template", "an email route needs a template name")
     if to is None:
         raise ValidationError("to", "an email route needs recipients")
     check_unsubscribe(unsubscribe, category)
+    for field, given in (("cc", cc), ("bcc", bcc)):
+        if unsubscribe and given is not None:
+            raise ValidationError(field, "a bulk route (unsubscribe=True) sends each address "
+                                         "its own message: its link names who unsubscribes")
     only = frozenset(UUID(str(t)) for t in tenants) if tenants is not None else None
 
     def route(event: Event) -> list[JobRequest]:
@@ -69,7 +76,9 @@ def email_route(
         recipients = _resolve(to, event, "to")
         if not recipients:
             raise ValidationError("to", f"event {event.id} names no recipient for {template!r}")
-        groups = [(str(n), (addr,)) for n, addr in enumerate(recipients)] if split else [
+        # Bulk mail to one address keeps the key it had before bulk routes split.
+        one_each = split or (unsubscribe and len(recipients) > 1)
+        groups = [(str(n), (addr,)) for n, addr in enumerate(recipients)] if one_each else [
             (None, recipients)]
         common = {
             "cc": _resolve(cc, event, "cc"), "bcc": _resolve(bcc, event, "bcc"),

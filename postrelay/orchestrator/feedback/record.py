@@ -100,16 +100,18 @@ def _record_steps(reports: Sequence[Feedback], policy: SuppressionPolicy
     rows = [_Row.of(feedback, *found) for feedback, found in zip(reports, matches, strict=True)]
     seen: set[Any] = set()
     fresh = []  # each dedupe_key once: a report repeated within the batch is a duplicate,
-    for row in rows:  # and so is a second click on an address's link (the first one counts)
+    clicked = set()  # and so is a second click on an address's link (the first one counts)
+    for row in rows:
         once: set[Any] = {row.dedupe_key}
         if (category := row.link_category()) is not None:
             once.add((row.tenant_id, row.recipient, category))
         if seen.isdisjoint(once):
             fresh.append(row)
+            if category is not None:
+                clicked.add(f"{row.tenant_id} {row.recipient}")
         seen |= once
     # Clicks on one address's link made at once (a double click) take turns, so that the
     # insert of the second sees the suppression the first made.
-    clicked = {f"{r.tenant_id} {r.recipient}" for r in fresh if r.link_category() is not None}
     if clicked:
         yield from queries.email_unsubscribe_lock(sorted(clicked))
     inserted = yield from queries.email_feedback_insert_many(

@@ -50,7 +50,7 @@ _QUOTED = re.compile(r'"(?P<text>(?:[^"\\]|\\.)*)"', re.DOTALL)
 _SIMPLE_LOCAL = re.compile(r"[a-z0-9_+-]+(?:\.[a-z0-9_+-]+)*")
 _SIMPLE_DOMAIN = re.compile(r"[A-Za-z0-9.-]+")
 _LOCAL_MAX = 64  # RFC 5321 4.5.3.1.1, as email-validator counts it
-_ADDRESS_MAX = 254  # RFC 3696 errata 1690, as email-validator counts it
+ADDRESS_MAX = 254  # RFC 3696 errata 1690, as email-validator counts it
 
 _VALIDATOR_OPTIONS = {
     "check_deliverability": False,  # no DNS at render time
@@ -172,7 +172,7 @@ def _check_addr_spec(spec: str, value: str, field: str) -> tuple[str, str]:
     if (at and len(local) <= _LOCAL_MAX and _SIMPLE_LOCAL.fullmatch(local)
             and _SIMPLE_DOMAIN.fullmatch(domain)):
         verdict = _domain_verdict(domain)
-        if verdict is not None and len(local) + 1 + verdict[1] <= _ADDRESS_MAX:
+        if verdict is not None and len(local) + 1 + verdict[1] <= ADDRESS_MAX:
             return local, verdict[0]
     return _check_addr_spec_strictly(spec, value, field)
 

@@ -25,8 +25,8 @@ from tests.feedback.conftest import (
 )
 from tests.feedback.test_inbound import deliver, free_port
 
-# Random, so that it does not compress under the index entry's limit (2,704 bytes).
-POISON_ADDRESS = "".join(uuid.uuid4().hex for _ in range(125)) + "@x.example"
+# Random, so that it does not compress under an index entry's limit (2,704 bytes).
+POISON_TEXT = "".join(uuid.uuid4().hex for _ in range(125))
 
 
 def on_loop(server: InboundServer, coroutine) -> None:
@@ -77,8 +77,10 @@ async def test_a_message_that_cannot_be_recorded_is_retried_then_kept_unparsed(
     def read(raw: bytes, **kwargs):
         if b"POISON" not in raw:
             return read_mail(raw, **kwargs)
-        # A recipient longer than an index entry may be: the database refuses it every time.
-        return [Feedback(kind="bounced", source="mail", recipient=POISON_ADDRESS,
+        # An unsubscribe from a category longer than a suppression's key may be: the
+        # database refuses it every time.
+        return [Feedback(kind="unsubscribe", source="mail", recipient="ann@example.com",
+                         tenant_id=tenant, category=POISON_TEXT, vouched=True,
                          source_event_id="poison")]
 
     monkeypatch.setattr(inbound_module, "read_mail", read)
@@ -103,6 +105,32 @@ async def test_a_message_that_cannot_be_recorded_is_retried_then_kept_unparsed(
     assert kept["detail"]["envelope_to"] == [mails[0][1]]
     assert "POISON" in kept["detail"]["head"]
     assert len(look.feedback()) == 4
+
+
+async def test_a_dsn_naming_no_possible_address_is_recorded_with_its_batch(
+        database_url, engine, tenant, look, return_path, caplog):
+    """Anyone may send mail to the bounce domain. A report naming an 'address' longer than
+    an index entry failed its whole batch, every time: the batch was retried a message at a
+    time, and the report five times before it was kept as `unparsed`."""
+    mails = bounces(engine, tenant, return_path, 2)
+    # Folded, as SMTP's lines are 1,000 bytes at most.
+    hostile = "\n ".join(POISON_TEXT[i:i + 500] for i in range(0, 4000, 500)) + "@example.com"
+    raw = bounce_mail("postfix_bounce.eml", verp=f"postmaster@{return_path.domain}",
+                      message_id="<unknown@elsewhere.example>", recipient=hostile)
+    server = receiver(database_url, return_path)
+    with server:
+        on_loop(server, server.feedback.inbox.stop())
+        assert (await deliver(server, *mails[0][1:]))[0] == 250
+        assert (await deliver(server, f"postmaster@{return_path.domain}", raw))[0] == 250
+        assert (await deliver(server, *mails[1][1:]))[0] == 250
+        on_loop(server, server._start_inbox())  # one batch of all three
+        await await_inbox_empty(engine)
+    assert "postrelay.inbound.batch_failed" not in caplog.text
+    assert all(look.log(sent["id"])["delivery"] == "bounced" for sent, _, _ in mails)
+    (kept,) = [r for r in look.feedback() if r["email_log_id"] is None]
+    assert (kept["kind"], kept["recipient"], kept["status"]) == ("bounced", None, "5.1.1")
+    assert kept["detail"]["recipient_too_long"] == POISON_TEXT[:254] + "…"
+    assert len(look.events()) == 2  # the bounces of the two messages postrelay sent
 
 
 async def test_recording_waits_while_mail_keeps_coming_and_starts_when_it_stops(

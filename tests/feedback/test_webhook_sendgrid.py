@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import uuid
 
 import httpx
 import pytest
@@ -166,6 +167,25 @@ def test_feedback_about_a_deleted_tenants_mail_is_kept_and_the_batch_recorded(
     assert set(look.suppressed(tenant)) == {(ANN, "")}
     assert look.rows("SELECT count(*) AS n FROM mdm.aa_email_suppression") == [{"n": 1}]
     assert [e["event_type"] for e in look.events()] == ["email.bounced"]
+
+def test_an_address_too_long_to_be_one_does_not_fail_the_batch(client, engine, tenant,
+                                                               look):
+    """An event naming an 'address' longer than an index entry failed its whole batch
+    (500), which SendGrid would send again and again."""
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant)
+    long = "".join(uuid.uuid4().hex for _ in range(100)) + "@example.com"
+    events = [{"email": email, "event": "bounce", "status": "5.1.1", "sg_event_id": f"b-{i}",
+               "smtp-id": smtp_id, "timestamp": 1700000000}
+              for i, (email, smtp_id) in enumerate(((long, "<never-sent@elsewhere.example>"),
+                                                    (ANN, sent["message_id"])))]
+    answer = client.post(URL, **signed(events))
+    assert answer.status_code == 200, answer.text
+    rows = {r["source_event_id"]: r for r in look.feedback()}
+    assert (rows["b-0"]["recipient"], rows["b-0"]["email_log_id"]) == (None, None)
+    assert rows["b-0"]["detail"]["recipient_too_long"] == long[:254] + "…"
+    assert (rows["b-1"]["email_log_id"], rows["b-1"]["suppressed"]) == (sent["id"], True)
+
 
 def test_a_wrong_signature_is_401_and_writes_nothing(client, engine, tenant, look):
     with engine.begin() as conn:

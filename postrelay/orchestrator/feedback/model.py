@@ -13,6 +13,7 @@ from uuid import UUID
 
 from postrelay.core.errors import ValidationError
 from postrelay.core.limits import storable
+from postrelay.orchestrator.addresses import ADDRESS_MAX
 from postrelay.orchestrator.schema import FEEDBACK_KINDS
 
 if TYPE_CHECKING:
@@ -73,17 +74,29 @@ class Feedback:
             raise ValidationError("source", f"must be one of {', '.join(SOURCES)}")
         if self.status is not None and not _STATUS.match(self.status):
             raise ValidationError("status", "an enhanced status code like 5.1.1")
-        if self.vouched and (self.tenant_id is None or not self.recipient):
-            raise ValidationError("vouched", "a vouched report names its tenant and recipient")
         for name in QUOTED_FIELDS:  # what a mail server wrote need not be storable text
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, storable(value))
         for name in ("recipient", "original_recipient"):
             if getattr(self, name) is not None:
-                object.__setattr__(self, name, normal_address(getattr(self, name)))
+                self._set_address(name, normal_address(getattr(self, name)))
+        if self.vouched and (self.tenant_id is None or not self.recipient):
+            raise ValidationError("vouched", "a vouched report names its tenant and recipient")
         if self.message_id is not None:
             object.__setattr__(self, "message_id", normal_message_id(self.message_id))
+
+    def _set_address(self, name: str, address: str) -> None:
+        """An address longer than RFC 5321 allows is none postrelay sent to, and a long
+        enough one would not fit the recipient index (its batch would fail whole, every
+        time): the report names no such address, and keeps its start in `detail` for an
+        operator."""
+        if len(address) <= ADDRESS_MAX:
+            object.__setattr__(self, name, address)
+            return
+        object.__setattr__(self, name, None)
+        object.__setattr__(self, "detail", {**self.detail,
+                                            f"{name}_too_long": address[:ADDRESS_MAX] + "…"})
 
     def dedupe_key(self) -> str:
         """The same for the same report delivered twice: the source's own id when it has

@@ -31,8 +31,8 @@ from postrelay.orchestrator import (
     email_feedback_delete_batch,
     email_log_delete_batch,
     email_registry,
-    email_suppression_audit_delete_batch,
     feedback_retention_days,
+    suppression_audit_delete_batch,
 )
 from postrelay.queue import (
     AUDIT_TARGET,
@@ -155,7 +155,7 @@ def build_worker(
         {OUTBOX_TARGET: outbox, "webhook_attempts": attempts, EMAIL_LOG_TARGET: email_log,
          EMAIL_FEEDBACK_TARGET: feedback,
          AUDIT_TARGET: audit_cleaner(settings.audit_retention_days,
-                                     [email_suppression_audit_delete_batch])}))
+                                     [suppression_audit_delete_batch(settings)])}))
     handlers = builtin.merged(registry if registry is not None else default_registry)
     config = WorkerConfig(
         concurrency=concurrency,

@@ -48,6 +48,7 @@ from postrelay.orchestrator.retention import (
     email_log_delete_batch,
     email_suppression_audit_delete_batch,
     feedback_retention_days,
+    suppression_audit_delete_batch,
 )
 from postrelay.orchestrator.routes import email_route
 from postrelay.orchestrator.templates import Rendered, TemplateError, Templates
@@ -75,6 +76,7 @@ __all__ = [
     "feedback_list",
     "feedback_rates",
     "feedback_retention_days",
+    "suppression_audit_delete_batch",
     "inbox_backlog",
     "ingest",
     "mark_seen",

@@ -7,7 +7,9 @@ Delivery feedback (aa_email_feedback) goes the same way under its own entry,
 `postrelay.email-feedback-retention`: by default with the log rows it names, so that
 feedback does not outlive them; never sooner than the soft-bounce window, whose count reads
 it. The suppression list has no window: it is what stops mail to bad addresses; the audit
-of lifted suppressions goes with the other audits (POSTRELAY_AUDIT_RETENTION_DAYS).
+of lifted suppressions goes with the other audits (POSTRELAY_AUDIT_RETENTION_DAYS), but
+never sooner than the soft-bounce window either: a lift's row is where an address's
+soft-bounce count starts afresh.
 
 Deleted rows leave dead tuples that autovacuum turns into free space which the next
 messages fill, so with a window the table stops growing at about the window's worth of
@@ -16,13 +18,15 @@ rows; the batches are short transactions that never hold many locks or a long sn
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from postrelay.core.clock import utcnow
 from postrelay.core.settings import Settings
 from postrelay.orchestrator.feedback.queries import FEEDBACK_SQL
 from postrelay.orchestrator.queries import EMAIL_SQL
+from postrelay.queue import DeleteBatch
 
 EMAIL_LOG_TARGET = "email_log"
 EMAIL_FEEDBACK_TARGET = "email_feedback"
@@ -59,3 +63,15 @@ async def email_suppression_audit_delete_batch(engine: AsyncEngine, before: date
         result = await conn.execute(FEEDBACK_SQL["email_suppression_audit_delete_before"],
                                     {"before": before, "batch": batch})
     return result.rowcount
+
+
+def suppression_audit_delete_batch(settings: Settings) -> DeleteBatch:
+    """The suppression audit's part of the `audit` target: its rows go under the audits'
+    window, but none younger than the soft-bounce window. Without the row of a lift, soft
+    bounces from before it would count again, and suppress the address just lifted."""
+    window = timedelta(days=settings.email_soft_bounce_window_days)
+
+    async def delete_batch(engine: AsyncEngine, before: datetime, batch: int) -> int:
+        return await email_suppression_audit_delete_batch(engine, min(before, utcnow() - window),
+                                                          batch)
+    return delete_batch

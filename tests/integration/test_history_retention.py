@@ -125,6 +125,38 @@ async def test_audit_rows_older_than_the_window_go_from_every_audit(database_url
     assert left == [(2, True), (3, True), (4, True), (2, True)]
 
 
+async def test_a_lifts_audit_row_outlives_a_shorter_audit_window_for_the_soft_bounce_window(
+        database_url, engine, tenant):
+    """A lift's row is where the address's soft-bounce count starts afresh: deleted sooner,
+    the bounces from before the lift counted again and suppressed the address lifted."""
+    now = utcnow()
+    with engine.begin() as conn:
+        for days in (3, 10):
+            at = {"t": tenant, "at": now - timedelta(days=days)}
+            conn.execute(text(
+                "INSERT INTO mdm.aa_flow_audit (action, tenant_id, job_kind, actor, created_at)"
+                " VALUES ('paused', :t, 'reindex', 'test', :at)"), at)
+            conn.execute(text(
+                "INSERT INTO mdm.aa_email_suppression_audit (tenant_id, address, action, actor,"
+                " detail, created_at) VALUES (:t, 'ann@example.com', 'unsuppress', 'test',"
+                " '{\"lifted\": [{\"category\": \"\"}]}', :at)"), at)
+    settings = Settings(database_url=database_url, audit_retention_days=1,
+                        email_soft_bounce_window_days=7)
+    process = build_worker(settings, Database(url=sqlalchemy_url(database_url)),
+                           registry=Registry(), maintenance=False)
+    cleanup = process.worker.registry.get("cleanup_jobs")
+    assert cleanup is not None
+    try:
+        await cleanup.fn(_cleanup_job(AUDIT_TARGET))
+    finally:
+        await process.worker.engine.dispose()
+    with engine.connect() as conn:
+        left = [conn.execute(text(
+            f"SELECT count(*), bool_and(created_at > now() - interval '4 days') FROM mdm.{t}"
+        )).one() for t in ("aa_flow_audit", "aa_email_suppression_audit")]
+    assert left == [(0, None), (1, True)]
+
+
 async def test_without_a_window_every_audit_is_kept(engine, async_engine, tenant):
     with engine.begin() as conn:
         conn.execute(text(

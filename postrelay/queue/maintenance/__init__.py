@@ -10,6 +10,7 @@ from postrelay.queue.maintenance.retention import (
     AUDIT_TARGET,
     RETENTION_KIND,
     Cleaner,
+    DeleteBatch,
     audit_cleaner,
     cleanup_handler,
 )
@@ -21,6 +22,7 @@ __all__ = [
     "RETENTION_KIND",
     "Cleaner",
     "CronScheduler",
+    "DeleteBatch",
     "DoneRollup",
     "FlowKeeper",
     "FlowResult",

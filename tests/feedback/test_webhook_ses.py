@@ -171,6 +171,64 @@ def test_transient_and_content_bounces_do_not_suppress(client, engine, tenant, l
     assert look.suppressed(tenant) == {}
 
 
+def test_a_permanent_bounce_with_only_the_class_code_is_hard(client, engine, tenant, look):
+    """The SES guide's own bounce example gives `"status": "5.0.0"` beside "550 user unknown"
+    for a Permanent/General bounce, which it says to remove from the list; Exim's DSNs
+    relayed by SES give 5.0.0 beside the remote's 5.1.1."""
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant, recipients=(ANN, BOB))
+    note = bounce_note(sent["message_id"], bouncedRecipients=[
+        {"emailAddress": ANN, "action": "failed", "status": "5.0.0",
+         "diagnosticCode": "smtp; 550 user unknown"},
+        {"emailAddress": BOB, "action": "failed", "status": "5.0.0",
+         "diagnosticCode": "smtp; 550 5.1.1 <bob@example.com>: Recipient address rejected: "
+                           "User unknown"}])
+    assert post(client, sns("Notification", note, cert_url=NOWHERE)).status_code == 200
+    rows = {r["recipient"]: (r["kind"], r["status"], r["detail"]["status"])
+            for r in look.feedback()}
+    assert rows == {ANN: ("bounced", None, "5.0.0"), BOB: ("bounced", "5.1.1", "5.0.0")}
+    assert set(look.suppressed(tenant)) == {(ANN, ""), (BOB, "")}
+
+
+def test_bounces_about_the_message_never_count_against_the_address(client, engine, tenant,
+                                                                   look):
+    """SES's guide lists MessageTooLarge, ContentRejected and AttachmentRejected as
+    Transient subtypes. Counted as soft bounces, three of them suppressed the address."""
+    for i, (subtype, diagnostic) in enumerate((
+            ("MessageTooLarge", "smtp; 552 5.3.4 Message size exceeds fixed limit"),
+            ("ContentRejected", "smtp; 554 5.6.0 Message content rejected"),
+            ("AttachmentRejected", "smtp; 554 Attachment type not allowed"))):
+        with engine.begin() as conn:
+            sent = insert_log(conn, tenant_id=tenant, recipients=(ANN,))
+        note = bounce_note(sent["message_id"], bounceType="Transient", bounceSubType=subtype,
+                           feedbackId=f"t-{i}", bouncedRecipients=[
+                               {"emailAddress": ANN, "action": "failed",
+                                "diagnosticCode": diagnostic}])
+        assert post(client, sns("Notification", note, cert_url=NOWHERE)).status_code == 200
+    assert sorted((r["kind"], r["status"]) for r in look.feedback()) == [
+        ("bounced", "5.3.4"), ("bounced", "5.6.0"), ("bounced", "5.6.0")]
+    assert look.suppressed(tenant) == {}
+
+
+@pytest.mark.parametrize("feedback_type", ["not-spam", "auth-failure"])
+def test_a_report_that_the_mail_is_not_spam_is_no_complaint(client, engine, tenant, look,
+                                                            feedback_type):
+    """SES: "not-spam — Indicates that the entity providing the report does not consider
+    the message to be spam." As for an ARF report by mail, it is kept for an operator."""
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant, recipients=(ANN,))
+    note = json.dumps({"notificationType": "Complaint", "mail": mail(sent["message_id"]),
+                       "complaint": {"complainedRecipients": [{"emailAddress": ANN}],
+                                     "complaintFeedbackType": feedback_type,
+                                     "timestamp": "2016-01-27T14:59:38.237Z",
+                                     "feedbackId": "complaint-feedback-2"}})
+    assert post(client, sns("Notification", note, cert_url=NOWHERE)).status_code == 200
+    (row,) = look.feedback()
+    assert (row["kind"], row["detail"]["feedback_type"]) == ("unparsed", feedback_type)
+    assert look.suppressed(tenant) == {} and look.events() == []
+    assert look.log(sent["id"])["delivery"] is None
+
+
 def test_forged_or_foreign_messages_are_401_and_write_nothing(client, engine, tenant, look):
     with engine.begin() as conn:
         sent = insert_log(conn, tenant_id=tenant)

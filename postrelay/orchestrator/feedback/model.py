@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 SOURCES = ("mail", "ses", "postmark", "sendgrid", "one-click")
 _STATUS = re.compile(r"^[245]\.\d{1,3}\.\d{1,3}$")
+ENHANCED = re.compile(r"\b([245])\.(\d{1,3})\.(\d{1,3})\b")
 # The fields a report quotes from what a mail server or provider sent.
 QUOTED_FIELDS = ("recipient", "original_recipient", "diagnostic", "source_event_id",
                  "message_id", "queue_id", "category")
@@ -155,6 +156,21 @@ def suppresses(kind: str, status: str | None) -> bool:
     if status is None:
         return True
     return status.startswith(HARD_PREFIXES)
+
+
+def status_code(value: str | None, diagnostic: str | None) -> str | None:
+    """A report's status code (a DSN's Status field, a provider's status); when it is only
+    a class (x.0.0) and the diagnostic names a more specific one, that one. Exim, Microsoft
+    and Amazon SES write 5.0.0 beside "550 5.1.1"; Exim
+    also beside the "451 4.2.0" of a message that expired after temporary failures, which
+    Postfix reports as 4.2.0: a soft bounce either way."""
+    given = ENHANCED.search(value or "")
+    said = ENHANCED.search(diagnostic or "")
+    if given and said and given.group(2, 3) == ("0", "0") and said.group(2, 3) != ("0", "0"):
+        return said.group(0)
+    if given:
+        return given.group(0)
+    return said.group(0) if said else None
 
 
 def normal_address(address: str) -> str:

@@ -23,11 +23,10 @@ from typing import Any
 from uuid import UUID
 
 from postrelay.orchestrator.feedback.detectors import flufl_failures, other_failures
-from postrelay.orchestrator.feedback.model import Feedback, bounce_kind
+from postrelay.orchestrator.feedback.model import Feedback, bounce_kind, status_code
 from postrelay.orchestrator.feedback.outline import BLANK_TEXT_LINE, outline
 from postrelay.orchestrator.feedback.verp import ReturnPath, TokenError
 
-ENHANCED = re.compile(r"\b([245])\.(\d{1,3})\.(\d{1,3})\b")
 MESSAGE_ID = re.compile(r"<[^<>\s@]+@[^<>\s@]+>")
 ARF_COMPLAINTS = frozenset({"abuse", "fraud", "virus", "other"})
 ACTIONS = {"delivered": "delivered", "relayed": "delivered", "expanded": "delivered",
@@ -122,7 +121,7 @@ def _dsn(msg: Message, source: str, event_id: str, keys: _Keys) -> list[Feedback
             # reply on the notice's line for the recipient: `ann@…: 550 5.1.1 …`.
             notice = _body_text(_without_original(msg)) if notice is None else notice
             diagnostic = _short(_line_naming(notice, recipient))
-        status = _status(block.get("status"), diagnostic)
+        status = status_code(block.get("status"), diagnostic)
         # Delivery time expired: the MTA gave up, whatever its Action says (OpenSMTPD 6.8
         # reports an expired envelope as `delayed`, 4.4.7).
         expired = action == "delayed" and (
@@ -180,7 +179,7 @@ def _non_standard(msg: Message, source: str, event_id: str, keys: _Keys) -> list
     if not temporary and not permanent:
         return []
     keys.message_id = keys.message_id or _quoted_message_id(text)
-    status = _status(None, text)
+    status = status_code(None, text)
     reports = []
     for addresses, temporary_kind in ((permanent, False), (temporary, True)):
         for raw in sorted(addresses):
@@ -300,20 +299,6 @@ def _action(value: str | None) -> str:
     non-DSN-aware mailer)`, an RFC 822 comment the field may carry (RFC 3464 2.1.1)."""
     words = (value or "").split("(", 1)[0].split()
     return words[0].lower() if words else ""
-
-
-def _status(value: str | None, diagnostic: str | None) -> str | None:
-    """The Status field's code; when it is only a class (x.0.0) and the diagnostic names a
-    more specific one, that one. Exim and Microsoft write 5.0.0 beside "550 5.1.1"; Exim
-    also beside the "451 4.2.0" of a message that expired after temporary failures, which
-    Postfix reports as 4.2.0: a soft bounce either way."""
-    given = ENHANCED.search(value or "")
-    said = ENHANCED.search(diagnostic or "")
-    if given and said and given.group(2, 3) == ("0", "0") and said.group(2, 3) != ("0", "0"):
-        return said.group(0)
-    if given:
-        return given.group(0)
-    return said.group(0) if said else None
 
 
 def _typed_address(value: str | None) -> str | None:

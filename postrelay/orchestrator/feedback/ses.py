@@ -14,13 +14,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from postrelay.core.errors import ValidationError
-from postrelay.orchestrator.feedback.model import Feedback, bounce_kind
-from postrelay.orchestrator.feedback.parse import MESSAGE_ID
+from postrelay.orchestrator.feedback.model import (
+    Feedback,
+    bounce_kind,
+    status_code,
+    suppresses,
+)
+from postrelay.orchestrator.feedback.parse import ARF_COMPLAINTS, MESSAGE_ID
 from postrelay.orchestrator.feedback.webhook import field, iso_time, obj, short, status_of
 
-# A permanent bounce without a status code is SES's verdict: about the address (General,
-# NoEmail, Suppressed), or about this message, given the code it stands for so that it
-# does not suppress.
+# Bounce subtypes about this message, not the address, whichever type SES gives them (its
+# guide lists them as Transient): a bounce of the message, given the code it stands for, that
+# neither suppresses nor counts as a soft bounce. Any other permanent bounce without a
+# specific code (none, or only the class: 5.0.0) is SES's verdict on the address (General,
+# NoEmail, Suppressed): a hard bounce.
 MESSAGE_SUBTYPES = {"MessageTooLarge": "5.3.4", "ContentRejected": "5.6.0",
                     "AttachmentRejected": "5.6.0"}
 IGNORED_TYPES = frozenset({"Send", "Reject", "Open", "Click", "Rendering Failure",
@@ -63,9 +70,15 @@ def _bounce(bounce: Mapping[str, Any], keys: dict[str, Any]) -> list[Feedback]:
         rwhere = f"{where}bouncedRecipients[{i}]."
         rcpt = obj(rcpt, rwhere.rstrip("."))
         diagnostic = field(rcpt, "diagnosticCode", str, rwhere, required=False)
-        status = status_of(field(rcpt, "status", str, rwhere, required=False), diagnostic)
-        if bounce_type == "Permanent":
-            status = status or MESSAGE_SUBTYPES.get(subtype or "")
+        given = field(rcpt, "status", str, rwhere, required=False)
+        status = status_code(given, diagnostic)
+        if subtype in MESSAGE_SUBTYPES:
+            kind = "bounced"
+            if status is None or suppresses(kind, status) or not status.startswith("5."):
+                status = MESSAGE_SUBTYPES[subtype]
+        elif bounce_type == "Permanent":
+            if status is not None and status.endswith(".0.0"):
+                status = None
             kind = bounce_kind(status)
         else:  # Transient (mailbox full, still trying elsewhere) or Undetermined
             kind = "soft-bounced"
@@ -74,7 +87,7 @@ def _bounce(bounce: Mapping[str, Any], keys: dict[str, Any]) -> list[Feedback]:
             status=status, diagnostic=short(diagnostic), source_event_id=feedback_id,
             occurred_at=at, **keys,
             detail=_detail(bounce_type=bounce_type, bounce_sub_type=subtype,
-                           action=rcpt.get("action"),
+                           status=short(given), action=rcpt.get("action"),
                            reporting_mta=short(bounce.get("reportingMTA")))))
     return reports
 
@@ -85,10 +98,15 @@ def _complaint(complaint: Mapping[str, Any], keys: dict[str, Any]) -> list[Feedb
     at = iso_time(field(complaint, "timestamp", str, where, required=False),
                   f"{where}timestamp")
     recipients = _list(complaint, "complainedRecipients", where)
-    detail = _detail(feedback_type=short(complaint.get("complaintFeedbackType")),
+    feedback_type = field(complaint, "complaintFeedbackType", str, where, required=False)
+    # As for an ARF report by mail: `not-spam` and `auth-failure` are no complaint about
+    # the mail, and are kept for an operator. Many reports give no type at all.
+    kind = "complaint" if feedback_type is None or feedback_type.lower() in ARF_COMPLAINTS \
+        else "unparsed"
+    detail = _detail(feedback_type=short(feedback_type),
                      user_agent=short(complaint.get("userAgent")),
                      sub_type=short(complaint.get("complaintSubType")))
-    return [Feedback(kind="complaint", source="ses",
+    return [Feedback(kind=kind, source="ses",
                      recipient=field(obj(r, f"{where}complainedRecipients[{i}]"),
                                      "emailAddress", str,
                                      f"{where}complainedRecipients[{i}]."),

@@ -98,6 +98,55 @@ def test_complaint_delivery_and_subscription_change(client, sent, tenant, look):
         "email.complained", "email.delivered", "email.unsubscribed"]
 
 
+def test_a_spam_notification_is_a_policy_bounce_not_a_complaint(client, sent, tenant, look):
+    """A receiving server refused the message as spam (TypeCode 512); Postmark does not
+    deactivate the address for it, and no recipient complained."""
+    record = bounce(ID=512, Type="SpamNotification", TypeCode=512, Name="Spam notification",
+                    Details="smtp;550 permanent failure for one or more recipients "
+                            "(X-PowerMTA-BounceCategory: spam-related)", Inactive=False)
+    assert client.post(URL, json=record).status_code == 200
+    (row,) = look.feedback()
+    assert (row["kind"], row["status"], row["suppressed"]) == ("bounced", "5.7.1", False)
+    assert look.suppressed(tenant) == {}
+    assert [e["event_type"] for e in look.events()] == ["email.bounced"]
+
+
+def test_a_hard_bounce_and_the_suppression_it_caused_are_one_report(client, sent, tenant,
+                                                                   look):
+    """Postmark follows a hard bounce's Bounce record with a SubscriptionChange for it (and a
+    spam complaint's likewise): recorded both, one bounce made two `email.bounced` events."""
+    change = {"RecordType": "SubscriptionChange", "MessageID": MESSAGE_ID, "ServerID": 23,
+              "MessageStream": "outbound", "ChangedAt": "2019-11-05T16:33:55.0000000Z",
+              "Recipient": ANN, "Origin": "Recipient", "SuppressSending": True,
+              "SuppressionReason": "HardBounce", "Tag": "Invitation", "Metadata": {}}
+    assert client.post(URL, json=bounce()).status_code == 200
+    answer = client.post(URL, json=change)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["data"] == {"recorded": 0, "duplicates": 0, "matched": 0,
+                                     "ignored": 1}
+    assert [(r["kind"], r["source_event_id"]) for r in look.feedback()] == [
+        ("bounced", "bounce:4323372036854775807")]
+    assert [e["event_type"] for e in look.events()] == ["email.bounced"]
+
+
+@pytest.mark.parametrize(("suppress", "reason", "kind"), [
+    (True, "ManualSuppression", "unsubscribe"), (False, None, "unparsed")])
+def test_a_subscription_change_without_a_message_is_kept_unmatched(client, sent, tenant, look,
+                                                                   suppress, reason, kind):
+    """Postmark: "MessageID is null for Manual Suppressions with Origin value of Customer or
+    Admin and Reactivations." Such a record was refused (400), and so never recorded."""
+    change = {"RecordType": "SubscriptionChange", "MessageID": None, "ServerID": 123456,
+              "MessageStream": "outbound", "ChangedAt": "2020-02-01T10:53:34.416071Z",
+              "Recipient": ANN, "Origin": "Customer", "SuppressSending": suppress,
+              "SuppressionReason": reason, "Tag": None, "Metadata": {}}
+    for _ in range(2):
+        answer = client.post(URL, json=change)
+        assert answer.status_code == 200, answer.text
+    (row,) = look.feedback()
+    assert (row["kind"], row["recipient"], row["email_log_id"]) == (kind, ANN, None)
+    assert look.suppressed(tenant) == {} and look.events() == []
+
+
 def test_wrong_or_missing_credentials_are_401_and_write_nothing(served, sent, tenant, look):
     for auth in (None, ("postmark", "wrong-password-wrong-password"), ("other", AUTH[1])):
         answer = httpx.post(f"{served}{URL}", json=bounce(), auth=auth, timeout=30)

@@ -98,8 +98,8 @@ def _postmark(request: Request, hooks: ProviderWebhooks, body: bytes) -> dict[st
         throttle.failed(client)
         raise
     throttle.succeeded(client)
-    reports = postmark_reports(_json(body))
-    return summary(record_batch(request.app.state.engine, reports, hooks.policy))
+    reports, ignored = postmark_reports(_json(body))
+    return summary(record_batch(request.app.state.engine, reports, hooks.policy), ignored)
 
 
 def _sendgrid(request: Request, hooks: ProviderWebhooks, body: bytes) -> dict[str, Any]:

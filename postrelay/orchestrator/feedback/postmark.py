@@ -3,7 +3,7 @@
 `PostmarkAuth`.
 
     PostmarkAuth("postmark", "a long password").check(request.headers.get("authorization"))
-    postmark_reports(json.loads(body))   # one record per request
+    reports, ignored = postmark_reports(json.loads(body))   # one record per request
 """
 
 from __future__ import annotations
@@ -28,19 +28,23 @@ from postrelay.orchestrator.feedback.webhook import (
 
 # Bounce types (Postmark's "Type") and the kind each is. A type without its own code
 # speaks of the address (HardBounce: "unknown user, mailbox not found") or of policy
-# (Blocked, DMARCPolicy: given 5.7.x so that they never suppress); the rest are kept
-# `unparsed` for an operator.
+# (Blocked, DMARCPolicy, and SpamNotification, a receiving server's refusal of the message as
+# spam, which Postmark does not deactivate the address for: given 5.7.x so that they never
+# suppress); the rest are kept `unparsed` for an operator.
 BOUNCE_TYPES = {
     "HardBounce": ("bounced", None), "BadEmailAddress": ("bounced", None),
     "SoftBounce": ("soft-bounced", None), "Transient": ("delayed", None),
     "DnsError": ("soft-bounced", None), "AutoResponder": ("auto-reply", None),
-    "SpamNotification": ("complaint", None), "SpamComplaint": ("complaint", None),
-    "Unsubscribe": ("unsubscribe", None), "Blocked": ("bounced", "5.7.1"),
-    "DMARCPolicy": ("bounced", "5.7.1"),
+    "SpamComplaint": ("complaint", None), "Unsubscribe": ("unsubscribe", None),
+    "Blocked": ("bounced", "5.7.1"), "DMARCPolicy": ("bounced", "5.7.1"),
+    "SpamNotification": ("bounced", "5.7.1"),
 }
-# SubscriptionChange with SuppressSending: why Postmark stopped sending to the address.
-SUPPRESSION_REASONS = {"HardBounce": "bounced", "SpamComplaint": "complaint",
-                       "ManualSuppression": "unsubscribe"}
+# SubscriptionChange with SuppressSending: why Postmark stopped sending to the address. One
+# for a hard bounce or a spam complaint follows the Bounce or SpamComplaint record of it,
+# which says more: it is answered and not kept, so that one bounce is one report and one
+# event. A manual suppression (an unsubscribe) has no other record.
+RECORDED_ELSEWHERE = frozenset({"HardBounce", "SpamComplaint"})
+SUPPRESSION_REASONS = {"ManualSuppression": "unsubscribe"}
 
 
 class PostmarkAuth:
@@ -61,17 +65,19 @@ class PostmarkAuth:
             raise WebhookAuthError("wrong user name or password")
 
 
-def postmark_reports(payload: Any) -> list[Feedback]:
-    """The feedback in one webhook request. ValidationError naming the field when the
-    record is malformed or of a type postrelay does not take."""
+def postmark_reports(payload: Any) -> tuple[list[Feedback], int]:
+    """The feedback in one webhook request, and 1 when the record is answered and not kept.
+    ValidationError naming the field when the record is malformed or of a type postrelay
+    does not take."""
     record = obj(payload, "body")
     record_type = field(record, "RecordType", str, "")
     if record_type in ("Bounce", "SpamComplaint"):
-        return [_bounce(record)]
+        return [_bounce(record)], 0
     if record_type == "Delivery":
-        return [_delivery(record)]
+        return [_delivery(record)], 0
     if record_type == "SubscriptionChange":
-        return [_subscription(record)]
+        found = _subscription(record)
+        return ([], 1) if found is None else ([found], 0)
     raise ValidationError("RecordType", "must be Bounce, SpamComplaint, Delivery or "
                                         "SubscriptionChange")
 
@@ -107,27 +113,32 @@ def _delivery(record: Mapping[str, Any]) -> Feedback:
         occurred_at=iso_time(delivered_at, "DeliveredAt"), detail=_detail(record))
 
 
-def _subscription(record: Mapping[str, Any]) -> Feedback:
-    message_id = _message_id(record)
+def _subscription(record: Mapping[str, Any]) -> Feedback | None:
+    # None for a suppression an operator or the customer made by hand, and a reactivation:
+    # then the report names no message, and is kept unmatched.
+    message_id = _message_id(record, required=False)
     recipient = field(record, "Recipient", str, "")
     changed_at = field(record, "ChangedAt", str, "")
     suppress = field(record, "SuppressSending", bool, "")
     reason = field(record, "SuppressionReason", str, "", required=False)
+    if suppress and reason in RECORDED_ELSEWHERE:
+        return None
     # A reactivation, or a reason postrelay does not act on: kept for an operator.
     kind = SUPPRESSION_REASONS.get(reason or "", "unparsed") if suppress else "unparsed"
     return Feedback(
         kind=kind, source="postmark", recipient=recipient, diagnostic=short(reason),
-        source_event_id=f"subscription:{message_id}:{recipient.lower()}:{changed_at}:"
+        source_event_id=f"subscription:{message_id or ''}:{recipient.lower()}:{changed_at}:"
                         f"{suppress}",
         queue_id=message_id, occurred_at=iso_time(changed_at, "ChangedAt"),
         detail=_detail(record, suppress_sending=suppress, suppression_reason=reason,
                        origin=short(record.get("Origin"))))
 
 
-def _message_id(record: Mapping[str, Any]) -> str:
+def _message_id(record: Mapping[str, Any], *, required: bool = True) -> str | None:
     """Postmark's MessageID: the id its SMTP service answers in the 250 reply, which
     postrelay keeps as the log row's queue id."""
-    return str(field(record, "MessageID", str, ""))
+    value = field(record, "MessageID", str, "", required=required)
+    return None if value is None else str(value)
 
 
 def _detail(record: Mapping[str, Any], **more: Any) -> dict[str, Any]:

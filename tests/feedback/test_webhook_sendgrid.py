@@ -187,6 +187,46 @@ def test_an_address_too_long_to_be_one_does_not_fail_the_batch(client, engine, t
     assert (rows["b-1"]["email_log_id"], rows["b-1"]["suppressed"]) == (sent["id"], True)
 
 
+def test_an_event_without_an_id_is_recorded_with_its_batch_once(client, engine, tenant,
+                                                                 look):
+    """SendGrid's legacy Marketing Email unsubscribes come without sg_event_id (its
+    reference's example, verbatim below): such an event made the batch 400, which SendGrid
+    retries for a day and then drops, the batch's other events with it."""
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant)
+    legacy = {"email": "nick@sendgrid.com", "timestamp": 1380822437,
+              "newsletter": {"newsletter_user_list_id": "10557865",
+                             "newsletter_id": "1943530", "newsletter_send_id": "2308608"},
+              "category": ["Tests", "Newsletter"], "event": "unsubscribe"}
+    events = [{"email": ANN, "event": "bounce", "status": "5.1.1", "sg_event_id": "b-1",
+               "smtp-id": sent["message_id"], "timestamp": 1700000000}, legacy]
+    for expected in ({"recorded": 2, "duplicates": 0}, {"recorded": 0, "duplicates": 2}):
+        answer = client.post(URL, **signed(events))  # the second time: SendGrid's retry
+        assert answer.status_code == 200, answer.text
+        assert {k: answer.json()["data"][k] for k in expected} == expected
+    kinds = {r["recipient"]: r["kind"] for r in look.feedback()}
+    assert kinds == {ANN: "bounced", "nick@sendgrid.com": "unsubscribe"}
+    assert set(look.suppressed(tenant)) == {(ANN, "")}
+
+
+def test_a_bounce_without_a_specific_code_is_hard_unless_classified_otherwise(
+        client, engine, tenant, look):
+    """type=bounce is SendGrid's hard bounce; its reference's example gives only 5.0.0 and
+    no classification. A classification other than Invalid Address (Technical, Content,
+    Reputation, ...) is about the message or the sender."""
+    with engine.begin() as conn:
+        ann, bob = (insert_log(conn, tenant_id=tenant, recipients=(r,)) for r in (ANN, BOB))
+    example = {"event": "bounce", "type": "bounce", "reason": "500 unknown recipient",
+               "status": "5.0.0", "timestamp": 1513299569, "category": "cat facts"}
+    events = [{**example, "email": ANN, "smtp-id": ann["message_id"], "sg_event_id": "b-1"},
+              {**example, "email": BOB, "smtp-id": bob["message_id"], "sg_event_id": "b-2",
+               "bounce_classification": "Content"}]
+    assert client.post(URL, **signed(events)).status_code == 200
+    rows = {r["recipient"]: (r["kind"], r["status"], r["suppressed"]) for r in look.feedback()}
+    assert rows == {ANN: ("bounced", None, True), BOB: ("bounced", "5.0.0", False)}
+    assert set(look.suppressed(tenant)) == {(ANN, "")}
+
+
 def test_a_wrong_signature_is_401_and_writes_nothing(client, engine, tenant, look):
     with engine.begin() as conn:
         sent = insert_log(conn, tenant_id=tenant)
@@ -208,7 +248,7 @@ def test_a_wrong_signature_is_401_and_writes_nothing(client, engine, tenant, loo
     ({"event": "bounce"}, "body"),
     ([{"event": "bounce", "sg_event_id": "e"}], "[0].email"),
     ([{"event": "bounce", "email": ANN, "sg_event_id": "e"}, "nonsense"], "[1]"),
-    ([{"event": "delivered", "email": ANN}], "[0].sg_event_id"),
+    ([{"event": "delivered", "email": ANN, "sg_event_id": 7}], "[0].sg_event_id"),
     ([{"event": "delivered", "email": ANN, "sg_event_id": "e", "timestamp": "noon"}],
      "[0].timestamp"),
     ([{"event": "delivered", "email": ANN, "sg_event_id": "e", "timestamp": 1e30}],

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -37,6 +39,11 @@ DROPPED = {"bounced address": "bounced", "spam reporting address": "complaint",
            "unsubscribed address": "unsubscribe"}
 # A block is the receiver's policy (reputation, content), never the address's fault.
 POLICY_STATUS = "5.7.0"
+# A bounce (SendGrid's hard bounce, as opposed to a block) without a specific code is about
+# the address when SendGrid classifies it so, or gives no classification (its older events,
+# and its reference's example); Technical, Content, Reputation and the other classes are
+# about the message or the sender.
+ADDRESS_CLASSIFICATIONS = (None, "Invalid Address")
 
 
 class SendgridVerifier:
@@ -80,7 +87,9 @@ def _event(event: Mapping[str, Any], where: str) -> Feedback | None:
     if name not in (*KINDS, "bounce", "dropped"):
         return None
     recipient = field(event, "email", str, where)
-    event_id = field(event, "sg_event_id", str, where)
+    # Events from before SendGrid gave each an id (its legacy Marketing Email unsubscribes)
+    # still come without one: the event itself names it, so a retry is still one report.
+    event_id = field(event, "sg_event_id", str, where, required=False) or _digest(event)
     stamp = field(event, "timestamp", (int, float), where, required=False)
     reason = field(event, "reason", str, where, required=False)
     response = field(event, "response", str, where, required=False)
@@ -91,7 +100,7 @@ def _event(event: Mapping[str, Any], where: str) -> Feedback | None:
         generic = status is None or status.startswith("5.0.")
         if bounce_type == "blocked" and generic:
             status = POLICY_STATUS
-        elif generic and event.get("bounce_classification") == "Invalid Address":
+        elif generic and event.get("bounce_classification") in ADDRESS_CLASSIFICATIONS:
             status = None  # SendGrid's verdict on the address itself, as a hard bounce
         kind = bounce_kind(status)
     elif name == "dropped":
@@ -122,6 +131,11 @@ def _event(event: Mapping[str, Any], where: str) -> Feedback | None:
             "asm_group_id": event.get("asm_group_id"), "attempt": short(event.get("attempt")),
             "category": event.get("category"), "sg_message_id": sg_message_id,
         }.items() if v is not None})
+
+
+def _digest(event: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(event, sort_keys=True, separators=(",", ":"))
+                          .encode()).hexdigest()
 
 
 def _load_key(text: str) -> Any:

@@ -142,6 +142,7 @@ def bounce_mail(name: str, **values: str) -> bytes:
     values.setdefault("domain", BOUNCE_DOMAIN)
     values.setdefault("queue_id", "4F3A2B")
     values.setdefault("recipient", "ann@example.com")
+    values.setdefault("other", "bob@example.com")  # a second recipient, where there is one
     filled = string.Template((MAIL / name).read_text()).substitute(values)
     return filled.replace("\r\n", "\n").replace("\n", "\r\n").encode()
 

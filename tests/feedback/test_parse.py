@@ -131,3 +131,59 @@ def test_an_oversized_message_is_unparsed_with_its_headers(return_path):
     assert report.kind == "unparsed" and "over the" in report.detail["reason"]
     assert report.detail["headers"]["subject"] == "Undelivered Mail Returned to Sender"
     assert report.log_id is not None  # its Delivered-To still names the message
+
+
+@pytest.mark.parametrize("name", ["hotmail_delay.eml", "messagingserver_delay.eml"])
+def test_a_delay_warning_with_4_4_7_is_a_delay(return_path, name):
+    """Microsoft and Oracle's Messaging Server (iCloud) warn of a delay with Status 4.4.7
+    ("THIS IS A WARNING MESSAGE ONLY", "delivery attempts will continue"); taken for an
+    expired message, three warnings suppressed an address whose mail was still on its way.
+    OpenSMTPD's expired envelope (real-MTA replay) says "Envelope expired": a soft bounce."""
+    (report,) = parse_mail(bounce_mail(name, verp=return_path.address(uuid.uuid4()),
+                                       message_id=MID), return_path=return_path)
+    assert (report.kind, report.status, report.recipient) == ("delayed", "4.4.7", ANN)
+
+
+@pytest.mark.parametrize(("name", "status"), [("aol_one_block.eml", "5.4.4"),
+                                              ("mimecast_bounce.eml", "5.1.1")])
+def test_a_status_part_not_in_blocks_is_still_read(return_path, name, status):
+    """AOL writes the message's and the recipient's fields in one block; Mimecast writes
+    `Action : failed` (a blank before the colon), which email reads as no field at all.
+    Both were kept `unparsed`, their bounces lost: AOL's block is read as the recipient's,
+    Mimecast's notice by the bounce detectors."""
+    log_id = uuid.uuid4()
+    (report,) = parse_mail(bounce_mail(name, verp=return_path.address(log_id),
+                                       message_id=MID), return_path=return_path)
+    assert (report.kind, report.recipient, report.log_id) == ("bounced", ANN, log_id)
+    assert report.status == status
+
+
+def test_each_recipient_of_a_plain_text_bounce_gets_its_own_code(return_path):
+    """qmail names each recipient in a paragraph of its own with the remote's reply; every
+    recipient took the notice's first code, so a full mailbox listed before an unknown user
+    made both soft bounces (and the other way round, both hard)."""
+    raw = bounce_mail("qmail_two_recipients.eml", verp=return_path.address(uuid.uuid4()),
+                      message_id=MID, other="bob@example.com")
+    reports = {r.recipient: (r.kind, r.status) for r in parse_mail(raw,
+                                                                   return_path=return_path)}
+    assert reports == {ANN: ("soft-bounced", "5.2.2"), "bob@example.com": ("bounced", "5.1.1")}
+
+
+@pytest.mark.parametrize(("name", "header", "utf8", "kind"), [
+    # Without its Auto-Submitted field, as many autoresponders send it: known by the Subject.
+    ("out_of_office.eml", "Subject: Automatic reply: Welcome, Ann!\r\nDate",
+     "Subject: Automatic reply: Willkommen, Jürgen!\r\nDate", "auto-reply"),
+    ("qmail_two_recipients.eml", "From: MAILER-DAEMON@nq.example.jp",
+     "From: Zustellsystem für nq <MAILER-DAEMON@nq.example.jp>", "soft-bounced"),
+])
+def test_raw_utf8_in_a_header_is_read_as_text(return_path, name, header, utf8, kind):
+    """An SMTPUTF8 sender writes UTF-8 in headers as it is; email then handed such a value
+    back as a Header object, and the classification (an out-of-office's Subject, flufl's
+    detectors reading a bounce's From) failed on it: `unparsed`, unreadable."""
+    raw = bounce_mail(name, verp=return_path.address(uuid.uuid4()), message_id=MID,
+                      other="bob@example.com")
+    assert header.encode() in raw
+    raw = raw.replace(header.encode(), utf8.encode()).replace(b"Auto-Submitted: auto-replied\r\n",
+                                                              b"")
+    reports = parse_mail(raw, return_path=return_path)
+    assert kind in {r.kind for r in reports} and "unparsed" not in {r.kind for r in reports}

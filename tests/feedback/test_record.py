@@ -12,10 +12,12 @@ from postrelay.orchestrator.feedback import (
     SuppressionPolicy,
     bounce_kind,
     record_feedback,
+    record_many,
     suppresses,
 )
+from postrelay.orchestrator.feedback.parse import parse_mail
 from tests.factories import insert_job
-from tests.feedback.conftest import insert_log
+from tests.feedback.conftest import bounce_mail, insert_log
 
 ANN = "ann@example.com"
 
@@ -293,6 +295,8 @@ def test_bad_feedback_is_refused_naming_the_field():
     ("bounced", "5.7.26", False), ("bounced", "5.3.4", False), ("complaint", None, True),
     ("unsubscribe", None, True), ("soft-bounced", "4.2.2", False), ("delivered", None, False),
     ("auto-reply", None, False), ("delayed", "4.4.1", False),
+    # Microsoft 365's per-hour receive limits: codes of their own, not 5.2.1 (disabled).
+    ("bounced", "5.2.121", False), ("bounced", "5.2.122", False),
 ])
 def test_which_feedback_suppresses(kind, status, expected):
     assert suppresses(kind, status) is expected
@@ -367,3 +371,29 @@ def test_a_batch_with_several_reports_about_one_row_applies_them_in_order(engine
     assert suppression["feedback_id"] == done[1].feedback_id
     flags = {r["id"]: r["suppressed"] for r in look.feedback()}
     assert [flags[d.feedback_id] for d in done] == [False, True, False, False]
+
+
+def test_microsoft_rate_limit_bounces_and_delay_warnings_leave_the_address(engine, tenant, look,
+                                                                           return_path):
+    """Microsoft 365 refuses with 5.2.121 or 5.2.122 while a recipient gets too much mail in
+    an hour ("try again later"): read as 5.2.1 (mailbox disabled), it suppressed at once.
+    Its delay warnings (4.4.7, Will-Retry-Until) counted as soft bounces: three suppressed."""
+    mails = []
+    for code in ("5.2.121", "5.2.122"):
+        with engine.begin() as conn:
+            sent = insert_log(conn, tenant_id=tenant)
+        mails.append(bounce_mail("m365_ndr.eml", verp=return_path.address(sent["id"]),
+                                 message_id=sent["message_id"]).replace(b"5.1.10",
+                                                                        code.encode()))
+    for i in range(3):
+        with engine.begin() as conn:
+            sent = insert_log(conn, tenant_id=tenant)
+        mails.append(bounce_mail("hotmail_delay.eml", verp=return_path.address(sent["id"]),
+                                 message_id=sent["message_id"]).replace(
+            b"5kSbtyXPf", f"warning{i}".encode()))
+    with engine.begin() as conn:
+        record_many(conn, [r for raw in mails for r in parse_mail(raw, return_path=return_path)])
+    assert sorted((r["kind"], r["status"]) for r in look.feedback()) == [
+        ("bounced", "5.2.121"), ("bounced", "5.2.122"), ("delayed", "4.4.7"),
+        ("delayed", "4.4.7"), ("delayed", "4.4.7")]
+    assert look.suppressed(tenant) == {}

@@ -36,7 +36,8 @@ EVENTS = {"delivered": "email.delivered", "soft-bounced": "email.bounced",
 # mailbox or domain does not exist (5.1.x), the mailbox is disabled (5.2.1), the domain
 # has no mail route (5.4.4). Others (5.2.2 mailbox full, 5.3.4 too big, 5.6.x content) are
 # about this message or are passing; 5.7.x is policy and never suppresses.
-HARD_PREFIXES = ("5.1.", "5.2.1", "5.4.4")
+HARD_CLASS = "5.1."
+HARD_CODES = frozenset({"5.2.1", "5.4.4"})  # whole codes: Microsoft's 5.2.121 is a rate limit
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,7 @@ def suppresses(kind: str, status: str | None) -> bool:
         return False
     if status is None:
         return True
-    return status.startswith(HARD_PREFIXES)
+    return status.startswith(HARD_CLASS) or status in HARD_CODES
 
 
 def status_code(value: str | None, diagnostic: str | None) -> str | None:
@@ -171,6 +172,14 @@ def status_code(value: str | None, diagnostic: str | None) -> str | None:
     if given:
         return given.group(0)
     return said.group(0) if said else None
+
+
+def notice_code(text: str | None) -> str | None:
+    """The first enhanced status code of a notice's text, passing over class-only ones
+    (5.0.0) while a specific one follows: Mimecast's `Status : 5.0.0` comes before the
+    remote's `550 5.1.1`."""
+    codes = [m.group(0) for m in ENHANCED.finditer(text or "")]
+    return next((c for c in codes if not c.endswith(".0.0")), codes[0] if codes else None)
 
 
 def normal_address(address: str) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from email.message import Message
+from email.policy import Compat32
 from typing import Any
 
 REPORT_TYPES = ("delivery-status", "feedback-report")
@@ -42,6 +43,21 @@ FIELD = re.compile(r"([\041-\071\073-\176]+):[ \t]*"
 # read here as email's parser reads them; any other value is left to email.
 PARAM = re.compile(r';\s*([A-Za-z0-9._-]+)\s*=\s*(?:"([^"\\]*)"|([^\s;"\\<>*\'()]+))')
 PLAIN_PARAMS = re.compile(r'\s*([^\s;="\\]+)((?:\s*' + PARAM.pattern + r')*)\s*')
+
+
+class _TextHeaders(Compat32):
+    """compat32 (the lenient parser: the modern policy raises on headers real MTAs write),
+    except that a header holding raw 8-bit bytes reads as UTF-8 text, not as a Header
+    object, on which no str method works: SMTPUTF8 senders write such headers, and an
+    out-of-office's Subject or a bounce's From (which flufl.bounce reads) failed the parse."""
+
+    def header_fetch_parse(self, name: str, value: str) -> Any:
+        if isinstance(value, str) and not value.isascii():
+            return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        return super().header_fetch_parse(name, value)
+
+
+READ_POLICY = _TextHeaders()
 
 
 def outline(raw: bytes) -> Message | None:
@@ -111,7 +127,7 @@ class _Part(Message):
     parses a field's parameters once. Its headers are read-only once read."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(READ_POLICY)
         self._first: dict[str, tuple[str, Any]] = {}  # lower name: its first field
         self._params: dict[str, Any] = {}  # lower name: its parsed parameters
         self._content_type: str | None = None  # from its Content-Type field, once read

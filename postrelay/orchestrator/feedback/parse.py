@@ -13,7 +13,6 @@ says why.
 from __future__ import annotations
 
 import email
-import email.policy
 import hashlib
 import re
 from collections.abc import Iterable, Sequence
@@ -23,8 +22,13 @@ from typing import Any
 from uuid import UUID
 
 from postrelay.orchestrator.feedback.detectors import flufl_failures, other_failures
-from postrelay.orchestrator.feedback.model import Feedback, bounce_kind, status_code
-from postrelay.orchestrator.feedback.outline import BLANK_TEXT_LINE, outline
+from postrelay.orchestrator.feedback.model import (
+    Feedback,
+    bounce_kind,
+    notice_code,
+    status_code,
+)
+from postrelay.orchestrator.feedback.outline import BLANK_TEXT_LINE, READ_POLICY, outline
 from postrelay.orchestrator.feedback.verp import ReturnPath, TokenError
 
 MESSAGE_ID = re.compile(r"<[^<>\s@]+@[^<>\s@]+>")
@@ -72,9 +76,12 @@ def _reports(msg: Message, source: str, event_id: str, envelope_to: Sequence[str
     report_type = collapse_rfc2231_value(msg.get_param("report-type") or "").lower() \
         if msg.get_content_type() == "multipart/report" else ""
     if report_type == "delivery-status":
-        return _dsn(msg, source, event_id, keys) or [
-            _unparsed(msg, source, event_id, envelope_to, return_path,
-                      "a delivery-status report without a recipient block", keys)]
+        # A status part that does not read as blocks of fields (Mimecast's `Action :`) may
+        # still be a bounce a detector knows.
+        return _dsn(msg, source, event_id, keys) or \
+            _non_standard(msg, source, event_id, keys) or [
+                _unparsed(msg, source, event_id, envelope_to, return_path,
+                          "a delivery-status report without a recipient block", keys)]
     if report_type == "feedback-report":
         return [_arf(msg, source, event_id, keys)]
     if msg.get_content_type() == "multipart/report":
@@ -106,6 +113,8 @@ def _dsn(msg: Message, source: str, event_id: str, keys: _Keys) -> list[Feedback
     if not blocks:
         return []
     per_message, per_recipient = blocks[0], blocks[1:]
+    if not per_recipient and per_message.get("final-recipient"):
+        per_recipient = blocks  # AOL writes the message's and the recipient's fields as one
     keys.take_original(_original(msg))
     keys.queue_id = keys.queue_id or _clean(per_message.get("x-postfix-queue-id"))
     keys.message_id = keys.message_id or _first_id(per_message.get("x-original-message-id"))
@@ -122,10 +131,7 @@ def _dsn(msg: Message, source: str, event_id: str, keys: _Keys) -> list[Feedback
             notice = _body_text(_without_original(msg)) if notice is None else notice
             diagnostic = _short(_line_naming(notice, recipient))
         status = status_code(block.get("status"), diagnostic)
-        # Delivery time expired: the MTA gave up, whatever its Action says (OpenSMTPD 6.8
-        # reports an expired envelope as `delayed`, 4.4.7).
-        expired = action == "delayed" and (
-            (status is not None and status.endswith(".4.7")) or _from_nullmailer(msg))
+        expired = action == "delayed" and _expired(block, status, diagnostic, msg)
         if action == "failed" or expired:
             kind = bounce_kind(status)
         elif action in ACTIONS:
@@ -141,6 +147,18 @@ def _dsn(msg: Message, source: str, event_id: str, keys: _Keys) -> list[Feedback
                                          "reporting_mta": _short(
                                              per_message.get("reporting-mta"))}))
     return reports
+
+
+def _expired(block: Message, status: str | None, diagnostic: str | None,
+             msg: Message) -> bool:
+    """Whether a `delayed` block reports a message the MTA gave up on: OpenSMTPD 6.8 reports
+    an expired envelope as `delayed`, 4.4.7, "Envelope expired", and nullmailer reports
+    only what it gave up on. Microsoft's and Oracle's delay warnings give 4.4.7 too, with a
+    Will-Retry-Until or words of their own: the MTA is still trying."""
+    if _from_nullmailer(msg):
+        return True
+    return status is not None and status.endswith(".4.7") and \
+        block.get("will-retry-until") is None and "expired" in (diagnostic or "").lower()
 
 
 def _from_nullmailer(msg: Message) -> bool:
@@ -179,15 +197,18 @@ def _non_standard(msg: Message, source: str, event_id: str, keys: _Keys) -> list
     if not temporary and not permanent:
         return []
     keys.message_id = keys.message_id or _quoted_message_id(text)
-    status = status_code(None, text)
     reports = []
     for addresses, temporary_kind in ((permanent, False), (temporary, True)):
         for raw in sorted(addresses):
+            address = raw.decode("ascii", "replace")
+            near = _near(text, address)
+            # The code in the recipient's own paragraph; the notice's first one otherwise.
+            status = notice_code(near) or notice_code(text)
             kind = "soft-bounced" if temporary_kind else bounce_kind(status)
             reports.append(keys.feedback(
-                kind, source, event_id, recipient=raw.decode("ascii", "replace"),
+                kind, source, event_id, recipient=address,
                 status=status if status and status[0] in "45" else None,
-                diagnostic=_short(_near(text, raw.decode("ascii", "replace"))),
+                diagnostic=_short(near),
                 detail={"format": "non-standard", "subject": _short(msg.get("subject"))}))
     return reports
 
@@ -259,8 +280,7 @@ def _digest(raw: bytes) -> str:
 
 
 def _message(raw: bytes) -> Message:
-    # compat32: the lenient parser; the modern policy raises on headers real MTAs write.
-    return email.message_from_bytes(raw, policy=email.policy.compat32)
+    return email.message_from_bytes(raw, policy=READ_POLICY)
 
 
 def _part(msg: Message, types: Iterable[str]) -> Message | None:
@@ -277,7 +297,7 @@ def _blocks(part: Message) -> list[Message]:
     if isinstance(payload, list):
         return [p for p in payload if isinstance(p, Message)]
     text = payload if isinstance(payload, str) else ""
-    return [email.message_from_string(block.strip() + "\n", policy=email.policy.compat32)
+    return [email.message_from_string(block.strip() + "\n", policy=READ_POLICY)
             for block in BLANK_TEXT_LINE.split(text) if block.strip()]
 
 
@@ -290,7 +310,7 @@ def _original(msg: Message) -> Message | None:
                 return payload[0]
         if kind in ("text/rfc822-headers", "text/global-headers"):
             return email.message_from_string(str(part.get_payload(decode=False)),
-                                             policy=email.policy.compat32)
+                                             policy=READ_POLICY)
     return None
 
 

@@ -4,6 +4,7 @@ the way MTAs deliver bounces (null sender, to the VERP address), over a real Pos
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 
 import aiosmtplib
@@ -266,20 +267,36 @@ async def test_mail_nobody_can_read_is_kept_unparsed(inbound, look, return_path)
     assert row["kind"] == "unparsed" and row["email_log_id"] is None
 
 
-async def test_connections_past_the_cap_are_turned_away(inbound):
+async def test_connections_past_the_cap_are_turned_away(inbound, caplog):
     held = []
     for _ in range(2):
         smtp = aiosmtplib.SMTP(hostname="127.0.0.1", port=inbound.config.port, timeout=5)
         await smtp.connect()
         held.append(smtp)
     try:
-        reader, writer = await asyncio.open_connection("127.0.0.1", inbound.config.port)
-        greeting = await asyncio.wait_for(reader.readline(), 5)
-        assert greeting.startswith(b"421")
-        writer.close()
+        for _ in range(3):
+            reader, writer = await asyncio.open_connection("127.0.0.1", inbound.config.port)
+            greeting = await asyncio.wait_for(reader.readline(), 5)
+            assert greeting.startswith(b"421")
+            assert await asyncio.wait_for(reader.read(), 5) == b""  # closed by the server
+            writer.close()
+        await asyncio.sleep(0.2)  # the listener's loop has seen each connection end
     finally:
         for smtp in held:
             smtp.close()
+    # Quietly: each one turned away logged an ERROR with a traceback (aiosmtpd's
+    # connection_lost asserting the session it never made).
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+async def test_the_domainless_postmaster_is_taken(inbound, look):
+    """RFC 5321 4.5.1: `RCPT TO:<Postmaster>` (no domain) MUST be supported."""
+    for address in ("Postmaster", "postmaster"):
+        code, _ = await deliver(inbound, address, b"Subject: hello %s\r\n\r\nhi"
+                                % address.encode())
+        assert code == 250
+    await await_inbox_empty(look.engine)
+    assert [r["kind"] for r in look.feedback()] == ["unparsed", "unparsed"]
 
 
 async def test_a_session_that_takes_starttls_counts_once_against_the_cap(

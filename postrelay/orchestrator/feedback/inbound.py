@@ -93,7 +93,8 @@ class FeedbackHandler:
     async def handle_RCPT(  # noqa: N802 - aiosmtpd's hook name
             self, server: SMTP, session: Session, envelope: Envelope, address: str,
             rcpt_options: list[str]) -> str:
-        if not self.return_path.is_ours(address):
+        # RFC 5321 4.5.1: `RCPT TO:<Postmaster>`, without a domain, must be taken.
+        if not self.return_path.is_ours(address) and address.lower() != "postmaster":
             event("postrelay.inbound.relay_refused", logging.WARNING, rcpt=address,
                   peer=str(session.peer))
             return f"550 5.7.1 relaying denied: only mail for {self.return_path.domain}"
@@ -140,6 +141,7 @@ class _Server(SMTP):
         super().__init__(*args, **kwargs)
         self._gate = gate
         self._counted = False
+        self._refused = False  # turned away at the cap: no session was made
         self._held = bytearray()  # replies waiting for the next one (push)
         self._chunks: Chunks | None = None  # the BDAT chunks of the current transaction
 
@@ -150,6 +152,7 @@ class _Server(SMTP):
         if self._gate.open >= self._gate.limit:
             transport.write(b"421 4.7.0 too many connections; try again later\r\n")  # type: ignore[attr-defined]
             transport.close()
+            self._refused = True
             return
         self._gate.open += 1
         self._counted = True
@@ -178,6 +181,8 @@ class _Server(SMTP):
         await self._writer.drain()
 
     def connection_lost(self, error: Exception | None) -> None:
+        if self._refused:  # aiosmtpd's own would fail on the session it never made
+            return
         if self._counted:
             self._gate.open -= 1
             self._counted = False

@@ -380,3 +380,44 @@ async def test_it_recovers_from_a_lost_database_connection_without_a_pre_ping(
                                                                "u1@example.com"]
     assert all(look.log(s["id"])["delivery"] == "bounced" for s in sent)
     assert "postrelay.inbound.batch_failed" in caplog.text  # the lost connection was met
+
+
+@pytest.mark.parametrize("command", ["DATA", "BDAT"])
+async def test_a_message_sent_slowly_is_not_cut_off_but_an_idle_session_is(
+        receiver_engine, engine, tenant, look, return_path, clean_db, command):
+    """aiosmtpd restarts its idle timer at each command only: a message still arriving (a
+    large DSN on a slow link) was cut off that long after its DATA or BDAT, and the MTA's
+    retries met the same end. Here the timer is 1.5 s and the message takes 3 s."""
+    config = InboundConfig(host="127.0.0.1", port=free_port(), idle_timeout_secs=1.5)
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant)
+    verp = return_path.address(sent["id"])
+    raw = bounce_mail("postfix_bounce.eml", verp=verp, message_id=sent["message_id"])
+    pieces = [raw[i:i + len(raw) // 6 + 1] for i in range(0, len(raw), len(raw) // 6 + 1)]
+    with InboundServer(receiver_engine, return_path, SuppressionPolicy(), config):
+        reader, writer = await asyncio.open_connection("127.0.0.1", config.port)
+        try:
+            await asyncio.wait_for(reader.readline(), 5)
+            writer.write(b"EHLO mx.example.net\r\n")
+            while not (await asyncio.wait_for(reader.readline(), 5)).startswith(b"250 "):
+                pass
+            head = b"DATA\r\n" if command == "DATA" else b"BDAT %d LAST\r\n" % len(raw)
+            writer.write(b"MAIL FROM:<>\r\nRCPT TO:<%s>\r\n%s" % (verp.encode(), head))
+            if command == "DATA":  # the replies to MAIL and RCPT, and the 354
+                for _ in range(3):
+                    assert (await asyncio.wait_for(reader.readline(), 5))[:1] in (b"2", b"3")
+            for piece in pieces:
+                writer.write(piece)
+                await asyncio.sleep(0.5)
+            if command == "DATA":
+                writer.write(b".\r\n")
+            if command == "BDAT":  # the replies to MAIL and RCPT came with the chunk's
+                for _ in range(2):
+                    assert (await asyncio.wait_for(reader.readline(), 5)).startswith(b"250")
+            assert (await asyncio.wait_for(reader.readline(), 5)).startswith(b"250")
+            await asyncio.sleep(2.5)  # now idle: closed
+            assert await asyncio.wait_for(reader.read(), 5) == b""
+        finally:
+            writer.close()
+        await await_inbox_empty(engine)
+    assert look.log(sent["id"])["delivery"] == "bounced"

@@ -62,6 +62,9 @@ class InboundConfig:
     tls: ssl.SSLContext | None = None  # offered with STARTTLS when given
     # Reads `mailto:` unsubscribes (to unsubscribe@<bounce domain>) when given.
     unsubscribe: UnsubscribeLinks | None = None
+    # A session that sends nothing this long is closed (aiosmtpd's default); one whose
+    # message is still arriving, however slowly, is not.
+    idle_timeout_secs: float = 300.0
 
 
 class FeedbackHandler:
@@ -142,6 +145,7 @@ class _Server(SMTP):
         self._gate = gate
         self._counted = False
         self._refused = False  # turned away at the cap: no session was made
+        self._arrived_at = 0.0  # loop time of the last idle-timer restart by data_received
         self._held = bytearray()  # replies waiting for the next one (push)
         self._chunks: Chunks | None = None  # the BDAT chunks of the current transaction
 
@@ -157,6 +161,16 @@ class _Server(SMTP):
         self._gate.open += 1
         self._counted = True
         super().connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        """aiosmtpd restarts its idle timer at each command only: a message sent slowly (a
+        large DSN on a slow link) was cut off that long after its DATA or BDAT. It restarts
+        as bytes arrive, at most once a second, as Postfix's smtpd_timeout does per read."""
+        super().data_received(data)
+        now = self.loop.time()
+        if now - self._arrived_at >= 1.0 and self.session is not None:
+            self._arrived_at = now
+            self._reset_timeout()
 
     async def push(self, status: str | bytes) -> None:
         """aiosmtpd's push, but a 250 waits while the client's next command is already
@@ -331,7 +345,7 @@ class InboundServer(Controller):
                        # otherwise. Messages are kept as bytes either way.
                        enable_SMTPUTF8=True,
                        hostname=self.feedback.return_path.domain,
-                       ident="postrelay inbound")
+                       ident="postrelay inbound", timeout=self.config.idle_timeout_secs)
 
     def start(self) -> None:
         super().start()

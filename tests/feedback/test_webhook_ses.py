@@ -229,6 +229,26 @@ def test_a_report_that_the_mail_is_not_spam_is_no_complaint(client, engine, tena
     assert look.log(sent["id"])["delivery"] is None
 
 
+def test_a_complaint_notice_for_mail_never_sent_is_no_new_complaint(client, engine, tenant,
+                                                                    look):
+    """SES: with complaintSubType OnAccountSuppressionList, "Amazon SES accepted the
+    message, but didn't attempt to send it because it was on the account-level suppression
+    list". Recorded as a complaint, mail nobody received raised the complaint rate."""
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant, recipients=(ANN,))
+    note = json.dumps({"notificationType": "Complaint", "mail": mail(sent["message_id"]),
+                       "complaint": {"complainedRecipients": [{"emailAddress": ANN}],
+                                     "complaintSubType": "OnAccountSuppressionList",
+                                     "timestamp": "2016-01-27T14:59:38.237Z",
+                                     "feedbackId": "complaint-feedback-3"}})
+    assert post(client, sns("Notification", note, cert_url=NOWHERE)).status_code == 200
+    (row,) = look.feedback()
+    assert (row["kind"], row["suppressed"], row["detail"]["sub_type"]) == (
+        "bounced", True, "OnAccountSuppressionList")
+    assert look.log(sent["id"])["delivery"] == "bounced"
+    assert [e["event_type"] for e in look.events()] == ["email.bounced"]
+
+
 def test_forged_or_foreign_messages_are_401_and_write_nothing(client, engine, tenant, look):
     with engine.begin() as conn:
         sent = insert_log(conn, tenant_id=tenant)

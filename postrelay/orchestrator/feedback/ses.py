@@ -99,13 +99,17 @@ def _complaint(complaint: Mapping[str, Any], keys: dict[str, Any]) -> list[Feedb
                   f"{where}timestamp")
     recipients = _list(complaint, "complainedRecipients", where)
     feedback_type = field(complaint, "complaintFeedbackType", str, where, required=False)
+    sub_type = field(complaint, "complaintSubType", str, where, required=False)
     # As for an ARF report by mail: `not-spam` and `auth-failure` are no complaint about
     # the mail, and are kept for an operator. Many reports give no type at all.
     kind = "complaint" if feedback_type is None or feedback_type.lower() in ARF_COMPLAINTS \
         else "unparsed"
+    if sub_type == "OnAccountSuppressionList":
+        # Not sent: SES keeps the address on its account's list (for a complaint before).
+        # As its bounce of that subtype, a verdict on the address; no new complaint.
+        kind = "bounced"
     detail = _detail(feedback_type=short(feedback_type),
-                     user_agent=short(complaint.get("userAgent")),
-                     sub_type=short(complaint.get("complaintSubType")))
+                     user_agent=short(complaint.get("userAgent")), sub_type=short(sub_type))
     return [Feedback(kind=kind, source="ses",
                      recipient=field(obj(r, f"{where}complainedRecipients[{i}]"),
                                      "emailAddress", str,

@@ -187,7 +187,11 @@ class EmailSender:
                 "the outcome of an earlier attempt is unknown (its worker was lost, or it "
                 "was stopped, while handing the message over); held for an operator by the "
                 "template's policy: retry the job from the DLQ to send it again")
-        suppressed = check.suppressed(log.row["category"])
+        # A category's unsubscribes stop the bulk mail of that category: transactional mail
+        # (a password reset in the same category, say) carries no link, and stops only for
+        # the suppressions of every category (bounces, complaints).
+        bulk = rendered.unsubscribe or spec.unsubscribe
+        suppressed = check.suppressed(log.row["category"] if bulk else None)
         results = {r: {"status": "suppressed"} for r in recipients if r in suppressed}
         live = [r for r in recipients if r not in suppressed]
         if not live:

@@ -18,10 +18,10 @@ time) unless the payload has a key of that name.
 `unsubscribe=True` marks the route's mail bulk, as `unsubscribe = true` in a template's
 template.toml does: each message carries List-Unsubscribe and List-Unsubscribe-Post (RFC
 8058) with a signed token for its recipient and category (the route's `category`, else the
-template's name), and an unsubscribe stops that category's mail to that address only. So
+template's name), and an unsubscribe stops that category's bulk mail to that address only. So
 a bulk route sends one message per To address (as `split=True` does) and takes no Cc or
 Bcc: whoever gets the message can follow its link. The same template sent by an unmarked
-route stays transactional.
+route stays transactional, and no unsubscribe stops it, whatever its category.
 """
 
 from __future__ import annotations

@@ -132,9 +132,13 @@ async def test_bulk_mail_carries_the_link_and_an_unsubscribe_stops_only_its_cate
                                        source_event_id=token))
     stopped = rig.enqueue(tenant, to=[ANN], template="digest", category="newsletter")
     flowing = rig.enqueue(tenant, to=[ANN], template="digest", category="billing")
-    await rig.settle(stopped, flowing)
+    # Transactional mail that shares the category (a password reset, say) carries no link,
+    # and an unsubscribe does not stop it; it stopped it before.
+    transactional = rig.enqueue(tenant, to=[ANN], template="welcome", category="newsletter")
+    await rig.settle(stopped, flowing, transactional)
     assert [r["status"] for r in rig.log(stopped)] == ["suppressed"]
     assert [r["status"] for r in rig.log(flowing)] == ["sent"]
+    assert [r["status"] for r in rig.log(transactional)] == ["sent"]
 
 
 def route_jobs(engine, event_id) -> dict[str, uuid.UUID]:

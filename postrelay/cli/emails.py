@@ -35,11 +35,14 @@ def parse_time(value: str | None, field: str = "since") -> datetime | None:
     """`30m`, `2h`, `7d`, or an ISO 8601 time (UTC unless it says otherwise)."""
     if not value:
         return None
-    if match := _RELATIVE.match(value.strip()):
-        amount, unit = match.groups()
-        return datetime.now(UTC) - timedelta(**{_UNITS[unit]: int(amount)})
+    value = value.strip()
     try:
+        if match := _RELATIVE.match(value):
+            amount, unit = match.groups()
+            return datetime.now(UTC) - timedelta(**{_UNITS[unit]: int(amount)})
         moment = datetime.fromisoformat(value)
+    except OverflowError:  # a span longer than the calendar (999999d)
+        raise ValidationError(field, "must be within the years 1 to 9999") from None
     except ValueError:
         raise ValidationError(field, "must be like 30m, 2h, 7d or an ISO 8601 time") from None
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

@@ -181,6 +181,15 @@ async def test_the_emails_command_lists_and_tells_one_message_s_story(
     done = subprocess.run([POSTRELAY, "emails", "--status", "nope"], env=worker_env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and "status" in done.stderr
+    # A span past the calendar named the field no more than a wrong word does: it was an
+    # unexpected OverflowError.
+    for command in (["emails", "--since", "999999d"], ["feedback", "list", "--since", "999999d"],
+                    ["emails", "--until", "100000000000s"]):
+        done = subprocess.run([POSTRELAY, *command], env=worker_env, capture_output=True,
+                              text=True, timeout=60)
+        field = command[-2].lstrip("-")
+        assert done.returncode == 1 and f"{field}: must be" in done.stderr, done.stderr
+        assert "unexpected" not in done.stderr
 
 
 async def test_operators_list_and_lift_suppressions(rig, tenant, sink, worker_env):

@@ -7,6 +7,7 @@ import pytest
 from sqlalchemy import text
 
 from postrelay.core.errors import ValidationError
+from postrelay.orchestrator import email_story
 from postrelay.orchestrator.feedback import (
     Feedback,
     SuppressionPolicy,
@@ -397,3 +398,22 @@ def test_microsoft_rate_limit_bounces_and_delay_warnings_leave_the_address(engin
         ("bounced", "5.2.121"), ("bounced", "5.2.122"), ("delayed", "4.4.7"),
         ("delayed", "4.4.7"), ("delayed", "4.4.7")]
     assert look.suppressed(tenant) == {}
+
+
+def test_a_batchs_reports_read_back_in_the_order_they_were_recorded(engine, tenant):
+    """A SendGrid batch (or a group commit of the inbound receiver) is one transaction: its
+    reports shared one received time, and the story showed a bounce before the delay that
+    came before it about half the time (the tie went to the feedback rows' random ids)."""
+    stories = []
+    for i in range(20):
+        recipient = f"a{i}@example.com"
+        with engine.begin() as conn:
+            sent = insert_log(conn, tenant_id=tenant, recipients=(recipient,))
+            record_many(conn, [
+                Feedback(kind=kind, source="sendgrid", recipient=recipient, status=status,
+                         source_event_id=f"{kind}-{i}", message_id=sent["message_id"])
+                for kind, status in (("delayed", "4.4.1"), ("bounced", "5.1.1"),
+                                     ("delivered", None))])
+        with engine.connect() as conn:
+            stories.append([f["kind"] for f in email_story(conn, sent["id"])["feedback"]])
+    assert all(story == ["delayed", "bounced", "delivered"] for story in stories), stories

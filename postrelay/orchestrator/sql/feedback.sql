@@ -77,12 +77,15 @@ FROM (SELECT DISTINCT hashtext(key) AS key FROM unnest(CAST(:keys AS text[])) AS
 -- A report with `unless_suppressed_in` (an unsubscribe through a signed link, which every
 -- mail of the category repeats) is also left out while the address is suppressed in that
 -- category: a second click changes nothing, and a click after a lift unsubscribes again.
+-- `received_at` is each row's own time, not the transaction's, so that a batch's reports
+-- (a delay, then a bounce) read back in the order they were recorded: a volatile function
+-- in the select list is evaluated after the sort, row by row.
 INSERT INTO mdm.aa_email_feedback (tenant_id, email_log_id, matched_by, recipient, kind,
                                    status, diagnostic, source, source_event_id, dedupe_key,
-                                   detail, occurred_at)
+                                   detail, occurred_at, received_at)
 SELECT w.tenant_id, w.email_log_id, w.matched_by, w.recipient, w.kind, w.status,
        w.diagnostic, w.source, w.source_event_id, w.dedupe_key, w.detail,
-       w.occurred_at
+       w.occurred_at, clock_timestamp()
 FROM (SELECT r.*, e.n
       FROM unnest(ARRAY(SELECT jsonb_array_elements(CAST(:rows AS jsonb))))
            WITH ORDINALITY AS e(doc, n),

@@ -38,6 +38,7 @@ from postrelay.orchestrator.addresses import check_header_value, parse_addresses
 from postrelay.orchestrator.message import envelope_recipients
 
 EMAIL_KIND = "email_send"
+MAX_CATEGORY_CHARS = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,14 +178,25 @@ def _checked_payload(message: EmailJob) -> dict[str, Any]:
         parse_addresses(list(getattr(message, name)), field=name)
     if message.sender is not None:
         parse_addresses([message.sender], field="from")
-    if message.category is not None:
-        check_header_value(message.category, field="category")
+    check_category(message.category)
     check_unsubscribe(message.unsubscribe, message.category)
     if message.unsubscribe:
         check_bulk_recipients(envelope_recipients(
             *(parse_addresses(list(getattr(message, name)), field=name)
               for name in ("to", "cc", "bcc"))))
     return message.to_payload()
+
+
+def check_category(category: object) -> None:
+    """A category is a name: bulk mail's unsubscribe link carries it in a header, and the
+    suppression list keys on it. A longer one made the link too long for a header line."""
+    if category is None:
+        return
+    if not isinstance(category, str):
+        raise ValidationError("category", "must be a string")
+    check_header_value(category, field="category")
+    if len(category) > MAX_CATEGORY_CHARS:
+        raise ValidationError("category", f"at most {MAX_CATEGORY_CHARS} characters")
 
 
 def check_unsubscribe(unsubscribe: object, category: object) -> None:

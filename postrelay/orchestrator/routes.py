@@ -31,7 +31,7 @@ from typing import Any
 from uuid import UUID
 
 from postrelay.core.errors import ValidationError
-from postrelay.orchestrator.job import EMAIL_KIND, EmailJob, check_unsubscribe
+from postrelay.orchestrator.job import EMAIL_KIND, EmailJob, check_category, check_unsubscribe
 from postrelay.relay import Event, JobRequest, Route, RouteRegistry, default_routes
 
 Recipients = str | Sequence[str] | Callable[[Event], str | Sequence[str] | None] | None
@@ -63,6 +63,7 @@ def email_route(
         raise ValidationError("template", "an email route needs a template name")
     if to is None:
         raise ValidationError("to", "an email route needs recipients")
+    check_category(category)
     check_unsubscribe(unsubscribe, category)
     for field, given in (("cc", cc), ("bcc", bcc)):
         if unsubscribe and given is not None:

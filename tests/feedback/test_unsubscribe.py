@@ -12,7 +12,7 @@ from urllib.parse import urljoin
 import httpx
 import pytest
 
-from postrelay.core.errors import ValidationError
+from postrelay.core.errors import ConfigError, ValidationError
 from postrelay.core.settings import load_settings
 from postrelay.orchestrator import UnsubscribeLinks
 from postrelay.orchestrator.feedback.unsubscribe import UnsubscribeTokenError
@@ -66,6 +66,39 @@ def test_the_public_url_is_https_or_loopback():
     UnsubscribeLinks("http://localhost:8000", SECRET)
     with pytest.raises(ValidationError, match="public_url"):
         UnsubscribeLinks("http://mail.acme.example", SECRET)
+
+
+@pytest.mark.parametrize("url", ["https://post.bücher.example", "https://mail.acme.example/a b"])
+def test_a_public_url_no_header_can_hold_as_it_is_is_refused(url, monkeypatch):
+    """RFC 2369 puts the link in List-Unsubscribe as it is. A host in Unicode was written
+    as RFC 2047 encoded-words (no link a reader can take out of its brackets), a blank
+    breaks the link at the fold; both were taken, and the mail went out `sent`."""
+    with pytest.raises(ValidationError, match="public_url: must be ASCII without blanks"):
+        UnsubscribeLinks(url, SECRET)
+    UnsubscribeLinks("https://post.xn--bcher-kva.example", SECRET)
+    monkeypatch.setenv("POSTRELAY_PUBLIC_URL", url)
+    monkeypatch.setenv("POSTRELAY_FEEDBACK_SECRET", SECRET.decode())
+    with pytest.raises(ConfigError, match="POSTRELAY_PUBLIC_URL: must be ASCII"):
+        UnsubscribeLinks.from_settings(load_settings())
+
+
+def test_a_category_is_a_name_of_at_most_100_characters(engine, tenant):
+    """The category rides in the unsubscribe link, and a long one made the header too long
+    for a line: it went out as RFC 2047 words, no link at all. It is also the suppression
+    list's key."""
+    from postrelay.orchestrator import EmailJob, email_route, enqueue_email
+    from postrelay.relay import RouteRegistry
+
+    with pytest.raises(ValidationError, match="category: at most 100 characters"):
+        email_route("x", template="t", to="a@example.com", category="n" * 101,
+                    unsubscribe=True, routes=RouteRegistry())
+    with pytest.raises(ValidationError, match="category: at most 100 characters"), \
+            engine.begin() as conn:
+        enqueue_email(conn, EmailJob(template="t", to=("a@example.com",), category="n" * 101),
+                      tenant_id=tenant)
+    with engine.begin() as conn:
+        enqueue_email(conn, EmailJob(template="t", to=("a@example.com",), category="n" * 100,
+                                     unsubscribe=True), tenant_id=tenant)
 
 
 def form_target(page: str, url: str) -> str:

@@ -41,6 +41,11 @@ class UnsubscribeLinks:
     def __init__(self, public_url: str, secret: bytes, mailto_domain: str | None = None,
                  previous: bytes | None = None) -> None:
         url = public_url.rstrip("/")
+        if not url.isascii() or any(c.isspace() for c in url):
+            # RFC 2369 puts the link in the header as it is: one a reader cannot take out
+            # of its angle brackets (RFC 2047 words, a blank) is no link.
+            raise ValidationError("public_url", "must be ASCII without blanks (an "
+                                                "internationalized host in its xn-- form)")
         parts = urlsplit(url)
         if parts.scheme != "https" and not (parts.scheme == "http"
                                              and _loopback(parts.hostname or "")):

@@ -86,6 +86,19 @@ async def test_without_a_window_the_email_log_is_kept(engine, async_engine, tena
 AUDITS = ("aa_job_audit", "aa_cron_audit", "aa_flow_audit", "aa_email_suppression_audit")
 
 
+async def _audit_cleanup(settings: Settings) -> None:
+    """The `audit` target run as a worker builds it from the settings: the queue's audits
+    and the suppression audit, under POSTRELAY_AUDIT_RETENTION_DAYS."""
+    process = build_worker(settings, Database(url=sqlalchemy_url(settings.database_url)),
+                           registry=Registry(), maintenance=False)
+    cleanup = process.worker.registry.get("cleanup_jobs")
+    assert cleanup is not None
+    try:
+        await cleanup.fn(_cleanup_job(AUDIT_TARGET))
+    finally:
+        await process.worker.engine.dispose()
+
+
 async def test_audit_rows_older_than_the_window_go_from_every_audit(database_url, engine,
                                                                     tenant):
     now = utcnow()
@@ -107,17 +120,7 @@ async def test_audit_rows_older_than_the_window_go_from_every_audit(database_url
                 "INSERT INTO mdm.aa_email_suppression_audit (tenant_id, address, action, actor,"
                 " detail, created_at) SELECT :t, 'a' || g || '@example.com', 'unsuppress',"
                 " 'test', '[]', :at FROM generate_series(1, :n) g"), at)
-    # The target as a worker builds it from the settings: the queue's audits and the
-    # suppression audit, under POSTRELAY_AUDIT_RETENTION_DAYS.
-    process = build_worker(Settings(database_url=database_url, audit_retention_days=90),
-                           Database(url=sqlalchemy_url(database_url)), registry=Registry(),
-                           maintenance=False)
-    cleanup = process.worker.registry.get("cleanup_jobs")
-    assert cleanup is not None
-    try:
-        await cleanup.fn(_cleanup_job(AUDIT_TARGET))
-    finally:
-        await process.worker.engine.dispose()
+    await _audit_cleanup(Settings(database_url=database_url, audit_retention_days=90))
     with engine.connect() as conn:
         left = [conn.execute(text(
             f"SELECT count(*), bool_and(created_at > now() - interval '2 days') FROM mdm.{t}"
@@ -140,16 +143,8 @@ async def test_a_lifts_audit_row_outlives_a_shorter_audit_window_for_the_soft_bo
                 "INSERT INTO mdm.aa_email_suppression_audit (tenant_id, address, action, actor,"
                 " detail, created_at) VALUES (:t, 'ann@example.com', 'unsuppress', 'test',"
                 " '{\"lifted\": [{\"category\": \"\"}]}', :at)"), at)
-    settings = Settings(database_url=database_url, audit_retention_days=1,
-                        email_soft_bounce_window_days=7)
-    process = build_worker(settings, Database(url=sqlalchemy_url(database_url)),
-                           registry=Registry(), maintenance=False)
-    cleanup = process.worker.registry.get("cleanup_jobs")
-    assert cleanup is not None
-    try:
-        await cleanup.fn(_cleanup_job(AUDIT_TARGET))
-    finally:
-        await process.worker.engine.dispose()
+    await _audit_cleanup(Settings(database_url=database_url, audit_retention_days=1,
+                                  email_soft_bounce_window_days=7))
     with engine.connect() as conn:
         left = [conn.execute(text(
             f"SELECT count(*), bool_and(created_at > now() - interval '4 days') FROM mdm.{t}"

@@ -292,11 +292,18 @@ def _part(msg: Message, types: Iterable[str]) -> Message | None:
 
 
 def _blocks(part: Message) -> list[Message]:
-    """The header blocks of a delivery-status or feedback-report part."""
+    """The header blocks of a delivery-status or feedback-report part. email reads only
+    message/delivery-status as blocks: an RFC 6533 message/global-delivery-status it reads
+    as one message, the first block its headers and the others its body."""
     payload = part.get_payload()
     if isinstance(payload, list):
-        return [p for p in payload if isinstance(p, Message)]
-    text = payload if isinstance(payload, str) else ""
+        blocks = [p for p in payload if isinstance(p, Message)]
+        rest = blocks[0].get_payload() if len(blocks) == 1 else None
+        return [blocks[0], *_blocks_of(rest)] if isinstance(rest, str) else blocks
+    return _blocks_of(payload if isinstance(payload, str) else "")
+
+
+def _blocks_of(text: str) -> list[Message]:
     return [email.message_from_string(block.strip() + "\n", policy=READ_POLICY)
             for block in BLANK_TEXT_LINE.split(text) if block.strip()]
 

@@ -122,6 +122,9 @@ def test_get_shows_a_button_post_unsubscribes_once_and_bad_tokens_write_nothing(
     with httpx.Client(base_url=served, timeout=30) as client:
         page = client.get(f"/u/{token}")
         assert page.status_code == 200 and "<form method=\"post\"" in page.text
+        # A link checker's HEAD (RFC 9110: a server supports GET and HEAD) was 405.
+        head = client.head(f"/u/{token}")
+        assert (head.status_code, head.content) == (200, b"")
         # Its button posts back to the link as opened, also where a proxy serves the API
         # under a path (POSTRELAY_PUBLIC_URL=https://acme.example/mail).
         opened = f"https://acme.example/mail/u/{token}"

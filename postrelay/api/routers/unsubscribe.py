@@ -31,7 +31,8 @@ PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8">
 <body><main><h1>{title}</h1><p>{text}</p>{form}</main></body></html>"""
 
 
-@router.get("/u/{token}")
+# HEAD too (RFC 9110 9.1: a server supports GET and HEAD): link checkers ask with it.
+@router.api_route("/u/{token}", methods=["GET", "HEAD"])
 def unsubscribe_page(request: Request, token: str) -> HTMLResponse:
     """A confirmation page; unsubscribes nobody by itself."""
     verified = _verified(request, token)

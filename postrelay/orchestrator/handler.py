@@ -126,6 +126,7 @@ class EmailSender:
         self.message_id_domain = message_id_domain
         self.return_path = return_path
         self.unsubscribe = unsubscribe
+        self._warned_unlinked: set[str] = set()  # bulk templates sent without links, told once
         self._tenants: dict[UUID, tuple[str, float]] = {}  # id -> (name, valid until)
         self._tenant_lookups: dict[UUID, asyncio.Task[str]] = {}  # in flight
 
@@ -319,6 +320,12 @@ class EmailSender:
         route marks it): the link names the tenant, the message's one recipient and the
         category (the route's, else the template's name)."""
         bulk = rendered.unsubscribe or spec.unsubscribe
+        if bulk and self.unsubscribe is None and spec.template not in self._warned_unlinked:
+            # Gmail and Yahoo require the link of bulk senders: the operator should know.
+            self._warned_unlinked.add(spec.template)
+            log_event("postrelay.email.bulk_without_unsubscribe_link", logging.WARNING,
+                      template=spec.template, reason="POSTRELAY_PUBLIC_URL or "
+                      "POSTRELAY_FEEDBACK_SECRET is unset")
         if not bulk or self.unsubscribe is None or not to:
             return None
         return self.unsubscribe.headers(job.tenant_id, to[0].addr_spec,

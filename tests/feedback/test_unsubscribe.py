@@ -314,3 +314,19 @@ def test_a_link_of_a_deleted_tenant_answers_and_is_kept(served, gone_tenant, loo
                                     for r in look.feedback()]
     assert (kind, tenant_id, detail["tenant_gone"]) == ("unsubscribe", None, str(gone_tenant))
     assert look.events() == []
+
+
+async def test_bulk_mail_sent_without_links_is_told_to_the_operator_once(
+        rig, tenant, sink, templates_dir, caplog):
+    """Without POSTRELAY_PUBLIC_URL (or the secret) bulk mail goes out without the
+    one-click link Gmail and Yahoo require of bulk senders; it went out `sent` in silence."""
+    write_template(templates_dir, "digest", "Your digest", "News.\n",
+                   toml="unsubscribe = true\n")
+    jobs = [rig.enqueue(tenant, to=[f"r{i}@example.com"], template="digest") for i in range(2)]
+    await rig.start()
+    await rig.settle(*jobs)
+    assert [m.message["List-Unsubscribe"] for m in sink.handler.received] == [None, None]
+    assert [r["status"] for job in jobs for r in rig.log(job)] == ["sent", "sent"]
+    warned = [r for r in caplog.records
+              if "postrelay.email.bulk_without_unsubscribe_link" in r.getMessage()]
+    assert len(warned) == 1 and "template=digest" in warned[0].getMessage()

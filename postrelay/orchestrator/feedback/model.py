@@ -162,9 +162,9 @@ def suppresses(kind: str, status: str | None) -> bool:
 def status_code(value: str | None, diagnostic: str | None) -> str | None:
     """A report's status code (a DSN's Status field, a provider's status); when it is only
     a class (x.0.0) and the diagnostic names a more specific one, that one. Exim, Microsoft
-    and Amazon SES write 5.0.0 beside "550 5.1.1"; Exim
-    also beside the "451 4.2.0" of a message that expired after temporary failures, which
-    Postfix reports as 4.2.0: a soft bounce either way."""
+    and Amazon SES write 5.0.0 beside "550 5.1.1"; Exim also beside the "451 4.2.0" of a
+    message that expired after temporary failures, which Postfix reports as 4.2.0: a soft
+    bounce either way."""
     given = ENHANCED.search(value or "")
     said = ENHANCED.search(diagnostic or "")
     if given and said and given.group(2, 3) == ("0", "0") and said.group(2, 3) != ("0", "0"):

@@ -155,10 +155,9 @@ def _expired(block: Message, status: str | None, diagnostic: str | None,
     an expired envelope as `delayed`, 4.4.7, "Envelope expired", and nullmailer reports
     only what it gave up on. Microsoft's and Oracle's delay warnings give 4.4.7 too, with a
     Will-Retry-Until or words of their own: the MTA is still trying."""
-    if _from_nullmailer(msg):
-        return True
-    return status is not None and status.endswith(".4.7") and \
+    gave_up = status is not None and status.endswith(".4.7") and \
         block.get("will-retry-until") is None and "expired" in (diagnostic or "").lower()
+    return gave_up or _from_nullmailer(msg)
 
 
 def _from_nullmailer(msg: Message) -> bool:

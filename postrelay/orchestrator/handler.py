@@ -156,7 +156,8 @@ class EmailSender:
             rendered = self.templates.render(spec.template, spec.context,
                                              tenant_keys=tenant_keys)
             log.update(template_version=rendered.version, subject=rendered.subject)
-            if rendered.unsubscribe or spec.unsubscribe:
+            bulk = rendered.unsubscribe or spec.unsubscribe
+            if bulk:
                 check_bulk_recipients(recipients)
                 if not spec.category:
                     # Bulk mail's category is what its unsubscribe link names: the
@@ -164,7 +165,7 @@ class EmailSender:
                     log.update(category=spec.template)
             message = build_message(rendered=rendered, sender=sender, to=to, cc=cc,
                                     reply_to=reply_to, message_id=log.row["message_id"],
-                                    headers=self._list_headers(job, spec, rendered, to))
+                                    headers=self._list_headers(job, spec, bulk, to))
             data = message.as_bytes()
             # Never hand a server a header line it must refuse: its refusal would be
             # recorded as the recipient's (`bounced`), when the input was at fault.
@@ -191,7 +192,6 @@ class EmailSender:
         # A category's unsubscribes stop the bulk mail of that category: transactional mail
         # (a password reset in the same category, say) carries no link, and stops only for
         # the suppressions of every category (bounces, complaints).
-        bulk = rendered.unsubscribe or spec.unsubscribe
         suppressed = check.suppressed(log.row["category"] if bulk else None)
         results = {r: {"status": "suppressed"} for r in recipients if r in suppressed}
         live = [r for r in recipients if r not in suppressed]
@@ -314,12 +314,11 @@ class EmailSender:
                 parse_addresses(list(spec.bcc), field="bcc"),
                 parse_addresses(list(spec.reply_to), field="reply_to"))
 
-    def _list_headers(self, job: Job, spec: EmailJob, rendered: Any,
+    def _list_headers(self, job: Job, spec: EmailJob, bulk: bool,
                       to: Sequence[Address]) -> dict[str, str] | None:
         """RFC 8058 one-click unsubscribe for bulk mail (the template's template.toml or the
         route marks it): the link names the tenant, the message's one recipient and the
         category (the route's, else the template's name)."""
-        bulk = rendered.unsubscribe or spec.unsubscribe
         if bulk and self.unsubscribe is None and spec.template not in self._warned_unlinked:
             # Gmail and Yahoo require the link of bulk senders: the operator should know.
             self._warned_unlinked.add(spec.template)

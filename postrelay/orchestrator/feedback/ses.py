@@ -14,14 +14,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from postrelay.core.errors import ValidationError
-from postrelay.orchestrator.feedback.model import (
-    Feedback,
-    bounce_kind,
-    status_code,
-    suppresses,
-)
+from postrelay.orchestrator.feedback.model import Feedback, bounce_kind, status_code
 from postrelay.orchestrator.feedback.parse import ARF_COMPLAINTS, MESSAGE_ID
-from postrelay.orchestrator.feedback.webhook import field, iso_time, obj, short, status_of
+from postrelay.orchestrator.feedback.webhook import field, iso_time, obj, short
 
 # Bounce subtypes about this message, not the address, whichever type SES gives them (its
 # guide lists them as Transient): a bounce of the message, given the code it stands for, that
@@ -72,10 +67,8 @@ def _bounce(bounce: Mapping[str, Any], keys: dict[str, Any]) -> list[Feedback]:
         diagnostic = field(rcpt, "diagnosticCode", str, rwhere, required=False)
         given = field(rcpt, "status", str, rwhere, required=False)
         status = status_code(given, diagnostic)
-        if subtype in MESSAGE_SUBTYPES:
-            kind = "bounced"
-            if status is None or suppresses(kind, status) or not status.startswith("5."):
-                status = MESSAGE_SUBTYPES[subtype]
+        if subtype in MESSAGE_SUBTYPES:  # the code given stays in `detail`
+            kind, status = "bounced", MESSAGE_SUBTYPES[subtype]
         elif bounce_type == "Permanent":
             if status is not None and status.endswith(".0.0"):
                 status = None
@@ -141,7 +134,7 @@ def _delay(delay: Mapping[str, Any], keys: dict[str, Any], event_id: str) -> lis
         diagnostic = field(rcpt, "diagnosticCode", str, rwhere, required=False)
         reports.append(Feedback(
             kind="delayed", source="ses", recipient=field(rcpt, "emailAddress", str, rwhere),
-            status=status_of(field(rcpt, "status", str, rwhere, required=False), diagnostic),
+            status=status_code(field(rcpt, "status", str, rwhere, required=False), diagnostic),
             diagnostic=short(diagnostic), source_event_id=event_id, occurred_at=at,
             detail=_detail(delay_type=short(delay.get("delayType"))), **keys))
     return reports

@@ -16,10 +16,14 @@ from typing import Any
 from sqlalchemy import Engine
 
 from postrelay.core.errors import PostrelayError, ValidationError
-from postrelay.orchestrator.feedback.model import Feedback, Recorded, SuppressionPolicy
+from postrelay.orchestrator.feedback.model import (
+    ENHANCED,
+    Feedback,
+    Recorded,
+    SuppressionPolicy,
+)
 from postrelay.orchestrator.feedback.record import record_many
 
-ENHANCED = re.compile(r"\b([245]\.\d{1,3}\.\d{1,3})\b")
 _FRACTION = re.compile(r"(\.\d{6})\d+")
 DETAIL_CHARS = 2000
 
@@ -78,7 +82,7 @@ def status_of(*texts: str | None) -> str | None:
         if text:
             found = ENHANCED.search(text)
             if found:
-                return found.group(1)
+                return found.group(0)
     return None
 
 

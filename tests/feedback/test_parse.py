@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from postrelay.orchestrator.feedback.parse import parse_mail
-from tests.feedback.conftest import MAIL, bounce_mail
+from tests.feedback.conftest import BOUNCE_DOMAIN, MAIL, bounce_mail
 
 MID = "<0b7c6a52-8f7e-4d1a-9a0b-2b1f3c4d5e6f@mail.acme.example>"
 ANN = "ann@example.com"
@@ -62,6 +62,41 @@ def test_a_redacted_complaint_leaves_the_recipient_to_the_match(return_path):
 def test_an_out_of_office_reply_is_an_auto_reply(return_path):
     log_id = uuid.uuid4()
     (report,) = parse_mail(bounce_mail("out_of_office.eml", verp=return_path.address(log_id),
+                                       message_id=MID), return_path=return_path)
+    assert (report.kind, report.recipient, report.log_id) == ("auto-reply", ANN, log_id)
+
+
+
+def test_a_complaint_naming_two_recipients_is_a_complaint_about_each(return_path):
+    """Original-Rcpt-To may come more than once (RFC 5965 3.2): only the first was taken,
+    so which address a complaint suppressed depended on the order of the fields."""
+    raw = bounce_mail("yahoo_arf.eml", verp="-", message_id=MID).replace(
+        b"Original-Rcpt-To: ann@example.com\r\n",
+        b"Original-Rcpt-To: bob@example.com\r\nOriginal-Rcpt-To: ann@example.com\r\n")
+    reports = parse_mail(raw, return_path=return_path)
+    assert [(r.kind, r.recipient) for r in reports] == [
+        ("complaint", "bob@example.com"), ("complaint", ANN)]
+
+def test_a_jmrp_complaint_in_microsofts_own_format_is_a_complaint(return_path):
+    """Not ARF: the reported message attached whole, its recipient in the header
+    Outlook.com adds; sent to the address registered with JMRP, so the attached
+    Return-Path carries the token."""
+    log_id = uuid.uuid4()
+    (report,) = parse_mail(bounce_mail("jmrp_attached.eml", verp=return_path.address(log_id),
+                                       message_id=MID), envelope_to=[f"fbl@{BOUNCE_DOMAIN}"],
+                           return_path=return_path)
+    assert (report.kind, report.recipient, report.log_id, report.message_id) == (
+        "complaint", "ann@hotmail.com", log_id, MID)
+    assert report.detail["format"] == "jmrp"
+
+@pytest.mark.parametrize("name", ["ooo_exchange_signature.eml", "vacation_sieve_colleague.eml",
+                                  "ooo_quoting_original.eml"])
+def test_an_address_in_an_out_of_office_text_is_no_failed_recipient(return_path, name):
+    """A signature (`Ann Example, Head of Procurement, ann@…, +44…`), a colleague named
+    between commas, a quoted original's To line: flufl.bounce's LLNL detector took each
+    for a permanent failure, and the address was suppressed."""
+    log_id = uuid.uuid4()
+    (report,) = parse_mail(bounce_mail(name, verp=return_path.address(log_id),
                                        message_id=MID), return_path=return_path)
     assert (report.kind, report.recipient, report.log_id) == ("auto-reply", ANN, log_id)
 

@@ -17,26 +17,43 @@ from __future__ import annotations
 import re
 from email.message import Message
 
-from flufl.bounce import all_failures
+from flufl.bounce import BounceDetector
+from flufl.bounce._scan import _DETECTORS
 
 DMA_FAILED = re.compile(r"^There was an error delivering your mail to <([^<>\s]+)>\.", re.M)
 DMA_GAVE_UP = re.compile(r"^Could not deliver for the last \d+ seconds\. Giving up\.", re.M)
 
 Failures = tuple[frozenset[bytes], frozenset[bytes]]
 
+# flufl.bounce's detectors in its order, but for its last resort, LLNL (one site's custom
+# Sendmail of the 1990s), which takes any line holding `, someone@example.com,` for a
+# permanent failure: an out-of-office's signature or the colleague it names, and the
+# address was suppressed. flufl.bounce offers no public list of its detectors.
+DETECTORS: tuple[type[BounceDetector], ...] = tuple(
+    d for d in _DETECTORS if d.__name__ != "LLNL")
+
 
 def flufl_failures(msg: Message) -> Failures:
-    """flufl.bounce's detectors. Its Yale detector (6.0.0) fails on a single-part message
-    without a From (an IndexError, logged with its traceback, and no detector after it
-    runs); they all read the null address as no From, so such a message is shown them
-    with one, and given back as it came."""
+    """flufl.bounce's detectors but LLNL (DETECTORS). Its Yale detector (6.0.0) fails on
+    a single-part message without a From (an IndexError, and no detector after it runs);
+    they all read the null address as no From, so such a message is shown them with one,
+    and given back as it came."""
     if "from" in msg or msg.is_multipart():
-        return all_failures(msg)
+        return _first_failures(msg)
     msg["From"] = "<>"
     try:
-        return all_failures(msg)
+        return _first_failures(msg)
     finally:
         del msg["From"]
+
+
+def _first_failures(msg: Message) -> Failures:
+    """What the first of DETECTORS that finds any failure finds, as flufl's all_failures."""
+    for detector in DETECTORS:
+        temporary, permanent = detector().process(msg)
+        if temporary or permanent:
+            return frozenset(temporary), frozenset(permanent)
+    return frozenset(), frozenset()
 
 
 def other_failures(text: str) -> Failures:

@@ -37,6 +37,7 @@ ACTIONS = {"delivered": "delivered", "relayed": "delivered", "expanded": "delive
            "delayed": "delayed"}
 # Where a receiving MTA or a fetcher writes the envelope recipient.
 ENVELOPE_HEADERS = ("delivered-to", "x-original-to", "envelope-to", "x-envelope-to", "to")
+JMRP_RECIPIENT = "x-hmxmroriginalrecipient"
 VACATION_HEADERS = ("x-autoreply", "x-autorespond", "x-autoresponder")
 DETAIL_CHARS = 2000
 NULLMAILER_NOTICE = "This is the nullmailer delivery system."
@@ -83,11 +84,13 @@ def _reports(msg: Message, source: str, event_id: str, envelope_to: Sequence[str
                 _unparsed(msg, source, event_id, envelope_to, return_path,
                           "a delivery-status report without a recipient block", keys)]
     if report_type == "feedback-report":
-        return [_arf(msg, source, event_id, keys)]
+        return _arf(msg, source, event_id, keys)
     if msg.get_content_type() == "multipart/report":
         return [_unparsed(msg, source, event_id, envelope_to, return_path,
                           f"report-type {report_type or '(none)'} is not one postrelay reads",
                           keys)]
+    if msg.is_multipart() and (complaint := _jmrp(msg, source, event_id, keys)) is not None:
+        return [complaint]
     # OpenSMTPD sends its DSN as multipart/mixed: its delivery-status part still says
     # which recipients failed and which are only delayed, which no text heuristic knows.
     found = _dsn(msg, source, event_id, keys) if msg.is_multipart() else []
@@ -166,7 +169,7 @@ def _from_nullmailer(msg: Message) -> bool:
     return NULLMAILER_NOTICE in _body_text(_without_original(msg))
 
 
-def _arf(msg: Message, source: str, event_id: str, keys: _Keys) -> Feedback:
+def _arf(msg: Message, source: str, event_id: str, keys: _Keys) -> list[Feedback]:
     report = _part(msg, ("message/feedback-report",))
     fields = _blocks(report)[0] if report is not None and _blocks(report) else Message()
     feedback_type = (fields.get("feedback-type") or "").strip().lower()
@@ -174,16 +177,31 @@ def _arf(msg: Message, source: str, event_id: str, keys: _Keys) -> Feedback:
     keys.take_original(original)
     if keys.log_id is None and fields.get("original-mail-from"):
         keys.take_verp(_typed_address(fields.get("original-mail-from")) or "")
-    recipient = (_typed_address(fields.get("original-rcpt-to"))
-                 or _typed_address(fields.get("removal-recipient")))
+    # Original-Rcpt-To may come more than once (RFC 5965 3.2): a report for each.
+    recipients = [_typed_address(a) for a in fields.get_all("original-rcpt-to", [])] or \
+        [_typed_address(fields.get("removal-recipient"))]
     # Not the original's To: receivers redact it (Microsoft's JMRP) or it names a list. A
     # report without a recipient is matched to a message with one, which names it.
     kind = "complaint" if feedback_type in ARF_COMPLAINTS else "unparsed"
-    return keys.feedback(kind, source, event_id, recipient=recipient, detail={
-        "format": "arf", "feedback_type": feedback_type or None,
-        "user_agent": _short(fields.get("user-agent")),
-        "source_ip": _short(fields.get("source-ip")),
-        "original_headers": _headers(original)})
+    detail = {"format": "arf", "feedback_type": feedback_type or None,
+              "user_agent": _short(fields.get("user-agent")),
+              "source_ip": _short(fields.get("source-ip")),
+              "original_headers": _headers(original)}
+    return [keys.feedback(kind, source, event_id, recipient=recipient, detail=detail)
+            for recipient in dict.fromkeys(recipients)]
+
+
+def _jmrp(msg: Message, source: str, event_id: str, keys: _Keys) -> Feedback | None:
+    """A complaint of Microsoft's JMRP in its own format (the one it offers first): not an
+    ARF report but the reported message attached whole, its recipient in the header
+    Outlook.com adds to it."""
+    original = _original(msg)
+    if original is None or JMRP_RECIPIENT not in original:
+        return None
+    keys.take_original(original)
+    return keys.feedback("complaint", source, event_id,
+                         recipient=_from_header(original.get(JMRP_RECIPIENT)),
+                         detail={"format": "jmrp", "original_headers": _headers(original)})
 
 
 def _non_standard(msg: Message, source: str, event_id: str, keys: _Keys) -> list[Feedback]:

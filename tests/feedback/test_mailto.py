@@ -15,6 +15,7 @@ import pytest
 from postrelay.orchestrator import UnsubscribeLinks
 from postrelay.orchestrator.feedback import SuppressionPolicy
 from postrelay.orchestrator.feedback.inbound import InboundConfig, InboundServer
+from postrelay.orchestrator.feedback.ingest import read_mail
 from postrelay.orchestrator.feedback.mailto import mailto_unsubscribe
 from tests.feedback.conftest import BOUNCE_DOMAIN, SECRET, await_inbox_empty
 from tests.feedback.test_inbound import deliver, free_port
@@ -157,3 +158,19 @@ def test_a_mailto_named_in_the_envelope_alone_is_read():
     assert mailto_unsubscribe(raw, [], LINKS) is None
     found = mailto_unsubscribe(raw, [f"<Unsubscribe@{BOUNCE_DOMAIN}>"], LINKS)
     assert found is not None and (found.tenant_id, found.category) == (tenant, "news")
+
+
+def test_a_broken_encoded_word_in_the_subject_is_read_as_it_is():
+    """`=?UTF-8?B?dW5zd?=` (its base64 cut short) made email's decoder raise, and the
+    message was lost: `postrelay feedback ingest` stopped at it, and the inbox's batch
+    failed. The subject is read as it came; a token after the broken word still counts."""
+    tenant = uuid.uuid4()
+    token = LINKS.token(tenant, ANN, "news")
+    to = f"unsubscribe@{BOUNCE_DOMAIN}"
+    broken = unsubscribe_mail(to, f"=?UTF-8?B?dW5zd?= {token}")
+    found = mailto_unsubscribe(broken, [], LINKS)
+    assert found is not None and (found.tenant_id, found.category) == (tenant, "news")
+    alone = unsubscribe_mail(to, "=?UTF-8?B?dW5zd?=")
+    assert mailto_unsubscribe(alone, [], LINKS) is None
+    (report,) = read_mail(alone, return_path=None, unsubscribe=LINKS)
+    assert report.kind == "unparsed"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import email
 import email.policy
 from collections.abc import Sequence
+from email.errors import HeaderParseError
 from email.header import decode_header, make_header
 from email.utils import getaddresses
 
@@ -46,7 +47,8 @@ def mailto_unsubscribe(raw: bytes, envelope_to: Sequence[str],
         return None
     try:
         subject = str(make_header(decode_header(msg.get("subject") or "")))
-    except (LookupError, UnicodeDecodeError, ValueError):
+    # A broken encoded word (`=?UTF-8?B?dW5zd?=`, which anyone may send) is read as it is.
+    except (LookupError, UnicodeDecodeError, ValueError, HeaderParseError):
         subject = str(msg.get("subject") or "")
     for word in reversed(subject.split()):
         try:

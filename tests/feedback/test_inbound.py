@@ -155,6 +155,11 @@ async def test_starttls_is_offered_and_a_bounce_arrives_over_it(
             assert smtp.get_transport_info("sslcontext") is not None
             await smtp.ehlo()
             assert not smtp.supports_extension("starttls")  # offered once, before TLS
+            assert (await smtp.execute_command(b"STARTTLS")).code == 503  # RFC 3207 4.2
+            # No AUTH, which aiosmtpd offered here with nothing to check a login against.
+            assert not smtp.supports_extension("auth")
+            assert (await smtp.execute_command(b"AUTH", b"PLAIN", b"AGFubgBzZWNyZXQ=")).code \
+                == 502
             await smtp.sendmail("", [verp], bounce_mail(
                 "postfix_bounce.eml", verp=verp, message_id=sent["message_id"]))
         finally:

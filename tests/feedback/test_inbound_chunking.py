@@ -147,3 +147,56 @@ async def test_a_client_gone_mid_chunk_leaves_nothing_and_the_next_is_served(
     finally:
         again.close()
     assert stored == [b"whol"]
+
+
+async def test_a_bdat_refused_before_mail_leaves_the_next_transaction_alone(
+        inbound, return_path, stored):
+    """The refusal stayed with aiosmtpd's Envelope, which MAIL reuses: the message of the
+    transaction that MAIL started got 503, which an MTA takes as final."""
+    verp = return_path.address(uuid.uuid4()).encode()
+    client = await Client.open(inbound.config.port)
+    try:
+        client.writer.write(b"BDAT 3\r\nabc")
+        assert (await client.replies(1))[0].startswith(b"503 5.5.1")
+        client.writer.write(b"MAIL FROM:<>\r\nRCPT TO:<%s>\r\nBDAT 5 LAST\r\nhello" % verp)
+        assert [r[:3] for r in await client.replies(3)] == [b"250"] * 3
+    finally:
+        client.close()
+    assert stored == [b"hello"]
+
+
+async def test_a_bare_bdat_is_a_syntax_error(inbound):
+    client = await Client.open(inbound.config.port)
+    try:
+        client.writer.write(b"BDAT\r\n")
+        assert (await client.line()).startswith(b"501 5.5.4")  # not a Python exception
+    finally:
+        client.close()
+
+
+async def test_replies_held_for_pipelining_go_while_a_chunk_is_still_arriving(
+        inbound, return_path, stored):
+    """RFC 2920 3.2: held replies go once the input is used up; they waited for the rest
+    of the chunk."""
+    verp = return_path.address(uuid.uuid4()).encode()
+    body = b"Subject: slow\r\n\r\n" + b"x" * 22
+    client = await Client.open(inbound.config.port)
+    try:
+        client.writer.write(b"MAIL FROM:<>\r\nRCPT TO:<%s>\r\nBDAT %d LAST\r\n%s"
+                            % (verp, len(body), body[:16]))
+        assert [r[:3] for r in await client.replies(2)] == [b"250", b"250"]
+        client.writer.write(body[16:])
+        assert (await client.replies(1))[0].startswith(b"250 2.0.0")
+    finally:
+        client.close()
+    assert stored == [body]
+
+
+@pytest.mark.parametrize("command", [b"DATA", b"BDAT"])
+async def test_help_describes_data_and_bdat(inbound, command):
+    client = await Client.open(inbound.config.port)
+    try:
+        client.writer.write(b"HELP %s\r\n" % command)
+        assert (await client.line()).startswith(b"250 Syntax: " + command)
+    finally:
+        client.close()

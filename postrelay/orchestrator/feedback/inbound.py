@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiosmtpd.controller import Controller
-from aiosmtpd.smtp import MISSING, SMTP, Envelope, Session
+from aiosmtpd.smtp import MISSING, SMTP, Envelope, Session, syntax
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from postrelay.core.eventloop import new_event_loop
@@ -90,6 +90,9 @@ class FeedbackHandler:
         # CHUNKING (RFC 3030, chunking.py): those that use it send the message in that
         # packet too, and the DSN costs one round trip.
         session.host_name = hostname  # this hook's duty (aiosmtpd's own EHLO leaves it)
+        # aiosmtpd offers AUTH after STARTTLS, with no authenticator to check a login: an
+        # MTA with credentials for every host tried it, met 535, and kept the bounce.
+        responses = [r for r in responses if not r.startswith("250-AUTH")]
         responses[-1:-1] = ["250-PIPELINING", "250-CHUNKING"]
         return responses
 
@@ -184,13 +187,15 @@ class _Server(SMTP):
             peer = self.session.peer if self.session is not None else None
             event("postrelay.inbound.too_big", logging.WARNING, peer=str(peer),
                   max_bytes=self.data_size_limit)
-        line = reply + b"\r\n"
         # The stream reader's buffer holds what the client sent and no command has read.
+        self._held += reply + b"\r\n"
         if reply.startswith(b"250 ") and b"\n" in self._reader._buffer:  # type: ignore[attr-defined]
-            self._held += line
             return
-        if self._held:
-            line, self._held = bytes(self._held) + line, bytearray()
+        await self._flush()
+
+    async def _flush(self) -> None:
+        """Send the replies held by push."""
+        line, self._held = bytes(self._held), bytearray()
         self._writer.write(line)
         await self._writer.drain()
 
@@ -202,6 +207,32 @@ class _Server(SMTP):
             self._counted = False
         super().connection_lost(error)
 
+    @syntax("AUTH <mechanism>")
+    async def smtp_AUTH(self, arg: str) -> None:  # noqa: N802 - aiosmtpd's command name
+        """Not offered (handle_EHLO): the receiver takes mail from anyone, for its domain."""
+        await self.push("502 5.5.1 AUTH not available")
+
+    @syntax("STARTTLS", when="tls_context")
+    async def smtp_STARTTLS(self, arg: str) -> None:  # noqa: N802 - aiosmtpd's command name
+        """aiosmtpd's STARTTLS, but not a second time in one session (RFC 3207 4.2), which
+        it took and then failed on inside Python's TLS."""
+        if self._tls_protocol is not None:
+            await self.push("503 5.5.1 TLS already active")
+            return
+        await super().smtp_STARTTLS(arg)
+
+    @syntax("MAIL FROM: <address>", extended=" [SP <mail-parameters>]")
+    async def smtp_MAIL(self, arg: str) -> None:  # noqa: N802 - aiosmtpd's command name
+        """aiosmtpd's MAIL. A MAIL taken starts a transaction (RFC 5321 3.3), in the same
+        Envelope object aiosmtpd keeps: a BDAT refused before it does not refuse its
+        chunks."""
+        assert self.envelope is not None
+        started = self.envelope.mail_from is None
+        await super().smtp_MAIL(arg)
+        if started and self.envelope.mail_from is not None:
+            self._chunks = None
+
+    @syntax("DATA")
     async def smtp_DATA(self, arg: str) -> None:  # noqa: N802 - aiosmtpd's command name
         """aiosmtpd's DATA, its message read in bulk (`smtpdata`) rather than a line at a
         time; the same replies, limits and handle_DATA hook."""
@@ -230,11 +261,12 @@ class _Server(SMTP):
             return
         await self._accept(body)
 
+    @syntax("BDAT <size> [LAST]")
     async def smtp_BDAT(self, arg: str) -> None:  # noqa: N802 - aiosmtpd's command name
         """RFC 3030: one chunk of the message (chunking.py); the last one hands the whole
         message to the handle_DATA hook, as DATA does. A chunk is read before any reply,
         refused or not: its bytes are not commands."""
-        command = parse_bdat(arg)
+        command = parse_bdat(arg or "")  # aiosmtpd passes None for a bare BDAT
         if command is None:  # the size is unknown, so where the next command starts is too
             await self.push(SYNTAX)
             self._close()
@@ -248,6 +280,10 @@ class _Server(SMTP):
             error = NEED_RCPT
         elif self.data_size_limit and len(chunks.kept) + command.size > self.data_size_limit:
             error = TOO_BIG
+        if self._held and len(self._reader._buffer) < command.size:  # type: ignore[attr-defined]
+            # The chunk is still arriving: the replies held for MAIL and RCPT go now, as
+            # RFC 2920 3.2 wants once the input is used up.
+            await self._flush()
         try:
             chunk = await read_chunk(self._reader, command.size,
                                      keep=error is None and chunks.error is None)

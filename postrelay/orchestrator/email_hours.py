@@ -10,9 +10,12 @@ mdm.aa_email_hour, and moves a mark past it in the same transaction; the rates s
 tallied hours and count only the rows after the mark live. Writing a log row costs nothing
 more: the tally reads what was written.
 
-An hour is tallied with the statuses its rows had then. A row that changes status later (an
-`unknown` outcome that feedback proves `sent`) keeps its old status in the tally; its
-bounces and complaints are read from the log itself, so a late bounce counts.
+An hour is tallied with the statuses its rows had then. Bounces and complaints reported later
+are read from the log itself, so a late bounce counts. Feedback that proves an `unknown`
+outcome `sent` moves the row's count in its tallied hour from `unknown` to `sent` (in the
+statement that records it, sql/feedback.sql `email_feedback_apply_many`), so that a rate is
+always a share of the messages it divides by; it holds the mark's row in share mode to its
+commit, so a round never counts that row between the change and the move.
 
 Correctness does not rest on the leader lease: a round locks the mark's row, so a second
 leader racing the first waits and then finds the hours tallied, and an hour tallied twice

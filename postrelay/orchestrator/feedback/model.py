@@ -38,6 +38,7 @@ EVENTS = {"delivered": "email.delivered", "soft-bounced": "email.bounced",
 # about this message or are passing; 5.7.x is policy and never suppresses.
 HARD_CLASS = "5.1."
 HARD_CODES = frozenset({"5.2.1", "5.4.4"})  # whole codes: Microsoft's 5.2.121 is a rate limit
+POLICY_CLASS = "5.7."
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,13 @@ def suppresses(kind: str, status: str | None) -> bool:
     if status is None:
         return True
     return status.startswith(HARD_CLASS) or status in HARD_CODES
+
+
+def counts_as_soft(kind: str, status: str | None) -> bool:
+    """Whether this report counts toward the soft-bounce limit. Providers report some 5.7.x
+    policy blocks as transient (SES's Transient, Postmark's SoftBounce): those never
+    suppress, however many arrive, so they do not count either."""
+    return kind == "soft-bounced" and not (status or "").startswith(POLICY_CLASS)
 
 
 def status_code(value: str | None, diagnostic: str | None) -> str | None:

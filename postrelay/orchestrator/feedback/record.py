@@ -11,9 +11,9 @@ commit) in four statements whatever its size; `record_many_async` on an async co
 
 In order: match the log row (VERP token, Message-ID, queue id); insert the feedback row,
 which stops here when the same feedback was recorded before; raise the log row's delivery
-outcome, resolve an `unknown` row (and complete its held job), suppress when the rules
-say so; emit the outbox event. Nothing is committed here: the caller's commit makes all of
-it happen or none of it.
+outcome, resolve an `unknown` row (complete its held job, move it to `sent` in the email
+hour tally), suppress when the rules say so; emit the outbox event. Nothing is committed
+here: the caller's commit makes all of it happen or none of it.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from postrelay.orchestrator.feedback.model import (
     Feedback,
     Recorded,
     SuppressionPolicy,
+    counts_as_soft,
     suppresses,
 )
 from postrelay.orchestrator.schema import DELIVERY_OUTCOMES
@@ -165,6 +166,14 @@ class _Row:
             # keeps failing, and the one to suppress.
             detail["final_recipient"] = recipient
             recipient = feedback.original_recipient
+        elif match is not None and feedback.kind == "complaint" and recipient is not None \
+                and recipient not in match["recipients"] and len(match["recipients"]) == 1 \
+                and _domain(recipient) == _domain(match["recipients"][0]):
+            # Feedback loops that redact the recipient (RFC 6590: Validity's for Comcast)
+            # replace its local part with a hash and keep the domain: a message to one
+            # address on that domain names it.
+            detail["redacted_recipient"] = recipient
+            recipient = match["recipients"][0]
         tenant_id = match["tenant_id"] if match else feedback.tenant_id
         if tenant_gone:
             # Mail of a tenant deleted since (late feedback, a link in an old message):
@@ -185,6 +194,9 @@ class _Row:
             # Kept unmatched: the report names this row, but not a recipient it had.
             detail["claimed_log_id"] = str(match["id"])
             match = None
+        if feedback.kind == "unsubscribe" and (match is not None or feedback.vouched) \
+                and not _category(feedback, match):
+            detail["no_category"] = "transactional mail: an unsubscribe does not stop it"
         return cls(feedback, match, recipient, tenant_id, sent_to, about_row, detail)
 
     def insert_params(self) -> dict[str, Any]:
@@ -220,14 +232,17 @@ class _Row:
         f = self.feedback
         key = (self.tenant_id, self.recipient)
         soft_before = self.soft_before + soft_seen.get(key, 0)
-        if f.kind == "soft-bounced" and self.sent_to and self.tenant_id is not None:
+        soft = counts_as_soft(f.kind, f.status)
+        if soft and self.sent_to and self.tenant_id is not None:
             soft_seen[key] = soft_seen.get(key, 0) + 1
+        self.category = _category(f, self.match) if f.kind == "unsubscribe" else ""
+        # An unsubscribe stops its category only: one about transactional mail (no
+        # category) stops nothing, where '' would stop every category.
+        rule = (suppresses(f.kind, f.status)
+                and (f.kind != "unsubscribe" or self.category != "")) \
+            or (soft and soft_before + 1 >= policy.soft_limit)
         trusted = self.sent_to or f.vouched
-        self.suppress = bool(trusted and self.tenant_id is not None and (
-            suppresses(f.kind, f.status)
-            or (f.kind == "soft-bounced" and soft_before + 1 >= policy.soft_limit)))
-        self.category = (f.category or (self.match or {}).get("category") or "") \
-            if f.kind == "unsubscribe" else ""
+        self.suppress = bool(trusted and self.tenant_id is not None and rule)
 
     def apply_params(self) -> dict[str, Any]:
         f = self.feedback
@@ -315,6 +330,17 @@ def _payload(feedback: Feedback, feedback_id: UUID, match: dict[str, Any] | None
         "message_id": match["message_id"] if match else None,
         "template": match["template"] if match else None,
     }
+
+
+def _category(feedback: Feedback, match: dict[str, Any] | None) -> str:
+    """An unsubscribe's category: the report's, else its message's ('': none, the message
+    was transactional)."""
+    return feedback.category or (match or {}).get("category") or ""
+
+
+def _domain(address: str) -> str | None:
+    local, at, domain = address.rpartition("@")
+    return domain.lower() if local and at else None
 
 
 def _reason(feedback: Feedback) -> str:

@@ -18,6 +18,8 @@
 -- them scan the log).
 -- `tenant_gone`: the tenant the report would be recorded under (its log row's, else the
 -- one it names) has been deleted since; the log keeps its rows.
+-- A batch that may resolve an `unknown` row locks the email hour tally's mark here, before
+-- the apply statement takes its snapshot (see email_feedback_apply_many).
 SELECT w.n, m.id, m.tenant_id, m.job_id, m.status, m.recipients, m.category, m.template,
        m.message_id,
        CASE WHEN v.id IS NOT NULL THEN 'verp'
@@ -56,6 +58,9 @@ LEFT JOIN LATERAL (
     LIMIT 1
 ) by_queue ON true
 LEFT JOIN mdm.aa_email_log m ON m.id = COALESCE(v.id, by_message.id, by_queue.id)
+LEFT JOIN LATERAL (
+    SELECT FROM mdm.aa_email_hour_rollup r WHERE m.status = 'unknown' FOR SHARE
+) tally_mark ON true
 ORDER BY w.n;
 
 -- name: email_unsubscribe_lock
@@ -73,7 +78,9 @@ FROM (SELECT DISTINCT hashtext(key) AS key FROM unnest(CAST(:keys AS text[])) AS
 -- the rows it inserts, so the caller adds the batch's own); only those about a message
 -- sent to the recipient count, so forged reports cannot add up, and only those received
 -- since an operator last lifted the address's suppression of every category (a lift
--- starts the count afresh). No other kind reads it, so no other kind pays for the count.
+-- starts the count afresh). 5.7.x policy blocks that a provider reports as soft bounces
+-- never count (model.counts_as_soft). No other kind reads it, so no other kind pays for
+-- the count.
 -- A report with `unless_suppressed_in` (an unsubscribe through a signed link, which every
 -- mail of the category repeats) is also left out while the address is suppressed in that
 -- category: a second click changes nothing, and a click after a lift unsubscribes again.
@@ -107,6 +114,7 @@ RETURNING id, dedupe_key,
          WHERE f.tenant_id = aa_email_feedback.tenant_id
            AND f.recipient = aa_email_feedback.recipient
            AND f.kind = 'soft-bounced'
+           AND COALESCE(f.status, '') NOT LIKE '5.7.%'
            AND EXISTS (SELECT 1 FROM mdm.aa_email_log l
                        WHERE l.id = f.email_log_id AND f.recipient = ANY(l.recipients))
            AND f.received_at > now() - make_interval(secs => :soft_window_secs)
@@ -124,7 +132,10 @@ RETURNING id, dedupe_key,
 --   the bounce): DELIVERY_OUTCOMES is in rank order, the batch's highest wins;
 -- * an `unknown` row becomes `sent`: the feedback proves the message left (a report about
 --   it came back), so a later attempt will not send it again. The batch's first report
---   about the row is the one that resolved it;
+--   about the row is the one that resolved it. When the email hour tally has counted the
+--   row's hour (orchestrator/email_hours.py), the row moves there too, from `unknown` to
+--   `sent`: the bounce and complaint rates count its late bounce or complaint from the
+--   log, and so must count it among the messages they divide by;
 -- * a job held in the DLQ for that unknown outcome (the template's on_unknown = "hold")
 --   is completed without a second send, with an audit row; only when that row is the
 --   job's last attempt (a later attempt's failure is another story);
@@ -148,7 +159,8 @@ WITH w AS (
     WHERE w.email_log_id IS NOT NULL
     GROUP BY w.email_log_id
 ), before AS (
-    SELECT l.id, l.status, l.job_id, l.attempt, l.created_at, p.first_n, f.feedback_id,
+    SELECT l.id, l.tenant_id, l.status, l.job_id, l.attempt, l.created_at, p.first_n,
+           f.feedback_id,
            (CAST(:ranks AS text[]))[p.top_rank] AS delivery,
            p.top_rank IS NOT NULL
            AND COALESCE(array_position(CAST(:ranks AS text[]), l.delivery), 0) < p.top_rank
@@ -169,8 +181,41 @@ WITH w AS (
                      ELSE l.error END
     FROM before b
     WHERE l.id = b.id
-    RETURNING b.id, b.status AS old_status, b.job_id, b.attempt, b.created_at, b.first_n,
-              b.feedback_id
+    RETURNING b.id, b.tenant_id, b.status AS old_status, b.job_id, b.attempt, b.created_at,
+              b.first_n, b.feedback_id
+), tallied AS (
+    -- The tally's mark, locked in share mode to the commit when the batch resolves an
+    -- `unknown` row (the uncorrelated EXISTS is checked once, before the scan): a round
+    -- waits for it, then counts the rows `sent`. The match statement locked it already,
+    -- so this statement sees what every round before wrote; here again for a row that
+    -- turned `unknown` since (read as it is now: a round may have committed meanwhile).
+    SELECT r.until
+    FROM mdm.aa_email_hour_rollup r
+    WHERE EXISTS (SELECT 1 FROM logged g WHERE g.old_status = 'unknown')
+    FOR SHARE
+), resolved AS (
+    SELECT date_trunc('hour', g.created_at, 'UTC') AS hour, g.tenant_id, count(*) AS n
+    FROM logged g, tallied t
+    WHERE g.old_status = 'unknown' AND g.created_at < t.until
+    GROUP BY 1, 2
+), retallied AS (
+    -- Upserts (ON CONFLICT finds rows a round wrote after this snapshot, should this
+    -- statement have waited for the mark), in key order, so that two batches cannot
+    -- deadlock. `unknown` only where the tally holds it: a row written after its hour was
+    -- tallied (a lost attempt found later) was never counted there. The tally has no rows
+    -- of a deleted tenant.
+    INSERT INTO mdm.aa_email_hour AS h (hour, tenant_id, status, messages)
+    SELECT r.hour, r.tenant_id, m.status, m.sign * r.n
+    FROM resolved r
+    JOIN mdm.aa_tenant t ON t.id = r.tenant_id
+    CROSS JOIN (VALUES ('sent', 1), ('unknown', -1)) AS m(status, sign)
+    WHERE m.status = 'sent'
+       OR EXISTS (SELECT 1 FROM mdm.aa_email_hour c
+                  WHERE c.hour = r.hour AND c.tenant_id = r.tenant_id
+                    AND c.status = 'unknown')
+    ORDER BY 1, 2, 3
+    ON CONFLICT (hour, tenant_id, status)
+    DO UPDATE SET messages = GREATEST(h.messages + EXCLUDED.messages, 0)
 ), held AS (
     UPDATE mdm.aa_job j
     SET status = 'done', completed_at = now()

@@ -426,3 +426,31 @@ async def test_a_message_sent_slowly_is_not_cut_off_but_an_idle_session_is(
             writer.close()
         await await_inbox_empty(engine)
     assert look.log(sent["id"])["delivery"] == "bounced"
+
+
+async def test_sessions_timed_out_in_their_tls_handshake_give_their_places_back(
+        receiver_engine, return_path, clean_db, server_tls):
+    """Sessions that said STARTTLS and then nothing were closed at the idle timeout, but
+    kept their places under the cap: every later connection was turned away."""
+    config = InboundConfig(host="127.0.0.1", port=free_port(), tls=server_tls,
+                           max_connections=2, idle_timeout_secs=1.0)
+    with InboundServer(receiver_engine, return_path, SuppressionPolicy(), config):
+        silent = []
+        for _ in range(2):
+            reader, writer = await asyncio.open_connection("127.0.0.1", config.port)
+            await asyncio.wait_for(reader.readline(), 5)
+            writer.write(b"EHLO mx.example.net\r\n")
+            while not (await asyncio.wait_for(reader.readline(), 5)).startswith(b"250 "):
+                pass
+            writer.write(b"STARTTLS\r\n")
+            assert (await asyncio.wait_for(reader.readline(), 5)).startswith(b"220")
+            silent.append((reader, writer))  # and no TLS handshake follows
+        try:
+            for reader, _ in silent:
+                assert await asyncio.wait_for(reader.read(), 5) == b""  # timed out
+            reader, writer = await asyncio.open_connection("127.0.0.1", config.port)
+            assert (await asyncio.wait_for(reader.readline(), 5)).startswith(b"220")
+            writer.close()
+        finally:
+            for _, writer in silent:
+                writer.close()

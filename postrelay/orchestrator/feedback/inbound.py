@@ -202,10 +202,21 @@ class _Server(SMTP):
     def connection_lost(self, error: Exception | None) -> None:
         if self._refused:  # aiosmtpd's own would fail on the session it never made
             return
+        self._release()
+        super().connection_lost(error)
+
+    def _timeout_cb(self) -> None:
+        # A session timed out in its STARTTLS handshake ends without connection_lost
+        # (Python's TLS layer tells a session nothing before the handshake is done): its
+        # place is given back here, or it stayed taken for good.
+        self._release()
+        super()._timeout_cb()  # type: ignore[no-untyped-call]
+
+    def _release(self) -> None:
+        """Give back this connection's place under the cap (once)."""
         if self._counted:
             self._gate.open -= 1
             self._counted = False
-        super().connection_lost(error)
 
     @syntax("AUTH <mechanism>")
     async def smtp_AUTH(self, arg: str) -> None:  # noqa: N802 - aiosmtpd's command name

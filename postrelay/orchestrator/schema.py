@@ -181,6 +181,10 @@ email_feedback = Table(
     Column("detail", JSONB),  # what else the source said (Action, Feedback-Type, headers)
     Column("occurred_at", TIMESTAMPTZ),  # when the source says it happened
     Column("received_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+    # Whether the report names a message postrelay sent to its recipient (migration 0026),
+    # as it was when recorded: only those count toward the soft-bounce limit, also once log
+    # retention has deleted the message's row. NULL before 0026 but for soft bounces.
+    Column("sent_to", Boolean),
     CheckConstraint(
         "kind IN (" + ", ".join(f"'{s}'" for s in FEEDBACK_KINDS) + ")",
         name="email_feedback_kind_chk",

@@ -95,6 +95,33 @@ def test_a_batchs_policy_blocks_do_not_count_toward_its_soft_bounces(engine, ten
     assert look.suppressed(tenant) == {}
 
 
+def test_soft_bounces_about_messages_whose_log_rows_are_gone_still_count(engine, tenant):
+    """With POSTRELAY_EMAIL_LOG_RETENTION_DAYS shorter than the soft-bounce window, the
+    count checked each earlier bounce against a log row retention had deleted: none
+    counted, and the address was never suppressed."""
+    policy = SuppressionPolicy(soft_limit=3)
+    with engine.begin() as conn:
+        logs = [insert_log(conn, tenant_id=tenant) for _ in range(3)]
+    assert [record(engine, soft(log, i), policy).suppressed
+            for i, log in enumerate(logs[:2])] == [False, False]
+    with engine.begin() as conn:  # as email log retention deletes them
+        conn.execute(text("DELETE FROM mdm.aa_email_log WHERE id = ANY(:ids)"),
+                     {"ids": [log["id"] for log in logs[:2]]})
+    assert record(engine, soft(logs[2], 2), policy).suppressed is True
+
+
+def test_soft_bounces_about_messages_never_sent_to_the_address_do_not_count(engine, tenant):
+    """What the row keeps is what the count needs: forged bounces still do not add up."""
+    policy = SuppressionPolicy(soft_limit=2)
+    with engine.begin() as conn:
+        other = insert_log(conn, tenant_id=tenant, recipients=["bob@example.com"])
+        mine = insert_log(conn, tenant_id=tenant)
+    forged = Feedback(kind="soft-bounced", source="mail", recipient=ANN, status="4.2.2",
+                      source_event_id="forged", message_id=other["message_id"])
+    assert record(engine, forged, policy).suppressed is False
+    assert record(engine, soft(mine, 1), policy).suppressed is False
+
+
 # Unsubscribes about transactional mail
 
 def test_an_unsubscribe_about_transactional_mail_is_recorded_and_suppresses_nothing(

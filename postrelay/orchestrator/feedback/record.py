@@ -207,7 +207,7 @@ class _Row:
                 "recipient": self.recipient, "kind": f.kind, "status": f.status,
                 "diagnostic": f.diagnostic, "source": f.source,
                 "source_event_id": f.source_event_id, "dedupe_key": self.dedupe_key,
-                "detail": self.detail, "occurred_at": f.occurred_at,
+                "detail": self.detail, "occurred_at": f.occurred_at, "sent_to": self.sent_to,
                 "unless_suppressed_in": self.link_category()}
 
     def link_category(self) -> str | None:

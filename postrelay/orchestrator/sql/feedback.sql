@@ -76,7 +76,8 @@ FROM (SELECT DISTINCT hashtext(key) AS key FROM unnest(CAST(:keys AS text[])) AS
 -- nothing else happens for them. `soft_before` counts, for a soft bounce, the recipient's
 -- earlier matched soft bounces within the window (the statement's snapshot sees none of
 -- the rows it inserts, so the caller adds the batch's own); only those about a message
--- sent to the recipient count, so forged reports cannot add up, and only those received
+-- sent to the recipient count (`sent_to`, kept on the row: log retention may have deleted
+-- the message's row since), so forged reports cannot add up, and only those received
 -- since an operator last lifted the address's suppression of every category (a lift
 -- starts the count afresh). 5.7.x policy blocks that a provider reports as soft bounces
 -- never count (model.counts_as_soft). No other kind reads it, so no other kind pays for
@@ -89,10 +90,10 @@ FROM (SELECT DISTINCT hashtext(key) AS key FROM unnest(CAST(:keys AS text[])) AS
 -- in the select list is evaluated after the sort, row by row.
 INSERT INTO mdm.aa_email_feedback (tenant_id, email_log_id, matched_by, recipient, kind,
                                    status, diagnostic, source, source_event_id, dedupe_key,
-                                   detail, occurred_at, received_at)
+                                   detail, occurred_at, sent_to, received_at)
 SELECT w.tenant_id, w.email_log_id, w.matched_by, w.recipient, w.kind, w.status,
        w.diagnostic, w.source, w.source_event_id, w.dedupe_key, w.detail,
-       w.occurred_at, clock_timestamp()
+       w.occurred_at, w.sent_to, clock_timestamp()
 FROM (SELECT r.*, e.n
       FROM unnest(ARRAY(SELECT jsonb_array_elements(CAST(:rows AS jsonb))))
            WITH ORDINALITY AS e(doc, n),
@@ -100,7 +101,7 @@ FROM (SELECT r.*, e.n
                                        recipient text, kind text, status text,
                                        diagnostic text, source text, source_event_id text,
                                        dedupe_key text, detail jsonb,
-                                       occurred_at timestamptz,
+                                       occurred_at timestamptz, sent_to boolean,
                                        unless_suppressed_in text)) AS w
 WHERE w.unless_suppressed_in IS NULL
    OR NOT EXISTS (SELECT 1 FROM mdm.aa_email_suppression s
@@ -115,8 +116,7 @@ RETURNING id, dedupe_key,
            AND f.recipient = aa_email_feedback.recipient
            AND f.kind = 'soft-bounced'
            AND COALESCE(f.status, '') NOT LIKE '5.7.%'
-           AND EXISTS (SELECT 1 FROM mdm.aa_email_log l
-                       WHERE l.id = f.email_log_id AND f.recipient = ANY(l.recipients))
+           AND f.sent_to
            AND f.received_at > now() - make_interval(secs => :soft_window_secs)
            AND f.received_at > COALESCE(
                (SELECT max(a.created_at) FROM mdm.aa_email_suppression_audit a

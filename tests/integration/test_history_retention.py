@@ -6,7 +6,7 @@ unset); and the time-ordered ids the growing tables get by default."""
 from __future__ import annotations
 
 from datetime import timedelta
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import pytest
 from sqlalchemy import text
@@ -71,6 +71,23 @@ async def test_email_log_rows_older_than_the_window_go_in_batches_for_every_tena
         EMAIL_LOG_TARGET: Cleaner(email_log_delete_batch, 30)})
     await handler(_cleanup_job(EMAIL_LOG_TARGET))
     assert _log_counts(engine) == {("acme", False): 5, ("globex", False): 3}
+
+
+async def test_the_log_rows_of_a_tenant_deleted_since_age_out_too(engine, async_engine,
+                                                                   tenant):
+    """The log keeps a deleted tenant's rows; retention went tenant by tenant through the
+    tenants that exist, and kept those for good."""
+    gone = uuid4()
+    with engine.begin() as conn:
+        conn.execute(text(LOG_ROWS), {"tenant": gone, "at": utcnow() - timedelta(days=400),
+                                      "n": 3})
+        conn.execute(text(LOG_ROWS), {"tenant": gone, "at": utcnow(), "n": 2})
+    handler = cleanup_handler(async_engine, 14, {
+        EMAIL_LOG_TARGET: Cleaner(email_log_delete_batch, 30)})
+    await handler(_cleanup_job(EMAIL_LOG_TARGET))
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM mdm.aa_email_log WHERE tenant_id = :t"),
+                            {"t": gone}).scalar() == 2
 
 
 async def test_without_a_window_the_email_log_is_kept(engine, async_engine, tenant):

@@ -262,14 +262,23 @@ FROM target t;
 -- Retention of the email log (POSTRELAY_EMAIL_LOG_RETENTION_DAYS; kept when unset): one
 -- bounded batch of rows created before :before, oldest first within each tenant, found by
 -- ix_email_log_tenant_time one tenant after another (a tenant with nothing that old costs
--- one index probe), so no index is added for it. Nothing references the log, so the
+-- one index probe), so no index is added for it. The tenants are those the log holds,
+-- read from the same index one after another (a loose index scan): the log keeps the rows
+-- of a tenant deleted since, and they age out too. Nothing references the log, so the
 -- delete touches this table alone.
-WITH doomed AS (
+WITH RECURSIVE tenants AS (
+    (SELECT tenant_id FROM mdm.aa_email_log ORDER BY tenant_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT l.tenant_id FROM mdm.aa_email_log l
+            WHERE l.tenant_id > t.tenant_id ORDER BY l.tenant_id LIMIT 1)
+    FROM tenants t
+    WHERE t.tenant_id IS NOT NULL
+), doomed AS (
     SELECT l.id
-    FROM mdm.aa_tenant t
+    FROM tenants t
     CROSS JOIN LATERAL (
         SELECT id FROM mdm.aa_email_log
-        WHERE tenant_id = t.id AND created_at < CAST(:before AS timestamptz)
+        WHERE tenant_id = t.tenant_id AND created_at < CAST(:before AS timestamptz)
         ORDER BY created_at
         LIMIT :batch
     ) l

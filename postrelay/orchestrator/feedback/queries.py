@@ -31,6 +31,12 @@ def email_unsubscribe_lock(keys: list[str]) -> Steps[None]:
     yield FEEDBACK_SQL["email_unsubscribe_lock"], {"keys": keys}
 
 
+def email_hour_mark_lock() -> Steps[None]:
+    """Wait for a running email hour tally round to finish; held until this transaction
+    ends, so none starts meanwhile (email_feedback_apply_many)."""
+    yield FEEDBACK_SQL["email_hour_mark_lock"], {}
+
+
 def email_feedback_insert_many(rows: list[dict[str, Any]], *, soft_window_secs: float
                                ) -> Steps[dict[str, dict[str, Any]]]:
     """The new rows' id and soft_before by dedupe_key; a row recorded before is absent."""

@@ -99,6 +99,10 @@ def _record_steps(reports: Sequence[Feedback], policy: SuppressionPolicy
           "recipient": f.recipient, "original_recipient": f.original_recipient,
           "tenant_id": f.tenant_id} for f in reports])
     rows = [_Row.of(feedback, *found) for feedback, found in zip(reports, matches, strict=True)]
+    if any(match is not None and match["status"] == "unknown" for match, _ in matches):
+        # It may resolve an `unknown` row, which then moves in the email hour tally: the
+        # apply statement's snapshot must see every tally round that ran before.
+        yield from queries.email_hour_mark_lock()
     seen: set[Any] = set()
     fresh = []  # each dedupe_key once: a report repeated within the batch is a duplicate,
     clicked = set()  # and so is a second click on an address's link (the first one counts)

@@ -18,8 +18,6 @@
 -- them scan the log).
 -- `tenant_gone`: the tenant the report would be recorded under (its log row's, else the
 -- one it names) has been deleted since; the log keeps its rows.
--- A batch that may resolve an `unknown` row locks the email hour tally's mark here, before
--- the apply statement takes its snapshot (see email_feedback_apply_many).
 SELECT w.n, m.id, m.tenant_id, m.job_id, m.status, m.recipients, m.category, m.template,
        m.message_id,
        CASE WHEN v.id IS NOT NULL THEN 'verp'
@@ -58,10 +56,13 @@ LEFT JOIN LATERAL (
     LIMIT 1
 ) by_queue ON true
 LEFT JOIN mdm.aa_email_log m ON m.id = COALESCE(v.id, by_message.id, by_queue.id)
-LEFT JOIN LATERAL (
-    SELECT FROM mdm.aa_email_hour_rollup r WHERE m.status = 'unknown' FOR SHARE
-) tally_mark ON true
 ORDER BY w.n;
+
+-- name: email_hour_mark_lock
+-- Taken by a batch that may resolve an `unknown` row, before the apply statement takes its
+-- snapshot (see email_feedback_apply_many): a tally round running now finishes first, and
+-- the apply sees what it wrote.
+SELECT FROM mdm.aa_email_hour_rollup FOR SHARE;
 
 -- name: email_unsubscribe_lock
 -- Transaction-level advisory locks, one per key, taken in one order (no deadlock); the
@@ -186,9 +187,10 @@ WITH w AS (
 ), tallied AS (
     -- The tally's mark, locked in share mode to the commit when the batch resolves an
     -- `unknown` row (the uncorrelated EXISTS is checked once, before the scan): a round
-    -- waits for it, then counts the rows `sent`. The match statement locked it already,
-    -- so this statement sees what every round before wrote; here again for a row that
-    -- turned `unknown` since (read as it is now: a round may have committed meanwhile).
+    -- waits for it, then counts the rows `sent`. A batch that matched an `unknown` row
+    -- locked it already (email_hour_mark_lock), so this statement sees what every round
+    -- before wrote; here again for a row that turned `unknown` since (read as it is now: a
+    -- round may have committed meanwhile).
     SELECT r.until
     FROM mdm.aa_email_hour_rollup r
     WHERE EXISTS (SELECT 1 FROM logged g WHERE g.old_status = 'unknown')

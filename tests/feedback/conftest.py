@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from postrelay.core.db import sqlalchemy_url
 from postrelay.orchestrator import ReturnPath, feedback_list
 from postrelay.orchestrator.admin import MAX_LIMIT
-from postrelay.orchestrator.feedback import SuppressionPolicy
+from postrelay.orchestrator.feedback import Feedback, Recorded, SuppressionPolicy, record_feedback
 from postrelay.orchestrator.feedback.inbound import InboundConfig, InboundServer
 
 # The email rig (templates, an SMTP sink, workers with the real handler).
@@ -61,6 +61,13 @@ async def await_inbox_empty(engine: Engine, timeout: float = 10.0) -> None:
             raise AssertionError(f"{waiting} messages still in the inbox after {timeout}s")
         await asyncio.sleep(0.02)
 
+
+
+def record(engine: Engine, feedback: Feedback,
+           policy: SuppressionPolicy = SuppressionPolicy()) -> Recorded:
+    """Record one report in a transaction of its own."""
+    with engine.begin() as conn:
+        return record_feedback(conn, feedback, policy)
 
 def generic_plan(engine: Engine, statement: TextClause, params: dict[str, Any],
                  grow: Callable[[], None]) -> dict[str, Any]:

@@ -12,20 +12,14 @@ from postrelay.orchestrator.feedback import (
     Feedback,
     SuppressionPolicy,
     bounce_kind,
-    record_feedback,
     record_many,
     suppresses,
 )
 from postrelay.orchestrator.feedback.parse import parse_mail
 from tests.factories import insert_job
-from tests.feedback.conftest import bounce_mail, insert_log
+from tests.feedback.conftest import bounce_mail, insert_log, record
 
 ANN = "ann@example.com"
-
-
-def record(engine, feedback, policy=SuppressionPolicy()):
-    with engine.begin() as conn:
-        return record_feedback(conn, feedback, policy)
 
 
 def test_a_hard_bounce_by_verp_token_bounces_the_row_suppresses_and_emits(engine, tenant, look):

@@ -27,15 +27,10 @@ from postrelay.orchestrator.feedback import (
     record_many,
 )
 from postrelay.orchestrator.feedback.parse import parse_mail
-from tests.feedback.conftest import BOUNCE_DOMAIN, insert_log
+from tests.feedback.conftest import BOUNCE_DOMAIN, insert_log, record
 from tests.integration.worker_helpers import wait_until, waiting_on_a_lock
 
 ANN = "ann@example.com"
-
-
-def record(engine, feedback, policy=SuppressionPolicy()):
-    with engine.begin() as conn:
-        return record_feedback(conn, feedback, policy)
 
 
 def ses_transient(log, i):

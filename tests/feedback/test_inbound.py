@@ -345,9 +345,9 @@ def test_the_receiver_reads_smtp_paths_as_aiosmtpd_does(arg):
     reads the same as aiosmtpd's own reading."""
     from aiosmtpd.smtp import SMTP
 
-    from postrelay.orchestrator.feedback.inbound import _Server
+    from postrelay.orchestrator.feedback.session import ReceiverSession
 
-    server = _Server.__new__(_Server)
+    server = ReceiverSession.__new__(ReceiverSession)
     for limit in (0, 3):
         server.local_part_limit = limit
         assert server._getaddr(arg) == SMTP._getaddr(server, arg)

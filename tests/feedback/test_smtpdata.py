@@ -13,7 +13,7 @@ import pytest
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
-from postrelay.orchestrator.feedback.inbound import _Gate, _Server
+from postrelay.orchestrator.feedback.session import Gate, ReceiverSession
 
 CAP = 4000
 
@@ -38,7 +38,7 @@ class _Listener(Controller):
 
     def factory(self) -> SMTP:
         if self.ours:
-            return _Server(self.handler, gate=_Gate(10), data_size_limit=CAP, **self.kwargs)
+            return ReceiverSession(self.handler, gate=Gate(10), data_size_limit=CAP, **self.kwargs)
         return SMTP(self.handler, data_size_limit=CAP, **self.kwargs)
 
 

@@ -133,8 +133,8 @@ async def read_data(reader: asyncio.StreamReader, *, max_bytes: int | None,
 def _buffered_end(reader: asyncio.StreamReader) -> int:
     """At a line start: how many of the bytes the reader holds (received, not yet read) go
     up to and through the lone `.` line, 0 if it has not arrived. The reader's buffer is
-    asyncio's own attribute, read as `_Server.push` reads it; only what is there is
-    taken, so a message that arrives later is read as before."""
+    asyncio's own attribute, read as `ReceiverSession.push` (session.py) reads it; only
+    what is there is taken, so a message that arrives later is read as before."""
     buffered = reader._buffer  # type: ignore[attr-defined]
     if buffered.startswith(_END):
         return len(_END)

@@ -38,7 +38,7 @@ from postrelay.orchestrator.addresses import check_header_value, parse_addresses
 from postrelay.orchestrator.message import envelope_recipients
 
 EMAIL_KIND = "email_send"
-MAX_CATEGORY_CHARS = 100
+MAX_CATEGORY_BYTES = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,14 +189,16 @@ def _checked_payload(message: EmailJob) -> dict[str, Any]:
 
 def check_category(category: object) -> None:
     """A category is a name: bulk mail's unsubscribe link carries it in a header, and the
-    suppression list keys on it. A longer one made the link too long for a header line."""
+    suppression list keys on it. A longer one made the link too long for a header line;
+    counted in UTF-8 bytes, which the token carries (a hundred emoji are 400)."""
     if category is None:
         return
     if not isinstance(category, str):
         raise ValidationError("category", "must be a string")
     check_header_value(category, field="category")
-    if len(category) > MAX_CATEGORY_CHARS:
-        raise ValidationError("category", f"at most {MAX_CATEGORY_CHARS} characters")
+    if len(category.encode("utf-8", "surrogatepass")) > MAX_CATEGORY_BYTES:
+        raise ValidationError("category", f"at most {MAX_CATEGORY_BYTES} bytes as UTF-8 "
+                                          f"({MAX_CATEGORY_BYTES} ASCII characters)")
 
 
 def check_unsubscribe(unsubscribe: object, category: object) -> None:

@@ -68,6 +68,17 @@ def test_the_public_url_is_https_or_loopback():
         UnsubscribeLinks("http://mail.acme.example", SECRET)
 
 
+@pytest.mark.parametrize("url", ["https://acme.example/mail?x=1", "https://acme.example/mail#top",
+                                 "https://user:pw@acme.example", "https://acme.example:99999",
+                                 "https://acme.example:0", "https://"])
+def test_a_public_url_that_is_no_base_for_a_path_is_refused(url):
+    """The link is the URL, `/u/` and the token: after a query or a fragment the token
+    was no part of the path (a POST to `/mail`), and a user and password went into every
+    mail."""
+    with pytest.raises(ValidationError, match="public_url: must be scheme, host"):
+        UnsubscribeLinks(url, SECRET)
+    UnsubscribeLinks("https://acme.example:8443/mail/", SECRET)
+
 @pytest.mark.parametrize("url", ["https://post.bücher.example", "https://mail.acme.example/a b"])
 def test_a_public_url_no_header_can_hold_as_it_is_is_refused(url, monkeypatch):
     """RFC 2369 puts the link in List-Unsubscribe as it is. A host in Unicode was written
@@ -82,19 +93,21 @@ def test_a_public_url_no_header_can_hold_as_it_is_is_refused(url, monkeypatch):
         UnsubscribeLinks.from_settings(load_settings())
 
 
-def test_a_category_is_a_name_of_at_most_100_characters(engine, tenant):
+@pytest.mark.parametrize("too_long", ["n" * 101, "\U0001f4f0" * 26])
+def test_a_category_is_a_name_of_at_most_100_bytes(engine, tenant, too_long):
     """The category rides in the unsubscribe link, and a long one made the header too long
-    for a line: it went out as RFC 2047 words, no link at all. It is also the suppression
-    list's key."""
+    for a line: it went out as RFC 2047 words, no link at all. The token carries its UTF-8
+    bytes: a hundred emoji (400 bytes) passed a limit of 100 characters and did the same.
+    It is also the suppression list's key."""
     from postrelay.orchestrator import EmailJob, email_route, enqueue_email
     from postrelay.relay import RouteRegistry
 
-    with pytest.raises(ValidationError, match="category: at most 100 characters"):
-        email_route("x", template="t", to="a@example.com", category="n" * 101,
+    with pytest.raises(ValidationError, match="category: at most 100 bytes as UTF-8"):
+        email_route("x", template="t", to="a@example.com", category=too_long,
                     unsubscribe=True, routes=RouteRegistry())
-    with pytest.raises(ValidationError, match="category: at most 100 characters"), \
+    with pytest.raises(ValidationError, match="category: at most 100 bytes as UTF-8"), \
             engine.begin() as conn:
-        enqueue_email(conn, EmailJob(template="t", to=("a@example.com",), category="n" * 101),
+        enqueue_email(conn, EmailJob(template="t", to=("a@example.com",), category=too_long),
                       tenant_id=tenant)
     with engine.begin() as conn:
         enqueue_email(conn, EmailJob(template="t", to=("a@example.com",), category="n" * 100,

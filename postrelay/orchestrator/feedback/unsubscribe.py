@@ -51,6 +51,16 @@ class UnsubscribeLinks:
                                              and _loopback(parts.hostname or "")):
             raise ValidationError("public_url", "must be https:// (plain http only for a "
                                                 "loopback host)")
+        try:
+            port_ok = parts.port is None or parts.port > 0
+        except ValueError:  # out of range, or not a number
+            port_ok = False
+        # The link is the base, `/u/` and the token: after a query or a fragment the token
+        # is no part of the path, and a user and password would go into every mail.
+        if parts.query or parts.fragment or "@" in parts.netloc or not parts.hostname \
+                or not port_ok:
+            raise ValidationError("public_url", "must be scheme, host, an optional port and "
+                                                "path: no user, query or fragment")
         self.base = url
         # With a bounce domain, the links also offer `mailto:unsubscribe@<domain>` with the
         # token in the subject (a local part is too short for it, and may be case-folded).

@@ -30,7 +30,7 @@ from postrelay.api.routers import (
 from postrelay.core.db import Database
 from postrelay.core.migrate import head_revision
 from postrelay.core.settings import Settings
-from postrelay.orchestrator import ProviderWebhooks
+from postrelay.orchestrator import ProviderWebhooks, UnsubscribeLinks
 
 DESCRIPTION = """postrelay's admin API: jobs, the dead-letter queue and cron entries.
 
@@ -60,6 +60,8 @@ def create_app(settings: Settings, db: Database) -> FastAPI:
     app.state.head_revision = head_revision()
     app.state.metrics_registry = metrics_registry(engine)
     app.state.provider_webhooks = ProviderWebhooks.from_settings(settings)
+    # Made once: a bad POSTRELAY_PUBLIC_URL stops the API at start, not each /u/ request.
+    app.state.unsubscribe_links = UnsubscribeLinks.from_settings(settings)
     install_error_handlers(app)
     # dlq before jobs: `/jobs/dlq` must match the DLQ route, not `/jobs/{id}`.
     for module in (health, metrics, dlq, cancel, jobs, cron, outbox, pauses, limits,

@@ -79,6 +79,22 @@ def test_a_public_url_that_is_no_base_for_a_path_is_refused(url):
         UnsubscribeLinks(url, SECRET)
     UnsubscribeLinks("https://acme.example:8443/mail/", SECRET)
 
+def test_the_api_refuses_to_start_with_a_bad_public_url(database_url):
+    """The links were made at each request: a bad URL started, and every /u/ link
+    answered 500."""
+    from postrelay.api.app import create_app
+    from postrelay.core.db import Database, sqlalchemy_url
+    from postrelay.core.settings import Settings
+
+    db = Database(url=sqlalchemy_url(database_url))
+    try:
+        with pytest.raises(ConfigError, match="POSTRELAY_PUBLIC_URL: must be scheme, host"):
+            create_app(Settings(database_url=database_url, service_role_key="k" * 32,
+                                public_url="https://acme.example/mail?x=1",
+                                feedback_secret=SECRET.decode()), db)
+    finally:
+        db.close()
+
 @pytest.mark.parametrize("url", ["https://post.bücher.example", "https://mail.acme.example/a b"])
 def test_a_public_url_no_header_can_hold_as_it_is_is_refused(url, monkeypatch):
     """RFC 2369 puts the link in List-Unsubscribe as it is. A host in Unicode was written

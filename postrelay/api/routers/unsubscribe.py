@@ -68,7 +68,7 @@ def unsubscribe(request: Request, token: str) -> HTMLResponse:
 def _verified(request: Request, token: str) -> tuple[UUID, str, str] | HTMLResponse:
     """(tenant, recipient, category) the token names, or the page that refuses it: 404 where
     no links are set up, 400 for a token this installation did not sign."""
-    links = UnsubscribeLinks.from_settings(request.app.state.settings)
+    links: UnsubscribeLinks | None = request.app.state.unsubscribe_links
     if links is None:
         return _page(404, "Not found", "Unsubscribe links are not set up here.")
     try:

@@ -163,7 +163,8 @@ class Settings(BaseSettings):
     # (a host pattern, over HTTPS) or a certificate pinned from a file, and a CA bundle
     # for that HTTPS fetch.
     feedback_ses_topic_arns: str | None = None
-    feedback_ses_cert_hosts: str = r"sns\.[a-z0-9-]+\.amazonaws\.com(\.cn)?"
+    feedback_ses_cert_hosts: str = \
+        r"sns\.[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d{1,2}\.amazonaws\.com(\.cn)?"
     feedback_ses_cert_file: Path | None = None
     feedback_ses_ca_file: Path | None = None
     # Postmark: the user name and password of the webhook URL's basic authentication.

@@ -13,6 +13,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from postrelay.core.errors import ConfigError
 from postrelay.core.settings import Settings
 from postrelay.orchestrator import ProviderWebhooks
+from postrelay.orchestrator.feedback.sns import SnsVerifier
+from postrelay.orchestrator.feedback.webhook import WebhookAuthError
 
 TOPIC = "arn:aws:sns:us-west-2:123456789012:ses-feedback"
 
@@ -67,3 +69,31 @@ def test_a_pinned_certificate_must_be_an_rsa_certificate(tmp_path):
     path.write_text("not a certificate")
     with pytest.raises(ConfigError, match="CERT_FILE: .*not a PEM certificate"):
         hooks(feedback_ses_topic_arns=TOPIC, feedback_ses_cert_file=str(path))
+
+
+def _sns() -> SnsVerifier:
+    return SnsVerifier({TOPIC}, host_pattern=Settings(
+        feedback_ses_topic_arns=TOPIC).feedback_ses_cert_hosts)
+
+
+@pytest.mark.parametrize("host", [
+    "sns.s3.amazonaws.com", "sns.s3-accelerate.amazonaws.com", "sns.s3-us-west-2.amazonaws.com",
+    "sns.execute-api.amazonaws.com", "sns.us-east-1.amazonaws.com.evil.example"])
+def test_the_default_certificate_hosts_are_sns_regions_alone(host):
+    """`sns\\.[a-z0-9-]+\\.amazonaws\\.com` took `sns.s3.amazonaws.com`: the storage bucket
+    named sns, whose owner could serve a certificate of their own and sign complaints."""
+    with pytest.raises(WebhookAuthError, match="not an https URL on an allowed host"):
+        _sns()._fetched(f"https://{host}/SimpleNotificationService-0000.pem")
+
+
+@pytest.mark.parametrize("host", [
+    "sns.us-east-1.amazonaws.com", "sns.ap-southeast-2.amazonaws.com",
+    "sns.cn-north-1.amazonaws.com.cn", "sns.us-gov-west-1.amazonaws.com",
+    "sns.us-isob-east-1.amazonaws.com"])
+def test_every_sns_region_is_a_certificate_host(host):
+    _sns()._allowed(f"https://{host}/SimpleNotificationService-0000.pem", "SigningCertURL")
+
+
+def test_a_signing_certificate_comes_from_a_pem_path():
+    with pytest.raises(WebhookAuthError, match="not a .pem"):
+        _sns()._fetched("https://sns.us-east-1.amazonaws.com/cert?x=.pem")

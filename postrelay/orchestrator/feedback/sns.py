@@ -38,7 +38,9 @@ from postrelay.orchestrator.feedback.webhook import (
     field,
 )
 
-DEFAULT_HOSTS = r"sns\.[a-z0-9-]+\.amazonaws\.com(\.cn)?"
+# `sns.<region>.amazonaws.com`: a region's shape (us-east-1, cn-north-1, us-gov-west-1),
+# not any name, which took `sns.s3.amazonaws.com`, a storage bucket anyone may own.
+DEFAULT_HOSTS = r"sns\.[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d{1,2}\.amazonaws\.com(\.cn)?"
 # What each type of message signs, in this order ("Subject" only when present).
 SIGNED = {
     "Notification": ("Message", "MessageId", "Subject", "Timestamp", "TopicArn", "Type"),
@@ -114,6 +116,8 @@ class SnsVerifier:
 
     def _fetched(self, url: str) -> rsa.RSAPublicKey:
         self._allowed(url, "SigningCertURL")
+        if not urlsplit(url).path.endswith(".pem"):  # as SNS names its certificates
+            raise WebhookAuthError("SigningCertURL is not a .pem certificate's")
         with self._lock:
             if url in self._cache:
                 return self._cache[url]

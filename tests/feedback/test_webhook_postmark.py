@@ -111,6 +111,36 @@ def test_a_spam_notification_is_a_policy_bounce_not_a_complaint(client, sent, te
     assert [e["event_type"] for e in look.events()] == ["email.bounced"]
 
 
+@pytest.mark.parametrize(("bounce_type", "details"), [
+    ("Blocked", "smtp;421 4.7.0 [TSS04] Messages from 192.0.2.1 temporarily deferred"),
+    ("SpamNotification", "smtp;550 5.1.1 rejected as spam"),
+    ("DMARCPolicy", "smtp;550 5.2.1 DMARC policy"),
+])
+def test_a_policy_bounce_is_5_7_1_whatever_code_its_details_quote(client, engine, tenant, look,
+                                                                  bounce_type, details):
+    """The code in Details won over the type: a Blocked deferral (4.7.0) counted as a soft
+    bounce, three suppressed the address; a SpamNotification quoting 5.1.1 suppressed it
+    at once."""
+    with engine.begin() as conn:
+        for i in range(3):
+            insert_log(conn, tenant_id=tenant, queue_id=f"{MESSAGE_ID[:-1]}{i}")
+    for i in range(3):
+        record = bounce(ID=100 + i, Type=bounce_type, Details=details, Inactive=False,
+                        MessageID=f"{MESSAGE_ID[:-1]}{i}")
+        assert client.post(URL, json=record).status_code == 200
+    assert {(r["kind"], r["status"]) for r in look.feedback()} == {("bounced", "5.7.1")}
+    assert look.suppressed(tenant) == {}
+
+
+def test_a_hard_bounce_with_a_class_only_code_suppresses(client, sent, tenant, look):
+    """`550 5.0.0 User unknown`: Postmark's HardBounce is its verdict on the address, as
+    SES's and SendGrid's class-only codes are; it suppressed nothing."""
+    record = bounce(Details="smtp;550 5.0.0 <ann@example.com>... User unknown")
+    assert client.post(URL, json=record).status_code == 200
+    (row,) = look.feedback()
+    assert (row["kind"], row["status"]) == ("bounced", None)
+    assert (ANN, "") in look.suppressed(tenant)
+
 def test_a_hard_bounce_and_the_suppression_it_caused_are_one_report(client, sent, tenant,
                                                                    look):
     """Postmark follows a hard bounce's Bounce record with a SubscriptionChange for it (and a

@@ -108,6 +108,22 @@ def test_matched_by_the_queue_id_alone(client, engine, tenant, look):
         sent["id"], "queue_id", "bounced")
 
 
+def test_a_spam_report_with_sendgrids_current_message_id_is_matched(client, engine, tenant,
+                                                                    look):
+    """A spam report carries no smtp-id: sg_message_id is its only key, which SendGrid now
+    writes with `.recvd-…` after the X-Message-Id. Cut only at `.filter`, it matched
+    nothing, and the complaint suppressed nobody."""
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant, queue_id="XMQC5kDvS1W-bLcSfxz0YQ")
+    events = [{"email": ANN, "event": "spamreport", "timestamp": 1700000000,
+               "sg_event_id": "sr-1",
+               "sg_message_id": "XMQC5kDvS1W-bLcSfxz0YQ.recvd-5b8bbd7c8b-2s8vp-1-6396B6D9-1D.0"}]
+    assert client.post(URL, **signed(events)).status_code == 200
+    (row,) = look.feedback()
+    assert (row["email_log_id"], row["matched_by"], row["kind"]) == (
+        sent["id"], "queue_id", "complaint")
+    assert (ANN, "") in look.suppressed(tenant)
+
 def test_a_block_and_a_drop_for_the_message_do_not_suppress(client, engine, tenant, look):
     with engine.begin() as conn:
         sent = insert_log(conn, tenant_id=tenant)

@@ -88,9 +88,19 @@ def _bounce(record: Mapping[str, Any]) -> Feedback:
     details = field(record, "Details", str, "", required=False)
     description = field(record, "Description", str, "", required=False)
     kind, policy = BOUNCE_TYPES.get(bounce_type, ("unparsed", None))
-    status = status_of(details) or policy
-    if kind == "bounced" and status is not None:
+    given = status_of(details)
+    status: str | None
+    if policy is not None:
+        # Postmark's verdict on the message whatever code its Details quote (a 421 4.7.0
+        # deferral counted as a soft bounce, a 5.1.1 suppressed); the code stays there.
+        status = policy
+    elif kind == "bounced":
+        # A class-only code (550 5.0.0 User unknown) is Postmark's verdict on the address:
+        # a hard bounce, as SES's and SendGrid's are.
+        status = None if given is not None and given.endswith(".0.0") else given
         kind = bounce_kind(status)
+    else:
+        status = given
     return Feedback(
         kind=kind, source="postmark", recipient=field(record, "Email", str, ""),
         status=status if kind in ("bounced", "soft-bounced", "delayed") else None,

@@ -14,6 +14,7 @@ import base64
 import binascii
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -30,6 +31,9 @@ from postrelay.orchestrator.feedback.webhook import WebhookAuthError, field, obj
 SIGNATURE_HEADER = "X-Twilio-Email-Event-Webhook-Signature"
 TIMESTAMP_HEADER = "X-Twilio-Email-Event-Webhook-Timestamp"
 MAX_EVENTS = 10_000
+# What SendGrid appends to the X-Message-Id in sg_message_id: `.filterdrecv-…` (older) or
+# `.recvd-…` (current).
+SG_SUFFIX = re.compile(r"\.(?:filter|recvd)")
 # The events that are feedback; the others (processed, open, click, group_resubscribe)
 # are engagement, which postrelay does not keep.
 KINDS = {"delivered": "delivered", "deferred": "delayed", "spamreport": "complaint",
@@ -122,8 +126,9 @@ def _event(event: Mapping[str, Any], where: str) -> Feedback | None:
         kind=kind, source="sendgrid", recipient=recipient, status=status,
         diagnostic=short(reason or response), source_event_id=event_id,
         message_id=smtp_id if smtp_id and "@" in smtp_id else None,
-        # The X-Message-Id of SendGrid's 250 reply, before the ".filter..." it appends.
-        queue_id=sg_message_id.split(".filter")[0] if sg_message_id else None,
+        # The X-Message-Id of SendGrid's 250 reply, before the ".filter…" or ".recvd-…"
+        # it appends (an id may hold dots of its own).
+        queue_id=SG_SUFFIX.split(sg_message_id, maxsplit=1)[0] if sg_message_id else None,
         occurred_at=occurred_at,
         detail={k: v for k, v in {
             "event": name, "type": bounce_type, "status": given,

@@ -160,6 +160,13 @@ def suppresses(kind: str, status: str | None) -> bool:
     return status.startswith(HARD_CLASS) or status in HARD_CODES
 
 
+def address_verdict(status: str | None) -> str | None:
+    """The status of a provider's hard bounce (SES's Permanent, Postmark's HardBounce): a
+    class-only code (5.0.0, `550 5.0.0 User unknown`) names no cause, and the bounce is the
+    provider's verdict on the address itself: None, a hard bounce that suppresses."""
+    return None if status is not None and status.endswith(".0.0") else status
+
+
 def counts_as_soft(kind: str, status: str | None) -> bool:
     """Whether this report counts toward the soft-bounce limit. Providers report some 5.7.x
     policy blocks as transient (SES's Transient, Postmark's SoftBounce): those never

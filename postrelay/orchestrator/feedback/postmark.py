@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from postrelay.core.errors import ValidationError
-from postrelay.orchestrator.feedback.model import Feedback, bounce_kind
+from postrelay.orchestrator.feedback.model import Feedback, address_verdict, bounce_kind
 from postrelay.orchestrator.feedback.webhook import (
     WebhookAuthError,
     field,
@@ -94,10 +94,8 @@ def _bounce(record: Mapping[str, Any]) -> Feedback:
         # Postmark's verdict on the message whatever code its Details quote (a 421 4.7.0
         # deferral counted as a soft bounce, a 5.1.1 suppressed); the code stays there.
         status = policy
-    elif kind == "bounced":
-        # A class-only code (550 5.0.0 User unknown) is Postmark's verdict on the address:
-        # a hard bounce, as SES's and SendGrid's are.
-        status = None if given is not None and given.endswith(".0.0") else given
+    elif kind == "bounced":  # HardBounce, BadEmailAddress
+        status = address_verdict(given)
         kind = bounce_kind(status)
     else:
         status = given

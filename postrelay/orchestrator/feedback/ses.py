@@ -14,7 +14,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from postrelay.core.errors import ValidationError
-from postrelay.orchestrator.feedback.model import Feedback, bounce_kind, status_code
+from postrelay.orchestrator.feedback.model import (
+    Feedback,
+    address_verdict,
+    bounce_kind,
+    status_code,
+)
 from postrelay.orchestrator.feedback.parse import ARF_COMPLAINTS, MESSAGE_ID
 from postrelay.orchestrator.feedback.webhook import field, iso_time, obj, short
 
@@ -70,8 +75,7 @@ def _bounce(bounce: Mapping[str, Any], keys: dict[str, Any]) -> list[Feedback]:
         if subtype in MESSAGE_SUBTYPES:  # the code given stays in `detail`
             kind, status = "bounced", MESSAGE_SUBTYPES[subtype]
         elif bounce_type == "Permanent":
-            if status is not None and status.endswith(".0.0"):
-                status = None
+            status = address_verdict(status)
             kind = bounce_kind(status)
         else:  # Transient (mailbox full, still trying elsewhere) or Undetermined
             kind = "soft-bounced"

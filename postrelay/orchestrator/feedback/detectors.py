@@ -18,6 +18,7 @@ import re
 from email.message import Message
 
 from flufl.bounce import BounceDetector
+from flufl.bounce._detectors import groupwise, microsoft, simplematch
 from flufl.bounce._scan import _DETECTORS
 
 DMA_FAILED = re.compile(r"^There was an error delivering your mail to <([^<>\s]+)>\.", re.M)
@@ -31,6 +32,14 @@ Failures = tuple[frozenset[bytes], frozenset[bytes]]
 # address was suppressed. flufl.bounce offers no public list of its detectors.
 DETECTORS: tuple[type[BounceDetector], ...] = tuple(
     d for d in _DETECTORS if d.__name__ != "LLNL")
+
+# The check three of them make of each address they find (flufl.bounce 6.0.0's
+# simplematch.VALID) takes a domain of lower-case letters, digits and dots only: the failed
+# address of every Exim-style bounce to a domain with a hyphen (t-online.de) or written in
+# capitals was dropped, and the bounce went unread. Theirs, with those.
+VALID = re.compile(rb"^[\x21-\x3d\x3f\x41-\x7e]+@[A-Za-z0-9._-]+$")
+for _reader in (simplematch, groupwise, microsoft):
+    _reader.VALID = VALID  # type: ignore[attr-defined]
 
 
 def flufl_failures(msg: Message) -> Failures:

@@ -21,7 +21,11 @@ if TYPE_CHECKING:
 
 SOURCES = ("mail", "ses", "postmark", "sendgrid", "one-click")
 _STATUS = re.compile(r"^[245]\.\d{1,3}\.\d{1,3}$")
-ENHANCED = re.compile(r"\b([245])\.(\d{1,3})\.(\d{1,3})\b")
+# An enhanced status code (RFC 3463) as replies and notices write it: on its own or after a
+# reply code (`550 5.1.1`, `550-5.1.1`), not inside a dotted number: the `[64.4.15.110]` of a
+# returned Received line, a version (`SMSSMTP 4.1.5.31`, `mxl_mta-5.5.0-3`) read as codes
+# made a dead address a soft bounce, or a bounce that suppressed nothing.
+ENHANCED = re.compile(r"(?:(?<=\d{3}-)|(?<![\w.-]))([245])\.(\d{1,3})\.(\d{1,3})(?![\w-]|\.\d)")
 # The fields a report quotes from what a mail server or provider sent.
 QUOTED_FIELDS = ("recipient", "original_recipient", "diagnostic", "source_event_id",
                  "message_id", "queue_id", "category")
@@ -39,6 +43,12 @@ EVENTS = {"delivered": "email.delivered", "soft-bounced": "email.bounced",
 HARD_CLASS = "5.1."
 HARD_CODES = frozenset({"5.2.1", "5.4.4"})  # whole codes: Microsoft's 5.2.121 is a rate limit
 POLICY_CLASS = "5.7."
+# Permanent failures whose code names no cause: `Status: 5.0.0` beside a bare `550 unknown
+# user` (Postfix, Exim), sendmail's `553 5.3.0 Addressee unknown`, `550 5.5.0 mailbox
+# unavailable`, but also a full disk. One does not suppress; repeated, they say the address
+# takes no mail, and they count toward the soft-bounce limit (counts_as_soft). Not 5.1.0,
+# which suppresses, nor 5.7.0, a policy block.
+UNSPECIFIC = re.compile(r"5\.[02-6]\.0")
 
 
 @dataclass(frozen=True)
@@ -168,10 +178,14 @@ def address_verdict(status: str | None) -> str | None:
 
 
 def counts_as_soft(kind: str, status: str | None) -> bool:
-    """Whether this report counts toward the soft-bounce limit. Providers report some 5.7.x
+    """Whether this report counts toward the soft-bounce limit (the insert statement of
+    sql/feedback.sql counts the earlier ones by the same rule). Providers report some 5.7.x
     policy blocks as transient (SES's Transient, Postmark's SoftBounce): those never
-    suppress, however many arrive, so they do not count either."""
-    return kind == "soft-bounced" and not (status or "").startswith(POLICY_CLASS)
+    suppress, however many arrive, so they do not count either. A permanent failure whose
+    code names no cause (UNSPECIFIC) counts as a soft bounce does."""
+    if kind == "soft-bounced":
+        return not (status or "").startswith(POLICY_CLASS)
+    return kind == "bounced" and status is not None and UNSPECIFIC.fullmatch(status) is not None
 
 
 def status_code(value: str | None, diagnostic: str | None) -> str | None:

@@ -41,6 +41,12 @@ JMRP_RECIPIENT = "x-hmxmroriginalrecipient"
 VACATION_HEADERS = ("x-autoreply", "x-autorespond", "x-autoresponder")
 DETAIL_CHARS = 2000
 NULLMAILER_NOTICE = "This is the nullmailer delivery system."
+RETURNED_PARTS = ("message/rfc822", "message/global", "text/rfc822-headers",
+                  "text/global-headers")
+RETURNED_HEADERS = re.compile(r"^(?:Return-Path|Received):", re.IGNORECASE | re.MULTILINE)
+# Where bounces come from (RFC 5321 4.5.1, and custom): their Auto-Submitted does not make
+# them auto-replies, and one that no reader understands is kept for an operator.
+MAIL_SYSTEM = ("mailer-daemon", "postmaster")
 
 
 def parse_mail(raw: bytes, *, envelope_to: Sequence[str] = (),
@@ -85,10 +91,10 @@ def _reports(msg: Message, source: str, event_id: str, envelope_to: Sequence[str
                           "a delivery-status report without a recipient block", keys)]
     if report_type == "feedback-report":
         return _arf(msg, source, event_id, keys)
-    if msg.get_content_type() == "multipart/report":
+    if report_type:  # a read receipt (disposition-notification), or one of its own
         return [_unparsed(msg, source, event_id, envelope_to, return_path,
-                          f"report-type {report_type or '(none)'} is not one postrelay reads",
-                          keys)]
+                          f"report-type {report_type} is not one postrelay reads", keys)]
+    # Without a report-type (some MTAs leave it out), the parts below say what it is.
     if msg.is_multipart() and (complaint := _jmrp(msg, source, event_id, keys)) is not None:
         return [complaint]
     # OpenSMTPD sends its DSN as multipart/mixed: its delivery-status part still says
@@ -208,20 +214,27 @@ def _non_standard(msg: Message, source: str, event_id: str, keys: _Keys) -> list
     """A bounce in a format of its own: flufl.bounce's detectors, then the formats they do
     not know (detectors.py)."""
     temporary, permanent = flufl_failures(msg)
+    # flufl's temporary failures are delay warnings ("will keep trying"): the MTA is still
+    # trying, and a warning repeated daily must not count toward the soft-bounce limit.
+    pending = "delayed"
     text = _body_text(msg)
     if not temporary and not permanent:
         temporary, permanent = other_failures(text)
+        pending = "soft-bounced"  # dma's: it gave up after temporary failures
     if not temporary and not permanent:
         return []
     keys.message_id = keys.message_id or _quoted_message_id(text)
+    # Codes are read from the notice alone: the returned message's headers hold dotted
+    # numbers and versions (`Eudora Version 5.0.2`) that are no one's status.
+    notice = _notice(msg)
     reports = []
     for addresses, temporary_kind in ((permanent, False), (temporary, True)):
         for raw in sorted(addresses):
             address = raw.decode("ascii", "replace")
             near = _near(text, address)
             # The code in the recipient's own paragraph; the notice's first one otherwise.
-            status = notice_code(near) or notice_code(text)
-            kind = "soft-bounced" if temporary_kind else bounce_kind(status)
+            status = notice_code(_near(notice, address)) or notice_code(notice)
+            kind = pending if temporary_kind else bounce_kind(status)
             reports.append(keys.feedback(
                 kind, source, event_id, recipient=address,
                 status=status if status and status[0] in "45" else None,
@@ -363,6 +376,9 @@ def _from(msg: Message) -> str | None:
 
 
 def _auto_reply(msg: Message) -> bool:
+    sender = _from(msg) or ""
+    if sender.partition("@")[0] in MAIL_SYSTEM:
+        return False
     submitted = (msg.get("auto-submitted") or "").strip().lower()
     if submitted and submitted != "no":
         return True
@@ -374,13 +390,30 @@ def _auto_reply(msg: Message) -> bool:
 
 
 def _body_text(msg: Message) -> str:
-    chunks = []
-    for part in msg.walk():
-        if part.get_content_maintype() == "text":
-            payload = part.get_payload(decode=True)
-            if isinstance(payload, bytes):
-                chunks.append(payload.decode(part.get_content_charset() or "utf-8", "replace"))
-    return "\n".join(chunks)
+    return "\n".join(_texts(msg))
+
+
+def _notice(msg: Message) -> str:
+    """The text of a bounce but the returned message: its parts but an attached original
+    (or its headers), and up to the original it quotes inline (qmail's and Exim's start
+    with its Return-Path or Received line)."""
+    text = "\n".join(_texts(msg, but=RETURNED_PARTS))
+    quoted = RETURNED_HEADERS.search(text)
+    return text[:quoted.start()] if quoted else text
+
+
+def _texts(part: Message, but: tuple[str, ...] = ()) -> Iterable[str]:
+    """The decoded text parts of `part`, in order, but those in parts of the types `but`."""
+    if part.get_content_type() in but:
+        return
+    if part.is_multipart():
+        for sub in part.get_payload():
+            if isinstance(sub, Message):
+                yield from _texts(sub, but)
+    elif part.get_content_maintype() == "text":
+        payload = part.get_payload(decode=True)
+        if isinstance(payload, bytes):
+            yield payload.decode(part.get_content_charset() or "utf-8", "replace")
 
 
 def _quoted_message_id(text: str) -> str | None:

@@ -1,0 +1,113 @@
+"""Bounces whose notice says less than a DSN, read for what it says and no more: a report
+without a report-type, plain-text notices whose host addresses or quoted originals hold
+dotted numbers, delay warnings, an address on a domain with a hyphen, and mail from a
+mail system that no reader understands."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from postrelay.orchestrator.feedback import Feedback, SuppressionPolicy, record_many
+from postrelay.orchestrator.feedback.parse import parse_mail
+from tests.feedback.conftest import bounce_mail, insert_log, record
+
+MID = "<job-7f3a@mail.acme.example>"
+
+
+def reports(return_path, name: str, log_id: uuid.UUID | None = None,
+            **values: str) -> list[Feedback]:
+    raw = bounce_mail(name, verp=return_path.address(log_id or uuid.uuid4()), message_id=MID,
+                      **values)
+    return parse_mail(raw, return_path=return_path)
+
+
+def test_a_report_without_a_report_type_is_read_by_its_parts(return_path):
+    """Some MTAs leave the parameter out; the report was kept `unparsed` and the hard
+    bounce it carries never suppressed the address."""
+    log_id = uuid.uuid4()
+    (report,) = reports(return_path, "report_without_type.eml", log_id)
+    assert (report.kind, report.recipient, report.status, report.log_id) == \
+        ("bounced", "ann@example.com", "5.1.1", log_id)
+
+
+def test_a_read_receipt_is_still_not_a_bounce(return_path):
+    raw = bounce_mail("report_without_type.eml", verp=return_path.address(uuid.uuid4()),
+                      message_id=MID, recipient="ann@example.com").replace(
+        b'multipart/report; boundary=',
+        b'multipart/report; report-type=disposition-notification; boundary=')
+    (report,) = parse_mail(raw, return_path=return_path)
+    assert report.kind == "unparsed"
+    assert "disposition-notification" in report.detail["reason"]
+
+
+@pytest.mark.parametrize(("recipient", "reply", "kind", "status"), [
+    # The remote host's address [10.5.1.1] was read as 5.1.1: a full mailbox suppressed
+    # the address at once.
+    ("ann@example.org", "552 5.2.2 mailbox full", "soft-bounced", "5.2.2"),
+    # ... and a bounce whose reply has no code of its own took 5.1.1 from it.
+    ("ann@example.org", "550 mailbox unavailable", "bounced", None),
+    # flufl.bounce 6.0.0 dropped every failed address on a domain with a hyphen.
+    ("ann@mail-example.org", "550 5.1.1 user unknown", "bounced", "5.1.1"),
+])
+def test_a_plain_text_bounce_is_read_by_its_reply_not_by_the_hosts_address(
+        return_path, recipient, reply, kind, status):
+    raw = bounce_mail("exim_plain_notice.eml", verp=return_path.address(uuid.uuid4()),
+                      message_id=MID, recipient=recipient)
+    (report,) = parse_mail(raw.replace(b"552 5.2.2 mailbox full", reply.encode()),
+                           return_path=return_path)
+    assert (report.kind, report.recipient, report.status) == (kind, recipient, status)
+
+
+def test_codes_are_not_read_from_the_returned_message(return_path):
+    """A qmail bounce with no code of its own took `Eudora Version 5.0.2` from the original
+    it quotes: a 5.0.2 bounce, which suppresses nothing, for a mailbox that does not exist."""
+    (report,) = reports(return_path, "qmail_quoting_versions.eml")
+    assert (report.kind, report.recipient, report.status) == \
+        ("bounced", "ann@example.com", None)
+    assert report.message_id == MID  # the original is still read for what ties it
+
+
+def test_a_delay_warning_in_plain_text_is_a_delay(return_path):
+    """Read as a soft bounce, a daily warning about one slow message counted toward the
+    soft-bounce limit: three suppressed an address the MTA was still trying."""
+    (report,) = reports(return_path, "gmail_delay_warning.eml")
+    assert (report.kind, report.recipient) == ("delayed", "ann@example.com")
+
+
+def test_mail_from_a_mail_system_that_nothing_reads_is_kept_for_an_operator(return_path):
+    """Its Auto-Submitted made it an auto-reply, which is recorded and ignored: a bounce
+    in a format no reader knows was out of an operator's sight."""
+    (report,) = reports(return_path, "mailer_daemon_unknown.eml")
+    assert report.kind == "unparsed"
+
+
+def test_permanent_failures_that_name_no_cause_count_as_soft_bounces(engine, tenant, look):
+    """`Status: 5.0.0` beside a bare `550 unknown user` (Postfix, Exim), sendmail's `553
+    5.3.0 Addressee unknown`: each one suppressed nothing and counted for nothing, so an
+    address that kept failing this way was mailed for good."""
+    policy = SuppressionPolicy(soft_limit=3)
+    with engine.begin() as conn:
+        logs = [insert_log(conn, tenant_id=tenant) for _ in range(4)]
+    bounces = [Feedback(kind="bounced", source="mail", recipient="ann@example.com",
+                        status=status, source_event_id=f"u{i}", log_id=log["id"])
+               for i, (log, status) in enumerate(zip(logs, ["5.0.0", "5.3.0", "5.7.0",
+                                                           "5.5.0"], strict=True))]
+    # The policy block (5.7.0) between them counts for nothing.
+    assert [record(engine, b, policy).suppressed for b in bounces] == \
+        [False, False, False, True]
+    assert look.suppressed(tenant)[("ann@example.com", "")]["reason"].startswith(
+        "bounced 5.5.0")
+
+
+def test_a_batchs_unspecific_failures_count_toward_its_soft_bounces(engine, tenant, look):
+    policy = SuppressionPolicy(soft_limit=3)
+    with engine.begin() as conn:
+        logs = [insert_log(conn, tenant_id=tenant) for _ in range(3)]
+        done = record_many(conn, [
+            Feedback(kind="bounced", source="mail", recipient="ann@example.com", status=status,
+                     source_event_id=f"b{i}", log_id=log["id"])
+            for i, (log, status) in enumerate(zip(logs, ["5.0.0", "5.3.0", "5.0.0"],
+                                                  strict=True))], policy)
+    assert [d.suppressed for d in done] == [False, False, True]

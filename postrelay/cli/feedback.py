@@ -99,7 +99,7 @@ def feedback_list_command(
         ["ID", "RECEIVED", "KIND", "RECIPIENT", "STATUS", "SOURCE", "LOG ROW", "SUPPRESSED",
          "DIAGNOSTIC"],
         [[r["id"], r["received_at"], r["kind"], r["recipient"] or "-", r["status"] or "-",
-          r["source"], r["email_log_id"] or "unmatched", "yes" if r["suppressed"] else "no",
+          r["source"], _log_row(r), "yes" if r["suppressed"] else "no",
           cell(r["diagnostic"] or (r["detail"] or {}).get("reason"))] for r in rows],
     ) if rows else "no feedback")
 
@@ -170,6 +170,14 @@ def _tls(settings: Settings) -> ssl.SSLContext | None:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(str(cert), str(key))
     return context
+
+
+def _log_row(row: dict[str, Any]) -> str:
+    """The LOG ROW column: the row the report is about; a signed link's unsubscribe, which
+    names no message; or none."""
+    if row["email_log_id"]:
+        return str(row["email_log_id"])
+    return "signed link" if row["matched_by"] == "token" else "unmatched"
 
 
 def _summary(recorded: Recorded) -> str:

@@ -164,7 +164,8 @@ email_feedback = Table(
     Column("tenant_id", UUID(as_uuid=True), ForeignKey("mdm.aa_tenant.id", ondelete="CASCADE")),
     # No foreign key, as aa_email_suppression.email_log_id: log retention is the log's own.
     Column("email_log_id", UUID(as_uuid=True)),
-    Column("matched_by", Text),  # verp, message_id, queue_id; NULL: unmatched
+    # verp, message_id, queue_id; token (a signed unsubscribe link); NULL: unmatched
+    Column("matched_by", Text),
     Column("recipient", Text),  # lower-cased; NULL when the report withholds it
     Column("kind", Text, nullable=False),
     Column("status", Text),  # the enhanced status code, e.g. 5.1.1

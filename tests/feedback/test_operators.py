@@ -121,6 +121,32 @@ def _feedback(engine, row, kind, source, event_id, status=None):
             source_event_id=event_id, message_id=row["message_id"]))
 
 
+def _clicked(engine, tenant):
+    """An unsubscribe through a signed link: it names the tenant and recipient, no message."""
+    with engine.begin() as conn:
+        return record_feedback(conn, Feedback(
+            kind="unsubscribe", source="one-click", recipient=ANN, tenant_id=tenant,
+            category="news", vouched=True, source_event_id="click-1"))
+
+
+def test_a_signed_link_unsubscribe_is_not_unmatched(engine, tenant, worker_env):
+    """It names no message, and was listed with the forged reports for an operator to
+    look at, each click of every bulk mailing."""
+    from postrelay.orchestrator import feedback_list
+
+    clicked = _clicked(engine, tenant)
+    assert (clicked.matched_by, clicked.suppressed) == ("token", True)
+    _feedback(engine, {"message_id": "<nobody@elsewhere.example>"}, "bounced", "mail", "f1",
+              "5.1.1")
+    with engine.connect() as conn:
+        unmatched = feedback_list(conn, unmatched=True)
+    assert [(r["kind"], r["source"]) for r in unmatched] == [("bounced", "mail")]
+    shown = subprocess.run([POSTRELAY, "feedback", "list", "--kind", "unsubscribe"],
+                           env=worker_env, capture_output=True, text=True, check=True,
+                           timeout=60)
+    assert "signed link" in shown.stdout and "unmatched" not in shown.stdout
+
+
 def test_rates_per_tenant_over_24_hours_and_7_days(engine, tenant, other_tenant, look):
     from postrelay.orchestrator import feedback_rates
 
@@ -158,6 +184,7 @@ def test_metrics_export_feedback_counts_and_rates(database_url, engine, tenant, 
     _feedback(engine, sent[1], "complaint", "sendgrid", "m2")
     _feedback(engine, {"message_id": "<nobody@elsewhere.example>"}, "bounced", "mail", "m3",
               "5.1.1")
+    _clicked(engine, tenant)
     with engine.begin() as conn:  # two messages the inbound receiver has not recorded yet
         conn.execute(text("INSERT INTO mdm.aa_feedback_inbox (envelope_to, raw, received_at) "
                           "VALUES ('{a@b.example}', 'x', now() - interval '90 seconds'), "
@@ -175,6 +202,8 @@ def test_metrics_export_feedback_counts_and_rates(database_url, engine, tenant, 
                     (("kind", "complaint"), ("source", "sendgrid")))] == 1
     assert samples[("postrelay_email_feedback_unmatched_24h",
                     (("kind", "bounced"), ("source", "mail")))] == 1
+    assert samples[("postrelay_email_feedback_unmatched_24h",
+                    (("kind", "unsubscribe"), ("source", "one-click")))] == 0
     labels = (("tenant", "acme"), ("tenant_id", str(tenant)), ("window", "24h"))
     assert samples[("postrelay_email_bounce_rate", labels)] == 0.25
     assert samples[("postrelay_email_complaint_rate", labels)] == 0.25

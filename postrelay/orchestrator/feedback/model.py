@@ -149,7 +149,8 @@ class Recorded:
     duplicate: bool
     email_log_id: UUID | None = None
     tenant_id: UUID | None = None
-    matched_by: str | None = None  # verp, message_id, queue_id; None: unmatched
+    # verp, message_id, queue_id; token (a signed unsubscribe link); None: unmatched
+    matched_by: str | None = None
     suppressed: bool = False
     resolved_unknown: bool = False
     completed_job: UUID | None = None

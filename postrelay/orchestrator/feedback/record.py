@@ -207,12 +207,19 @@ class _Row:
         f, match = self.feedback, self.match
         return {"tenant_id": _text(self.tenant_id),
                 "email_log_id": _text(match["id"] if match else None),
-                "matched_by": match["matched_by"] if match else None,
+                "matched_by": self.matched_by(),
                 "recipient": self.recipient, "kind": f.kind, "status": f.status,
                 "diagnostic": f.diagnostic, "source": f.source,
                 "source_event_id": f.source_event_id, "dedupe_key": self.dedupe_key,
                 "detail": self.detail, "occurred_at": f.occurred_at, "sent_to": self.sent_to,
                 "unless_suppressed_in": self.link_category()}
+
+    def matched_by(self) -> str | None:
+        """How the report found its message, or `token` when a signed unsubscribe link of
+        a tenant still there named the recipient (no message needed); None: unmatched."""
+        if self.match is not None:
+            return str(self.match["matched_by"])
+        return "token" if self.feedback.vouched and self.tenant_id is not None else None
 
     def link_category(self) -> str | None:
         """The category of an unsubscribe through a signed link, which every mail of the
@@ -273,12 +280,11 @@ class _Row:
         self.done = Recorded(
             feedback_id=self.feedback_id, duplicate=False,
             email_log_id=match["id"] if match else None, tenant_id=self.tenant_id,
-            matched_by=match["matched_by"] if match else None,
-            suppressed=applied["suppressed"],
+            matched_by=self.matched_by(), suppressed=applied["suppressed"],
             resolved_unknown=applied["old_status"] == "unknown",
             completed_job=applied["completed_job"], event_type=event_type)
         log_event(f"postrelay.feedback.{f.kind}",
-                  logging.INFO if match else logging.WARNING,
+                  logging.INFO if self.done.matched_by else logging.WARNING,
                   feedback_id=str(self.feedback_id), source=f.source,
                   matched_by=self.done.matched_by, recipient=self.recipient, status=f.status,
                   suppressed=self.done.suppressed,
@@ -294,7 +300,7 @@ class _Row:
                   source=f.source, source_event_id=f.source_event_id)
         return Recorded(feedback_id=None, duplicate=True,
                         email_log_id=match["id"] if match else None, tenant_id=self.tenant_id,
-                        matched_by=match["matched_by"] if match else None)
+                        matched_by=self.matched_by())
 
 
 def _emit(conn: Connection, events: Events) -> None:

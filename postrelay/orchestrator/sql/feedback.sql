@@ -259,7 +259,8 @@ ORDER BY w.n;
 
 -- name: email_feedback_list
 -- Feedback, newest first, narrowed by tenant, kind, source, time, or to the unmatched
--- (no log row took the report's word: nothing named, or a recipient it never had).
+-- (no log row took the report's word: nothing named, or a recipient it never had; and
+-- no signed unsubscribe link named the recipient: matched_by 'token').
 -- `suppressed`: the report made a suppression that stands (its row names the report) or
 -- that was lifted since (the lift set the flag). The suppression is looked up per row
 -- shown, through ix_email_suppression_feedback: written as an EXISTS, the planner may
@@ -275,7 +276,7 @@ WHERE (CAST(:tenant_id AS uuid) IS NULL OR f.tenant_id = CAST(:tenant_id AS uuid
   AND (CAST(:kind AS text) IS NULL OR f.kind = CAST(:kind AS text))
   AND (CAST(:source AS text) IS NULL OR f.source = CAST(:source AS text))
   AND (CAST(:since AS timestamptz) IS NULL OR f.received_at >= CAST(:since AS timestamptz))
-  AND (NOT CAST(:unmatched AS boolean) OR f.email_log_id IS NULL)
+  AND (NOT CAST(:unmatched AS boolean) OR f.matched_by IS NULL)
 ORDER BY f.received_at DESC, f.id DESC
 LIMIT :limit;
 
@@ -339,9 +340,9 @@ LIMIT :limit;
 
 -- name: email_feedback_counts
 -- Feedback received since :since by kind and source (ix_email_feedback_time), and how much
--- of it matched no message.
+-- of it matched nothing (neither a message nor, for a signed link's unsubscribe, a tenant).
 SELECT f.kind, f.source, count(*) AS received,
-       count(*) FILTER (WHERE f.email_log_id IS NULL) AS unmatched
+       count(*) FILTER (WHERE f.matched_by IS NULL) AS unmatched
 FROM mdm.aa_email_feedback f
 WHERE f.received_at >= CAST(:since AS timestamptz)
 GROUP BY f.kind, f.source

@@ -19,7 +19,8 @@ from postrelay.cli.output import cell, print_json, table
 from postrelay.cli.root import app
 from postrelay.core.errors import ConfigError
 from postrelay.core.heap import freeze_startup_heap
-from postrelay.core.settings import Settings
+from postrelay.core.settings import Settings, load_settings
+from postrelay.core.telemetry import configure_logging
 from postrelay.orchestrator import (
     InboundConfig,
     InboundServer,
@@ -52,27 +53,30 @@ def feedback_ingest(
 ) -> None:
     """Record feedback from messages, mbox files or Maildir folders.
 
-    Exits 75 (EX_TEMPFAIL) when the database fails, so that a mail delivery agent keeps
-    the message and tries again."""
-    settings = settings_or_exit()
-    try:
-        with user_errors(), database(settings) as db:
-            return_path, policy = _feedback_settings(settings, need_domain=False)
-            links = UnsubscribeLinks.from_settings(settings)
-            engine = db.sync_engine()
-            for mail in messages(files, unseen_only=seen):
-                done = ingest(engine, mail.raw, envelope_to=to, return_path=return_path,
-                              policy=policy, max_bytes=settings.inbound_max_bytes,
-                              unsubscribe=links)
-                for recorded in done:
-                    typer.echo(f"{mail.name}: {_summary(recorded)}")
-                if mail.maildir_file is not None:  # committed: the next run skips it
-                    mark_seen(mail.maildir_file)
-    except SQLAlchemyError as exc:
-        # A pipe transport (Postfix's, Exim's) or procmail retries on EX_TEMPFAIL alone and
-        # returns the message on any other failure: a bounce returned is dropped. What was
-        # recorded before stays, and recording it again changes nothing.
-        fail(exc, EX_TEMPFAIL)
+    Exits 75 (EX_TEMPFAIL) when the database fails or a setting is bad, so that a mail
+    delivery agent keeps the message and tries again."""
+    with user_errors():
+        try:
+            settings = load_settings()
+            configure_logging(settings.log_level)
+            with database(settings) as db:
+                return_path, policy = _feedback_settings(settings, need_domain=False)
+                links = UnsubscribeLinks.from_settings(settings)
+                engine = db.sync_engine()
+                for mail in messages(files, unseen_only=seen):
+                    done = ingest(engine, mail.raw, envelope_to=to, return_path=return_path,
+                                  policy=policy, max_bytes=settings.inbound_max_bytes,
+                                  unsubscribe=links)
+                    for recorded in done:
+                        typer.echo(f"{mail.name}: {_summary(recorded)}")
+                    if mail.maildir_file is not None:  # committed: the next run skips it
+                        mark_seen(mail.maildir_file)
+        except (SQLAlchemyError, ConfigError) as exc:
+            # A pipe transport (Postfix's, Exim's) or procmail retries on EX_TEMPFAIL alone
+            # and returns the message on any other failure: a bounce returned is dropped,
+            # also while a setting is being put right. What was recorded before stays, and
+            # recording it again changes nothing.
+            fail(exc, EX_TEMPFAIL)
 
 
 @feedback_app.command("list")

@@ -80,8 +80,8 @@ def test_a_message_an_mta_pipes_with_its_from_line_is_one_message(worker_env, en
                                                                  look, return_path):
     """Exim's pipe transport (by default) and Postfix's (flag F) write an mbox From_ line
     before the message and quote none of its own lines: a returned message's line that
-    starts with "From " is still the same message, and an mbox's messages are still
-    told apart by their From_ lines."""
+    starts with "From ", even with a date (a quoted reply's), is still the same message,
+    and an mbox's messages are still told apart by their From_ lines."""
     env = with_bounce_domain(worker_env)
     logs = sent_rows(engine, tenant, 3)
 
@@ -90,7 +90,8 @@ def test_a_message_an_mta_pipes_with_its_from_line_is_one_message(worker_env, en
         raw = bounce_mail("postfix_bounce.eml", verp=verp, message_id=logs[i]["message_id"],
                           recipient=f"u{i}@example.com").replace(b"\r\n", b"\n").replace(
             b"Hello Ann, welcome aboard.\n",
-            b"Hello Ann, welcome aboard.\n\nFrom the whole team at Acme\n")
+            b"Hello Ann, welcome aboard.\n\nFrom the whole team at Acme\n"
+            b"\nFrom bob Mon Jan  5 12:00:00 2026 wrote:\n> see you\n")
         return from_line + b"\n" + raw + b"\n"
 
     # As Exim 4.96 pipes it with `envelope_to_add` (docs/operations.md): the recipient is
@@ -162,6 +163,10 @@ def test_ingest_refuses_a_missing_file_and_lists_the_unmatched(worker_env, look,
     assert done.returncode == 1 and b"FILE" in done.stderr and b"does not exist" in done.stderr
     stray = tmp_path / "stray.eml"
     stray.write_bytes(b"From: someone@example.org\r\nSubject: hello\r\n\r\nhi there\r\n")
+    (tmp_path / "folder").mkdir()  # not a Maildir: refused before the file before it is read
+    done = run(worker_env, "feedback", "ingest", str(stray), str(tmp_path / "folder"), ok=False)
+    assert done.returncode == 1 and b"not a Maildir" in done.stderr
+    assert look.feedback() == []
     run(worker_env, "feedback", "ingest", str(stray))
     (row,) = json.loads(run(worker_env, "feedback", "list", "--unmatched", "--json").stdout)
     assert row["kind"] == "unparsed" and row["email_log_id"] is None
@@ -190,6 +195,35 @@ def test_ingest_asks_to_be_tried_again_when_the_database_fails(worker_env, serve
             lines.append(line)
     assert lines[0].startswith("error: cannot reach the database") and "s3cret" not in lines[0]
     assert "aa_email" in lines[1] and "postrelay migrate" in lines[1]
+    # So does a bad setting: the MTA keeps the bounce while it is put right.
+    bad = {**worker_env, "POSTRELAY_EMAIL_BOUNCE_DOMAIN": BOUNCE_DOMAIN,
+           "POSTRELAY_FEEDBACK_SECRET": "short"}
+    done = run(bad, "feedback", "ingest", "-", stdin=raw, ok=False)
+    assert done.returncode == 75 and b"POSTRELAY_FEEDBACK_SECRET" in done.stderr
+
+
+def test_the_same_message_is_recorded_once_whatever_line_ends_it_came_with(
+        worker_env, engine, tenant, look, return_path, tmp_path):
+    """A report without a Message-ID is known by its bytes: the same soft bounce as a file,
+    as a CRLF copy and in an mbox (a blank line after it) made three rows, and the third
+    suppressed the address."""
+    env = with_bounce_domain(worker_env)
+    (log,) = sent_rows(engine, tenant, 1)
+    lines = bounce_mail("postfix_bounce.eml", verp=return_path.address(log["id"]),
+                        message_id=log["message_id"], recipient="u0@example.com").replace(
+        b"5.1.1", b"4.2.2").split(b"\r\n")
+    # Without the report's own Message-Id (the returned message's Message-ID stays).
+    crlf = b"\r\n".join(line for line in lines if not line.startswith(b"Message-Id:"))
+    lf = crlf.replace(b"\r\n", b"\n")
+    (tmp_path / "lf.eml").write_bytes(lf)
+    (tmp_path / "crlf.eml").write_bytes(crlf)
+    (tmp_path / "one.mbox").write_bytes(b"From MAILER-DAEMON Sun Dec  6 00:33:36 2026\n" + lf +
+                                        b"\n\n")
+    out = run(env, "feedback", "ingest", str(tmp_path / "lf.eml"), str(tmp_path / "crlf.eml"),
+              str(tmp_path / "one.mbox")).stdout.decode()
+    assert out.count("already recorded") == 2
+    assert [r["kind"] for r in look.feedback()] == ["soft-bounced"]
+    assert look.suppressed(tenant) == {}
 
 
 def test_the_email_log_shows_late_bounces_and_why_an_address_is_suppressed(

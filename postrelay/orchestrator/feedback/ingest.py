@@ -34,6 +34,7 @@ from postrelay.orchestrator.feedback.verp import ReturnPath
 FROM_LINE = re.compile(rb"^From \S*[ \t]+(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) +"
                        rb"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +\d{1,2} +"
                        rb"\d{1,2}:\d\d", re.MULTILINE)
+HEADER_LINE = re.compile(rb"[\041-\071\073-\176]+:")  # a field's name and colon
 
 
 @dataclass(frozen=True)
@@ -49,19 +50,20 @@ class Incoming:
 def messages(paths: Sequence[str], *, unseen_only: bool = False) -> Iterator[Incoming]:
     """Each message in `paths`; `-` reads stdin (one message, or an mbox when it starts with
     a From_ line). With `unseen_only`, a Maildir gives only its messages not flagged seen.
-    A missing path is refused before any is read."""
+    A missing path, or a folder that is not a Maildir, is refused before any is read."""
     for given in paths:
-        if given != "-" and not Path(given).exists():
+        path = Path(given)
+        if given != "-" and not path.exists():
             raise ValidationError("FILE", f"{given} does not exist")
+        if path.is_dir() and not all((path / sub).is_dir() for sub in ("cur", "new", "tmp")):
+            raise ValidationError("FILE", f"{given} is a folder but not a Maildir "
+                                          "(cur, new and tmp inside)")
     for given in paths:
         if given == "-":
             yield from _split("stdin", sys.stdin.buffer.read())
             continue
         path = Path(given)
         if path.is_dir():
-            if not all((path / sub).is_dir() for sub in ("cur", "new", "tmp")):
-                raise ValidationError("FILE", f"{given} is a folder but not a Maildir "
-                                              "(cur, new and tmp inside)")
             yield from _maildir(given, path, unseen_only)
         else:
             yield from _split(given, path.read_bytes())
@@ -106,13 +108,23 @@ def _split(name: str, raw: bytes) -> Iterator[Incoming]:
         return
     # An mbox, or one message after the From_ line an MTA's pipe wrote: its first line is a
     # From_ line whatever it holds (no message starts with "From "), the others only where
-    # one is (FROM_LINE).
-    starts = [0, *(line.start() for line in FROM_LINE.finditer(raw, 1)), len(raw)]
+    # one separates two messages (_separates).
+    starts = [0, *(line.start() for line in FROM_LINE.finditer(raw, 1)
+                   if _separates(raw, line.start())), len(raw)]
     for i, (start, end) in enumerate(itertools.pairwise(starts)):
         body = raw[start:end].partition(b"\n")[2]
         # mboxrd: ">From " at a line start was a "From " of the message.
         body = body.replace(b"\n>From ", b"\nFrom ")
         yield Incoming(f"{name}#{i + 1}", body)
+
+
+def _separates(raw: bytes, at: int) -> bool:
+    """Whether the From_ line at `at` starts another message: an mbox writes a blank line
+    before it, and the message's headers after it. A pipe quotes none of its message's
+    lines, and a text's `From bob Mon Jan  5 12:00:00 2026 wrote:` cut a bounce in two."""
+    after = raw.find(b"\n", at) + 1
+    return raw[max(0, at - 3):at].endswith((b"\n\n", b"\n\r\n")) and after > 0 and \
+        HEADER_LINE.match(raw, after) is not None
 
 
 def ingest(engine: Engine, raw: bytes, *, envelope_to: Sequence[str] = (),

@@ -305,8 +305,10 @@ def _unparsed(msg: Message | None, source: str, event_id: str, envelope_to: Sequ
 
 
 def _digest(raw: bytes) -> str:
-    """The id of a message without a Message-ID: the same for the same bytes."""
-    return hashlib.sha256(raw).hexdigest()
+    """The id of a message without a Message-ID: the same for the same message, whichever
+    line ends it came with (SMTP's CRLF, a file's LF) and whatever blank lines follow it
+    (an mbox's separator)."""
+    return hashlib.sha256(raw.replace(b"\r\n", b"\n").rstrip(b"\n")).hexdigest()
 
 
 def _message(raw: bytes) -> Message:

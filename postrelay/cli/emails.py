@@ -101,7 +101,7 @@ def emails_show(
     echo(f"  subject {log['subject'] or '-'}")
     if event:
         echo(f"event {event['id']}  {event['event_type']} on {event['aggregate_type']} "
-                   f"{event['aggregate_id']}  at {event['created_at']}")
+                   f"{event['aggregate_id']}  at {cell(event['created_at'])}")
     else:
         echo(f"event {log['event_id'] or '-'} (not kept)" if log["event_id"]
                    else "event - (enqueued directly)")
@@ -109,12 +109,12 @@ def emails_show(
         echo(f"job {job['id']}  {job['status']}  attempt {job['attempts']}/"
                    f"{job['max_attempts']}  last error: {cell(job['last_error'])}")
         for entry in story["audit"]:
-            echo(f"  audit {entry['created_at']}  {entry['action']} by {entry['actor']}")
+            echo(f"  audit {cell(entry['created_at'])}  {entry['action']} by {entry['actor']}")
     else:
         echo(f"job {log['job_id'] or '-'} (removed by retention)")
     echo("attempts:")
     for row in story["attempts"]:
-        echo(f"  #{row['attempt']} {row['created_at']}  {_status(row):<10} "
+        echo(f"  #{row['attempt']} {cell(row['created_at'])}  {_status(row):<10} "
                    f"{_smtp(row)}  {cell(row['smtp_response'])}"
                    + (f"  queue id {row['queue_id']}" if row.get("queue_id") else "")
                    + (f"  error: {cell(row['error'])}" if row.get("error") else ""))
@@ -123,7 +123,7 @@ def emails_show(
     if story.get("feedback"):
         typer.echo("feedback:")
     for item in story.get("feedback") or []:
-        echo(f"  {item['received_at']}  {item['kind']:<12} {item['recipient'] or '-'}  "
+        echo(f"  {cell(item['received_at'])}  {item['kind']:<12} {item['recipient'] or '-'}  "
               f"{item['status'] or '-'}  via {item['source']}"
               + ("  suppressed" if item["suppressed"] else "")
               + (f"  {cell(item['diagnostic'])}" if item.get("diagnostic") else ""))

@@ -68,7 +68,22 @@ def email_story(
         conn, log_id=log, tenant_id=_uuid("tenant", tenant_id))
     if story is None:
         raise NotFoundError(f"no email log row {log_id}")
-    return story
+    return {key: _with_times(value) for key, value in story.items()}
+
+
+# email_story builds its rows with to_jsonb: times arrive as ISO strings.
+_STORY_TIMES = ("created_at", "finished_at", "handled_at", "completed_at", "claimed_at",
+                "available_at", "dead_at", "received_at", "delivery_at")
+
+
+def _with_times(value: Any) -> Any:
+    """The story with its ISO time strings turned back into datetimes."""
+    if isinstance(value, list):
+        return [_with_times(v) for v in value]
+    if isinstance(value, dict):
+        return {k: datetime.fromisoformat(v) if k in _STORY_TIMES and isinstance(v, str)
+                else _with_times(v) for k, v in value.items()}
+    return value
 
 
 def suppression_list(conn: Connection, *, tenant_id: UUID | str | None = None,
@@ -99,7 +114,7 @@ def suppression_remove(conn: Connection, address: str, *, tenant_id: UUID | str,
         conn, tenant_id=tenant, address=wanted, category=category, actor=actor)
     if lifted:
         return others
-    what = f"unsubscribed from {category}" if category else "suppressed in every category"
+    what = f"unsubscribed from {category}" if category else "suppressed for all mail"
     still = f"; it is suppressed in {categories_text(others)}" if others else ""
     raise NotFoundError(f"{wanted} is not {what} for tenant {tenant}{still}")
 

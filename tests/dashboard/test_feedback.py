@@ -40,6 +40,30 @@ def test_the_story_shows_feedback_after_the_attempts(admin, engine, tenant):
     assert 'class="chip s-bounced">bounced' in story  # the delivery outcome beside `sent`
 
 
+def test_the_story_is_told_in_time_order(admin, engine, tenant):
+    """An operator's retry between two attempts was shown after the feedback, whatever its
+    time: the story read as if the retry came last."""
+    from sqlalchemy import text
+
+    mid = _message_id("acme.example")
+    job = uuid.UUID(mid[1:37])
+    start = datetime.now(UTC) - timedelta(minutes=10)
+    with engine.begin() as conn:
+        insert_email(conn, tenant, job_id=job, message_id=mid, status="failed",
+                     created_at=start)
+        conn.execute(text(
+            "INSERT INTO mdm.aa_job_audit (job_id, tenant_id, job_kind, action, actor, "
+            "created_at) VALUES (:job, :tenant, 'email_send', 'job_retry', 'cli:ops', :at)"),
+            {"job": job, "tenant": tenant, "at": start + timedelta(minutes=1)})
+        log = insert_email(conn, tenant, job_id=job, message_id=mid, attempt=2,
+                           created_at=start + timedelta(minutes=2))
+    _record(engine, mid, "bounced", "ses", "e1", "5.1.1")
+    story = admin.get(f"/dashboard/emails/{log}").text
+    order = [story.index(mark) for mark in ("Attempt 1", "job_retry", "Attempt 2",
+                                            'data-feedback="bounced"')]
+    assert order == sorted(order)
+
+
 def test_the_overview_shows_rates_per_tenant_scoped_to_a_tenant_session(
         admin, acme, engine, tenant, other_tenant):
     recent = [_message_id("acme.example") for _ in range(4)]

@@ -42,7 +42,7 @@ def test_unsuppress_writes_an_audit_row_with_what_was_lifted_and_by_whom(
     assert "still suppressed in newsletter" in lifted.stdout
     assert set(look.suppressed(tenant)) == {(ANN, "newsletter")}
     again = postrelay("emails", "unsuppress", ANN, "--tenant", str(tenant))
-    assert again.returncode == 1 and "not suppressed in every category" in again.stderr
+    assert again.returncode == 1 and "is not suppressed for all mail for tenant" in again.stderr
     assert "suppressed in newsletter" in again.stderr
     resubscribed = postrelay("emails", "unsuppress", ANN, "--tenant", str(tenant),
                              "--category", "newsletter")

@@ -4,6 +4,7 @@ retention, template fixes retried from the DLQ, `postrelay emails`."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -175,6 +176,9 @@ async def test_the_emails_command_lists_and_tells_one_message_s_story(
     assert f"job {job_id}  dlq  attempt 2/2" in story
     assert story.count("deferred") == 2 and "451 4.3.0" in story
     assert "job_dlq by" in story  # the audit trail
+    # Times as every table shows them, not as ISO strings with microseconds.
+    assert re.search(r"#1 \d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ ", story), story
+    assert re.search(r"audit \d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ ", story), story
     as_json = json.loads(postrelay("emails", "show", listed[0]["id"], "--json"))
     assert as_json["job"]["id"] == str(job_id) and len(as_json["attempts"]) == 2
 

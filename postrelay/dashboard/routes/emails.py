@@ -5,7 +5,6 @@ was sent."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -30,11 +29,6 @@ from postrelay.dashboard.web import (
 from postrelay.orchestrator import email_list, email_story
 
 router = APIRouter()
-
-# email_story builds its rows with to_jsonb: times arrive as ISO strings.
-_TIMES = ("created_at", "finished_at", "handled_at", "completed_at", "claimed_at",
-          "available_at", "dead_at", "received_at")
-
 
 @router.get("/emails")
 def emails_page(request: Request, user: CurrentUser, engine: Db, tenant: str = "",
@@ -62,8 +56,7 @@ def email_page(request: Request, log_id: str, user: CurrentUser, engine: Db) -> 
     story, tenants, shown = _story_shown(request, engine, log_id, user)
     log = story["log"]
     return render(request, "email.html", {
-        "log": log, "event": story["event"], "job": story["job"], "audit": story["audit"],
-        "attempts": story["attempts"], "feedback": story.get("feedback") or [],
+        "log": log, "event": story["event"], "job": story["job"], "steps": _steps(story),
         "tenants": tenants, "pretty_json": pretty_json,
         "preview": shown,
     }, user=user)
@@ -97,14 +90,14 @@ def _story(engine: Engine, log_id: str, user: User) -> tuple[dict[str, Any], dic
     with engine.begin() as conn:
         story = email_story(conn, ident, tenant_id=user.tenant_id)
         tenants = tenant_names(conn, user)
-    return _with_times(story), tenants
+    return story, tenants
 
 
-def _with_times(value: Any) -> Any:
-    """The story with its ISO time strings turned back into datetimes, for display."""
-    if isinstance(value, list):
-        return [_with_times(v) for v in value]
-    if isinstance(value, dict):
-        return {k: datetime.fromisoformat(v) if k in _TIMES and isinstance(v, str)
-                else _with_times(v) for k, v in value.items()}
-    return value
+def _steps(story: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """What happened after the job was made, in time order: its attempts (when made), the
+    feedback about them (when received) and its audit rows (a retry, a cancel), each as
+    (attempt | feedback | audit, row)."""
+    timed = [*((a["created_at"], "attempt", a) for a in story["attempts"]),
+             *((f["received_at"], "feedback", f) for f in story.get("feedback") or []),
+             *((a["created_at"], "audit", a) for a in story["audit"])]
+    return [(kind, row) for _, kind, row in sorted(timed, key=lambda step: step[0])]

@@ -28,6 +28,14 @@ from postrelay.orchestrator.feedback.model import (
     notice_code,
     status_code,
 )
+from postrelay.orchestrator.feedback.notice import (
+    body_text,
+    first_text_part,
+    line_naming,
+    near,
+    notice_text,
+    quoted_message_id,
+)
 from postrelay.orchestrator.feedback.outline import BLANK_TEXT_LINE, READ_POLICY, outline
 from postrelay.orchestrator.feedback.verp import ReturnPath, TokenError
 
@@ -41,9 +49,6 @@ JMRP_RECIPIENT = "x-hmxmroriginalrecipient"
 VACATION_HEADERS = ("x-autoreply", "x-autorespond", "x-autoresponder")
 DETAIL_CHARS = 2000
 NULLMAILER_NOTICE = "This is the nullmailer delivery system."
-RETURNED_PARTS = ("message/rfc822", "message/global", "text/rfc822-headers",
-                  "text/global-headers")
-RETURNED_HEADERS = re.compile(r"^(?:Return-Path|Received):", re.IGNORECASE | re.MULTILINE)
 # Where bounces come from (RFC 5321 4.5.1, and custom): their Auto-Submitted does not make
 # them auto-replies, and one that no reader understands is kept for an operator.
 MAIL_SYSTEM = ("mailer-daemon", "postmaster")
@@ -137,8 +142,8 @@ def _dsn(msg: Message, source: str, event_id: str, keys: _Keys) -> list[Feedback
         if diagnostic is None and recipient:
             # OpenSMTPD writes only the class (`Status: 5.0.0`) and puts the remote's
             # reply on the notice's line for the recipient: `ann@…: 550 5.1.1 …`.
-            notice = _body_text(_without_original(msg)) if notice is None else notice
-            diagnostic = _short(_line_naming(notice, recipient))
+            notice = body_text(first_text_part(msg)) if notice is None else notice
+            diagnostic = _short(line_naming(notice, recipient))
         status = status_code(block.get("status"), diagnostic)
         expired = action == "delayed" and _expired(block, status, diagnostic, msg)
         if action == "failed" or expired:
@@ -172,7 +177,7 @@ def _expired(block: Message, status: str | None, diagnostic: str | None,
 def _from_nullmailer(msg: Message) -> bool:
     """nullmailer writes a report only for a message it gave up on: `delayed`, with the
     last reply's code, when its failures were temporary until the message expired."""
-    return NULLMAILER_NOTICE in _body_text(_without_original(msg))
+    return NULLMAILER_NOTICE in body_text(first_text_part(msg))
 
 
 def _arf(msg: Message, source: str, event_id: str, keys: _Keys) -> list[Feedback]:
@@ -217,28 +222,28 @@ def _non_standard(msg: Message, source: str, event_id: str, keys: _Keys) -> list
     # flufl's temporary failures are delay warnings ("will keep trying"): the MTA is still
     # trying, and a warning repeated daily must not count toward the soft-bounce limit.
     pending = "delayed"
-    text = _body_text(msg)
+    text = body_text(msg)
     if not temporary and not permanent:
         temporary, permanent = other_failures(text)
         pending = "soft-bounced"  # dma's: it gave up after temporary failures
     if not temporary and not permanent:
         return []
-    keys.message_id = keys.message_id or _quoted_message_id(text)
+    keys.message_id = keys.message_id or quoted_message_id(text)
     # Codes are read from the notice alone: the returned message's headers hold dotted
     # numbers and versions (`Eudora Version 5.0.2`) that are no one's status.
-    notice = _notice(msg)
+    notice = notice_text(msg)
     reports = []
     for addresses, temporary_kind in ((permanent, False), (temporary, True)):
         for raw in sorted(addresses):
             address = raw.decode("ascii", "replace")
-            near = _near(text, address)
+            paragraph = near(text, address)
             # The code in the recipient's own paragraph; the notice's first one otherwise.
-            status = notice_code(_near(notice, address)) or notice_code(notice)
+            status = notice_code(near(notice, address)) or notice_code(notice)
             kind = pending if temporary_kind else bounce_kind(status)
             reports.append(keys.feedback(
                 kind, source, event_id, recipient=address,
                 status=status if status and status[0] in "45" else None,
-                diagnostic=_short(near),
+                diagnostic=_short(paragraph),
                 detail={"format": "non-standard", "subject": _short(msg.get("subject"))}))
     return reports
 
@@ -389,56 +394,6 @@ def _auto_reply(msg: Message) -> bool:
     precedence = (msg.get("precedence") or "").strip().lower()
     return precedence == "auto_reply" or (msg.get("subject") or "").lower().startswith(
         ("out of office", "automatic reply", "auto:", "autoreply"))
-
-
-def _body_text(msg: Message) -> str:
-    return "\n".join(_texts(msg))
-
-
-def _notice(msg: Message) -> str:
-    """The text of a bounce but the returned message: its parts but an attached original
-    (or its headers), and up to the original it quotes inline (qmail's and Exim's start
-    with its Return-Path or Received line)."""
-    text = "\n".join(_texts(msg, but=RETURNED_PARTS))
-    quoted = RETURNED_HEADERS.search(text)
-    return text[:quoted.start()] if quoted else text
-
-
-def _texts(part: Message, but: tuple[str, ...] = ()) -> Iterable[str]:
-    """The decoded text parts of `part`, in order, but those in parts of the types `but`."""
-    if part.get_content_type() in but:
-        return
-    if part.is_multipart():
-        for sub in part.get_payload():
-            if isinstance(sub, Message):
-                yield from _texts(sub, but)
-    elif part.get_content_maintype() == "text":
-        payload = part.get_payload(decode=True)
-        if isinstance(payload, bytes):
-            yield payload.decode(part.get_content_charset() or "utf-8", "replace")
-
-
-def _quoted_message_id(text: str) -> str | None:
-    match = re.search(r"^\s*Message-ID:\s*(<[^<>\s]+>)", text, re.IGNORECASE | re.MULTILINE)
-    return match.group(1) if match else None
-
-
-def _line_naming(text: str, address: str) -> str | None:
-    """The first line of `text` that names `address`."""
-    needle = address.lower()
-    return next((line.strip() for line in text.splitlines() if needle in line.lower()), None)
-
-
-def _without_original(msg: Message) -> Message:
-    """`msg` as `_body_text` should read it: the notice, not the returned headers."""
-    return next((part for part in msg.walk() if part.get_content_type() == "text/plain"), msg)
-
-
-def _near(text: str, address: str) -> str | None:
-    at = text.lower().find(address.lower())
-    if at < 0:
-        return None
-    return " ".join(text[at:at + 300].split())
 
 
 def _first_id(value: str | None) -> str | None:

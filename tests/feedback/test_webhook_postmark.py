@@ -177,6 +177,15 @@ def test_a_subscription_change_without_a_message_is_kept_unmatched(client, sent,
     assert look.suppressed(tenant) == {} and look.events() == []
 
 
+def test_a_bounce_without_a_message_is_kept_unmatched(client, sent, tenant, look):
+    """It was refused (400): Postmark retried it for hours, then dropped it."""
+    answer = client.post(URL, json=bounce(MessageID=None))
+    assert answer.status_code == 200, answer.text
+    (row,) = look.feedback()
+    assert (row["kind"], row["recipient"], row["email_log_id"]) == ("bounced", ANN, None)
+    assert look.suppressed(tenant) == {} and look.events() == []
+
+
 def test_wrong_or_missing_credentials_are_401_and_write_nothing(served, sent, tenant, look):
     for auth in (None, ("postmark", "wrong-password-wrong-password"), ("other", AUTH[1])):
         answer = httpx.post(f"{served}{URL}", json=bounce(), auth=auth, timeout=30)

@@ -103,7 +103,9 @@ def _bounce(record: Mapping[str, Any]) -> Feedback:
         kind=kind, source="postmark", recipient=field(record, "Email", str, ""),
         status=status if kind in ("bounced", "soft-bounced", "delayed") else None,
         diagnostic=short(details or description), source_event_id=f"bounce:{bounce_id}",
-        queue_id=_message_id(record),
+        # A record without one names no message: kept unmatched, as a 400 would have
+        # Postmark retry it until it gave up.
+        queue_id=_message_id(record, required=False),
         occurred_at=iso_time(field(record, "BouncedAt", str, "", required=False), "BouncedAt"),
         detail=_detail(record, type=bounce_type, type_code=record.get("TypeCode"),
                        description=short(description), inactive=record.get("Inactive")))

@@ -20,6 +20,8 @@ Stage = Literal["connect", "tls", "auth", "mail", "rcpt", "data"]
 _MESSAGE_STAGES = frozenset({"mail", "rcpt", "data"})
 _THROTTLE_CODES = frozenset({421, 454})
 _ENHANCED = re.compile(r"^([245]\.\d{1,3}\.\d{1,3})(?:[ \t]+|$)")
+# X.1.0 does not say whose address; X.1.7 and X.1.8 are the sender's (a refusal of ours).
+_NOT_THE_RECIPIENTS = frozenset({"5.1.0", "5.1.7", "5.1.8"})
 _REPLY_CODE = re.compile(r"^\d{3}[ -]")
 # Conservative on purpose: a wrong queue id is worse than none.
 _QUEUE_ID_FORMS = (
@@ -32,6 +34,16 @@ _QUEUE_ID_FORMS = (
     # Amazon SES: "Ok 0100018c8f2f1a2b-3c4d5e6f-0000-0000" (a bare "Ok <word>" is not enough)
     re.compile(r"^Ok\s+([0-9a-f]{16,}(?:-[0-9a-f]+)+)\s*$", re.IGNORECASE),
 )
+
+
+def names_no_mailbox(enhanced: str | None) -> bool:
+    """Whether a permanent failure's code says the recipient's mailbox or domain does not
+    exist (5.1.x), the rule by which both a refusal at send time and a later bounce
+    suppress the address. Not 5.1.0, which does not say whose address, nor 5.1.7 and 5.1.8,
+    the sender's: a refusal of the sending domain (`553 5.1.8 Domain of sender address
+    does not exist`) suppressed every recipient it was sent to."""
+    code = enhanced or ""
+    return code.startswith("5.1.") and code not in _NOT_THE_RECIPIENTS
 
 
 @dataclass(frozen=True)

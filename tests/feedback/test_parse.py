@@ -21,7 +21,7 @@ ANN = "ann@example.com"
     ("m365_ndr.eml", "bounced", "5.1.10", "dsn"),
     ("gmail_bounce.eml", "bounced", "5.1.1", "dsn"),
     ("exim_bounce.eml", "bounced", "5.1.1", "non-standard"),
-    ("yahoo_bounce.eml", "bounced", None, "non-standard"),
+    ("yahoo_bounce.eml", "bounced", "5.0.0", "non-standard"),
     ("yahoo_arf.eml", "complaint", None, "arf"),
 ])
 def test_reports_name_kind_status_recipient_and_message(return_path, name, kind, status, fmt):

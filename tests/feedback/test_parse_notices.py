@@ -6,10 +6,12 @@ mail system that no reader understands."""
 from __future__ import annotations
 
 import uuid
+from email.message import Message
 
 import pytest
 
 from postrelay.orchestrator.feedback import Feedback, SuppressionPolicy, record_many
+from postrelay.orchestrator.feedback.notice import body_text
 from postrelay.orchestrator.feedback.parse import parse_mail
 from tests.feedback.conftest import bounce_mail, insert_log, record
 
@@ -46,8 +48,13 @@ def test_a_read_receipt_is_still_not_a_bounce(return_path):
     # The remote host's address [10.5.1.1] was read as 5.1.1: a full mailbox suppressed
     # the address at once.
     ("ann@example.org", "552 5.2.2 mailbox full", "soft-bounced", "5.2.2"),
-    # ... and a bounce whose reply has no code of its own took 5.1.1 from it.
-    ("ann@example.org", "550 mailbox unavailable", "bounced", None),
+    # ... and a bounce whose reply has no code of its own took 5.1.1 from it: it has its
+    # reply's class, which counts toward the soft-bounce limit.
+    ("ann@example.org", "550 mailbox unavailable", "bounced", "5.0.0"),
+    # A temporary reply the MTA gave up on is a soft bounce, not one that suppressed at
+    # once for want of a code.
+    ("ann@example.org", "452 mailbox full", "soft-bounced", "4.0.0"),
+    ("ann@example.org", "retry timeout exceeded", "bounced", "5.0.0"),
     # flufl.bounce 6.0.0 dropped every failed address on a domain with a hyphen.
     ("ann@mail-example.org", "550 5.1.1 user unknown", "bounced", "5.1.1"),
 ])
@@ -62,11 +69,34 @@ def test_a_plain_text_bounce_is_read_by_its_reply_not_by_the_hosts_address(
 
 def test_codes_are_not_read_from_the_returned_message(return_path):
     """A qmail bounce with no code of its own took `Eudora Version 5.0.2` from the original
-    it quotes: a 5.0.2 bounce, which suppresses nothing, for a mailbox that does not exist."""
+    it quotes: a 5.0.2 bounce, which neither suppressed nor counted, for a mailbox that does
+    not exist. Its `550` makes it 5.0.0, which counts."""
     (report,) = reports(return_path, "qmail_quoting_versions.eml")
     assert (report.kind, report.recipient, report.status) == \
-        ("bounced", "ann@example.com", None)
+        ("bounced", "ann@example.com", "5.0.0")
     assert report.message_id == MID  # the original is still read for what ties it
+
+
+def test_only_the_addresses_the_notice_names_failed(return_path):
+    """Zoho quotes the original's headers inline; the detector took its Message-ID and its
+    sender for failed recipients too: three bounces for one."""
+    (report,) = reports(return_path, "zoho_inline_original.eml")
+    assert (report.kind, report.recipient, report.status) == \
+        ("bounced", "ann@example.com", "5.1.1")
+
+
+def test_a_returned_message_of_headers_alone_is_read_whatever_its_encoding():
+    """A report's outline keeps the returned message's headers alone (no body at all); with
+    a Content-Transfer-Encoding of quoted-printable, Python 3.11 fails to decode it
+    (UnboundLocalError), and a bounce the detectors would have read was `unparsed`."""
+    returned = Message()
+    returned["Content-Transfer-Encoding"] = "quoted-printable"
+    notice = Message()
+    notice.set_payload("ann@example.com: 550 5.1.1 user unknown")
+    report = Message()
+    report.set_payload([notice, returned])
+    report.set_type("multipart/report")
+    assert body_text(report) == "ann@example.com: 550 5.1.1 user unknown\n"
 
 
 def test_a_delay_warning_in_plain_text_is_a_delay(return_path):

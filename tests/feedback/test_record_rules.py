@@ -9,6 +9,7 @@ import asyncio
 import string
 import uuid
 
+import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -88,6 +89,25 @@ def test_a_batchs_policy_blocks_do_not_count_toward_its_soft_bounces(engine, ten
                                   soft(logs[2], 2)], policy)
     assert [d.suppressed for d in done] == [False, False, False]
     assert look.suppressed(tenant) == {}
+
+
+@pytest.mark.parametrize(("status", "at_once", "counts"), [
+    ("5.1.8", False, False),  # the sender's domain: a refusal of ours, not the recipient's
+    ("5.1.7", False, False),
+    ("5.1.0", False, True),  # an address, unsaid whose (SES's "Unknown address error")
+    ("5.7.13", True, False),  # "User Account Disabled": the one 5.7.x about the address
+])
+def test_what_a_permanent_failures_code_says_of_the_recipient(engine, tenant, look, status,
+                                                              at_once, counts):
+    policy = SuppressionPolicy(soft_limit=2)
+    with engine.begin() as conn:
+        logs = [insert_log(conn, tenant_id=tenant) for _ in range(2)]
+    bounced = [Feedback(kind="bounced", source="mail", recipient=ANN, status=status,
+                        source_event_id=f"p{i}", log_id=log["id"])
+               for i, log in enumerate(logs)]
+    assert record(engine, bounced[0], policy).suppressed is at_once
+    assert record(engine, bounced[1], policy).suppressed is (counts and not at_once)
+    assert bool(look.suppressed(tenant)) is (at_once or counts)
 
 
 def test_soft_bounces_about_messages_whose_log_rows_are_gone_still_count(engine, tenant):

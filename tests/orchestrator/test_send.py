@@ -74,17 +74,22 @@ async def test_transient_replies_retry_then_send(rig, tenant, sink):
 
 async def test_a_5xx_dead_letters_at_once_and_5_1_1_suppresses(rig, tenant, sink):
     sink.handler.rules = [("gone@example.com", reply("550 5.1.1 No such user")),
-                          ("blocked@example.com", reply("554 5.7.1 Rejected by policy"))]
+                          ("blocked@example.com", reply("554 5.7.1 Rejected by policy")),
+                          # About the sender's domain, not the recipient: it suppressed
+                          # every recipient a misconfigured sender wrote to.
+                          ("ann@example.com", reply("553 5.1.8 Domain of sender address "
+                                                    "does not exist"))]
     gone = rig.enqueue(tenant, to=["gone@example.com"], max_attempts=5)
     blocked = rig.enqueue(tenant, to=["blocked@example.com"], max_attempts=5)
+    sender = rig.enqueue(tenant, to=["ann@example.com"], max_attempts=5)
     await rig.start()
-    await rig.settle(gone, blocked)
-    for job_id in (gone, blocked):
+    await rig.settle(gone, blocked, sender)
+    for job_id in (gone, blocked, sender):
         assert rig.job(job_id)["status"] == "dlq"
         assert rig.job(job_id)["attempts"] == 1  # no retries burnt
         assert [r["status"] for r in rig.log(job_id)] == ["bounced"]
     assert rig.log(gone)[0]["smtp_enhanced"] == "5.1.1"
-    # 5.1.1 suppresses the address; a 5.7.1 policy block never does.
+    # 5.1.1 suppresses the address; a 5.7.1 policy block never does, nor a 5.1.8.
     assert list(rig.suppressed(tenant)) == ["gone@example.com"]
     assert "5.1.1" in rig.suppressed(tenant)["gone@example.com"]
 

@@ -14,6 +14,7 @@ from uuid import UUID
 from postrelay.core.errors import ValidationError
 from postrelay.core.limits import storable
 from postrelay.orchestrator.addresses import ADDRESS_MAX
+from postrelay.orchestrator.replies import names_no_mailbox
 from postrelay.orchestrator.schema import FEEDBACK_KINDS
 
 if TYPE_CHECKING:
@@ -40,15 +41,20 @@ EVENTS = {"delivered": "email.delivered", "soft-bounced": "email.bounced",
 # mailbox or domain does not exist (5.1.x), the mailbox is disabled (5.2.1), the domain
 # has no mail route (5.4.4). Others (5.2.2 mailbox full, 5.3.4 too big, 5.6.x content) are
 # about this message or are passing; 5.7.x is policy and never suppresses.
-HARD_CLASS = "5.1."
-HARD_CODES = frozenset({"5.2.1", "5.4.4"})  # whole codes: Microsoft's 5.2.121 is a rate limit
+# Beside 5.1.x (replies.names_no_mailbox): the mailbox is disabled (5.2.1, and 5.7.13 "User
+# Account Disabled", the one 5.7.x code about the address), the domain has no mail host
+# (5.4.4). Whole codes: Microsoft's 5.2.121 is a rate limit.
+HARD_CODES = frozenset({"5.2.1", "5.4.4", "5.7.13"})
 POLICY_CLASS = "5.7."
 # Permanent failures whose code names no cause: `Status: 5.0.0` beside a bare `550 unknown
 # user` (Postfix, Exim), sendmail's `553 5.3.0 Addressee unknown`, `550 5.5.0 mailbox
 # unavailable`, but also a full disk. One does not suppress; repeated, they say the address
-# takes no mail, and they count toward the soft-bounce limit (counts_as_soft). Not 5.1.0,
-# which suppresses, nor 5.7.0, a policy block.
-UNSPECIFIC = re.compile(r"5\.[02-6]\.0")
+# takes no mail, and they count toward the soft-bounce limit (counts_as_soft). 5.1.0 among
+# them, which does not say whose address (Amazon SES's "5.1.0 - Unknown address error", a
+# refused sender); not 5.7.0, a policy block.
+UNSPECIFIC = re.compile(r"5\.[0-6]\.0")
+# A basic SMTP reply code (RFC 5321) in a notice: `550 unknown user`, `452 mailbox full`.
+REPLY_CODE = re.compile(r"(?<![\w.-])([45])[0-5]\d(?=[ -])")
 
 
 @dataclass(frozen=True)
@@ -161,14 +167,15 @@ def suppresses(kind: str, status: str | None) -> bool:
     """Whether this kind of feedback, once it names a message sent to the recipient, puts
     the address on the suppression list (soft bounces: only by count, see SuppressionPolicy).
     A bounce without a status is a provider's "permanent" verdict, which is about the
-    address."""
+    address (a bounce by mail always has one: parse.py gives a notice without a code its
+    reply's class)."""
     if kind in ("complaint", "unsubscribe"):
         return True
     if kind != "bounced":
         return False
     if status is None:
         return True
-    return status.startswith(HARD_CLASS) or status in HARD_CODES
+    return names_no_mailbox(status) or status in HARD_CODES
 
 
 def address_verdict(status: str | None) -> str | None:
@@ -210,6 +217,13 @@ def notice_code(text: str | None) -> str | None:
     remote's `550 5.1.1`."""
     codes = [m.group(0) for m in ENHANCED.finditer(text or "")]
     return next((c for c in codes if not c.endswith(".0.0")), codes[0] if codes else None)
+
+
+def reply_class(text: str | None) -> str | None:
+    """The class of the first basic reply code a notice quotes (`550 unknown user`: 5.0.0,
+    `452 mailbox full`: 4.0.0), for a notice that gives no enhanced code."""
+    found = REPLY_CODE.search(text or "")
+    return f"{found.group(1)}.0.0" if found else None
 
 
 def normal_address(address: str) -> str:

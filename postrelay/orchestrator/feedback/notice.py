@@ -43,9 +43,16 @@ def texts(part: Message, but: tuple[str, ...] = ()) -> Iterable[str]:
             if isinstance(sub, Message):
                 yield from texts(sub, but)
     elif part.get_content_maintype() == "text":
-        payload = part.get_payload(decode=True)
+        try:
+            payload = part.get_payload(decode=True)
+        except Exception:  # noqa: BLE001 - CPython 3.11 fails on a bodiless quoted-printable
+            given = part.get_payload()
+            payload = given.encode("utf-8", "surrogateescape") if isinstance(given, str) else b""
         if isinstance(payload, bytes):
-            yield payload.decode(part.get_content_charset() or "utf-8", "replace")
+            try:
+                yield payload.decode(part.get_content_charset() or "utf-8", "replace")
+            except LookupError:  # a charset Python does not know
+                yield payload.decode("utf-8", "replace")
 
 
 def quoted_message_id(text: str) -> str | None:

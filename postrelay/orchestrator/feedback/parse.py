@@ -26,6 +26,7 @@ from postrelay.orchestrator.feedback.model import (
     Feedback,
     bounce_kind,
     notice_code,
+    reply_class,
     status_code,
 )
 from postrelay.orchestrator.feedback.notice import (
@@ -232,18 +233,29 @@ def _non_standard(msg: Message, source: str, event_id: str, keys: _Keys) -> list
     # Codes are read from the notice alone: the returned message's headers hold dotted
     # numbers and versions (`Eudora Version 5.0.2`) that are no one's status.
     notice = notice_text(msg)
+    # A detector may take addresses from an original quoted inline (Zoho's: its Message-ID,
+    # its sender): when the notice names some of them, those are the ones that failed.
+    lowered = notice.lower()
+    named = {a for a in temporary | permanent if a.decode("ascii", "replace") in lowered}
     reports = []
     for addresses, temporary_kind in ((permanent, False), (temporary, True)):
         for raw in sorted(addresses):
+            if named and raw not in named:
+                continue
             address = raw.decode("ascii", "replace")
-            paragraph = near(text, address)
-            # The code in the recipient's own paragraph; the notice's first one otherwise.
-            status = notice_code(near(notice, address)) or notice_code(notice)
+            own = near(notice, address)
+            # The code in the recipient's own paragraph, the notice's first one otherwise;
+            # else the class of the reply it quotes. A failure that says no more (Exim's
+            # "retry timeout exceeded", a bare `550`) is 5.0.0: it counts toward the
+            # soft-bounce limit and suppresses nothing at once.
+            status = notice_code(own) or notice_code(notice) or reply_class(own) or \
+                reply_class(notice)
+            if status is None or status[0] not in "45":
+                status = None if temporary_kind else "5.0.0"
             kind = pending if temporary_kind else bounce_kind(status)
             reports.append(keys.feedback(
-                kind, source, event_id, recipient=address,
-                status=status if status and status[0] in "45" else None,
-                diagnostic=_short(paragraph),
+                kind, source, event_id, recipient=address, status=status,
+                diagnostic=_short(near(text, address)),
                 detail={"format": "non-standard", "subject": _short(msg.get("subject"))}))
     return reports
 

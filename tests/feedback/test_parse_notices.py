@@ -77,6 +77,16 @@ def test_codes_are_not_read_from_the_returned_message(return_path):
     assert report.message_id == MID  # the original is still read for what ties it
 
 
+def test_a_dsn_written_into_the_notice_is_read_as_a_dsn(return_path):
+    """Amazon WorkMail writes the report's fields in its text ("Technical report:"), not
+    in a delivery-status part: no reader knew it, and it was `unparsed`."""
+    log_id = uuid.uuid4()
+    (report,) = reports(return_path, "workmail_report_in_text.eml", log_id)
+    assert (report.kind, report.recipient, report.status, report.log_id) == \
+        ("bounced", "ann@example.com", "5.1.1", log_id)
+    assert report.detail["format"] == "dsn"
+
+
 def test_only_the_addresses_the_notice_names_failed(return_path):
     """Zoho quotes the original's headers inline; the detector took its Message-ID and its
     sender for failed recipients too: three bounces for one."""

@@ -53,6 +53,7 @@ NULLMAILER_NOTICE = "This is the nullmailer delivery system."
 # Where bounces come from (RFC 5321 4.5.1, and custom): their Auto-Submitted does not make
 # them auto-replies, and one that no reader understands is kept for an operator.
 MAIL_SYSTEM = ("mailer-daemon", "postmaster")
+DSN_FIELDS_IN_TEXT = re.compile(r"^(?:Reporting-MTA|Final-Recipient):", re.I | re.M)
 
 
 def parse_mail(raw: bytes, *, envelope_to: Sequence[str] = (),
@@ -108,7 +109,8 @@ def _reports(msg: Message, source: str, event_id: str, envelope_to: Sequence[str
     found = _dsn(msg, source, event_id, keys) if msg.is_multipart() else []
     if found:
         return found
-    found = _non_standard(msg, source, event_id, keys)
+    found = _dsn_in_text(msg, source, event_id, keys) or \
+        _non_standard(msg, source, event_id, keys)
     if found:
         return found
     if _auto_reply(msg):
@@ -122,9 +124,22 @@ def _reports(msg: Message, source: str, event_id: str, envelope_to: Sequence[str
 
 def _dsn(msg: Message, source: str, event_id: str, keys: _Keys) -> list[Feedback]:
     status_part = _part(msg, ("message/delivery-status", "message/global-delivery-status"))
-    if status_part is None:
+    return [] if status_part is None else \
+        _dsn_blocks(msg, _blocks(status_part), source, event_id, keys)
+
+
+def _dsn_in_text(msg: Message, source: str, event_id: str, keys: _Keys) -> list[Feedback]:
+    """A DSN's fields written into the notice's text (Amazon WorkMail's "Technical
+    report:"), from its first Reporting-MTA or Final-Recipient line on."""
+    notice = notice_text(msg)
+    start = DSN_FIELDS_IN_TEXT.search(notice)
+    if start is None:
         return []
-    blocks = _blocks(status_part)
+    return _dsn_blocks(msg, _blocks_of(notice[start.start():]), source, event_id, keys)
+
+
+def _dsn_blocks(msg: Message, blocks: list[Message], source: str, event_id: str,
+                keys: _Keys) -> list[Feedback]:
     if not blocks:
         return []
     per_message, per_recipient = blocks[0], blocks[1:]

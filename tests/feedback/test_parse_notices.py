@@ -67,6 +67,21 @@ def test_a_plain_text_bounce_is_read_by_its_reply_not_by_the_hosts_address(
     assert (report.kind, report.recipient, report.status) == (kind, recipient, status)
 
 
+@pytest.mark.parametrize(("reply", "kind", "status"), [
+    (b"550 5.7.1 IP address blacklisted", "bounced", "5.7.1"),
+    (b"552 5.2.2 Over quota", "soft-bounced", "5.2.2"),
+])
+def test_a_failure_takes_the_remotes_own_code_over_the_reporting_mtas(return_path, reply,
+                                                                       kind, status):
+    """sendmail writes a Status of its own (5.1.1) beside the remote's reply: a blocklist
+    refusal or a full mailbox suppressed a good address at once."""
+    raw = bounce_mail("postfix_bounce.eml", verp=return_path.address(uuid.uuid4()),
+                      message_id=MID, recipient="ann@example.com")
+    raw = raw.replace(b"Diagnostic-Code: smtp; 550 5.1.1", b"Diagnostic-Code: smtp; " + reply)
+    (report,) = parse_mail(raw, return_path=return_path)
+    assert (report.kind, report.status) == (kind, status)
+
+
 def test_codes_are_not_read_from_the_returned_message(return_path):
     """A qmail bounce with no code of its own took `Eudora Version 5.0.2` from the original
     it quotes: a 5.0.2 bounce, which neither suppressed nor counted, for a mailbox that does

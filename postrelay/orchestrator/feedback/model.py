@@ -53,6 +53,8 @@ POLICY_CLASS = "5.7."
 # them, which does not say whose address (Amazon SES's "5.1.0 - Unknown address error", a
 # refused sender); not 5.7.0, a policy block.
 UNSPECIFIC = re.compile(r"5\.[0-6]\.0")
+# A permanent reply and the enhanced code it begins with: `550 5.1.1`, `550-5.7.1`, `#5.1.1`.
+REPLIED = re.compile(r"(?<![\w.-])5\d\d[ -]#?(5\.\d{1,3}\.\d{1,3})(?![\w-]|\.\d)")
 # A basic SMTP reply code (RFC 5321) in a notice: `550 unknown user`, `452 mailbox full`.
 REPLY_CODE = re.compile(r"(?<![\w.-])([45])[0-5]\d(?=[ -])")
 
@@ -201,11 +203,17 @@ def status_code(value: str | None, diagnostic: str | None) -> str | None:
     a class (x.0.0) and the diagnostic names a more specific one, that one. Exim, Microsoft
     and Amazon SES write 5.0.0 beside "550 5.1.1"; Exim also beside the "451 4.2.0" of a
     message that expired after temporary failures, which Postfix reports as 4.2.0: a soft
-    bounce either way."""
+    bounce either way. A permanent failure takes the remote's own code, the one its reply
+    gave, over a different one the reporting MTA wrote: sendmail writes `Status: 5.1.1`
+    beside `550 5.7.1 IP address blacklisted` and beside `552 5.2.2 Over quota`, and a
+    good address was suppressed."""
     given = ENHANCED.search(value or "")
     said = ENHANCED.search(diagnostic or "")
     if given and said and given.group(2, 3) == ("0", "0") and said.group(2, 3) != ("0", "0"):
         return said.group(0)
+    replied = REPLIED.search(diagnostic or "")
+    if given and replied and given.group(1) == "5":
+        return replied.group(1)
     if given:
         return given.group(0)
     return said.group(0) if said else None

@@ -66,6 +66,17 @@ def test_an_out_of_office_reply_is_an_auto_reply(return_path):
     assert (report.kind, report.recipient, report.log_id) == ("auto-reply", ANN, log_id)
 
 
+def test_icloud_s_vacation_reply_is_an_auto_reply(return_path):
+    """It has no Auto-Submitted and says "Auto reply:": it was `unparsed`."""
+    raw = bounce_mail("out_of_office.eml", verp=return_path.address(uuid.uuid4()),
+                      message_id=MID).replace(
+        b"Subject: Automatic reply: Welcome, Ann!", b"Subject: Re: Welcome, Ann!").replace(
+        b"Auto-Submitted: auto-replied\r\nX-Auto-Response-Suppress: All",
+        b"X-Apple-Action: VACATION")
+    (report,) = parse_mail(raw, return_path=return_path)
+    assert (report.kind, report.recipient) == ("auto-reply", ANN)
+
+
 
 def test_a_complaint_naming_two_recipients_is_a_complaint_about_each(return_path):
     """Original-Rcpt-To may come more than once (RFC 5965 3.2): only the first was taken,

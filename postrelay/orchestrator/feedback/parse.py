@@ -419,8 +419,11 @@ def _auto_reply(msg: Message) -> bool:
     if any(msg.get(h) for h in VACATION_HEADERS):
         return True
     precedence = (msg.get("precedence") or "").strip().lower()
-    return precedence == "auto_reply" or (msg.get("subject") or "").lower().startswith(
-        ("out of office", "automatic reply", "auto:", "autoreply"))
+    # iCloud's vacation reply carries no Auto-Submitted: its own X-Apple-Action says it.
+    return precedence == "auto_reply" or \
+        str(msg.get("x-apple-action") or "").strip().upper() == "VACATION" or \
+        (msg.get("subject") or "").lower().startswith(
+            ("out of office", "automatic reply", "auto reply", "auto:", "autoreply"))
 
 
 def _first_id(value: str | None) -> str | None:

@@ -11,7 +11,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import Connection, create_engine, text
 
 from postrelay.core.db import sqlalchemy_url
 
@@ -71,3 +71,13 @@ def current_revision(conn) -> str | None:  # type: ignore[no-untyped-def]
     if not exists:
         return None
     return conn.execute(text(f"SELECT version_num FROM mdm.{VERSION_TABLE}")).scalar_one_or_none()
+
+
+def insert_tenant_and_sent_row(conn: Connection, tenant: uuid.UUID, log: uuid.UUID) -> None:
+    """A tenant `acme` and one `sent` log row of it (id `log`) to ann@example.com."""
+    conn.execute(text("INSERT INTO mdm.aa_tenant (id, name) VALUES (:t, 'acme')"), {"t": tenant})
+    conn.execute(text(
+        "INSERT INTO mdm.aa_email_log (id, tenant_id, job_id, template, from_address, "
+        "recipients, to_addresses, message_id, status, attempt) VALUES (:l, :t, :l, "
+        "'welcome', 'noreply@acme.example', ARRAY['ann@example.com'], "
+        "ARRAY['ann@example.com'], '<m@acme.example>', 'sent', 1)"), {"l": log, "t": tenant})

@@ -10,6 +10,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from postrelay.core.migrate import downgrade, upgrade
+from tests.migrations import insert_tenant_and_sent_row
 from tests.migrations.test_migrations import empty_engine, empty_url, schema_diff
 
 __all__ = ["empty_engine", "empty_url"]  # the fixtures, used by name
@@ -20,13 +21,7 @@ def test_0026_keeps_on_each_soft_bounce_whom_it_names(empty_url: str,
     tenant, log = uuid.uuid4(), uuid.uuid4()
     upgrade(empty_url, "0025")
     with empty_engine.begin() as conn:
-        conn.execute(text("INSERT INTO mdm.aa_tenant (id, name) VALUES (:t, 'acme')"),
-                     {"t": tenant})
-        conn.execute(text(
-            "INSERT INTO mdm.aa_email_log (id, tenant_id, job_id, template, from_address, "
-            "recipients, to_addresses, message_id, status, attempt) VALUES (:l, :t, :l, "
-            "'welcome', 'noreply@acme.example', ARRAY['ann@example.com'], "
-            "ARRAY['ann@example.com'], '<m@acme.example>', 'sent', 1)"), {"l": log, "t": tenant})
+        insert_tenant_and_sent_row(conn, tenant, log)
         # Soft bounces: about ann's message; naming bob, whom it was not sent to; about a
         # row retention deleted; and a hard bounce, which nothing counts.
         conn.execute(text(

@@ -38,12 +38,11 @@ EVENTS = {"delivered": "email.delivered", "soft-bounced": "email.bounced",
           "bounced": "email.bounced", "complaint": "email.complained",
           "unsubscribe": "email.unsubscribed"}
 # Enhanced status codes of a permanent failure that are about the address itself: the
-# mailbox or domain does not exist (5.1.x), the mailbox is disabled (5.2.1), the domain
-# has no mail route (5.4.4). Others (5.2.2 mailbox full, 5.3.4 too big, 5.6.x content) are
-# about this message or are passing; 5.7.x is policy and never suppresses.
-# Beside 5.1.x (replies.names_no_mailbox): the mailbox is disabled (5.2.1, and 5.7.13 "User
-# Account Disabled", the one 5.7.x code about the address), the domain has no mail host
-# (5.4.4). Whole codes: Microsoft's 5.2.121 is a rate limit.
+# mailbox or domain does not exist (5.1.x: replies.names_no_mailbox), the mailbox is
+# disabled (5.2.1, and 5.7.13 "User Account Disabled", the one 5.7.x code about the
+# address), the domain has no mail route (5.4.4). Others (5.2.2 mailbox full, 5.3.4 too big,
+# 5.6.x content) are about this message or are passing; 5.7.x is policy and never
+# suppresses. Whole codes: Microsoft's 5.2.121 is a rate limit.
 HARD_CODES = frozenset({"5.2.1", "5.4.4", "5.7.13"})
 POLICY_CLASS = "5.7."
 # Permanent failures whose code names no cause: `Status: 5.0.0` beside a bare `550 unknown

@@ -102,6 +102,14 @@ def test_a_dsn_written_into_the_notice_is_read_as_a_dsn(return_path):
     assert report.detail["format"] == "dsn"
 
 
+def test_exchange_s_plain_text_notice_is_read(return_path):
+    """Exchange Online's text-only notice ("Delivery has failed to these recipients or
+    groups:") was known to no reader: `unparsed`, the dead address never suppressed."""
+    (report,) = reports(return_path, "exchange_text_ndr.eml")
+    assert (report.kind, report.recipient, report.status, report.message_id) == \
+        ("bounced", "ann@example.com", "5.1.1", MID)
+
+
 def test_only_the_addresses_the_notice_names_failed(return_path):
     """Zoho quotes the original's headers inline; the detector took its Message-ID and its
     sender for failed recipients too: three bounces for one."""

@@ -10,6 +10,9 @@ addresses that failed for now and for good, as bytes.
   to <ann@example.com>." followed by the server's reply (a permanent refusal), or by "Could
   not deliver for the last 432000 seconds. Giving up." once its retries of a temporary
   failure ran out.
+- Exchange Online's plain-text notice: "Delivery has failed to these recipients or
+  groups:", then each address on a line of its own (`ann@example.com<mailto:…>`), then
+  "Remote Server returned '550 5.1.1 …'" under "Diagnostic information for administrators".
 """
 
 from __future__ import annotations
@@ -23,6 +26,10 @@ from flufl.bounce._scan import _DETECTORS
 
 DMA_FAILED = re.compile(r"^There was an error delivering your mail to <([^<>\s]+)>\.", re.M)
 DMA_GAVE_UP = re.compile(r"^Could not deliver for the last \d+ seconds\. Giving up\.", re.M)
+EXCHANGE_FAILED = re.compile(r"^Delivery has failed to these recipients or groups:[ \t]*\r?$"
+                             r"(.*?)^Diagnostic information for administrators:", re.M | re.S)
+# An address alone on its line, or before Exchange's `<mailto:…>` or `(…)`.
+ADDRESS_LINE = re.compile(r"^[ \t]*([^\s<>()\"@]+@[^\s<>()\"@]+)[ \t]*(?:[<(].*)?\r?$", re.M)
 
 Failures = tuple[frozenset[bytes], frozenset[bytes]]
 
@@ -70,4 +77,7 @@ def other_failures(text: str) -> Failures:
                        for m in DMA_FAILED.finditer(text))
     if DMA_GAVE_UP.search(text):
         return failed, frozenset()
+    if not failed and (listed := EXCHANGE_FAILED.search(text)) is not None:
+        failed = frozenset(m.group(1).lower().encode("utf-8", "replace")
+                           for m in ADDRESS_LINE.finditer(listed.group(1)))
     return frozenset(), failed

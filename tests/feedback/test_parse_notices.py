@@ -1,7 +1,9 @@
 """Bounces whose notice says less than a DSN, read for what it says and no more: a report
-without a report-type, plain-text notices whose host addresses or quoted originals hold
-dotted numbers, delay warnings, an address on a domain with a hyphen, and mail from a
-mail system that no reader understands."""
+without a report-type or with its fields in the text, plain-text notices whose host
+addresses or quoted originals hold dotted numbers or addresses, Exchange's text notice,
+delay warnings, an address on a domain with a hyphen, mail from a mail system that no
+reader understands; and what a permanent failure's code says of the recipient (the
+reporting MTA's code against the remote's, codes that name no cause)."""
 
 from __future__ import annotations
 

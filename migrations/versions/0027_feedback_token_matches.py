@@ -7,9 +7,9 @@ unmatched, beside forged reports. Such rows now say `matched_by = 'token'`; thos
 are given it (not those of a tenant deleted since, nor a report that claimed a row whose
 recipient it was not).
 
-Permanent failures whose code names no cause (5.0.0, 5.1.0, 5.3.0) now count toward the
-soft-bounce limit, from `sent_to`, which 0026 filled for soft bounces only: those on record
-are given theirs from the log as it is now.
+Permanent failures whose code names no cause (5.0.0, 5.1.0, 5.3.0; and Exchange Online's
+5.4.1) now count toward the soft-bounce limit, from `sent_to`, which 0026 filled for soft
+bounces only: those on record are given theirs from the log as it is now.
 
 Revision ID: 0027
 Revises: 0026
@@ -38,7 +38,7 @@ def upgrade() -> None:
         UPDATE mdm.aa_email_feedback f
         SET sent_to = EXISTS (SELECT 1 FROM mdm.aa_email_log l
                               WHERE l.id = f.email_log_id AND f.recipient = ANY(l.recipients))
-        WHERE f.kind = 'bounced' AND f.sent_to IS NULL AND f.status ~ '^5\.[0-6]\.0$'
+        WHERE f.kind = 'bounced' AND f.sent_to IS NULL AND f.status ~ '^5\.([0-6]\.0|4\.1)$'
     """)
 
 

@@ -95,6 +95,7 @@ def test_a_batchs_policy_blocks_do_not_count_toward_its_soft_bounces(engine, ten
     ("5.1.8", False, False),  # the sender's domain: a refusal of ours, not the recipient's
     ("5.1.7", False, False),
     ("5.1.0", False, True),  # an address, unsaid whose (SES's "Unknown address error")
+    ("5.4.1", False, True),  # Exchange Online: "Recipient address rejected: Access denied"
     ("5.7.13", True, False),  # "User Account Disabled": the one 5.7.x about the address
 ])
 def test_what_a_permanent_failures_code_says_of_the_recipient(engine, tenant, look, status,

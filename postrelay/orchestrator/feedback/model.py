@@ -50,8 +50,10 @@ POLICY_CLASS = "5.7."
 # unavailable`, but also a full disk. One does not suppress; repeated, they say the address
 # takes no mail, and they count toward the soft-bounce limit (counts_as_soft). 5.1.0 among
 # them, which does not say whose address (Amazon SES's "5.1.0 - Unknown address error", a
-# refused sender); not 5.7.0, a policy block.
-UNSPECIFIC = re.compile(r"5\.[0-6]\.0")
+# refused sender); not 5.7.0, a policy block. And 5.4.1, which Exchange Online answers for
+# a recipient its directory does not have (`550 5.4.1 Recipient address rejected: Access
+# denied`), and other hosts for one that does not answer.
+UNSPECIFIC = re.compile(r"5\.(?:[0-6]\.0|4\.1)")
 # A permanent reply and the enhanced code it begins with: `550 5.1.1`, `550-5.7.1`, `#5.1.1`.
 REPLIED = re.compile(r"(?<![\w.-])5\d\d[ -]#?(5\.\d{1,3}\.\d{1,3})(?![\w-]|\.\d)")
 # A basic SMTP reply code (RFC 5321) in a notice: `550 unknown user`, `452 mailbox full`.

@@ -82,7 +82,7 @@ FROM (SELECT DISTINCT hashtext(key) AS key FROM unnest(CAST(:keys AS text[])) AS
 -- since an operator last lifted the address's suppression of every category (a lift
 -- starts the count afresh). What counts is what model.counts_as_soft says: soft bounces
 -- but the 5.7.x policy blocks that a provider reports as such, and permanent failures
--- whose code names no cause (5.0.0, 5.1.0, 5.3.0; model.UNSPECIFIC). No other report reads it,
+-- whose code names no cause (5.0.0, 5.1.0, 5.3.0, and 5.4.1; model.UNSPECIFIC). No other report reads it,
 -- so no other pays for the count.
 -- A report with `unless_suppressed_in` (an unsubscribe through a signed link, which every
 -- mail of the category repeats) is also left out while the address is suppressed in that
@@ -114,12 +114,12 @@ ON CONFLICT (dedupe_key) DO NOTHING
 RETURNING id, dedupe_key,
     CASE WHEN aa_email_feedback.kind = 'soft-bounced'
               OR aa_email_feedback.kind = 'bounced'
-                 AND aa_email_feedback.status ~ '^5\.[0-6]\.0$' THEN
+                 AND aa_email_feedback.status ~ '^5\.([0-6]\.0|4\.1)$' THEN
         (SELECT count(*) FROM mdm.aa_email_feedback f
          WHERE f.tenant_id = aa_email_feedback.tenant_id
            AND f.recipient = aa_email_feedback.recipient
            AND (f.kind = 'soft-bounced' AND COALESCE(f.status, '') NOT LIKE '5.7.%'
-                OR f.kind = 'bounced' AND f.status ~ '^5\.[0-6]\.0$')
+                OR f.kind = 'bounced' AND f.status ~ '^5\.([0-6]\.0|4\.1)$')
            AND f.sent_to
            AND f.received_at > now() - make_interval(secs => :soft_window_secs)
            AND f.received_at > COALESCE(

@@ -17,11 +17,11 @@ import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from email.message import Message
-from email.utils import collapse_rfc2231_value, getaddresses, parseaddr
+from email.utils import collapse_rfc2231_value, parseaddr
 from typing import Any
-from uuid import UUID
 
 from postrelay.orchestrator.feedback.detectors import flufl_failures, other_failures
+from postrelay.orchestrator.feedback.keys import Keys, first_message_id
 from postrelay.orchestrator.feedback.model import (
     Feedback,
     bounce_kind,
@@ -38,14 +38,11 @@ from postrelay.orchestrator.feedback.notice import (
     quoted_message_id,
 )
 from postrelay.orchestrator.feedback.outline import BLANK_TEXT_LINE, READ_POLICY, outline
-from postrelay.orchestrator.feedback.verp import ReturnPath, TokenError
+from postrelay.orchestrator.feedback.verp import ReturnPath
 
-MESSAGE_ID = re.compile(r"<[^<>\s@]+@[^<>\s@]+>")
 ARF_COMPLAINTS = frozenset({"abuse", "fraud", "virus", "other"})
 ACTIONS = {"delivered": "delivered", "relayed": "delivered", "expanded": "delivered",
            "delayed": "delayed"}
-# Where a receiving MTA or a fetcher writes the envelope recipient.
-ENVELOPE_HEADERS = ("delivered-to", "x-original-to", "envelope-to", "x-envelope-to", "to")
 JMRP_RECIPIENT = "x-hmxmroriginalrecipient"
 VACATION_HEADERS = ("x-autoreply", "x-autorespond", "x-autoresponder")
 DETAIL_CHARS = 2000
@@ -85,7 +82,7 @@ def mail_event_id(msg: Message, raw: bytes) -> str:
 
 def _reports(msg: Message, source: str, event_id: str, envelope_to: Sequence[str],
              return_path: ReturnPath | None) -> list[Feedback]:
-    keys = _Keys(msg, envelope_to, return_path)
+    keys = Keys(msg, envelope_to, return_path)
     # An RFC 2231 parameter comes back as a (charset, language, value) tuple: collapsed.
     report_type = collapse_rfc2231_value(msg.get_param("report-type") or "").lower() \
         if msg.get_content_type() == "multipart/report" else ""
@@ -122,13 +119,13 @@ def _reports(msg: Message, source: str, event_id: str, envelope_to: Sequence[str
                       keys)]
 
 
-def _dsn(msg: Message, source: str, event_id: str, keys: _Keys) -> list[Feedback]:
+def _dsn(msg: Message, source: str, event_id: str, keys: Keys) -> list[Feedback]:
     status_part = _part(msg, ("message/delivery-status", "message/global-delivery-status"))
     return [] if status_part is None else \
         _dsn_blocks(msg, _blocks(status_part), source, event_id, keys)
 
 
-def _dsn_in_text(msg: Message, source: str, event_id: str, keys: _Keys) -> list[Feedback]:
+def _dsn_in_text(msg: Message, source: str, event_id: str, keys: Keys) -> list[Feedback]:
     """A DSN's fields written into the notice's text (Amazon WorkMail's "Technical
     report:"), from its first Reporting-MTA or Final-Recipient line on."""
     notice = notice_text(msg)
@@ -139,7 +136,7 @@ def _dsn_in_text(msg: Message, source: str, event_id: str, keys: _Keys) -> list[
 
 
 def _dsn_blocks(msg: Message, blocks: list[Message], source: str, event_id: str,
-                keys: _Keys) -> list[Feedback]:
+                keys: Keys) -> list[Feedback]:
     if not blocks:
         return []
     per_message, per_recipient = blocks[0], blocks[1:]
@@ -147,7 +144,7 @@ def _dsn_blocks(msg: Message, blocks: list[Message], source: str, event_id: str,
         per_recipient = blocks  # AOL writes the message's and the recipient's fields as one
     keys.take_original(_original(msg))
     keys.queue_id = keys.queue_id or _clean(per_message.get("x-postfix-queue-id"))
-    keys.message_id = keys.message_id or _first_id(per_message.get("x-original-message-id"))
+    keys.message_id = keys.message_id or first_message_id(per_message.get("x-original-message-id"))
     reports = []
     notice = None  # the human-readable part, read only for a block without a diagnostic
     for block in per_recipient:
@@ -196,7 +193,7 @@ def _from_nullmailer(msg: Message) -> bool:
     return NULLMAILER_NOTICE in body_text(first_text_part(msg))
 
 
-def _arf(msg: Message, source: str, event_id: str, keys: _Keys) -> list[Feedback]:
+def _arf(msg: Message, source: str, event_id: str, keys: Keys) -> list[Feedback]:
     report = _part(msg, ("message/feedback-report",))
     fields = _blocks(report)[0] if report is not None and _blocks(report) else Message()
     feedback_type = (fields.get("feedback-type") or "").strip().lower()
@@ -218,7 +215,7 @@ def _arf(msg: Message, source: str, event_id: str, keys: _Keys) -> list[Feedback
             for recipient in dict.fromkeys(recipients)]
 
 
-def _jmrp(msg: Message, source: str, event_id: str, keys: _Keys) -> Feedback | None:
+def _jmrp(msg: Message, source: str, event_id: str, keys: Keys) -> Feedback | None:
     """A complaint of Microsoft's JMRP in its own format (the one it offers first): not an
     ARF report but the reported message attached whole, its recipient in the header
     Outlook.com adds to it."""
@@ -231,7 +228,7 @@ def _jmrp(msg: Message, source: str, event_id: str, keys: _Keys) -> Feedback | N
                          detail={"format": "jmrp", "original_headers": _headers(original)})
 
 
-def _non_standard(msg: Message, source: str, event_id: str, keys: _Keys) -> list[Feedback]:
+def _non_standard(msg: Message, source: str, event_id: str, keys: Keys) -> list[Feedback]:
     """A bounce in a format of its own: flufl.bounce's detectors, then the formats they do
     not know (detectors.py)."""
     temporary, permanent = flufl_failures(msg)
@@ -275,64 +272,14 @@ def _non_standard(msg: Message, source: str, event_id: str, keys: _Keys) -> list
     return reports
 
 
-class _Keys:
-    """What ties a report to its message: the VERP token of the address it came back to
-    (or of the original's Return-Path), the original's Message-ID, the relay's queue id."""
-
-    def __init__(self, msg: Message | None, envelope_to: Sequence[str],
-                 return_path: ReturnPath | None) -> None:
-        self.return_path = return_path
-        self.log_id: UUID | None = None
-        self.refused: str | None = None
-        self.message_id: str | None = None
-        self.queue_id: str | None = None
-        for address in envelope_to:
-            self.take_verp(address)
-        if self.log_id is not None or return_path is None:
-            return  # named by the envelope (or no bounce domain): the headers add nothing
-        headers = [v for h in ENVELOPE_HEADERS for v in (msg.get_all(h, []) if msg else [])]
-        for _, address in getaddresses(headers):
-            self.take_verp(address)
-
-    def take_verp(self, address: str) -> None:
-        if self.return_path is None or self.log_id is not None or not address:
-            return
-        if not self.return_path.is_ours(address) or \
-                not address.lower().startswith("bounce-"):
-            return
-        try:
-            self.log_id = self.return_path.log_id(address)
-        except TokenError as exc:
-            self.refused = exc.rule
-
-    def take_original(self, original: Message | None) -> None:
-        if original is None:
-            return
-        self.message_id = self.message_id or _first_id(original.get("message-id"))
-        if self.log_id is None:
-            self.take_verp(parseaddr(original.get("return-path") or "")[1])
-
-    def feedback(self, kind: str, source: str, event_id: str, *, recipient: str | None,
-                 original_recipient: str | None = None, status: str | None = None,
-                 diagnostic: str | None = None,
-                 detail: dict[str, Any] | None = None) -> Feedback:
-        detail = {k: v for k, v in (detail or {}).items() if v is not None}
-        if self.refused:
-            detail["verp_refused"] = self.refused
-        return Feedback(kind=kind, source=source, recipient=recipient or None,
-                        original_recipient=original_recipient, status=status,
-                        diagnostic=diagnostic, source_event_id=event_id, log_id=self.log_id,
-                        message_id=self.message_id, queue_id=self.queue_id, detail=detail)
-
-
 def _unparsed(msg: Message | None, source: str, event_id: str, envelope_to: Sequence[str],
               return_path: ReturnPath | None, reason: str,
-              keys: _Keys | None = None) -> Feedback:
+              keys: Keys | None = None) -> Feedback:
     try:
-        keys = keys or _Keys(msg, envelope_to, return_path)
+        keys = keys or Keys(msg, envelope_to, return_path)
         detail = {"reason": reason, "headers": _headers(msg)}
     except Exception:  # headers too broken to read: the reason alone
-        keys, detail = _Keys(None, envelope_to, return_path), {"reason": reason}
+        keys, detail = Keys(None, envelope_to, return_path), {"reason": reason}
     return keys.feedback("unparsed", source, event_id, recipient=None, detail=detail)
 
 
@@ -424,11 +371,6 @@ def _auto_reply(msg: Message) -> bool:
         str(msg.get("x-apple-action") or "").strip().upper() == "VACATION" or \
         (msg.get("subject") or "").lower().startswith(
             ("out of office", "automatic reply", "auto reply", "auto:", "autoreply"))
-
-
-def _first_id(value: str | None) -> str | None:
-    match = MESSAGE_ID.search(value or "")
-    return match.group(0) if match else None
 
 
 def _clean(value: str | None) -> str | None:

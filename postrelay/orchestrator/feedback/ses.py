@@ -14,13 +14,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from postrelay.core.errors import ValidationError
+from postrelay.orchestrator.feedback.keys import MESSAGE_ID
 from postrelay.orchestrator.feedback.model import (
     Feedback,
     address_verdict,
     bounce_kind,
     status_code,
 )
-from postrelay.orchestrator.feedback.parse import ARF_COMPLAINTS, MESSAGE_ID
+from postrelay.orchestrator.feedback.parse import ARF_COMPLAINTS
 from postrelay.orchestrator.feedback.webhook import field, iso_time, obj, short
 
 # Bounce subtypes about this message, not the address, whichever type SES gives them (its

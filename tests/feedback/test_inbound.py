@@ -180,6 +180,24 @@ async def test_a_yahoo_complaint_to_the_fbl_address_suppresses(inbound, engine, 
     assert [e["event_type"] for e in look.events()] == ["email.complained"]
 
 
+async def test_an_arf_opt_out_unsubscribes_from_its_messages_category_only(
+        inbound, engine, tenant, look, return_path):
+    """A mailbox provider's unsubscribe button reported as ARF `opt-out` was `unparsed`:
+    the address kept getting the mail its owner asked to leave. It is an unsubscribe from
+    the reported message's category; a complaint would have stopped all mail."""
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant, category="newsletter")
+    raw = bounce_mail("yahoo_arf.eml", verp=return_path.address(sent["id"]),
+                      message_id=sent["message_id"]).replace(
+        b"Feedback-Type: abuse", b"Feedback-Type: opt-out")
+    assert (await deliver(inbound, "fbl@bounces.acme.example", raw))[0] == 250
+    await await_inbox_empty(look.engine)
+    (report,) = look.feedback()
+    assert (report["kind"], report["email_log_id"]) == ("unsubscribe", sent["id"])
+    assert list(look.suppressed(tenant)) == [("ann@example.com", "newsletter")]
+    assert [e["event_type"] for e in look.events()] == ["email.unsubscribed"]
+
+
 async def test_a_delivery_report_resolves_a_held_unknown_row(inbound, engine, tenant, look,
                                                              return_path):
     from tests.factories import insert_job

@@ -41,6 +41,10 @@ from postrelay.orchestrator.feedback.outline import BLANK_TEXT_LINE, READ_POLICY
 from postrelay.orchestrator.feedback.verp import ReturnPath
 
 ARF_COMPLAINTS = frozenset({"abuse", "fraud", "virus", "other"})
+# ARF's draft types for a recipient's request to leave a sender's or a list's mail (mailbox
+# providers' unsubscribe buttons; their Removal-Recipient names the address): an unsubscribe
+# from the reported message's category, not a complaint that stops all mail.
+ARF_UNSUBSCRIBES = frozenset({"opt-out", "opt-out-list"})
 ACTIONS = {"delivered": "delivered", "relayed": "delivered", "expanded": "delivered",
            "delayed": "delayed"}
 JMRP_RECIPIENT = "x-hmxmroriginalrecipient"
@@ -206,7 +210,8 @@ def _arf(msg: Message, source: str, event_id: str, keys: Keys) -> list[Feedback]
         [_typed_address(fields.get("removal-recipient"))]
     # Not the original's To: receivers redact it (Microsoft's JMRP) or it names a list. A
     # report without a recipient is matched to a message with one, which names it.
-    kind = "complaint" if feedback_type in ARF_COMPLAINTS else "unparsed"
+    kind = "complaint" if feedback_type in ARF_COMPLAINTS else \
+        "unsubscribe" if feedback_type in ARF_UNSUBSCRIBES else "unparsed"
     detail = {"format": "arf", "feedback_type": feedback_type or None,
               "user_agent": _short(fields.get("user-agent")),
               "source_ip": _short(fields.get("source-ip")),

@@ -22,6 +22,12 @@ _THROTTLE_CODES = frozenset({421, 454})
 _ENHANCED = re.compile(r"^([245]\.\d{1,3}\.\d{1,3})(?:[ \t]+|$)")
 # X.1.0 does not say whose address; X.1.7 and X.1.8 are the sender's (a refusal of ours).
 _NOT_THE_RECIPIENTS = frozenset({"5.1.0", "5.1.7", "5.1.8"})
+# A refusal that says the recipient's state is passing, whatever its code: vpopmail's `552
+# sorry, mailbox … is over quota temporarily (#5.1.1)`, Gmail's `550-5.2.1 … is receiving
+# mail at a rate that prevents additional messages`, GoDaddy's `550 5.1.1 … has sent to too
+# many recipients this hour`.
+_PASSING = re.compile(r"over ?quota|quota exceeded|mailbox (?:is )?full|receiving mail at a "
+                      r"rate|too many (?:recipients|messages)", re.IGNORECASE)
 _REPLY_CODE = re.compile(r"^\d{3}[ -]")
 # Conservative on purpose: a wrong queue id is worse than none.
 _QUEUE_ID_FORMS = (
@@ -44,6 +50,13 @@ def names_no_mailbox(enhanced: str | None) -> bool:
     does not exist`) suppressed every recipient it was sent to."""
     code = enhanced or ""
     return code.startswith("5.1.") and code not in _NOT_THE_RECIPIENTS
+
+
+def says_passing(text: str | None) -> bool:
+    """Whether a refusal's text says the recipient's state is passing (a full mailbox, a
+    rate limit), whatever its code: the rule by which neither a refusal at send time nor a
+    later bounce suppresses such an address at once."""
+    return bool(text) and _PASSING.search(text or "") is not None
 
 
 @dataclass(frozen=True)

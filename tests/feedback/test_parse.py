@@ -215,6 +215,41 @@ def test_each_recipient_of_a_plain_text_bounce_gets_its_own_code(return_path):
     assert reports == {ANN: ("soft-bounced", "5.2.2"), "bob@example.com": ("bounced", "5.1.1")}
 
 
+@pytest.mark.parametrize(("name", "given", "said", "status"), [
+    # Gmail's rate limit, under the code of a disabled account.
+    ("gmail_bounce.eml", "Status: 5.1.1", "550-5.2.1 The user you are trying to contact is "
+     "receiving mail at a rate that prevents additional messages from being delivered", "5.2.1"),
+    # vpopmail's full mailbox, under the code of a mailbox that does not exist.
+    ("postfix_bounce.eml", "Status: 5.1.1", "552 sorry, mailbox ann@example.com is over "
+     "quota temporarily (#5.1.1)", "5.1.1"),
+])
+def test_a_failure_whose_reply_says_its_state_is_passing_is_soft(return_path, name, given, said,
+                                                                 status):
+    """A code of a dead or disabled address beside a reply that says the state is passing:
+    the address was suppressed at once, and its mail stopped for good."""
+    raw = bounce_mail(name, verp=return_path.address(uuid.uuid4()), message_id=MID)
+    start = raw.index(b"Diagnostic-Code:")
+    end = raw.index(b"\r\n\r\n", start)
+    raw = raw[:start] + f"Diagnostic-Code: smtp; {said}".encode() + raw[end:]
+    raw = raw.replace(given.encode(), f"Status: {status}".encode())
+    (report,) = parse_mail(raw, return_path=return_path)
+    assert (report.kind, report.status) == ("soft-bounced", status)
+
+
+def test_only_its_own_paragraph_says_whether_a_recipients_state_is_passing(return_path):
+    """In a notice of two recipients, the second one's full mailbox follows the first one's
+    refusal: it does not make the first, dead address a soft bounce."""
+    raw = bounce_mail("qmail_two_recipients.eml", verp=return_path.address(uuid.uuid4()),
+                      message_id=MID, other="bob@example.com").replace(
+        b"552 5.2.2 <ann@example.com>: Recipient address rejected: Mailbox full",
+        b"550 5.1.1 <ann@example.com>: Recipient address rejected: User unknown").replace(
+        b"550 5.1.1 <bob@example.com>: Recipient address rejected: User unknown",
+        b"552 5.1.1 sorry, mailbox bob@example.com is over quota temporarily")
+    reports = {r.recipient: (r.kind, r.status) for r in parse_mail(raw,
+                                                                   return_path=return_path)}
+    assert reports == {ANN: ("bounced", "5.1.1"), "bob@example.com": ("soft-bounced", "5.1.1")}
+
+
 @pytest.mark.parametrize(("name", "header", "utf8", "kind"), [
     # Without its Auto-Submitted field, as many autoresponders send it: known by the Subject.
     ("out_of_office.eml", "Subject: Automatic reply: Welcome, Ann!\r\nDate",

@@ -78,18 +78,23 @@ async def test_a_5xx_dead_letters_at_once_and_5_1_1_suppresses(rig, tenant, sink
                           # About the sender's domain, not the recipient: it suppressed
                           # every recipient a misconfigured sender wrote to.
                           ("ann@example.com", reply("553 5.1.8 Domain of sender address "
-                                                    "does not exist"))]
+                                                    "does not exist")),
+                          # A full mailbox, whatever code vpopmail gives it: it will empty.
+                          ("full@example.com", reply("552 5.1.1 sorry, mailbox full@example"
+                                                     ".com is over quota temporarily"))]
     gone = rig.enqueue(tenant, to=["gone@example.com"], max_attempts=5)
     blocked = rig.enqueue(tenant, to=["blocked@example.com"], max_attempts=5)
     sender = rig.enqueue(tenant, to=["ann@example.com"], max_attempts=5)
+    full = rig.enqueue(tenant, to=["full@example.com"], max_attempts=5)
     await rig.start()
-    await rig.settle(gone, blocked, sender)
-    for job_id in (gone, blocked, sender):
+    await rig.settle(gone, blocked, sender, full)
+    for job_id in (gone, blocked, sender, full):
         assert rig.job(job_id)["status"] == "dlq"
         assert rig.job(job_id)["attempts"] == 1  # no retries burnt
         assert [r["status"] for r in rig.log(job_id)] == ["bounced"]
     assert rig.log(gone)[0]["smtp_enhanced"] == "5.1.1"
-    # 5.1.1 suppresses the address; a 5.7.1 policy block never does, nor a 5.1.8.
+    # 5.1.1 suppresses the address; a 5.7.1 policy block never does, nor a 5.1.8, nor a
+    # 5.1.1 whose reply says the mailbox is over quota.
     assert list(rig.suppressed(tenant)) == ["gone@example.com"]
     assert "5.1.1" in rig.suppressed(tenant)["gone@example.com"]
 

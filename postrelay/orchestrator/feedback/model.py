@@ -14,7 +14,7 @@ from uuid import UUID
 from postrelay.core.errors import ValidationError
 from postrelay.core.limits import storable
 from postrelay.orchestrator.addresses import ADDRESS_MAX
-from postrelay.orchestrator.replies import names_no_mailbox
+from postrelay.orchestrator.replies import names_no_mailbox, says_passing
 from postrelay.orchestrator.schema import FEEDBACK_KINDS
 
 if TYPE_CHECKING:
@@ -245,9 +245,13 @@ def normal_message_id(message_id: str) -> str:
     return f"<{core}>"
 
 
-def bounce_kind(status: str | None) -> str:
+def bounce_kind(status: str | None, diagnostic: str | None = None) -> str:
     """A failed delivery's kind by its status: transient failures (4.x.x) and a full
-    mailbox (5.2.2, which receivers send for a passing state) are soft."""
-    if status is not None and (status.startswith("4.") or status == "5.2.2"):
+    mailbox (5.2.2, which receivers send for a passing state) are soft, and so is a failure
+    with a code whose reply says the state is passing (replies.says_passing: Gmail's 5.2.1
+    rate limit, a full mailbox answered with 5.1.1). A provider's verdict without a status
+    stays a hard bounce."""
+    if status is not None and (status.startswith("4.") or status == "5.2.2"
+                               or says_passing(diagnostic)):
         return "soft-bounced"
     return "bounced"

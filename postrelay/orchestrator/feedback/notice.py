@@ -17,6 +17,7 @@ RETURNED_PARTS = ("message/rfc822", "message/global", "text/rfc822-headers",
                   "text/global-headers")
 # Where a bounce that quotes the original inline (qmail, Exim) starts it.
 RETURNED_HEADERS = re.compile(r"^(?:Return-Path|Received):", re.IGNORECASE | re.MULTILINE)
+BLANK_LINE = re.compile(r"\n[ \t]*\r?\n")
 QUOTED_MESSAGE_ID = re.compile(r"^\s*Message-ID:\s*(<[^<>\s]+>)", re.IGNORECASE | re.MULTILINE)
 
 
@@ -69,6 +70,21 @@ def line_naming(text: str, address: str) -> str | None:
 def first_text_part(msg: Message) -> Message:
     """`msg`'s first text/plain part, a notice's, not the returned headers; else `msg`."""
     return next((part for part in msg.walk() if part.get_content_type() == "text/plain"), msg)
+
+
+def paragraph(text: str, address: str, failed: Iterable[str] = ()) -> str | None:
+    """`text` from where it names `address` to the blank line after it or to where it names
+    another of the `failed` addresses, on one line."""
+    lowered, needle = text.lower(), address.lower()
+    at = lowered.find(needle)
+    if at < 0:
+        return None
+    start = at + len(needle)
+    blank = BLANK_LINE.search(text, start)
+    ends = [blank.start() if blank else len(text)]
+    ends += [found for other in failed if other.lower() != needle
+             and (found := lowered.find(other.lower(), start)) >= 0]
+    return " ".join(text[at:min(ends)].split())
 
 
 def near(text: str, address: str) -> str | None:

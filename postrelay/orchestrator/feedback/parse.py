@@ -35,6 +35,7 @@ from postrelay.orchestrator.feedback.notice import (
     line_naming,
     near,
     notice_text,
+    paragraph,
     quoted_message_id,
 )
 from postrelay.orchestrator.feedback.outline import BLANK_TEXT_LINE, READ_POLICY, outline
@@ -164,7 +165,7 @@ def _dsn_blocks(msg: Message, blocks: list[Message], source: str, event_id: str,
         status = status_code(block.get("status"), diagnostic)
         expired = action == "delayed" and _expired(block, status, diagnostic, msg)
         if action == "failed" or expired:
-            kind = bounce_kind(status)
+            kind = bounce_kind(status, diagnostic)
         elif action in ACTIONS:
             kind = ACTIONS[action]
         else:
@@ -254,6 +255,7 @@ def _non_standard(msg: Message, source: str, event_id: str, keys: Keys) -> list[
     # its sender): when the notice names some of them, those are the ones that failed.
     lowered = notice.lower()
     named = {a for a in temporary | permanent if a.decode("ascii", "replace") in lowered}
+    failed = [a.decode("ascii", "replace") for a in temporary | permanent]
     reports = []
     for addresses, temporary_kind in ((permanent, False), (temporary, True)):
         for raw in sorted(addresses):
@@ -269,7 +271,10 @@ def _non_standard(msg: Message, source: str, event_id: str, keys: Keys) -> list[
                 reply_class(notice)
             if status is None or status[0] not in "45":
                 status = None if temporary_kind else "5.0.0"
-            kind = pending if temporary_kind else bounce_kind(status)
+            # Whether the state is passing, from the recipient's paragraph alone: the next
+            # one may be another recipient's full mailbox.
+            kind = pending if temporary_kind else bounce_kind(
+                status, paragraph(notice, address, failed))
             reports.append(keys.feedback(
                 kind, source, event_id, recipient=address, status=status,
                 diagnostic=_short(near(text, address)),

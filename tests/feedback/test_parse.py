@@ -236,6 +236,21 @@ def test_a_failure_whose_reply_says_its_state_is_passing_is_soft(return_path, na
     assert (report.kind, report.status) == ("soft-bounced", status)
 
 
+@pytest.mark.parametrize(("written", "instead"), [
+    (b'boundary="3F2A1B2C3D.1764625201/mx.example.net"', b'boundary="another/mx.example.net"'),
+    (b"\r\n--3F2A1B2C3D", b"\r\n --3F2A1B2C3D"),
+], ids=["another boundary", "indented delimiters"])
+def test_a_report_whose_parts_never_start_is_read_from_its_text(return_path, written, instead):
+    """A report whose delimiter lines are not those of the boundary it declares is one
+    text to email: nothing was read in it, and the hard bounce was `unparsed`. Its fields
+    are read in the text, as WorkMail's are."""
+    log_id = uuid.uuid4()
+    raw = bounce_mail("postfix_bounce.eml", verp=return_path.address(log_id), message_id=MID)
+    (report,) = parse_mail(raw.replace(written, instead), return_path=return_path)
+    assert (report.kind, report.status, report.recipient) == ("bounced", "5.1.1", ANN)
+    assert (report.log_id, report.message_id) == (log_id, MID)
+
+
 def test_only_its_own_paragraph_says_whether_a_recipients_state_is_passing(return_path):
     """In a notice of two recipients, the second one's full mailbox follows the first one's
     refusal: it does not make the first, dead address a soft bounce."""

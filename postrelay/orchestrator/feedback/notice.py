@@ -43,7 +43,9 @@ def texts(part: Message, but: tuple[str, ...] = ()) -> Iterable[str]:
         for sub in part.get_payload():
             if isinstance(sub, Message):
                 yield from texts(sub, but)
-    elif part.get_content_maintype() == "text":
+    # A multipart whose boundary never comes (another than the one declared, or indented)
+    # is one text to email, which holds the notice and the report's fields.
+    elif part.get_content_maintype() in ("text", "multipart"):
         try:
             payload = part.get_payload(decode=True)
         except Exception:  # noqa: BLE001 - CPython 3.11 fails on a bodiless quoted-printable

@@ -93,8 +93,10 @@ def _reports(msg: Message, source: str, event_id: str, envelope_to: Sequence[str
         if msg.get_content_type() == "multipart/report" else ""
     if report_type == "delivery-status":
         # A status part that does not read as blocks of fields (Mimecast's `Action :`) may
-        # still be a bounce a detector knows.
+        # still be a bounce a detector knows; a report whose boundary is not the one it
+        # declares is one text, its fields in it.
         return _dsn(msg, source, event_id, keys) or \
+            _dsn_in_text(msg, source, event_id, keys) or \
             _non_standard(msg, source, event_id, keys) or [
                 _unparsed(msg, source, event_id, envelope_to, return_path,
                           "a delivery-status report without a recipient block", keys)]
@@ -132,11 +134,13 @@ def _dsn(msg: Message, source: str, event_id: str, keys: Keys) -> list[Feedback]
 
 def _dsn_in_text(msg: Message, source: str, event_id: str, keys: Keys) -> list[Feedback]:
     """A DSN's fields written into the notice's text (Amazon WorkMail's "Technical
-    report:"), from its first Reporting-MTA or Final-Recipient line on."""
+    report:", a report whose parts are one text), from its first Reporting-MTA or
+    Final-Recipient line on; the Message-ID of an original quoted in the text."""
     notice = notice_text(msg)
     start = DSN_FIELDS_IN_TEXT.search(notice)
     if start is None:
         return []
+    keys.message_id = keys.message_id or quoted_message_id(body_text(msg))
     return _dsn_blocks(msg, _blocks_of(notice[start.start():]), source, event_id, keys)
 
 

@@ -1,6 +1,6 @@
-"""Mail to the bounce domain, read into `Feedback`: DSNs (RFC 3464), complaints (RFC 5965
-ARF), the non-standard bounces real MTAs still send (GNU Mailman's flufl.bounce detectors,
-then detectors.py for formats they do not know), auto-replies (RFC 3834). What none of
+"""Mail to the bounce domain, read into `Feedback`: DSNs (RFC 3464, dsn.py), complaints
+(RFC 5965 ARF), the non-standard bounces real MTAs still send (GNU Mailman's flufl.bounce
+detectors, then detectors.py for formats they do not know), auto-replies (RFC 3834). What none of
 them understands is `unparsed`, kept for an operator.
 
     reports = parse_mail(raw_bytes, envelope_to=["bounce-…@bounces.acme.example"],
@@ -14,31 +14,36 @@ from __future__ import annotations
 
 import email
 import hashlib
-import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from email.message import Message
 from email.utils import collapse_rfc2231_value, parseaddr
-from typing import Any
 
 from postrelay.orchestrator.feedback.detectors import flufl_failures, other_failures
-from postrelay.orchestrator.feedback.keys import Keys, first_message_id
+from postrelay.orchestrator.feedback.dsn import dsn_in_text, dsn_reports
+from postrelay.orchestrator.feedback.keys import Keys
 from postrelay.orchestrator.feedback.model import (
     Feedback,
     bounce_kind,
     notice_code,
     reply_class,
-    status_code,
 )
 from postrelay.orchestrator.feedback.notice import (
     body_text,
-    first_text_part,
-    line_naming,
     near,
     notice_text,
     paragraph,
     quoted_message_id,
 )
-from postrelay.orchestrator.feedback.outline import BLANK_TEXT_LINE, READ_POLICY, outline
+from postrelay.orchestrator.feedback.outline import READ_POLICY, outline
+from postrelay.orchestrator.feedback.parts import (
+    clean,
+    headers_of,
+    one_line,
+    original_of,
+    part_of,
+    status_blocks,
+    typed_address,
+)
 from postrelay.orchestrator.feedback.verp import ReturnPath
 
 ARF_COMPLAINTS = frozenset({"abuse", "fraud", "virus", "other"})
@@ -46,16 +51,11 @@ ARF_COMPLAINTS = frozenset({"abuse", "fraud", "virus", "other"})
 # providers' unsubscribe buttons; their Removal-Recipient names the address): an unsubscribe
 # from the reported message's category, not a complaint that stops all mail.
 ARF_UNSUBSCRIBES = frozenset({"opt-out", "opt-out-list"})
-ACTIONS = {"delivered": "delivered", "relayed": "delivered", "expanded": "delivered",
-           "delayed": "delayed"}
 JMRP_RECIPIENT = "x-hmxmroriginalrecipient"
 VACATION_HEADERS = ("x-autoreply", "x-autorespond", "x-autoresponder")
-DETAIL_CHARS = 2000
-NULLMAILER_NOTICE = "This is the nullmailer delivery system."
 # Where bounces come from (RFC 5321 4.5.1, and custom): their Auto-Submitted does not make
 # them auto-replies, and one that no reader understands is kept for an operator.
 MAIL_SYSTEM = ("mailer-daemon", "postmaster")
-DSN_FIELDS_IN_TEXT = re.compile(r"^(?:Reporting-MTA|Final-Recipient):", re.I | re.M)
 
 
 def parse_mail(raw: bytes, *, envelope_to: Sequence[str] = (),
@@ -82,7 +82,7 @@ def parse_mail(raw: bytes, *, envelope_to: Sequence[str] = (),
 def mail_event_id(msg: Message, raw: bytes) -> str:
     """The id of a received message's reports: its Message-ID, else a hash of its bytes.
     The same message delivered twice has the same id; another message, another one."""
-    return _clean(msg.get("message-id")) or _digest(raw)
+    return clean(msg.get("message-id")) or _digest(raw)
 
 
 def _reports(msg: Message, source: str, event_id: str, envelope_to: Sequence[str],
@@ -95,8 +95,8 @@ def _reports(msg: Message, source: str, event_id: str, envelope_to: Sequence[str
         # A status part that does not read as blocks of fields (Mimecast's `Action :`) may
         # still be a bounce a detector knows; a report whose boundary is not the one it
         # declares is one text, its fields in it.
-        return _dsn(msg, source, event_id, keys) or \
-            _dsn_in_text(msg, source, event_id, keys) or \
+        return dsn_reports(msg, source, event_id, keys) or \
+            dsn_in_text(msg, source, event_id, keys) or \
             _non_standard(msg, source, event_id, keys) or [
                 _unparsed(msg, source, event_id, envelope_to, return_path,
                           "a delivery-status report without a recipient block", keys)]
@@ -110,117 +110,41 @@ def _reports(msg: Message, source: str, event_id: str, envelope_to: Sequence[str
         return [complaint]
     # OpenSMTPD sends its DSN as multipart/mixed: its delivery-status part still says
     # which recipients failed and which are only delayed, which no text heuristic knows.
-    found = _dsn(msg, source, event_id, keys) if msg.is_multipart() else []
+    found = dsn_reports(msg, source, event_id, keys) if msg.is_multipart() else []
     if found:
         return found
-    found = _dsn_in_text(msg, source, event_id, keys) or \
+    found = dsn_in_text(msg, source, event_id, keys) or \
         _non_standard(msg, source, event_id, keys)
     if found:
         return found
     if _auto_reply(msg):
         return [keys.feedback("auto-reply", source, event_id, recipient=_from(msg),
-                              detail={"subject": _short(msg.get("subject")),
-                                      "auto_submitted": _short(msg.get("auto-submitted"))})]
+                              detail={"subject": one_line(msg.get("subject")),
+                                      "auto_submitted": one_line(msg.get("auto-submitted"))})]
     return [_unparsed(msg, source, event_id, envelope_to, return_path,
                       "neither a DSN, an ARF report, a known bounce format nor an auto-reply",
                       keys)]
 
 
-def _dsn(msg: Message, source: str, event_id: str, keys: Keys) -> list[Feedback]:
-    status_part = _part(msg, ("message/delivery-status", "message/global-delivery-status"))
-    return [] if status_part is None else \
-        _dsn_blocks(msg, _blocks(status_part), source, event_id, keys)
-
-
-def _dsn_in_text(msg: Message, source: str, event_id: str, keys: Keys) -> list[Feedback]:
-    """A DSN's fields written into the notice's text (Amazon WorkMail's "Technical
-    report:", a report whose parts are one text), from its first Reporting-MTA or
-    Final-Recipient line on; the Message-ID of an original quoted in the text."""
-    notice = notice_text(msg)
-    start = DSN_FIELDS_IN_TEXT.search(notice)
-    if start is None:
-        return []
-    keys.message_id = keys.message_id or quoted_message_id(body_text(msg))
-    return _dsn_blocks(msg, _blocks_of(notice[start.start():]), source, event_id, keys)
-
-
-def _dsn_blocks(msg: Message, blocks: list[Message], source: str, event_id: str,
-                keys: Keys) -> list[Feedback]:
-    if not blocks:
-        return []
-    per_message, per_recipient = blocks[0], blocks[1:]
-    if not per_recipient and per_message.get("final-recipient"):
-        per_recipient = blocks  # AOL writes the message's and the recipient's fields as one
-    keys.take_original(_original(msg))
-    keys.queue_id = keys.queue_id or _clean(per_message.get("x-postfix-queue-id"))
-    keys.message_id = keys.message_id or first_message_id(per_message.get("x-original-message-id"))
-    reports = []
-    notice = None  # the human-readable part, read only for a block without a diagnostic
-    for block in per_recipient:
-        original = _typed_address(block.get("original-recipient"))
-        recipient = _typed_address(block.get("final-recipient")) or original
-        action = _action(block.get("action"))
-        diagnostic = _short(_unfold(block.get("diagnostic-code")))
-        if diagnostic is None and recipient:
-            # OpenSMTPD writes only the class (`Status: 5.0.0`) and puts the remote's
-            # reply on the notice's line for the recipient: `ann@…: 550 5.1.1 …`.
-            notice = body_text(first_text_part(msg)) if notice is None else notice
-            diagnostic = _short(line_naming(notice, recipient))
-        status = status_code(block.get("status"), diagnostic)
-        expired = action == "delayed" and _expired(block, status, diagnostic, msg)
-        if action == "failed" or expired:
-            kind = bounce_kind(status, diagnostic)
-        elif action in ACTIONS:
-            kind = ACTIONS[action]
-        else:
-            continue
-        reports.append(keys.feedback(kind, source, event_id, recipient=recipient,
-                                     original_recipient=original if original != recipient
-                                     else None,
-                                     status=status, diagnostic=diagnostic, detail={
-                                         "format": "dsn", "action": action,
-                                         "remote_mta": _short(block.get("remote-mta")),
-                                         "reporting_mta": _short(
-                                             per_message.get("reporting-mta"))}))
-    return reports
-
-
-def _expired(block: Message, status: str | None, diagnostic: str | None,
-             msg: Message) -> bool:
-    """Whether a `delayed` block reports a message the MTA gave up on: OpenSMTPD 6.8 reports
-    an expired envelope as `delayed`, 4.4.7, "Envelope expired", and nullmailer reports
-    only what it gave up on. Microsoft's and Oracle's delay warnings give 4.4.7 too, with a
-    Will-Retry-Until or words of their own: the MTA is still trying."""
-    gave_up = status is not None and status.endswith(".4.7") and \
-        block.get("will-retry-until") is None and "expired" in (diagnostic or "").lower()
-    return gave_up or _from_nullmailer(msg)
-
-
-def _from_nullmailer(msg: Message) -> bool:
-    """nullmailer writes a report only for a message it gave up on: `delayed`, with the
-    last reply's code, when its failures were temporary until the message expired."""
-    return NULLMAILER_NOTICE in body_text(first_text_part(msg))
-
-
 def _arf(msg: Message, source: str, event_id: str, keys: Keys) -> list[Feedback]:
-    report = _part(msg, ("message/feedback-report",))
-    fields = _blocks(report)[0] if report is not None and _blocks(report) else Message()
+    report = part_of(msg, ("message/feedback-report",))
+    fields = status_blocks(report)[0] if report is not None and status_blocks(report) else Message()
     feedback_type = (fields.get("feedback-type") or "").strip().lower()
-    original = _original(msg)
+    original = original_of(msg)
     keys.take_original(original)
     if keys.log_id is None and fields.get("original-mail-from"):
-        keys.take_verp(_typed_address(fields.get("original-mail-from")) or "")
+        keys.take_verp(typed_address(fields.get("original-mail-from")) or "")
     # Original-Rcpt-To may come more than once (RFC 5965 3.2): a report for each.
-    recipients = [_typed_address(a) for a in fields.get_all("original-rcpt-to", [])] or \
-        [_typed_address(fields.get("removal-recipient"))]
+    recipients = [typed_address(a) for a in fields.get_all("original-rcpt-to", [])] or \
+        [typed_address(fields.get("removal-recipient"))]
     # Not the original's To: receivers redact it (Microsoft's JMRP) or it names a list. A
     # report without a recipient is matched to a message with one, which names it.
     kind = "complaint" if feedback_type in ARF_COMPLAINTS else \
         "unsubscribe" if feedback_type in ARF_UNSUBSCRIBES else "unparsed"
     detail = {"format": "arf", "feedback_type": feedback_type or None,
-              "user_agent": _short(fields.get("user-agent")),
-              "source_ip": _short(fields.get("source-ip")),
-              "original_headers": _headers(original)}
+              "user_agent": one_line(fields.get("user-agent")),
+              "source_ip": one_line(fields.get("source-ip")),
+              "original_headers": headers_of(original)}
     return [keys.feedback(kind, source, event_id, recipient=recipient, detail=detail)
             for recipient in dict.fromkeys(recipients)]
 
@@ -229,13 +153,13 @@ def _jmrp(msg: Message, source: str, event_id: str, keys: Keys) -> Feedback | No
     """A complaint of Microsoft's JMRP in its own format (the one it offers first): not an
     ARF report but the reported message attached whole, its recipient in the header
     Outlook.com adds to it."""
-    original = _original(msg)
+    original = original_of(msg)
     if original is None or JMRP_RECIPIENT not in original:
         return None
     keys.take_original(original)
     return keys.feedback("complaint", source, event_id,
                          recipient=_from_header(original.get(JMRP_RECIPIENT)),
-                         detail={"format": "jmrp", "original_headers": _headers(original)})
+                         detail={"format": "jmrp", "original_headers": headers_of(original)})
 
 
 def _non_standard(msg: Message, source: str, event_id: str, keys: Keys) -> list[Feedback]:
@@ -281,8 +205,8 @@ def _non_standard(msg: Message, source: str, event_id: str, keys: Keys) -> list[
                 status, paragraph(notice, address, failed))
             reports.append(keys.feedback(
                 kind, source, event_id, recipient=address, status=status,
-                diagnostic=_short(near(text, address)),
-                detail={"format": "non-standard", "subject": _short(msg.get("subject"))}))
+                diagnostic=one_line(near(text, address)),
+                detail={"format": "non-standard", "subject": one_line(msg.get("subject"))}))
     return reports
 
 
@@ -291,7 +215,7 @@ def _unparsed(msg: Message | None, source: str, event_id: str, envelope_to: Sequ
               keys: Keys | None = None) -> Feedback:
     try:
         keys = keys or Keys(msg, envelope_to, return_path)
-        detail = {"reason": reason, "headers": _headers(msg)}
+        detail = {"reason": reason, "headers": headers_of(msg)}
     except Exception:  # headers too broken to read: the reason alone
         keys, detail = Keys(None, envelope_to, return_path), {"reason": reason}
     return keys.feedback("unparsed", source, event_id, recipient=None, detail=detail)
@@ -306,59 +230,6 @@ def _digest(raw: bytes) -> str:
 
 def _message(raw: bytes) -> Message:
     return email.message_from_bytes(raw, policy=READ_POLICY)
-
-
-def _part(msg: Message, types: Iterable[str]) -> Message | None:
-    wanted = tuple(types)
-    for part in msg.walk():
-        if part.get_content_type() in wanted:
-            return part
-    return None
-
-
-def _blocks(part: Message) -> list[Message]:
-    """The header blocks of a delivery-status or feedback-report part. email reads only
-    message/delivery-status as blocks: an RFC 6533 message/global-delivery-status it reads
-    as one message, the first block its headers and the others its body."""
-    payload = part.get_payload()
-    if isinstance(payload, list):
-        blocks = [p for p in payload if isinstance(p, Message)]
-        rest = blocks[0].get_payload() if len(blocks) == 1 else None
-        return [blocks[0], *_blocks_of(rest)] if isinstance(rest, str) else blocks
-    return _blocks_of(payload if isinstance(payload, str) else "")
-
-
-def _blocks_of(text: str) -> list[Message]:
-    return [email.message_from_string(block.strip() + "\n", policy=READ_POLICY)
-            for block in BLANK_TEXT_LINE.split(text) if block.strip()]
-
-
-def _original(msg: Message) -> Message | None:
-    for part in msg.walk():
-        kind = part.get_content_type()
-        if kind in ("message/rfc822", "message/global"):
-            payload = part.get_payload()
-            if isinstance(payload, list) and payload and isinstance(payload[0], Message):
-                return payload[0]
-        if kind in ("text/rfc822-headers", "text/global-headers"):
-            return email.message_from_string(str(part.get_payload(decode=False)),
-                                             policy=READ_POLICY)
-    return None
-
-
-def _action(value: str | None) -> str:
-    """The Action field's value without what follows it: sendmail writes `relayed (to
-    non-DSN-aware mailer)`, an RFC 822 comment the field may carry (RFC 3464 2.1.1)."""
-    words = (value or "").split("(", 1)[0].split()
-    return words[0].lower() if words else ""
-
-
-def _typed_address(value: str | None) -> str | None:
-    """`rfc822; ann@example.com` → ann@example.com."""
-    if not value:
-        return None
-    address = value.split(";", 1)[-1].strip().strip("<>").strip()
-    return address.lower() or None
 
 
 def _from_header(value: str | None) -> str | None:
@@ -387,23 +258,3 @@ def _auto_reply(msg: Message) -> bool:
             ("out of office", "automatic reply", "auto reply", "auto:", "autoreply"))
 
 
-def _clean(value: str | None) -> str | None:
-    return " ".join(str(value).split()) or None if value else None
-
-
-def _unfold(value: str | None) -> str | None:
-    return " ".join(str(value).split()) if value else None
-
-
-def _short(value: Any) -> str | None:
-    if value is None:
-        return None
-    text = " ".join(str(value).split())
-    return text[:DETAIL_CHARS] or None
-
-
-def _headers(msg: Message | None) -> dict[str, str] | None:
-    if msg is None:
-        return None
-    wanted = ("from", "to", "subject", "date", "message-id", "return-path")
-    return {k: v for k in wanted if (v := _short(msg.get(k)))} or None

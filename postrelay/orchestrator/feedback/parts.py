@@ -1,0 +1,90 @@
+"""The parts and field values of a report as parse.py and dsn.py read them: a part by its
+type, the returned original, a status part's blocks of fields, a typed address
+(`rfc822; ann@example.com`), a value on one line.
+"""
+
+from __future__ import annotations
+
+import email
+from collections.abc import Iterable
+from email.message import Message
+from typing import Any
+
+from postrelay.orchestrator.feedback.outline import BLANK_TEXT_LINE, READ_POLICY
+
+DETAIL_CHARS = 2000
+
+
+def part_of(msg: Message, types: Iterable[str]) -> Message | None:
+    """The first part of `msg` of one of these types."""
+    wanted = tuple(types)
+    for part in msg.walk():
+        if part.get_content_type() in wanted:
+            return part
+    return None
+
+
+def status_blocks(part: Message) -> list[Message]:
+    """The header blocks of a delivery-status or feedback-report part. email reads only
+    message/delivery-status as blocks: an RFC 6533 message/global-delivery-status it reads
+    as one message, the first block its headers and the others its body."""
+    payload = part.get_payload()
+    if isinstance(payload, list):
+        blocks = [p for p in payload if isinstance(p, Message)]
+        rest = blocks[0].get_payload() if len(blocks) == 1 else None
+        return [blocks[0], *blocks_of(rest)] if isinstance(rest, str) else blocks
+    return blocks_of(payload if isinstance(payload, str) else "")
+
+
+def blocks_of(text: str) -> list[Message]:
+    """Blocks of fields written as text, a blank line between two."""
+    return [email.message_from_string(block.strip() + "\n", policy=READ_POLICY)
+            for block in BLANK_TEXT_LINE.split(text) if block.strip()]
+
+
+def original_of(msg: Message) -> Message | None:
+    """The message a report returns, or its headers."""
+    for part in msg.walk():
+        kind = part.get_content_type()
+        if kind in ("message/rfc822", "message/global"):
+            payload = part.get_payload()
+            if isinstance(payload, list) and payload and isinstance(payload[0], Message):
+                return payload[0]
+        if kind in ("text/rfc822-headers", "text/global-headers"):
+            return email.message_from_string(str(part.get_payload(decode=False)),
+                                             policy=READ_POLICY)
+    return None
+
+
+def typed_address(value: str | None) -> str | None:
+    """`rfc822; ann@example.com` → ann@example.com."""
+    if not value:
+        return None
+    address = value.split(";", 1)[-1].strip().strip("<>").strip()
+    return address.lower() or None
+
+
+def clean(value: str | None) -> str | None:
+    """A field's value on one line, None for an empty one."""
+    return " ".join(str(value).split()) or None if value else None
+
+
+def unfold(value: str | None) -> str | None:
+    """A folded field's value on one line."""
+    return " ".join(str(value).split()) if value else None
+
+
+def one_line(value: Any) -> str | None:
+    """A value as a report's detail keeps it: on one line, DETAIL_CHARS at most."""
+    if value is None:
+        return None
+    text = " ".join(str(value).split())
+    return text[:DETAIL_CHARS] or None
+
+
+def headers_of(msg: Message | None) -> dict[str, str] | None:
+    """The headers of a returned message an operator reads a report by."""
+    if msg is None:
+        return None
+    wanted = ("from", "to", "subject", "date", "message-id", "return-path")
+    return {k: v for k in wanted if (v := one_line(msg.get(k)))} or None

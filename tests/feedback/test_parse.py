@@ -215,6 +215,50 @@ def test_each_recipient_of_a_plain_text_bounce_gets_its_own_code(return_path):
     assert reports == {ANN: ("soft-bounced", "5.2.2"), "bob@example.com": ("bounced", "5.1.1")}
 
 
+def test_each_recipient_of_aols_one_block_is_reported(return_path):
+    """AOL writes the message's and every recipient's fields in one block: only the first
+    recipient was read, and a second, dead address was never reported."""
+    raw = bounce_mail("aol_one_block.eml", verp=return_path.address(uuid.uuid4()),
+                      message_id=MID).replace(
+        b"type=A: Host not found\r\n", b"type=A: Host not found\r\n"
+        b"Final-Recipient: rfc822; bob@example.com\r\n"
+        b"Original-Recipient: rfc822;bob@example.com\r\nAction: failed\r\n"
+        b"Status: 5.1.1\r\nDiagnostic-Code: smtp; 550 5.1.1 <bob@example.com>: unknown\r\n")
+    reports = parse_mail(raw, return_path=return_path)
+    assert [(r.recipient, r.kind, r.status) for r in reports] == [
+        (ANN, "bounced", "5.4.4"), ("bob@example.com", "bounced", "5.1.1")]
+
+
+@pytest.mark.parametrize("original", [True, False],
+                         ids=["original recipient", "x-failed-recipients"])
+def test_a_failed_local_delivery_names_the_address_not_the_pipe(return_path, original):
+    """Exim's report of a local delivery names the pipe or file it failed to write to as
+    the Final-Recipient: that was taken for the recipient, and the dead address was not
+    suppressed. The address is the Original-Recipient, else Exim's X-Failed-Recipients."""
+    raw = bounce_mail("postfix_bounce.eml", verp=return_path.address(uuid.uuid4()),
+                      message_id=MID).replace(
+        b"Final-Recipient: rfc822; ann@example.com",
+        b"Final-Recipient: rfc822;|/usr/local/bin/deliver ann@example.com").replace(
+        b"Auto-Submitted:", b"X-Failed-Recipients: ann@example.com\r\nAuto-Submitted:")
+    if not original:
+        raw = raw.replace(b"Original-Recipient: rfc822;ann@example.com\r\n", b"")
+    (report,) = parse_mail(raw, return_path=return_path)
+    assert (report.recipient, report.kind, report.status) == (ANN, "bounced", "5.1.1")
+
+
+def test_sendgrids_expired_action_is_a_soft_bounce(return_path):
+    """SendGrid's relay writes `Action: expired` (not one of RFC 3464's), often with an
+    empty Status, for a message it gave up on: the block was skipped."""
+    raw = bounce_mail("postfix_bounce.eml", verp=return_path.address(uuid.uuid4()),
+                      message_id=MID)
+    start = raw.index(b"Action: failed")
+    end = raw.index(b"\r\n\r\n", start)
+    raw = raw[:start] + b"Action: expired\r\nStatus: \r\nDiagnostic-Code: smtp; " \
+        b"timed out after 72 hours" + raw[end:]
+    (report,) = parse_mail(raw, return_path=return_path)
+    assert (report.recipient, report.kind, report.status) == (ANN, "soft-bounced", "4.4.7")
+
+
 @pytest.mark.parametrize(("name", "given", "said", "status"), [
     # Gmail's rate limit, under the code of a disabled account.
     ("gmail_bounce.eml", "Status: 5.1.1", "550-5.2.1 The user you are trying to contact is "

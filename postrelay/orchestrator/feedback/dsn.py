@@ -30,7 +30,9 @@ from postrelay.orchestrator.feedback.parts import (
 
 ACTIONS = {"delivered": "delivered", "relayed": "delivered", "expanded": "delivered",
            "delayed": "delayed"}
+GAVE_UP = "4.4.7"  # delivery time expired (RFC 3463)
 NULLMAILER_NOTICE = "This is the nullmailer delivery system."
+RECIPIENT_FIELDS = ("final-recipient", "original-recipient")
 DSN_FIELDS_IN_TEXT = re.compile(r"^(?:Reporting-MTA|Final-Recipient):", re.I | re.M)
 
 
@@ -59,7 +61,8 @@ def _dsn_blocks(msg: Message, blocks: list[Message], source: str, event_id: str,
         return []
     per_message, per_recipient = blocks[0], blocks[1:]
     if not per_recipient and per_message.get("final-recipient"):
-        per_recipient = blocks  # AOL writes the message's and the recipient's fields as one
+        # AOL writes the message's and every recipient's fields as one block.
+        per_recipient = _recipient_runs(per_message)
     keys.take_original(original_of(msg))
     keys.queue_id = keys.queue_id or clean(per_message.get("x-postfix-queue-id"))
     keys.message_id = keys.message_id or first_message_id(per_message.get("x-original-message-id"))
@@ -68,6 +71,11 @@ def _dsn_blocks(msg: Message, blocks: list[Message], source: str, event_id: str,
     for block in per_recipient:
         original = typed_address(block.get("original-recipient"))
         recipient = typed_address(block.get("final-recipient")) or original
+        if recipient and not _is_address(recipient):
+            # Exim's local delivery names the pipe or file it failed to write to
+            # (`Final-Recipient: rfc822;|/usr/bin/procmail`): the address it was for is the
+            # Original-Recipient, else the only one X-Failed-Recipients names.
+            recipient = original or _only_failed(msg) or recipient
         action = _action(block.get("action"))
         diagnostic = one_line(unfold(block.get("diagnostic-code")))
         if diagnostic is None and recipient:
@@ -76,8 +84,10 @@ def _dsn_blocks(msg: Message, blocks: list[Message], source: str, event_id: str,
             notice = body_text(first_text_part(msg)) if notice is None else notice
             diagnostic = one_line(line_naming(notice, recipient))
         status = status_code(block.get("status"), diagnostic)
+        if action == "expired":  # not RFC 3464's, SendGrid's: it gave up, often without a code
+            status = status or GAVE_UP
         expired = action == "delayed" and _expired(block, status, diagnostic, msg)
-        if action == "failed" or expired:
+        if action in ("failed", "expired") or expired:
             kind = bounce_kind(status, diagnostic)
         elif action in ACTIONS:
             kind = ACTIONS[action]
@@ -92,6 +102,29 @@ def _dsn_blocks(msg: Message, blocks: list[Message], source: str, event_id: str,
                                          "reporting_mta": one_line(
                                              per_message.get("reporting-mta"))}))
     return reports
+
+
+def _recipient_runs(block: Message) -> list[Message]:
+    """A block that holds several recipients' fields, one block per recipient: each starts
+    at a Final-Recipient or Original-Recipient field the one before already has."""
+    runs: list[Message] = []
+    for name, value in block.items():
+        if not runs or (name.lower() in RECIPIENT_FIELDS and name in runs[-1]):
+            runs.append(Message())
+        runs[-1][name] = value
+    return [run for run in runs if any(field in run for field in RECIPIENT_FIELDS)]
+
+
+def _is_address(value: str) -> bool:
+    local, at, domain = value.partition("@")
+    return bool(local and at and domain) and not value.startswith(("|", "/"))
+
+
+def _only_failed(msg: Message) -> str | None:
+    """The one address of Exim's X-Failed-Recipients, if it names one."""
+    named = [a.strip().lower() for v in msg.get_all("x-failed-recipients", [])
+             for a in str(v).split(",") if a.strip()]
+    return named[0] if len(named) == 1 else None
 
 
 def _expired(block: Message, status: str | None, diagnostic: str | None,

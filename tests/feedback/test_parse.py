@@ -34,6 +34,22 @@ def test_reports_name_kind_status_recipient_and_message(return_path, name, kind,
     assert report.source_event_id  # the report's own Message-ID: its duplicate is known
 
 
+def test_yahoos_notice_of_a_refusal_by_another_host_is_read(return_path):
+    """Yahoo writes qmail's notice under a first line of its own; from one of its hosts
+    (not yahoo.com itself, which flufl.bounce's Yahoo detector knows), with the remote
+    host's reply, no detector read it, and the hard bounce was `unparsed`."""
+    raw = bounce_mail("yahoo_bounce.eml", verp=return_path.address(uuid.uuid4()),
+                      message_id=MID).replace(
+        b"From: MAILER-DAEMON@yahoo.com", b"From: MAILER-DAEMON@mta1034.mail.ne1.yahoo.com")
+    start = raw.index(b"554: delivery error")
+    end = raw.index(b"\r\n", start)
+    raw = raw[:start] + b"74.6.137.21 does not like recipient.\r\nRemote host said: 550 " \
+        b"5.1.1 <ann@example.com>: Recipient address rejected: User unknown\r\n" \
+        b"Giving up on 74.6.137.21." + raw[end:]
+    (report,) = parse_mail(raw, return_path=return_path)
+    assert (report.kind, report.status, report.recipient) == ("bounced", "5.1.1", ANN)
+
+
 def test_a_postfix_report_carries_the_relays_queue_id(return_path):
     (report,) = parse_mail(bounce_mail("postfix_bounce.eml", verp="x@nowhere.example",
                                        message_id=MID, queue_id="9QQ1"), return_path=None)

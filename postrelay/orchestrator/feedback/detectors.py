@@ -10,26 +10,67 @@ addresses that failed for now and for good, as bytes.
   to <ann@example.com>." followed by the server's reply (a permanent refusal), or by "Could
   not deliver for the last 432000 seconds. Giving up." once its retries of a temporary
   failure ran out.
-- Exchange Online's plain-text notice: "Delivery has failed to these recipients or
-  groups:", then each address on a line of its own (`ann@example.com<mailto:…>`), then
-  "Remote Server returned '550 5.1.1 …'" under "Diagnostic information for administrators".
+- Plain-text notices that list the failed addresses under a heading of their own
+  (NOTICES): Exchange Online's ("Delivery has failed to these recipients or groups:", each
+  address on a line of its own, `ann@example.com<mailto:…>`, then "Remote Server returned
+  '550 5.1.1 …'"), Lotus Notes' and Domino's ("------- Failure Reasons --------"),
+  OpenSMTPD's before its DSN ("…the following list of recipients:", then `ann@…: 550 …`),
+  Trustwave MailMarshal's ("The following recipients were affected:"), Trend Micro InterScan
+  MSS's transcript (`Sent <<< RCPT TO:<ann@…>`, `Received >>> 550 …`) and m-FILTER's
+  (Japanese: the address on the line after its sentence).
+- Yahoo's notice, qmail's format under another first line ("Sorry, we were unable to
+  deliver your message to the following address."): flufl's qmail detector, told that line.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from email.message import Message
 
 from flufl.bounce import BounceDetector
-from flufl.bounce._detectors import groupwise, microsoft, simplematch
+from flufl.bounce._detectors import groupwise, microsoft, qmail, simplematch
 from flufl.bounce._scan import _DETECTORS
 
 DMA_FAILED = re.compile(r"^There was an error delivering your mail to <([^<>\s]+)>\.", re.M)
 DMA_GAVE_UP = re.compile(r"^Could not deliver for the last \d+ seconds\. Giving up\.", re.M)
-EXCHANGE_FAILED = re.compile(r"^Delivery has failed to these recipients or groups:[ \t]*\r?$"
-                             r"(.*?)^Diagnostic information for administrators:", re.M | re.S)
+ADDRESS = r"[^\s<>()\"@:,]+@[^\s<>()\"@:,]+"
 # An address alone on its line, or before Exchange's `<mailto:…>` or `(…)`.
 ADDRESS_LINE = re.compile(r"^[ \t]*([^\s<>()\"@]+@[^\s<>()\"@]+)[ \t]*(?:[<(].*)?\r?$", re.M)
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A plain-text notice that lists the failed addresses: the section that lists them
+    (its group 1; the whole text without one), and each address in it (group 1)."""
+
+    section: re.Pattern[str] | None
+    address: re.Pattern[str]
+
+    def failed(self, text: str) -> list[str]:
+        listed = self.section.search(text) if self.section is not None else None
+        if self.section is not None and listed is None:
+            return []
+        return [m.group(1) for m in self.address.finditer(listed.group(1) if listed else text)]
+
+
+NOTICES = (
+    Notice(re.compile(r"^Delivery has failed to these recipients or groups:[ \t]*\r?$(.*?)"
+                      r"^Diagnostic information for administrators:", re.M | re.S),
+           ADDRESS_LINE),  # Exchange Online
+    Notice(re.compile(r"^-+ Failure Reasons +-+[ \t]*\r?$(.*?)^-+ Returned Message +-+",
+                      re.M | re.S), ADDRESS_LINE),  # Lotus Notes, Domino
+    Notice(re.compile(r"An error has occurred while attempting to deliver a message for\s+the "
+                      r"following list of recipients:(.*?)Below is a copy of the original "
+                      r"message:", re.S),
+           re.compile(rf"^({ADDRESS}): ", re.M)),  # OpenSMTPD before its DSN
+    Notice(re.compile(r"^The following recipients were affected:[ \t]*\r?$(.*?)"
+                      r"(?:^[ \t]*\r?$|\Z)", re.M | re.S), ADDRESS_LINE),  # MailMarshal
+    Notice(None, re.compile(rf"^Sent <<< RCPT TO:<({ADDRESS})>[ \t]*\r?\n"
+                            r"Received >>> 5\d\d", re.M)),  # InterScan MSS
+    Notice(None, re.compile(r"^以下のメールアドレスへの送信に失敗しました。[ \t]*\r?\n"
+                            rf"[ \t]*({ADDRESS})[ \t]*\r?$", re.M)),  # m-FILTER
+)
 
 Failures = tuple[frozenset[bytes], frozenset[bytes]]
 
@@ -47,6 +88,11 @@ DETECTORS: tuple[type[BounceDetector], ...] = tuple(
 VALID = re.compile(rb"^[\x21-\x3d\x3f\x41-\x7e]+@[A-Za-z0-9._-]+$")
 for _reader in (simplematch, groupwise, microsoft):
     _reader.VALID = VALID  # type: ignore[attr-defined]
+# Yahoo writes qmail's notice (QSBMF) after a first line of its own; flufl's qmail detector
+# knows a notice by its first line, and the failed address of Yahoo's was not read.
+YAHOO_QMAIL = "Sorry, we were unable to deliver your message"
+if YAHOO_QMAIL not in qmail.introtags:
+    qmail.introtags.append(YAHOO_QMAIL)
 
 
 def flufl_failures(msg: Message) -> Failures:
@@ -77,7 +123,8 @@ def other_failures(text: str) -> Failures:
                        for m in DMA_FAILED.finditer(text))
     if DMA_GAVE_UP.search(text):
         return failed, frozenset()
-    if not failed and (listed := EXCHANGE_FAILED.search(text)) is not None:
-        failed = frozenset(m.group(1).lower().encode("utf-8", "replace")
-                           for m in ADDRESS_LINE.finditer(listed.group(1)))
+    for notice in () if failed else NOTICES:
+        if found := notice.failed(text):
+            failed = frozenset(a.lower().encode("utf-8", "replace") for a in found)
+            break
     return frozenset(), failed

@@ -25,9 +25,11 @@ _NOT_THE_RECIPIENTS = frozenset({"5.1.0", "5.1.7", "5.1.8"})
 # A refusal that says the recipient's state is passing, whatever its code: vpopmail's `552
 # sorry, mailbox … is over quota temporarily (#5.1.1)`, Gmail's `550-5.2.1 … is receiving
 # mail at a rate that prevents additional messages`, GoDaddy's `550 5.1.1 … has sent to too
-# many recipients this hour`.
+# many recipients this hour`, Postfix's `5.4.4` for a name server's malformed answer (the
+# domain's DNS is broken, not gone).
 _PASSING = re.compile(r"over ?quota|quota exceeded|mailbox (?:is )?full|receiving mail at a "
-                      r"rate|too many (?:recipients|messages)", re.IGNORECASE)
+                      r"rate|too many (?:recipients|messages)|malformed or unexpected name "
+                      r"server reply", re.IGNORECASE)
 _REPLY_CODE = re.compile(r"^\d{3}[ -]")
 # Conservative on purpose: a wrong queue id is worse than none.
 _QUEUE_ID_FORMS = (

@@ -282,6 +282,9 @@ def test_sendgrids_expired_action_is_a_soft_bounce(return_path):
     # vpopmail's full mailbox, under the code of a mailbox that does not exist.
     ("postfix_bounce.eml", "Status: 5.1.1", "552 sorry, mailbox ann@example.com is over "
      "quota temporarily (#5.1.1)", "5.1.1"),
+    # A domain whose name server answers nonsense: its DNS is broken, the domain not gone.
+    ("aol_one_block.eml", "Status: 5.4.4", "Host or domain name not found. Name service "
+     "error for name=example.com type=MX: Malformed or unexpected name server reply", "5.4.4"),
 ])
 def test_a_failure_whose_reply_says_its_state_is_passing_is_soft(return_path, name, given, said,
                                                                  status):

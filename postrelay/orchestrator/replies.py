@@ -58,7 +58,7 @@ def says_passing(text: str | None) -> bool:
     """Whether a refusal's text says the recipient's state is passing (a full mailbox, a
     rate limit), whatever its code: the rule by which neither a refusal at send time nor a
     later bounce suppresses such an address at once."""
-    return bool(text) and _PASSING.search(text or "") is not None
+    return text is not None and _PASSING.search(text) is not None
 
 
 @dataclass(frozen=True)

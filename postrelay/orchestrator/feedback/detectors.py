@@ -48,10 +48,12 @@ class Notice:
     address: re.Pattern[str]
 
     def failed(self, text: str) -> list[str]:
-        listed = self.section.search(text) if self.section is not None else None
-        if self.section is not None and listed is None:
-            return []
-        return [m.group(1) for m in self.address.finditer(listed.group(1) if listed else text)]
+        if self.section is not None:
+            listed = self.section.search(text)
+            if listed is None:
+                return []
+            text = listed.group(1)
+        return [m.group(1) for m in self.address.finditer(text)]
 
 
 NOTICES = (

@@ -26,10 +26,11 @@ _NOT_THE_RECIPIENTS = frozenset({"5.1.0", "5.1.7", "5.1.8"})
 # sorry, mailbox … is over quota temporarily (#5.1.1)`, Gmail's `550-5.2.1 … is receiving
 # mail at a rate that prevents additional messages`, GoDaddy's `550 5.1.1 … has sent to too
 # many recipients this hour`, Postfix's `5.4.4` for a name server's malformed answer (the
-# domain's DNS is broken, not gone).
+# domain's DNS is broken, not gone). In lower case, matched against the text lowered: a
+# pattern that ignores case is tried at every character of every bounce's reply.
 _PASSING = re.compile(r"over ?quota|quota exceeded|mailbox (?:is )?full|receiving mail at a "
                       r"rate|too many (?:recipients|messages)|malformed or unexpected name "
-                      r"server reply", re.IGNORECASE)
+                      r"server reply")
 _REPLY_CODE = re.compile(r"^\d{3}[ -]")
 # Conservative on purpose: a wrong queue id is worse than none.
 _QUEUE_ID_FORMS = (
@@ -58,7 +59,7 @@ def says_passing(text: str | None) -> bool:
     """Whether a refusal's text says the recipient's state is passing (a full mailbox, a
     rate limit), whatever its code: the rule by which neither a refusal at send time nor a
     later bounce suppresses such an address at once."""
-    return text is not None and _PASSING.search(text) is not None
+    return text is not None and _PASSING.search(text.lower()) is not None
 
 
 @dataclass(frozen=True)

@@ -245,6 +245,23 @@ def test_each_recipient_of_aols_one_block_is_reported(return_path):
         (ANN, "bounced", "5.4.4"), ("bob@example.com", "bounced", "5.1.1")]
 
 
+def test_a_continuation_line_without_its_blank_does_not_end_the_block(return_path):
+    """MessageLabs writes a Diagnostic-Code's further `550 …` lines without a leading
+    blank, before the Final-Recipient: email ended the block's fields there, the recipient
+    was lost, and the hard bounce was `unparsed`."""
+    raw = bounce_mail("postfix_bounce.eml", verp=return_path.address(uuid.uuid4()),
+                      message_id=MID)
+    start = raw.index(b"Final-Recipient:")
+    end = raw.index(b"\r\n\r\n", start)
+    raw = raw[:start] + (
+        b"Diagnostic-Code: smtp; 550-5.1.1 <ann@example.com>: Recipient address rejected:\r\n"
+        b"550 5.1.1 User unknown in virtual mailbox table\r\nStatus: 5.1.1\r\n"
+        b"Action: failed\r\nFinal-Recipient: rfc822; ann@example.com") + raw[end:]
+    (report,) = parse_mail(raw, return_path=return_path)
+    assert (report.kind, report.status, report.recipient) == ("bounced", "5.1.1", ANN)
+    assert report.diagnostic.endswith("550 5.1.1 User unknown in virtual mailbox table")
+
+
 @pytest.mark.parametrize("original", [True, False],
                          ids=["original recipient", "x-failed-recipients"])
 def test_a_failed_local_delivery_names_the_address_not_the_pipe(return_path, original):

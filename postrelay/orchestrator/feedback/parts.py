@@ -6,13 +6,17 @@ type, the returned original, a status part's blocks of fields, a typed address
 from __future__ import annotations
 
 import email
+import re
 from collections.abc import Iterable
+from email.errors import MissingHeaderBodySeparatorDefect
 from email.message import Message
 from typing import Any
 
 from postrelay.orchestrator.feedback.outline import BLANK_TEXT_LINE, READ_POLICY
 
 DETAIL_CHARS = 2000
+# A line that starts a field: its name, then a colon.
+FIELD_START = re.compile(r"[A-Za-z][A-Za-z0-9-]*:")
 
 
 def part_of(msg: Message, types: Iterable[str]) -> Message | None:
@@ -30,7 +34,7 @@ def status_blocks(part: Message) -> list[Message]:
     as one message, the first block its headers and the others its body."""
     payload = part.get_payload()
     if isinstance(payload, list):
-        blocks = [p for p in payload if isinstance(p, Message)]
+        blocks = [_mended(p) for p in payload if isinstance(p, Message)]
         rest = blocks[0].get_payload() if len(blocks) == 1 else None
         return [blocks[0], *blocks_of(rest)] if isinstance(rest, str) else blocks
     return blocks_of(payload if isinstance(payload, str) else "")
@@ -38,8 +42,23 @@ def status_blocks(part: Message) -> list[Message]:
 
 def blocks_of(text: str) -> list[Message]:
     """Blocks of fields written as text, a blank line between two."""
-    return [email.message_from_string(block.strip() + "\n", policy=READ_POLICY)
+    return [_mended(email.message_from_string(block.strip() + "\n", policy=READ_POLICY))
             for block in BLANK_TEXT_LINE.split(text) if block.strip()]
+
+
+def _mended(block: Message) -> Message:
+    """A block one of whose continuation lines came without its leading blank (MessageLabs
+    writes a Diagnostic-Code's `550-…` lines so): email ends the fields at that line and
+    takes the rest, the Final-Recipient among them, for a body. Read again, with each such
+    line the continuation it is."""
+    rest = block.get_payload()
+    if not isinstance(rest, str) or not rest.strip() or not any(
+            isinstance(defect, MissingHeaderBodySeparatorDefect) for defect in block.defects):
+        return block
+    lines = [f"{name}: {value}" for name, value in block.items()]
+    lines += [line if FIELD_START.match(line) or line[:1] in (" ", "\t") else f" {line}"
+              for line in rest.splitlines() if line.strip()]
+    return email.message_from_string("\n".join(lines) + "\n", policy=READ_POLICY)
 
 
 def original_of(msg: Message) -> Message | None:

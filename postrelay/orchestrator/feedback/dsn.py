@@ -73,8 +73,9 @@ def _dsn_blocks(msg: Message, blocks: list[Message], source: str, event_id: str,
         recipient = typed_address(block.get("final-recipient")) or original
         if recipient and not _is_address(recipient):
             # Exim's local delivery names the pipe or file it failed to write to
-            # (`Final-Recipient: rfc822;|/usr/bin/procmail`): the address it was for is the
-            # Original-Recipient, else the only one X-Failed-Recipients names.
+            # (`Final-Recipient: rfc822;|/usr/bin/procmail`), an X.400 gateway an X.400
+            # address: the address it was for is the Original-Recipient, else the only one
+            # X-Failed-Recipients names.
             recipient = original or _only_failed(msg) or recipient
         action = _action(block.get("action"))
         diagnostic = one_line(unfold(block.get("diagnostic-code")))

@@ -36,7 +36,7 @@ DMA_FAILED = re.compile(r"^There was an error delivering your mail to <([^<>\s]+
 DMA_GAVE_UP = re.compile(r"^Could not deliver for the last \d+ seconds\. Giving up\.", re.M)
 ADDRESS = r"[^\s<>()\"@:,]+@[^\s<>()\"@:,]+"
 # An address alone on its line, or before Exchange's `<mailto:…>` or `(…)`.
-ADDRESS_LINE = re.compile(r"^[ \t]*([^\s<>()\"@]+@[^\s<>()\"@]+)[ \t]*(?:[<(].*)?\r?$", re.M)
+ADDRESS_LINE = re.compile(rf"^[ \t]*({ADDRESS})[ \t]*(?:[<(].*)?\r?$", re.M)
 
 
 @dataclass(frozen=True)

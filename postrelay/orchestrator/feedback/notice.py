@@ -12,12 +12,13 @@ import re
 from collections.abc import Iterable
 from email.message import Message
 
+from postrelay.orchestrator.feedback.outline import BLANK_TEXT_LINE
+
 # The returned message, or its headers, as a bounce attaches it.
 RETURNED_PARTS = ("message/rfc822", "message/global", "text/rfc822-headers",
                   "text/global-headers")
 # Where a bounce that quotes the original inline (qmail, Exim) starts it.
 RETURNED_HEADERS = re.compile(r"^(?:Return-Path|Received):", re.IGNORECASE | re.MULTILINE)
-BLANK_LINE = re.compile(r"\n[ \t]*\r?\n")
 QUOTED_MESSAGE_ID = re.compile(r"^\s*Message-ID:\s*(<[^<>\s]+>)", re.IGNORECASE | re.MULTILINE)
 
 
@@ -82,7 +83,7 @@ def paragraph(text: str, address: str, failed: Iterable[str] = ()) -> str | None
     if at < 0:
         return None
     start = at + len(needle)
-    blank = BLANK_LINE.search(text, start)
+    blank = BLANK_TEXT_LINE.search(text, start)
     ends = [blank.start() if blank else len(text)]
     ends += [found for other in failed if other.lower() != needle
              and (found := lowered.find(other.lower(), start)) >= 0]

@@ -13,7 +13,7 @@ from postrelay.core.telemetry import event as log_event
 from postrelay.orchestrator import queries
 from postrelay.orchestrator.attempts import LostAttempt, attempt_log_id
 from postrelay.orchestrator.job import EmailJob
-from postrelay.orchestrator.replies import Reply, names_no_mailbox, says_passing
+from postrelay.orchestrator.replies import Reply, refuses_mailbox, says_passing
 from postrelay.queue import Job, record_with_outcome
 
 
@@ -87,12 +87,13 @@ def refusals(refused: Mapping[str, Reply]) -> dict[str, dict[str, Any]]:
 
 
 def suppress_refused(job: Job, log: LogRow, refused: Mapping[str, Reply]) -> None:
-    """5.1.x means the mailbox or domain does not exist: stop sending there (not 5.1.0,
-    5.1.7 or 5.1.8: replies.names_no_mailbox), unless the reply says the state is passing
-    (replies.says_passing: a full mailbox answered with 5.1.1). A 5.7.x policy block says
-    nothing about the address, so it never suppresses."""
+    """A permanent refusal that says the mailbox or domain does not exist stops sending
+    there (replies.refuses_mailbox): 5.1.x (not 5.1.0, 5.1.7 or 5.1.8), or a code that names
+    no cause with words that say so (`550 User unknown`), unless the reply says the state
+    is passing (a full mailbox answered with 5.1.1). A 5.7.x policy block says nothing
+    about the address, so it never suppresses."""
     for address, reply in refused.items():
-        if reply.code >= 500 and names_no_mailbox(reply.enhanced) and \
+        if reply.code >= 500 and refuses_mailbox(reply.enhanced, reply.text) and \
                 not says_passing(reply.text):
             record_with_outcome(SUPPRESSIONS, {
                 "tenant_id": str(job.tenant_id), "address": address.lower(),

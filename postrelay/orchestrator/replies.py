@@ -31,6 +31,36 @@ _NOT_THE_RECIPIENTS = frozenset({"5.1.0", "5.1.7", "5.1.8"})
 _PASSING = re.compile(r"over ?quota|quota exceeded|mailbox (?:is )?full|receiving mail at a "
                       r"rate|too many (?:recipients|messages)|malformed or unexpected name "
                       r"server reply")
+# Permanent failures whose code names no cause: `Status: 5.0.0` beside a bare `550 unknown
+# user` (Postfix, Exim), sendmail's `553 5.3.0 Addressee unknown`, Outlook.com's `550 5.5.0
+# mailbox unavailable`, but also a full disk. 5.1.0 among them, which does not say whose
+# address (Amazon SES's "5.1.0 - Unknown address error", a refused sender); not 5.7.0, a
+# policy block. And 5.4.1, which Exchange Online answers for a recipient its directory does
+# not have (`550 5.4.1 Recipient address rejected: Access denied`), and other hosts for one
+# that does not answer. Their words decide (says_no_mailbox); else, repeated, they say the
+# address takes no mail, and count toward the soft-bounce limit (feedback/model.py).
+UNSPECIFIC = re.compile(r"5\.(?:[0-6]\.0|4\.1)")
+# What MTAs and the large providers answer, where their code names no cause, for a mailbox
+# or domain that does not exist: `550 User unknown`, `550 Recipient does not exist`,
+# Yahoo's and AOL's `554 delivery error: dd This user doesn't have a yahoo.com account`,
+# `554 … This account has been disabled`, Outlook.com's `550 5.5.0 Requested action not
+# taken: mailbox unavailable`, Exim's `unrouteable mail domain`. Lower case, as _PASSING.
+_NO_MAILBOX = re.compile(
+    r"user unknown|unknown (?:user|recipient|mailbox)|recipient unknown|no such (?:user|"
+    r"mailbox|recipient|address|domain)|(?:user|recipient|mailbox|address) not found|"
+    r"(?:user|recipient|mailbox|address|account|rcpt)\b(?:[^.;:]|\.(?=\S)){0,80}? does(?: "
+    r"not|n't) exist|"
+    r"doesn't have an? [\w.-]+ account|not a (?:known|valid) (?:user|recipient|mailbox)|"
+    r"not an active address|no mail ?box|mailbox unavailable|(?:mailbox|account) (?:is |has "
+    r"been )?(?:disabled|inactive)|unrouteable (?:mail )?domain|invalid (?:recipient|mailbox)")
+# Words that make such an answer about something other than the recipient's mailbox: the
+# sender (Postfix's `Sender address rejected: User unknown in local recipient table`, a
+# reply to MAIL FROM), a policy (`mailbox unavailable` is RFC 5321's text for any 550), or
+# the message: a `User unknown` in reply to DATA is how some receivers (Japanese mobile
+# carriers) refuse a sender their user filters out, and a `… does not exist` there may be
+# about the sender's domain.
+_NOT_THE_MAILBOX = re.compile(r"sender|mail from|\bdata\b|spam|block|polic|reputation|"
+                              r"blacklist")
 _REPLY_CODE = re.compile(r"^\d{3}[ -]")
 # Conservative on purpose: a wrong queue id is worse than none.
 _QUEUE_ID_FORMS = (
@@ -53,6 +83,27 @@ def names_no_mailbox(enhanced: str | None) -> bool:
     does not exist`) suppressed every recipient it was sent to."""
     code = enhanced or ""
     return code.startswith("5.1.") and code not in _NOT_THE_RECIPIENTS
+
+
+def refuses_mailbox(enhanced: str | None, text: str | None) -> bool:
+    """Whether a permanent failure says the recipient's mailbox or domain does not exist,
+    the rule by which both a refusal at send time and a later bounce suppress the address:
+    by its code (names_no_mailbox), or, where its code names none (no code, UNSPECIFIC), by
+    its words (says_no_mailbox)."""
+    if names_no_mailbox(enhanced):
+        return True
+    return (enhanced is None or UNSPECIFIC.fullmatch(enhanced) is not None) and \
+        says_no_mailbox(text)
+
+
+def says_no_mailbox(text: str | None) -> bool:
+    """Whether a refusal's words say the recipient's mailbox or domain does not exist, and
+    are not about the sender, a policy or a passing state (says_passing)."""
+    if text is None:
+        return False
+    lowered = text.lower()
+    return _NO_MAILBOX.search(lowered) is not None and \
+        _NOT_THE_MAILBOX.search(lowered) is None and _PASSING.search(lowered) is None
 
 
 def says_passing(text: str | None) -> bool:

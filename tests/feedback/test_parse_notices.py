@@ -166,6 +166,51 @@ def test_permanent_failures_that_name_no_cause_count_as_soft_bounces(engine, ten
         "bounced 5.5.0")
 
 
+def test_yahoos_bounce_of_a_mailbox_that_does_not_exist_suppresses_at_once(
+        return_path, engine, tenant, look):
+    """Yahoo's `554 delivery error: dd This user doesn't have a yahoo.com account` has no
+    enhanced code (its bounce's status is the class, 5.0.0): the address counted toward
+    the soft-bounce limit, and a transactional recipient mailed less than three times a
+    week was mailed for good."""
+    with engine.begin() as conn:
+        log = insert_log(conn, tenant_id=tenant, message_id=MID)
+    (report,) = reports(return_path, "yahoo_bounce.eml", log["id"])
+    assert (report.kind, report.status) == ("bounced", "5.0.0")
+    assert record(engine, report).suppressed
+    assert "This user doesn't have a yahoo.com account" in \
+        look.suppressed(tenant)[("ann@example.com", "")]["reason"]
+
+
+@pytest.mark.parametrize(("status", "diagnostic", "suppressed"), [
+    ("5.0.0", "smtp; 550 User unknown", True),
+    ("5.5.0", "smtp; 550 5.5.0 Requested action not taken: mailbox unavailable "
+              "(S2017062302)", True),  # Outlook.com
+    ("5.0.0", "smtp; 550 Recipient does not exist on this system", True),
+    ("5.0.0", 'ann@example.com: unrouteable mail domain "example.com"', True),  # Exim
+    # About the sender (a refused envelope sender), a policy, the message (a reply to
+    # DATA), a passing state; a specific code that says otherwise; no words of the kind.
+    ("5.1.0", "smtp; 550 5.1.0 <bob@acme.example>: Sender address rejected: User unknown "
+              "in local recipient table", False),
+    ("5.0.0", "smtp; 550 Requested action not taken: mailbox unavailable (blocked by "
+              "policy)", False),
+    ("5.0.0", "X-Postfix; host mx.example.com said: 553 acme.example does not exist (in "
+              "reply to end of DATA command)", False),
+    ("5.0.0", "smtp; 552 Requested action not taken: mailbox unavailable, over quota",
+     False),
+    ("5.7.1", "smtp; 550 5.7.1 User unknown", False),
+    ("5.0.0", "smtp; 550 Message refused", False),
+])
+def test_a_failure_whose_code_names_no_cause_suppresses_by_its_words(
+        engine, tenant, look, status, diagnostic, suppressed):
+    with engine.begin() as conn:
+        log = insert_log(conn, tenant_id=tenant)
+    report = Feedback(kind="bounced", source="mail", recipient="ann@example.com",
+                      status=status, diagnostic=diagnostic, source_event_id="w1",
+                      log_id=log["id"])
+    assert record(engine, report).suppressed is suppressed
+    assert (("ann@example.com", "") in look.suppressed(tenant)) is suppressed
+
+
 def test_a_batchs_unspecific_failures_count_toward_its_soft_bounces(engine, tenant, look):
     policy = SuppressionPolicy(soft_limit=3)
     with engine.begin() as conn:

@@ -109,6 +109,31 @@ async def test_a_5xx_dead_letters_at_once_and_5_1_1_suppresses(rig, tenant, sink
         ("gone@example.com",)]
 
 
+async def test_a_refusal_whose_code_names_no_cause_suppresses_by_its_words(rig, tenant, sink):
+    """Yahoo and AOL answer a mailbox that does not exist without an enhanced code,
+    Outlook.com with 5.5.0: such an address was mailed at every send, refused every time."""
+    sink.handler.rules = [
+        ("yahoo@example.com", reply("554 delivery error: dd This user doesn't have a "
+                                    "yahoo.com account (yahoo@example.com) [0] - "
+                                    "mta1034.mail.ne1.yahoo.com")),
+        ("outlook@example.com", reply("550 5.5.0 Requested action not taken: mailbox "
+                                      "unavailable (S2017062302)")),
+        # RFC 5321's text for any 550, here about a policy; a full mailbox; no cause at all.
+        ("policy@example.com", reply("550 Requested action not taken: mailbox unavailable "
+                                     "(blocked by policy)")),
+        ("full@example.com", reply("552 Requested action not taken: mailbox unavailable, "
+                                   "over quota")),
+        ("plain@example.com", reply("550 Message refused"))]
+    addresses = ["yahoo@example.com", "outlook@example.com", "policy@example.com",
+                 "full@example.com", "plain@example.com"]
+    jobs = [rig.enqueue(tenant, to=[address], max_attempts=5) for address in addresses]
+    await rig.start()
+    await rig.settle(*jobs)
+    assert [rig.log(job)[0]["status"] for job in jobs] == ["bounced"] * 5
+    assert sorted(rig.suppressed(tenant)) == ["outlook@example.com", "yahoo@example.com"]
+    assert "dd This user doesn't have" in rig.suppressed(tenant)["yahoo@example.com"]
+
+
 async def test_a_partly_refused_message_records_each_recipient(rig, tenant, sink):
     sink.handler.rules = [("gone@example.com", reply("550 5.1.1 No such user")),
                           ("busy@example.com", reply("452 4.2.2 Mailbox full"))]

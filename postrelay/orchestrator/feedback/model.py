@@ -14,7 +14,7 @@ from uuid import UUID
 from postrelay.core.errors import ValidationError
 from postrelay.core.limits import storable
 from postrelay.orchestrator.addresses import ADDRESS_MAX
-from postrelay.orchestrator.replies import names_no_mailbox, says_passing
+from postrelay.orchestrator.replies import UNSPECIFIC, refuses_mailbox, says_passing
 from postrelay.orchestrator.schema import FEEDBACK_KINDS
 
 if TYPE_CHECKING:
@@ -45,15 +45,6 @@ EVENTS = {"delivered": "email.delivered", "soft-bounced": "email.bounced",
 # suppresses. Whole codes: Microsoft's 5.2.121 is a rate limit.
 HARD_CODES = frozenset({"5.2.1", "5.4.4", "5.7.13"})
 POLICY_CLASS = "5.7."
-# Permanent failures whose code names no cause: `Status: 5.0.0` beside a bare `550 unknown
-# user` (Postfix, Exim), sendmail's `553 5.3.0 Addressee unknown`, `550 5.5.0 mailbox
-# unavailable`, but also a full disk. One does not suppress; repeated, they say the address
-# takes no mail, and they count toward the soft-bounce limit (counts_as_soft). 5.1.0 among
-# them, which does not say whose address (Amazon SES's "5.1.0 - Unknown address error", a
-# refused sender); not 5.7.0, a policy block. And 5.4.1, which Exchange Online answers for
-# a recipient its directory does not have (`550 5.4.1 Recipient address rejected: Access
-# denied`), and other hosts for one that does not answer.
-UNSPECIFIC = re.compile(r"5\.(?:[0-6]\.0|4\.1)")
 # A permanent reply and the enhanced code it begins with: `550 5.1.1`, `550-5.7.1`, `#5.1.1`.
 REPLIED = re.compile(r"(?<![\w.-])5\d\d[ -]#?(5\.\d{1,3}\.\d{1,3})(?![\w-]|\.\d)")
 # A basic SMTP reply code (RFC 5321) in a notice: `550 unknown user`, `452 mailbox full`.
@@ -166,19 +157,21 @@ class Recorded:
     event_type: str | None = None
 
 
-def suppresses(kind: str, status: str | None) -> bool:
+def suppresses(kind: str, status: str | None, diagnostic: str | None = None) -> bool:
     """Whether this kind of feedback, once it names a message sent to the recipient, puts
     the address on the suppression list (soft bounces: only by count, see SuppressionPolicy).
     A bounce without a status is a provider's "permanent" verdict, which is about the
     address (a bounce by mail always has one: parse.py gives a notice without a code its
-    reply's class)."""
+    reply's class). One whose status names no cause suppresses when its diagnostic says the
+    mailbox does not exist (replies.refuses_mailbox: Yahoo's `554 delivery error: dd This
+    user doesn't have a yahoo.com account`), and otherwise counts (counts_as_soft)."""
     if kind in ("complaint", "unsubscribe"):
         return True
     if kind != "bounced":
         return False
     if status is None:
         return True
-    return names_no_mailbox(status) or status in HARD_CODES
+    return refuses_mailbox(status, diagnostic) or status in HARD_CODES
 
 
 def address_verdict(status: str | None) -> str | None:
@@ -193,7 +186,8 @@ def counts_as_soft(kind: str, status: str | None) -> bool:
     sql/feedback.sql counts the earlier ones by the same rule). Providers report some 5.7.x
     policy blocks as transient (SES's Transient, Postmark's SoftBounce): those never
     suppress, however many arrive, so they do not count either. A permanent failure whose
-    code names no cause (UNSPECIFIC) counts as a soft bounce does."""
+    code names no cause (replies.UNSPECIFIC) counts as a soft bounce does, unless its words
+    made it a hard bounce (suppresses)."""
     if kind == "soft-bounced":
         return not (status or "").startswith(POLICY_CLASS)
     return kind == "bounced" and status is not None and UNSPECIFIC.fullmatch(status) is not None

@@ -247,9 +247,12 @@ class _Row:
         if soft and self.sent_to and self.tenant_id is not None:
             soft_seen[key] = soft_seen.get(key, 0) + 1
         self.category = _category(f, self.match) if f.kind == "unsubscribe" else ""
+        # The words of a bounce by mail are read (a code that names no cause); a provider's
+        # webhook gives its own verdict on the address, and its other classes stand.
+        words = f.diagnostic if f.source == "mail" else None
         # An unsubscribe stops its category only: one about transactional mail (no
         # category) stops nothing, where '' would stop every category.
-        rule = (suppresses(f.kind, f.status)
+        rule = (suppresses(f.kind, f.status, words)
                 and (f.kind != "unsubscribe" or self.category != "")) \
             or (soft and soft_before + 1 >= policy.soft_limit)
         trusted = self.sent_to or f.vouched

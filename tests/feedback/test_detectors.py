@@ -94,6 +94,12 @@ ann@example.com
 -------server message
 550 5.1.1 <ann@example.com>... User unknown
 """,
+    "GroupWise": """The message that you sent was undeliverable to the following:
+
+	ann@example.com (user not found)
+
+
+""",
 }
 
 
@@ -110,5 +116,7 @@ def test_a_notices_heading_without_its_list_names_no_one():
     for text in ("------- Failure Reasons  --------\nann@example.com\n",
                  "An error has occurred while attempting to deliver a message for the "
                  "following list of recipients:\nann@example.com: 550 unknown\n",
-                 "> Sent <<< RCPT TO:<ann@example.com>\n> Received >>> 550 unknown\n"):
+                 "> Sent <<< RCPT TO:<ann@example.com>\n> Received >>> 550 unknown\n",
+                 "> The message that you sent was undeliverable to the following:\n>\n"
+                 ">\tann@example.com (user not found)\n"):
         assert other_failures(text) == (set(), set())

@@ -82,6 +82,21 @@ def test_an_out_of_office_reply_is_an_auto_reply(return_path):
     assert (report.kind, report.recipient, report.log_id) == ("auto-reply", ANN, log_id)
 
 
+@pytest.mark.parametrize("precedence", ["bulk", "junk"])
+def test_a_reply_marked_with_the_old_precedence_header_is_an_auto_reply(return_path,
+                                                                        precedence):
+    """vacation(1) and procmail's autoresponders mark their replies `Precedence: bulk` or
+    `junk`, as every auto-responder did before RFC 3834: with no Auto-Submitted and a
+    subject of their own ("Thank you for your e-mail"), such a reply was `unparsed`."""
+    raw = bounce_mail("out_of_office.eml", verp=return_path.address(uuid.uuid4()),
+                      message_id=MID).replace(
+        b"Subject: Automatic reply: Welcome, Ann!", b"Subject: Thank you for your e-mail").replace(
+        b"Auto-Submitted: auto-replied\r\nX-Auto-Response-Suppress: All",
+        b"Precedence: " + precedence.encode())
+    (report,) = parse_mail(raw, return_path=return_path)
+    assert (report.kind, report.recipient) == ("auto-reply", ANN)
+
+
 def test_icloud_s_vacation_reply_is_an_auto_reply(return_path):
     """It has no Auto-Submitted and says "Auto reply:": it was `unparsed`."""
     raw = bounce_mail("out_of_office.eml", verp=return_path.address(uuid.uuid4()),

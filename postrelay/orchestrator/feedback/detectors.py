@@ -16,8 +16,10 @@ addresses that failed for now and for good, as bytes.
   '550 5.1.1 …'"), Lotus Notes' and Domino's ("------- Failure Reasons --------"),
   OpenSMTPD's before its DSN ("…the following list of recipients:", then `ann@…: 550 …`),
   Trustwave MailMarshal's ("The following recipients were affected:"), Trend Micro InterScan
-  MSS's transcript (`Sent <<< RCPT TO:<ann@…>`, `Received >>> 550 …`) and m-FILTER's
-  (Japanese: the address on the line after its sentence).
+  MSS's transcript (`Sent <<< RCPT TO:<ann@…>`, `Received >>> 550 …`), m-FILTER's
+  (Japanese: the address on the line after its sentence) and Novell GroupWise's ("The
+  message that you sent was undeliverable to the following:", then `ann@… (user not
+  found)`).
 - Yahoo's notice, qmail's format under another first line ("Sorry, we were unable to
   deliver your message to the following address."): flufl's qmail detector, told that line.
 """
@@ -72,6 +74,10 @@ NOTICES = (
                             r"Received >>> 5\d\d", re.M)),  # InterScan MSS
     Notice(None, re.compile(r"^以下のメールアドレスへの送信に失敗しました。[ \t]*\r?\n"
                             rf"[ \t]*({ADDRESS})[ \t]*\r?$", re.M)),  # m-FILTER
+    # The lines after the heading (and the blank ones before them), up to a blank line.
+    Notice(re.compile(r"^The message that you sent was undeliverable to the following:[ \t]*"
+                      r"\r?\n(?:[ \t]*\r?\n)*((?:[ \t]*\S[^\n]*\n?)+)", re.M),
+           ADDRESS_LINE),  # GroupWise
 )
 
 Failures = tuple[frozenset[bytes], frozenset[bytes]]

@@ -33,26 +33,28 @@ _PASSING = re.compile(r"over ?quota|quota exceeded|mailbox (?:is )?full|receivin
                       r"server reply")
 # Permanent failures whose code names no cause: `Status: 5.0.0` beside a bare `550 unknown
 # user` (Postfix, Exim), sendmail's `553 5.3.0 Addressee unknown`, Outlook.com's `550 5.5.0
-# mailbox unavailable`, but also a full disk. 5.1.0 among them, which does not say whose
-# address (Amazon SES's "5.1.0 - Unknown address error", a refused sender); not 5.7.0, a
-# policy block. And 5.4.1, which Exchange Online answers for a recipient its directory does
-# not have (`550 5.4.1 Recipient address rejected: Access denied`), and other hosts for one
-# that does not answer. Their words decide (says_no_mailbox); else, repeated, they say the
-# address takes no mail, and count toward the soft-bounce limit (feedback/model.py).
+# mailbox unavailable`, but also a full disk or a refused message. 5.1.0 among them, which
+# does not say whose address (Amazon SES's "5.1.0 - Unknown address error", a refused
+# sender); not 5.7.0, a policy block. And 5.4.1, which Exchange Online answers for a
+# recipient its directory does not have (`550 5.4.1 Recipient address rejected: Access
+# denied`), and other hosts for one that does not answer. Their words decide
+# (says_no_mailbox); else, repeated, they say the address takes no mail, and count toward
+# the soft-bounce limit (feedback/model.py).
 UNSPECIFIC = re.compile(r"5\.(?:[0-6]\.0|4\.1)")
 # What MTAs and the large providers answer, where their code names no cause, for a mailbox
 # or domain that does not exist: `550 User unknown`, `550 Recipient does not exist`,
 # Yahoo's and AOL's `554 delivery error: dd This user doesn't have a yahoo.com account`,
 # `554 … This account has been disabled`, Outlook.com's `550 5.5.0 Requested action not
-# taken: mailbox unavailable`, Exim's `unrouteable mail domain`. Lower case, as _PASSING.
+# taken: mailbox unavailable`, sendmail's `553 5.3.0 Addressee unknown`, Exim's
+# `unrouteable mail domain`. Lower case, as _PASSING.
 _NO_MAILBOX = re.compile(
-    r"user unknown|unknown (?:user|recipient|mailbox)|recipient unknown|no such (?:user|"
+    r"(?:user|recipient|addressee) unknown|unknown (?:user|recipient|mailbox)|no such (?:user|"
     r"mailbox|recipient|address|domain)|(?:user|recipient|mailbox|address) not found|"
     r"(?:user|recipient|mailbox|address|account|rcpt)\b(?:[^.;:]|\.(?=\S)){0,80}? does(?: "
-    r"not|n't) exist|"
-    r"doesn't have an? [\w.-]+ account|not a (?:known|valid) (?:user|recipient|mailbox)|"
-    r"not an active address|no mail ?box|mailbox unavailable|(?:mailbox|account) (?:is |has "
-    r"been )?(?:disabled|inactive)|unrouteable (?:mail )?domain|invalid (?:recipient|mailbox)")
+    r"not|n't) exist|doesn't have an? [\w.-]+ account|not a (?:known|valid) (?:user|"
+    r"recipient|mailbox)|not an active address|no mail ?box|mailbox unavailable|(?:mailbox|"
+    r"account) (?:is |has been )?(?:disabled|inactive)|unrouteable (?:mail )?domain|invalid "
+    r"(?:recipient|mailbox)")
 # Words that make such an answer about something other than the recipient's mailbox: the
 # sender (Postfix's `Sender address rejected: User unknown in local recipient table`, a
 # reply to MAIL FROM), a policy (`mailbox unavailable` is RFC 5321's text for any 550), or

@@ -186,6 +186,7 @@ def test_yahoos_bounce_of_a_mailbox_that_does_not_exist_suppresses_at_once(
     ("5.5.0", "smtp; 550 5.5.0 Requested action not taken: mailbox unavailable "
               "(S2017062302)", True),  # Outlook.com
     ("5.0.0", "smtp; 550 Recipient does not exist on this system", True),
+    ("5.3.0", "SMTP; 553 5.3.0 <ann@example.com>... Addressee unknown", True),  # sendmail
     ("5.0.0", 'ann@example.com: unrouteable mail domain "example.com"', True),  # Exim
     # About the sender (a refused envelope sender), a policy, the message (a reply to
     # DATA), a passing state; a specific code that says otherwise; no words of the kind.

@@ -251,9 +251,8 @@ def _auto_reply(msg: Message) -> bool:
     if any(msg.get(h) for h in VACATION_HEADERS):
         return True
     precedence = (msg.get("precedence") or "").strip().lower()
-    # Before RFC 3834, auto-responders (vacation(1), procmail's) marked their replies bulk
-    # or junk. iCloud's vacation reply carries no Auto-Submitted: its X-Apple-Action says it.
-    return precedence in ("auto_reply", "bulk", "junk") or \
+    # iCloud's vacation reply carries no Auto-Submitted: its own X-Apple-Action says it.
+    return precedence == "auto_reply" or \
         str(msg.get("x-apple-action") or "").strip().upper() == "VACATION" or \
         (msg.get("subject") or "").lower().startswith(
             ("out of office", "automatic reply", "auto reply", "auto:", "autoreply"))

@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 
+from postrelay.orchestrator.feedback import Feedback
 from postrelay.orchestrator.feedback.parse import parse_mail
 from tests.feedback.conftest import BOUNCE_DOMAIN, MAIL, bounce_mail
 
@@ -82,29 +83,30 @@ def test_an_out_of_office_reply_is_an_auto_reply(return_path):
     assert (report.kind, report.recipient, report.log_id) == ("auto-reply", ANN, log_id)
 
 
+def reply_without_auto_submitted(return_path, subject: bytes, marker: bytes) -> Feedback:
+    """The out-of-office fixture under `subject`, its Auto-Submitted (and Microsoft's
+    header) replaced by the header line `marker`, as read."""
+    raw = bounce_mail("out_of_office.eml", verp=return_path.address(uuid.uuid4()),
+                      message_id=MID).replace(
+        b"Subject: Automatic reply: Welcome, Ann!", b"Subject: " + subject).replace(
+        b"Auto-Submitted: auto-replied\r\nX-Auto-Response-Suppress: All", marker)
+    (report,) = parse_mail(raw, return_path=return_path)
+    return report
+
+
 def test_a_mail_systems_notice_marked_bulk_is_no_auto_reply(return_path):
     """Old MTAs mark their notices `Precedence: bulk`, as vacation(1) marks its replies: a
     notice no reader understands, from a mail system under a name of its own ("Jetmail
     System" <>), must stay `unparsed` for an operator, not be ignored as an auto-reply."""
-    raw = bounce_mail("out_of_office.eml", verp=return_path.address(uuid.uuid4()),
-                      message_id=MID).replace(
-        b"Subject: Automatic reply: Welcome, Ann!", b"Subject: Mail Error").replace(
-        b"Auto-Submitted: auto-replied\r\nX-Auto-Response-Suppress: All",
-        b"Precedence: bulk")
-    (report,) = parse_mail(raw, return_path=return_path)
+    report = reply_without_auto_submitted(return_path, b"Mail Error", b"Precedence: bulk")
     assert report.kind == "unparsed"
 
 
 def test_icloud_s_vacation_reply_is_an_auto_reply(return_path):
     """It has no Auto-Submitted and says "Auto reply:": it was `unparsed`."""
-    raw = bounce_mail("out_of_office.eml", verp=return_path.address(uuid.uuid4()),
-                      message_id=MID).replace(
-        b"Subject: Automatic reply: Welcome, Ann!", b"Subject: Re: Welcome, Ann!").replace(
-        b"Auto-Submitted: auto-replied\r\nX-Auto-Response-Suppress: All",
-        b"X-Apple-Action: VACATION")
-    (report,) = parse_mail(raw, return_path=return_path)
+    report = reply_without_auto_submitted(return_path, b"Re: Welcome, Ann!",
+                                          b"X-Apple-Action: VACATION")
     assert (report.kind, report.recipient) == ("auto-reply", ANN)
-
 
 
 def test_a_complaint_naming_two_recipients_is_a_complaint_about_each(return_path):

@@ -187,6 +187,10 @@ def test_yahoos_bounce_of_a_mailbox_that_does_not_exist_suppresses_at_once(
               "(S2017062302)", True),  # Outlook.com
     ("5.0.0", "smtp; 550 Recipient does not exist on this system", True),
     ("5.3.0", "SMTP; 553 5.3.0 <ann@example.com>... Addressee unknown", True),  # sendmail
+    # Yahoo's answers since 2020: a mailbox that is not there, one that is disabled.
+    ("5.0.0", "smtp; 552 1 Requested mail action aborted, mailbox not found", True),
+    ("5.0.0", "smtp; 554 30 Sorry, your message to ann@example.com cannot be delivered. "
+              "This mailbox is disabled (554.30)", True),
     ("5.0.0", 'ann@example.com: unrouteable mail domain "example.com"', True),  # Exim
     # About the sender (a refused envelope sender), a policy, the message (a reply to
     # DATA), a passing state; a specific code that says otherwise; no words of the kind.

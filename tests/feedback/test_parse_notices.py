@@ -13,6 +13,7 @@ from email.message import Message
 import pytest
 
 from postrelay.orchestrator.feedback import Feedback, SuppressionPolicy, record_many
+from postrelay.orchestrator.feedback.model import suppresses
 from postrelay.orchestrator.feedback.notice import body_text
 from postrelay.orchestrator.feedback.parse import parse_mail
 from tests.feedback.conftest import bounce_mail, insert_log, record
@@ -214,6 +215,24 @@ def test_a_failure_whose_code_names_no_cause_suppresses_by_its_words(
                       log_id=log["id"])
     assert record(engine, report).suppressed is suppressed
     assert (("ann@example.com", "") in look.suppressed(tenant)) is suppressed
+
+
+def test_a_plain_text_notice_gives_each_recipient_the_words_of_its_own_paragraph(
+        return_path):
+    """Each recipient's diagnostic was the 300 characters from its address on: the next
+    recipient's `User unknown` (or the returned message after the last one) was read as
+    its own words."""
+    raw = bounce_mail("qmail_two_recipients.eml", verp=return_path.address(uuid.uuid4()),
+                      message_id=MID).replace(
+        b"552 5.2.2 <ann@example.com>: Recipient address rejected: Mailbox full",
+        b"550 Message refused").replace(
+        b"550 5.1.1 <bob@example.com>: Recipient address rejected: User unknown",
+        b"550 <bob@example.com>: User unknown")
+    ann, bob = sorted(parse_mail(raw, return_path=return_path), key=lambda r: r.recipient)
+    assert (ann.status, bob.status) == ("5.0.0", "5.0.0")
+    assert "User unknown" not in ann.diagnostic and "Below this line" not in bob.diagnostic
+    assert not suppresses(ann.kind, ann.status, ann.diagnostic)
+    assert suppresses(bob.kind, bob.status, bob.diagnostic)
 
 
 def test_a_batchs_unspecific_failures_count_toward_its_soft_bounces(engine, tenant, look):

@@ -194,18 +194,22 @@ def _non_standard(msg: Message, source: str, event_id: str, keys: Keys) -> list[
             # The code in the recipient's own paragraph, the notice's first one otherwise;
             # else the class of the reply it quotes. A failure that says no more (Exim's
             # "retry timeout exceeded", a bare `550`) is 5.0.0: it counts toward the
-            # soft-bounce limit and suppresses nothing at once.
+            # soft-bounce limit, unless its words say the mailbox is gone (model.suppresses).
             status = notice_code(own) or notice_code(notice) or reply_class(own) or \
                 reply_class(notice)
             if status is None or status[0] not in "45":
                 status = None if temporary_kind else "5.0.0"
             # Whether the state is passing, from the recipient's paragraph alone: the next
-            # one may be another recipient's full mailbox.
-            kind = pending if temporary_kind else bounce_kind(
-                status, paragraph(notice, address, failed))
+            # one may be another recipient's full mailbox. The diagnostic is that paragraph
+            # too, when it says more than the address (Lotus Notes gives the reason after a
+            # blank line): not the next recipient's unknown user, nor the returned message.
+            own_words = paragraph(notice, address, failed)
+            kind = pending if temporary_kind else bounce_kind(status, own_words)
+            words = own_words if own_words and len(own_words) > len(address) + 3 else \
+                near(notice, address) or near(text, address)
             reports.append(keys.feedback(
                 kind, source, event_id, recipient=address, status=status,
-                diagnostic=one_line(near(text, address)),
+                diagnostic=one_line(words),
                 detail={"format": "non-standard", "subject": one_line(msg.get("subject"))}))
     return reports
 

@@ -25,7 +25,6 @@ from postrelay.orchestrator.feedback.parts import (
     part_of,
     status_blocks,
     typed_address,
-    unfold,
 )
 
 ACTIONS = {"delivered": "delivered", "relayed": "delivered", "expanded": "delivered",
@@ -78,7 +77,7 @@ def _dsn_blocks(msg: Message, blocks: list[Message], source: str, event_id: str,
             # X-Failed-Recipients names.
             recipient = original or _only_failed(msg) or recipient
         action = _action(block.get("action"))
-        diagnostic = one_line(unfold(block.get("diagnostic-code")))
+        diagnostic = one_line(block.get("diagnostic-code"))
         if diagnostic is None and recipient:
             # OpenSMTPD writes only the class (`Status: 5.0.0`) and puts the remote's
             # reply on the notice's line for the recipient: `ann@…: 550 5.1.1 …`.

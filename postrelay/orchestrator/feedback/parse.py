@@ -128,7 +128,8 @@ def _reports(msg: Message, source: str, event_id: str, envelope_to: Sequence[str
 
 def _arf(msg: Message, source: str, event_id: str, keys: Keys) -> list[Feedback]:
     report = part_of(msg, ("message/feedback-report",))
-    fields = status_blocks(report)[0] if report is not None and status_blocks(report) else Message()
+    blocks = status_blocks(report) if report is not None else []
+    fields = blocks[0] if blocks else Message()
     feedback_type = (fields.get("feedback-type") or "").strip().lower()
     original = original_of(msg)
     keys.take_original(original)

@@ -88,11 +88,6 @@ def clean(value: str | None) -> str | None:
     return " ".join(str(value).split()) or None if value else None
 
 
-def unfold(value: str | None) -> str | None:
-    """A folded field's value on one line."""
-    return " ".join(str(value).split()) if value else None
-
-
 def one_line(value: Any) -> str | None:
     """A value as a report's detail keeps it: on one line, DETAIL_CHARS at most."""
     if value is None:

@@ -6,7 +6,7 @@ connections, optionally offers STARTTLS, and records every message it accepts th
 feedback parser. A message is acknowledged (250) once it is stored durably in the inbox
 (spool.py, a commit flushed to the WAL); a database failure answers 451 so the sending MTA
 keeps the message and tries again. The inbox is recorded right after, on the same event
-loop, in batches (inbox.py).
+loop, in batches (inbox.py); new mail waits while that lags (intake.py).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from postrelay.core.eventloop import new_event_loop
 from postrelay.core.telemetry import event
 from postrelay.orchestrator.feedback.inbox import InboxProcessor
 from postrelay.orchestrator.feedback.ingest import read_mail
+from postrelay.orchestrator.feedback.intake import HIGH_WATER, MAX_DELAY_SECS, Intake
 from postrelay.orchestrator.feedback.model import Feedback, SuppressionPolicy
 from postrelay.orchestrator.feedback.session import Gate, ReceiverSession
 from postrelay.orchestrator.feedback.spool import InboxSpool
@@ -48,6 +49,10 @@ class InboundConfig:
     # A session that sends nothing this long is closed (aiosmtpd's default); one whose
     # message is still arriving, however slowly, is not.
     idle_timeout_secs: float = 300.0
+    # New mail waits while this many stored messages are not yet taken to be recorded, for
+    # intake_delay_secs at most (intake.py).
+    intake_high_water: int = HIGH_WATER
+    intake_delay_secs: float = MAX_DELAY_SECS
 
 
 class FeedbackHandler:
@@ -55,15 +60,17 @@ class FeedbackHandler:
     processor records it."""
 
     def __init__(self, engine: AsyncEngine, return_path: ReturnPath, policy: SuppressionPolicy,
-                 max_bytes: int, unsubscribe: UnsubscribeLinks | None = None) -> None:
+                 max_bytes: int, unsubscribe: UnsubscribeLinks | None = None,
+                 high_water: int = HIGH_WATER, max_delay_secs: float = MAX_DELAY_SECS) -> None:
         self.engine = engine
         self.return_path = return_path
         self.unsubscribe = unsubscribe
         self.policy = policy
         self.max_bytes = max_bytes
         self.queued = 0
-        self.inbox = InboxProcessor(engine, self.read, policy)
-        self.spool = InboxSpool(engine, on_commit=self.inbox.wake)
+        self.intake = Intake(high_water, max_delay_secs)
+        self.inbox = InboxProcessor(engine, self.read, policy, intake=self.intake)
+        self.spool = InboxSpool(engine, on_commit=self._stored)
 
     async def handle_EHLO(  # noqa: N802 - aiosmtpd's hook name
             self, server: SMTP, session: Session, envelope: Envelope, hostname: str,
@@ -102,6 +109,7 @@ class FeedbackHandler:
         raw = envelope.original_content or envelope.content or b""
         if isinstance(raw, str):
             raw = raw.encode("utf-8", "surrogateescape")
+        await self.intake.room()  # while the processor lags
         try:
             await self.spool.store(envelope.rcpt_tos, raw)
         except Exception as exc:  # the database: the sender keeps the message and retries
@@ -109,6 +117,10 @@ class FeedbackHandler:
             return "451 4.3.0 could not record the message now; try again later"
         self.queued += 1
         return "250 2.0.0 OK: queued"
+
+    def _stored(self, count: int) -> None:
+        self.intake.stored(count)
+        self.inbox.wake()
 
     def read(self, envelope_to: list[str], raw: bytes) -> list[Feedback]:
         """The reports of one message of the inbox."""
@@ -131,7 +143,8 @@ class InboundServer(Controller):
                  config: InboundConfig) -> None:
         self.config = config
         self.feedback = FeedbackHandler(engine, return_path, policy, config.max_bytes,
-                                        config.unsubscribe)
+                                        config.unsubscribe, config.intake_high_water,
+                                        config.intake_delay_secs)
         self._gate = Gate(config.max_connections)
         super().__init__(self.feedback, hostname=config.host, port=config.port,
                          loop=new_event_loop())

@@ -19,6 +19,9 @@ taken and parsed while the first records; batches still record and commit one at
 A batch that fails is retried a message at a time; a message that fails on its own is
 tried again after a backoff, and after MAX_ATTEMPTS it is recorded as an `unparsed` report
 that carries the error, and deleted.
+
+Each batch it takes is reported to the receiver's intake (intake.py), which holds new mail
+while the processor lags.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from postrelay.core.dbcall import psycopg_sql
 from postrelay.core.telemetry import event
 from postrelay.orchestrator.feedback.groupcommit import held_psycopg
+from postrelay.orchestrator.feedback.intake import Intake
 from postrelay.orchestrator.feedback.model import Feedback, SuppressionPolicy
 from postrelay.orchestrator.feedback.queries import FEEDBACK_SQL
 from postrelay.orchestrator.feedback.record import record_many_async
@@ -66,8 +70,10 @@ class InboxProcessor:
     def __init__(self, engine: AsyncEngine, read: Read, policy: SuppressionPolicy,
                  batch: int = BATCH, poll_secs: float = POLL_SECS,
                  max_attempts: int = MAX_ATTEMPTS, retry_secs: float = RETRY_SECS,
-                 quiet_secs: float = QUIET_SECS, defer_secs: float = DEFER_SECS) -> None:
+                 quiet_secs: float = QUIET_SECS, defer_secs: float = DEFER_SECS,
+                 intake: Intake | None = None) -> None:
         self.engine = engine
+        self.intake = intake
         self.read = read
         self.policy = policy
         self.batch = batch
@@ -148,7 +154,8 @@ class InboxProcessor:
         """Record one batch; how many messages it took (0: none was ready)."""
         rows: list[Row] = []
         try:
-            await self._take_and_record(rows, "feedback_inbox_take", {"limit": self.batch})
+            await self._take_and_record(rows, "feedback_inbox_take", {"limit": self.batch},
+                                        batch=True)
         except Exception as exc:
             if not rows:
                 raise
@@ -159,16 +166,20 @@ class InboxProcessor:
         self.recorded += len(rows)
         return len(rows)
 
-    async def _take_and_record(self, rows: list[Row], take: str, params: dict[str, Any]) -> None:
+    async def _take_and_record(self, rows: list[Row], take: str, params: dict[str, Any],
+                               batch: bool = False) -> None:
         """One transaction: take rows out of the inbox (into `rows`), read them, record
-        their reports. Two batches may be read at once, but they record and commit one at
-        a time: each one's statements see what the other committed (a soft bounce counts
-        those before it), as when one batch runs at a time."""
+        their reports; a `batch` is reported to the intake as soon as it is taken. Two
+        batches may be read at once, but they record and commit one at a time: each one's
+        statements see what the other committed (a soft bounce counts those before it), as
+        when one batch runs at a time."""
         turn = False
         try:
             async with held_psycopg(self.engine) as conn, conn.transaction():
                 # Oldest first within the batch too: a DELETE returns its rows in no order.
                 rows += sorted(await _fetch(conn, take, params), key=lambda row: row.id)
+                if batch and self.intake is not None:
+                    self.intake.taken(len(rows), drained=len(rows) < self.batch)
                 if not rows:
                     return
                 reports = []

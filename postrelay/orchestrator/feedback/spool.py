@@ -3,7 +3,7 @@ RCPT TO list) is stored in aa_feedback_inbox, group-committed with the messages 
 meanwhile (one INSERT, its own transaction, per batch; one at a time), and its SMTP session
 answers 250 once that commit is flushed to the WAL.
 
-    spool = InboxSpool(async_engine, on_commit=processor.wake)
+    spool = InboxSpool(async_engine, on_commit=stored)  # stored(6): six messages committed
     await spool.store(["bounce-…@bounces.acme.example"], raw)  # returns once durable
 
 Parsing and recording follow in feedback/inbox.py, off the SMTP dialogue.
@@ -26,7 +26,7 @@ Message = tuple[list[str], bytes]
 
 
 class InboxSpool(Batches[Message, None]):
-    def __init__(self, engine: AsyncEngine, on_commit: Callable[[], None] = lambda: None,
+    def __init__(self, engine: AsyncEngine, on_commit: Callable[[int], None] = lambda count: None,
                  max_messages: int = MAX_MESSAGES) -> None:
         # One transaction at a time: whatever arrives meanwhile makes the next batch. So one
         # connection, held in autocommit mode, serves them all without a pool checkout each.
@@ -55,7 +55,7 @@ class InboxSpool(Batches[Message, None]):
             # pool's others are replaced too before the batch is retried a message at a time.
             await self.engine.dispose(close=False)
             raise
-        self.on_commit()
+        self.on_commit(len(messages))
         return [None] * len(messages)
 
     async def close(self) -> None:

@@ -8,8 +8,8 @@ turn for each one the processor gets: with many connections the sessions took ne
 of it, and the inbox grew for as long as the mail kept coming, its reports (suppressions
 among them) recorded only after. Held here, a session gives its turns to the processor
 and its sending MTA waits for the 250, so mail is taken in no faster than it is recorded.
-The usual lag (inbox.py lets a batch wait while mail keeps coming, 0.2 s at most) stays
-well below the mark.
+The lag inbox.py allows on purpose (a batch waits while mail keeps coming, 0.2 s at most)
+stays below the mark at the rates one receiver takes mail in.
 
 The wait is bounded: a processor that cannot record (the database is failing) must not
 hold every sender for good; the message is then stored, or refused with 451, as it would

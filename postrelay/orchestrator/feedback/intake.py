@@ -1,7 +1,7 @@
-"""Flow control for `postrelay inbound`: a new message waits while the inbox holds more than
-`high_water` messages that this receiver stored and its processor has not yet taken, for
-`max_delay_secs` at most, as Postfix's in_flow_delay holds a client while its queue
-manager lags.
+"""Flow control for `postrelay inbound`: a new message waits while the inbox holds
+`high_water` or more messages that this receiver stored and its processor has not yet
+taken, for `max_delay_secs` at most, as Postfix's in_flow_delay holds a client while its
+queue manager lags.
 
 The SMTP sessions and the processor share one event loop, in which every session gets a
 turn for each one the processor gets: with many connections the sessions took nearly all

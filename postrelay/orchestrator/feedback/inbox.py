@@ -73,7 +73,7 @@ class InboxProcessor:
                  quiet_secs: float = QUIET_SECS, defer_secs: float = DEFER_SECS,
                  intake: Intake | None = None) -> None:
         self.engine = engine
-        self.intake = intake
+        self.intake = intake if intake is not None else Intake()  # what it takes is counted
         self.read = read
         self.policy = policy
         self.batch = batch
@@ -178,7 +178,7 @@ class InboxProcessor:
             async with held_psycopg(self.engine) as conn, conn.transaction():
                 # Oldest first within the batch too: a DELETE returns its rows in no order.
                 rows += sorted(await _fetch(conn, take, params), key=lambda row: row.id)
-                if batch and self.intake is not None:
+                if batch:
                     self.intake.taken(len(rows), drained=len(rows) < self.batch)
                 if not rows:
                     return

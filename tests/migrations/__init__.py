@@ -6,14 +6,19 @@ a database that starts empty, or one they are free to downgrade.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
 from sqlalchemy import Connection, create_engine, text
 
-from postrelay.core.db import sqlalchemy_url
+from postrelay.core.db import SCHEMA, metadata, sqlalchemy_url
+from postrelay.core.migrate import VERSION_TABLE
 
 # The seed's values, in the seed's order (AA_JOB, "Wertebereiche").
 SEED_KINDS = [
@@ -81,3 +86,59 @@ def insert_tenant_and_sent_row(conn: Connection, tenant: uuid.UUID, log: uuid.UU
         "recipients, to_addresses, message_id, status, attempt) VALUES (:l, :t, :l, "
         "'welcome', 'noreply@acme.example', ARRAY['ann@example.com'], "
         "ARRAY['ann@example.com'], '<m@acme.example>', 'sent', 1)"), {"l": log, "t": tenant})
+
+
+def indexes(conn: Connection, table: str) -> dict[str, tuple[bool, list[str], str | None]]:
+    """index name -> (unique, columns in order, predicate of a partial index)."""
+    rows = conn.execute(
+        text(
+            """
+            SELECT c.relname, i.indisunique,
+                   ARRAY(SELECT a.attname
+                         FROM unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord)
+                         JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+                         ORDER BY k.ord),
+                   pg_get_expr(i.indpred, i.indrelid)
+            FROM pg_index i
+            JOIN pg_class c ON c.oid = i.indexrelid
+            WHERE i.indrelid = CAST(:t AS regclass)
+            """
+        ),
+        {"t": table},
+    )
+    return {name: (unique, list(cols), pred) for name, unique, cols, pred in rows}
+
+
+# Every module that declares tables; the optional ones are imported when they exist, so a
+# table added to the models without a migration (or the reverse) fails the comparison.
+SCHEMA_MODULES = (
+    "postrelay.queue.schema",
+    "postrelay.relay.schema",
+    "postrelay.relay.webhooks.schema",
+    "postrelay.access.schema",
+    "postrelay.orchestrator.schema",
+)
+
+
+def _import_models() -> None:
+    for name in SCHEMA_MODULES:
+        if importlib.util.find_spec(name.rsplit(".", 1)[0]) and importlib.util.find_spec(name):
+            importlib.import_module(name)
+
+
+def schema_diff(conn: Connection) -> list:
+    """What autogenerate would write to bring the database to the models (options as env.py)."""
+    _import_models()
+    context = MigrationContext.configure(
+        conn,
+        opts={
+            "target_metadata": metadata,
+            "version_table": VERSION_TABLE,
+            "version_table_schema": SCHEMA,
+            "include_schemas": True,
+            "include_name": lambda name, type_, parent: type_ != "schema" or name == SCHEMA,
+            "compare_type": True,
+            "compare_server_default": True,
+        },
+    )
+    return [d for d in compare_metadata(context, metadata) if VERSION_TABLE not in repr(d)]

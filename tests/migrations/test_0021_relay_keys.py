@@ -9,9 +9,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
 from postrelay.core.migrate import downgrade, upgrade
-from tests.migrations.test_migrations import empty_engine, empty_url, indexes, schema_diff
-
-__all__ = ["empty_engine", "empty_url"]  # the fixtures, used by name
+from tests.migrations import indexes, schema_diff
 
 
 def _job(conn: Connection, tenant: object, key: str) -> None:

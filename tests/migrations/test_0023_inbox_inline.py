@@ -7,9 +7,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.engine import Engine
 
 from postrelay.core.migrate import downgrade, upgrade
-from tests.migrations.test_migrations import empty_engine, empty_url, schema_diff
-
-__all__ = ["empty_engine", "empty_url"]  # the fixtures, used by name
+from tests.migrations import schema_diff
 
 
 def _options(conn: Connection) -> list[str]:

@@ -10,9 +10,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from postrelay.core.migrate import downgrade, upgrade
-from tests.migrations.test_migrations import empty_engine, empty_url, schema_diff
-
-__all__ = ["empty_engine", "empty_url"]  # the fixtures, used by name
+from tests.migrations import schema_diff
 
 
 def _index(conn) -> str | None:  # noqa: ANN001

@@ -11,10 +11,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from postrelay.core.migrate import downgrade, upgrade
-from tests.migrations import insert_tenant_and_sent_row
-from tests.migrations.test_migrations import empty_engine, empty_url, schema_diff
-
-__all__ = ["empty_engine", "empty_url"]  # the fixtures, used by name
+from tests.migrations import insert_tenant_and_sent_row, schema_diff
 
 
 def test_0027_matches_signed_link_unsubscribes_and_counts_unspecific_bounces(

@@ -3,8 +3,10 @@ complaints, delivery reports) read from files or received by SMTP, and the opera
 
 from __future__ import annotations
 
+import os
 import signal
 import ssl
+import sys
 import threading
 from typing import Any
 
@@ -14,6 +16,7 @@ from sqlalchemy.pool import NullPool
 
 from postrelay.cli.boundary import fail
 from postrelay.cli.common import database, settings_or_exit, transaction, user_errors
+from postrelay.cli.copies import run_copies
 from postrelay.cli.emails import parse_time
 from postrelay.cli.output import cell, print_json, table
 from postrelay.cli.root import app
@@ -113,9 +116,18 @@ def inbound(
     host: str | None = typer.Option(None, "--host", help="Default POSTRELAY_INBOUND_HOST; "
                                     "empty: every address, IPv4 and IPv6."),
     port: int | None = typer.Option(None, "--port", help="Default POSTRELAY_INBOUND_PORT."),
+    processes: int = typer.Option(1, "--processes", min=1, max=256,
+                                  help="Receivers on the port, each a process of its own."),
+    reuse_port: bool = typer.Option(False, "--reuse-port", help="Share the port with other "
+                                    "postrelay inbound processes started with it "
+                                    "(SO_REUSEPORT); --processes sets it for its own."),
 ) -> None:
     """SMTP receiver for the bounce domain's feedback mail."""
     settings = settings_or_exit()
+    if processes > 1:
+        with user_errors():  # a setting's error once, rather than from every process
+            _feedback_settings(settings, need_domain=True)
+        raise typer.Exit(_receivers(host, port, processes))
     with user_errors(), database(settings) as db:
         return_path, policy = _feedback_settings(settings, need_domain=True)
         assert return_path is not None
@@ -124,7 +136,8 @@ def inbound(
                                max_bytes=settings.inbound_max_bytes,
                                max_connections=settings.inbound_max_connections,
                                tls=_tls(settings),
-                               unsubscribe=UnsubscribeLinks.from_settings(settings))
+                               unsubscribe=UnsubscribeLinks.from_settings(settings),
+                               reuse_port=reuse_port)
         # Refused, as the worker and the relay are, when the database cannot be reached or
         # is not migrated: a receiver listening anyway would answer every message 451,
         # with only its log to say why. Once it runs, an outage is ridden out (451: the
@@ -150,9 +163,21 @@ def inbound(
         with server:
             typer.echo(f"inbound: mail for {return_path.domain} on {config.host or '*'}:"
                        f"{config.port}" + (" (STARTTLS)" if config.tls else "")
+                       + (f", shared by process {os.getpid()}" if reuse_port else "")
                        + (f"; {waiting} accepted before, waiting to be recorded"
                           if waiting else ""))
             stop.wait()
+
+
+def _receivers(host: str | None, port: int | None, processes: int) -> int:
+    """`processes` receivers on one port, until SIGTERM or SIGINT, or until one ends."""
+    argv = [sys.executable, "-m", "postrelay", "inbound", "--reuse-port"]
+    argv += ["--host", host] if host is not None else []
+    argv += ["--port", str(port)] if port else []
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    return run_copies("inbound", argv, processes, stop)
 
 
 def _feedback_settings(settings: Settings, *, need_domain: bool

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+from collections.abc import Awaitable
 from dataclasses import dataclass
 
 from aiosmtpd.controller import Controller
@@ -53,6 +54,10 @@ class InboundConfig:
     # intake_delay_secs at most (intake.py).
     intake_high_water: int = HIGH_WATER
     intake_delay_secs: float = MAX_DELAY_SECS
+    # Share the port with other receivers that set it too (SO_REUSEPORT: the kernel spreads
+    # new connections over them), as `postrelay inbound --processes` runs them. Off, a
+    # second receiver on a port in use fails to start, as a port clash should.
+    reuse_port: bool = False
 
 
 class FeedbackHandler:
@@ -158,6 +163,20 @@ class InboundServer(Controller):
                        enable_SMTPUTF8=True,
                        hostname=self.feedback.return_path.domain,
                        ident="postrelay inbound", timeout=self.config.idle_timeout_secs)
+
+    def _create_server(self) -> Awaitable[asyncio.AbstractServer]:
+        return self.loop.create_server(self._factory_invoker, host=self.hostname,
+                                       port=self.port, ssl=self.ssl_context,
+                                       reuse_port=self.config.reuse_port)
+
+    def _trigger_server(self) -> None:
+        # aiosmtpd connects to the new listener once to see its factory work. On a shared
+        # port the kernel may hand that connection to another process, and this one would
+        # wait for it in vain: the factory is tried on the loop instead.
+        if self.config.reuse_port:
+            self.loop.call_soon_threadsafe(self._factory_invoker)
+        else:
+            super()._trigger_server()  # type: ignore[no-untyped-call]
 
     def start(self) -> None:
         super().start()

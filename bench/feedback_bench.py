@@ -5,13 +5,16 @@ one process of its own), SendGrid events per second through `postrelay api`'s si
 event -> relay -> worker -> SMTP -> log row, one worker) on the same machine and database.
 
     python -m bench.feedback_bench [--dsns 2000] [--events 5000] [--emails 2000] [--quick]
-                                   [--starttls]
+                                   [--starttls] [--inbound-processes 1]
 
 The DSNs arrive twice over: with DATA, as Postfix sends them (PIPELINING: MAIL, RCPT and
 DATA in one write, the message after the 354), and with BDAT, as Gmail, Microsoft 365 and
 Exim send to a server that offers CHUNKING (the message in that same write). The send rate
 and each DSN rate are the better of two runs, taken in turn, so a busy moment lowers
 neither the bar nor what is measured against it.
+
+With --inbound-processes N the DSNs go to `postrelay inbound --processes N` (N receivers
+on one port), their CPU counted together.
 
 With --starttls, DATA is measured a third way: over STARTTLS, as an MTA delivers to a
 receiver that offers it (`POSTRELAY_INBOUND_TLS_CERT`), its certificate from a throw-away
@@ -41,6 +44,7 @@ from functools import partial
 from pathlib import Path
 
 import httpx
+import psutil
 import trustme
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -128,11 +132,13 @@ async def _smtp(port: int, mails: list[tuple[str, bytes]], connections: int,
 
 
 def dsn_rate(bench: BenchDatabase, n: int, connections: int, cpu: dict[str, float], *,
-             chunking: bool = False, prefix: str = "dsn", tls: Tls | None = None) -> float:
+             chunking: bool = False, prefix: str = "dsn", tls: Tls | None = None,
+             processes: int = 1) -> float:
     """DSNs/s through `postrelay inbound` in a process of its own: from the first
     connection until every DSN is recorded (its 250 says only that it is stored in the
     inbox). Each run needs a `prefix` of its own for its recipients. With `tls`, the
-    receiver offers STARTTLS and every connection takes it."""
+    receiver offers STARTTLS and every connection takes it. With `processes`, that many
+    receivers share the port (`--processes`), their CPU counted together as `inbound`."""
     secret = "bench-feedback-secret-0123456789"
     path = ReturnPath(DOMAIN, secret.encode())
     template = string.Template(FIXTURE.read_text())
@@ -155,19 +161,25 @@ def dsn_rate(bench: BenchDatabase, n: int, connections: int, cpu: dict[str, floa
     if tls is not None:
         env.update({"POSTRELAY_INBOUND_TLS_CERT": str(tls.cert),
                     "POSTRELAY_INBOUND_TLS_KEY": str(tls.key)})
+    several = ["--processes", str(processes)] if processes > 1 else []
     inbound = WorkerProcess(bench, env=env, argv=["-c", WORKER_MAIN, "inbound", "--host",
-                                                  "127.0.0.1", "--port", str(port)])
+                                                  "127.0.0.1", "--port", str(port), *several])
     with inbound:
-        wait_until(lambda: _listening(port), timeout=60, worker=inbound,
-                   what="postrelay inbound to listen")
         assert inbound.proc is not None
-        meter = bench.cpu_meter({"inbound": inbound.proc.pid, "bench": os.getpid()})
+        parent = psutil.Process(inbound.proc.pid)
+        children: list[psutil.Process] = []  # the receivers of --processes
+        wait_until(lambda: _listening(port, parent, processes, children), timeout=60,
+                   worker=inbound, what="postrelay inbound to listen")
+        meter = bench.cpu_meter({"bench": os.getpid(), **{
+            f"inbound {i}": p.pid for i, p in enumerate([parent, *children])}})
         meter.start()
         started = time.perf_counter()
         asyncio.run(_smtp(port, mails, connections, chunking, tls))
         _await_recorded(bench, n, prefix)  # a 250 says stored; the inbox is recorded after
         elapsed = time.perf_counter() - started
-        cpu.update(meter.stop())
+        spent = meter.stop()
+    cpu["inbound"] = sum(spent.pop(name) for name in list(spent) if name.startswith("inbound"))
+    cpu.update(spent)
     return n / elapsed
 
 
@@ -193,7 +205,15 @@ def _await_recorded(bench: BenchDatabase, n: int, prefix: str, timeout: float = 
             time.sleep(0.005)
 
 
-def _listening(port: int) -> bool:
+def _listening(port: int, parent: psutil.Process, processes: int,
+               children: list[psutil.Process]) -> bool:
+    """Whether the receiver listens; with several processes, each of them (`children`
+    filled in with those that do)."""
+    if processes > 1:
+        children[:] = [child for child in parent.children() if any(
+            c.status == psutil.CONN_LISTEN and c.laddr.port == port
+            for c in child.net_connections(kind="tcp"))]
+        return len(children) == processes
     with socket.socket() as probe:
         return probe.connect_ex(("127.0.0.1", port)) == 0
 
@@ -268,6 +288,8 @@ def main() -> None:
     parser.add_argument("--emails", type=int, default=None)
     parser.add_argument("--connections", type=int, default=10,
                         help="SMTP connections to the receiver")
+    parser.add_argument("--inbound-processes", type=int, default=1,
+                        help="receivers on the port (postrelay inbound --processes)")
     parser.add_argument("--posters", type=int, default=4,
                         help="webhook requests in flight at once")
     parser.add_argument("--quick", action="store_true")
@@ -279,8 +301,10 @@ def main() -> None:
     emails = args.emails or (500 if args.quick else 2000)
     with bench_database() as bench:
         print(f"server: {bench.server}; {emails:,} emails sent by one worker (concurrency "
-              f"50); {dsns:,} DSNs over {args.connections} SMTP connections to one inbound "
-              f"process; {events:,} SendGrid events in batches of {BATCH}, {args.posters} "
+              f"50); {dsns:,} DSNs over {args.connections} SMTP connections to "
+              + ("one inbound process" if args.inbound_processes == 1 else
+                 f"{args.inbound_processes} inbound processes on one port")
+              + f"; {events:,} SendGrid events in batches of {BATCH}, {args.posters} "
               "requests in flight, to one API process", flush=True)
         send, data, chunked, encrypted = _Best(), _Best(), _Best(), _Best()
         with sink_process() as sink:
@@ -291,11 +315,13 @@ def main() -> None:
                 ways = [(data, "data"), (chunked, "bdat")]
                 for best, way in ways if round_ == 0 else ways[::-1]:
                     best.take(partial(dsn_rate, bench, dsns, args.connections,
-                                      chunking=way == "bdat", prefix=f"{way}{round_}-"))
+                                      chunking=way == "bdat", prefix=f"{way}{round_}-",
+                                      processes=args.inbound_processes))
                 if args.starttls:
                     with throwaway_tls() as tls:
                         encrypted.take(partial(dsn_rate, bench, dsns, args.connections,
-                                               prefix=f"tls{round_}-", tls=tls))
+                                               prefix=f"tls{round_}-", tls=tls,
+                                               processes=args.inbound_processes))
         sendgrid_cpu: dict[str, float] = {}
         sendgrid = sendgrid_rate(bench, events, args.posters, sendgrid_cpu)
         with bench.engine.connect() as conn:

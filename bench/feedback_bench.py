@@ -167,11 +167,15 @@ def dsn_rate(bench: BenchDatabase, n: int, connections: int, cpu: dict[str, floa
     with inbound:
         assert inbound.proc is not None
         parent = psutil.Process(inbound.proc.pid)
-        children: list[psutil.Process] = []  # the receivers of --processes
-        wait_until(lambda: _listening(port, parent, processes, children), timeout=60,
-                   worker=inbound, what="postrelay inbound to listen")
+        if processes == 1:
+            wait_until(lambda: _listening(port), timeout=60, worker=inbound,
+                       what="postrelay inbound to listen")
+        else:
+            wait_until(lambda: len(_receivers(parent, port)) == processes, timeout=60,
+                       worker=inbound, what=f"{processes} receivers to listen")
+        receivers = [parent, *(_receivers(parent, port) if processes > 1 else [])]
         meter = bench.cpu_meter({"bench": os.getpid(), **{
-            f"inbound {i}": p.pid for i, p in enumerate([parent, *children])}})
+            f"inbound {i}": p.pid for i, p in enumerate(receivers)}})
         meter.start()
         started = time.perf_counter()
         asyncio.run(_smtp(port, mails, connections, chunking, tls))
@@ -205,17 +209,16 @@ def _await_recorded(bench: BenchDatabase, n: int, prefix: str, timeout: float = 
             time.sleep(0.005)
 
 
-def _listening(port: int, parent: psutil.Process, processes: int,
-               children: list[psutil.Process]) -> bool:
-    """Whether the receiver listens; with several processes, each of them (`children`
-    filled in with those that do)."""
-    if processes > 1:
-        children[:] = [child for child in parent.children() if any(
-            c.status == psutil.CONN_LISTEN and c.laddr.port == port
-            for c in child.net_connections(kind="tcp"))]
-        return len(children) == processes
+def _listening(port: int) -> bool:
     with socket.socket() as probe:
         return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _receivers(parent: psutil.Process, port: int) -> list[psutil.Process]:
+    """The receivers of `postrelay inbound --processes` (its children) listening on `port`."""
+    return [child for child in parent.children() if any(
+        c.status == psutil.CONN_LISTEN and c.laddr.port == port
+        for c in child.net_connections(kind="tcp"))]
 
 
 def sendgrid_rate(bench: BenchDatabase, n: int, connections: int,

@@ -1,5 +1,5 @@
-"""JSON text as postrelay sends it to the database: compact, finite numbers only, made by
-encoders and a decoder built once.
+"""JSON text as postrelay sends it to the database: compact, made by encoders and a decoder
+built once; the rows of a statement's jsonb parameter (`encode_rows`) by orjson.
 
 `json.dumps` with any non-default argument builds a new encoder on every call, and
 psycopg's jsonb loader goes through `json.loads` on bytes (an encoding sniff, then a
@@ -20,6 +20,8 @@ import json
 import re
 from typing import Any
 
+import orjson
+
 from postrelay.core.errors import PayloadTooLargeError, ValidationError
 from postrelay.core.limits import (
     DEPTH_RULE,
@@ -31,9 +33,12 @@ from postrelay.core.limits import (
 )
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
-# Rows a statement takes as one jsonb parameter: a value JSON has no type for (a UUID, a
-# datetime) goes as its text, which the statement casts back.
-_ROWS_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=str)
+# Rows a statement takes as one jsonb parameter, written for every message sent and every
+# report recorded, are made by orjson, which writes them many times faster than json. A
+# value JSON has no type for goes as its text (a UUID as orjson writes it, the same as
+# `str`; a datetime through `str`), which the statement casts back. Unlike json it writes
+# non-ASCII characters as they are, and NaN as null.
+_ROWS_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME
 _DECODER = json.JSONDecoder()
 # The escapes of the encoder's output that are fine however they look: an escaped
 # backslash (so `\\u0000`, a backslash then "u0000", is not taken for a NUL) and a
@@ -60,10 +65,15 @@ def encode_rows(rows: Any) -> str:
     unpaired surrogate (a byte that was not UTF-8, kept by a `surrogateescape` decode)
     becomes U+FFFD, since jsonb refuses both and one such row would fail the statement of
     every row beside it."""
-    text = _ROWS_ENCODER.encode(rows)
-    if _bad_escape(text):
-        text = _ROWS_ENCODER.encode(_storable(rows))
-    return text
+    try:
+        text = orjson.dumps(rows, default=str, option=_ROWS_OPTIONS).decode()
+    except orjson.JSONEncodeError:  # an unpaired surrogate, which orjson refuses
+        return _encode_storable(rows)
+    return _encode_storable(rows) if _bad_escape(text) else text
+
+
+def _encode_storable(rows: Any) -> str:
+    return orjson.dumps(_storable(rows), default=str, option=_ROWS_OPTIONS).decode()
 
 
 def decode(text: str) -> Any:

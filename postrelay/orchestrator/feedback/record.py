@@ -205,8 +205,8 @@ class _Row:
 
     def insert_params(self) -> dict[str, Any]:
         f, match = self.feedback, self.match
-        return {"tenant_id": _text(self.tenant_id),
-                "email_log_id": _text(match["id"] if match else None),
+        # UUIDs as they are: encode_rows writes them as their text.
+        return {"tenant_id": self.tenant_id, "email_log_id": match["id"] if match else None,
                 "matched_by": self.matched_by(),
                 "recipient": self.recipient, "kind": f.kind, "status": f.status,
                 "diagnostic": f.diagnostic, "source": f.source,
@@ -260,9 +260,9 @@ class _Row:
 
     def apply_params(self) -> dict[str, Any]:
         f = self.feedback
-        return {"email_log_id": _text(self.match["id"] if self.match else None),
-                "feedback_id": str(self.feedback_id), "delivery": DELIVERY.get(f.kind),
-                "tenant_id": _text(self.tenant_id), "recipient": self.recipient,
+        return {"email_log_id": self.match["id"] if self.match else None,
+                "feedback_id": self.feedback_id, "delivery": DELIVERY.get(f.kind),
+                "tenant_id": self.tenant_id, "recipient": self.recipient,
                 "category": self.category, "reason": _reason(f), "source": f.source,
                 "status": f.status, "suppress": self.suppress}
 

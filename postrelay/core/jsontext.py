@@ -118,10 +118,11 @@ def parse_document(text: str, field: str) -> Any:
 
 def _bad_escape(text: str) -> str | None:
     """The rule a `\\uXXXX` escape of encoder output breaks: a NUL, or a surrogate that is
-    not half of a pair (jsonb refuses both); None if every escape is fine. Every non-ASCII
-    character is a \\u escape, and every escape starts with a backslash: text without one,
-    the common case, costs a one-character search (a memchr, many times faster than
-    searching for two), and other text two more before the close look."""
+    not half of a pair (jsonb refuses both); None if every escape is fine. json writes every
+    non-ASCII character as a \\u escape (orjson writes them as they are, escapes control
+    characters and refuses a lone surrogate), and every escape starts with a backslash:
+    text without one, the common case, costs a one-character search (a memchr, many times
+    faster than searching for two), and other text two more before the close look."""
     if "\\" not in text or ("\\u0000" not in text and "\\ud" not in text):
         return None
     rest = _GOOD_ESCAPES.sub("", text)

@@ -37,8 +37,11 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 # report recorded, are made by orjson, which writes them many times faster than json. A
 # value JSON has no type for goes as its text (a UUID as orjson writes it, the same as
 # `str`; a datetime through `str`), which the statement casts back. Unlike json it writes
-# non-ASCII characters as they are, and NaN as null.
+# non-ASCII characters as they are, and NaN as null. What it refuses (a lone surrogate, an
+# integer beyond 64 bits, which a provider's webhook may carry into a report's detail) goes
+# through json, which writes it.
 _ROWS_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME
+_ROWS_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=str)
 _DECODER = json.JSONDecoder()
 # The escapes of the encoder's output that are fine however they look: an escaped
 # backslash (so `\\u0000`, a backslash then "u0000", is not taken for a NUL) and a
@@ -67,13 +70,11 @@ def encode_rows(rows: Any) -> str:
     every row beside it."""
     try:
         text = orjson.dumps(rows, default=str, option=_ROWS_OPTIONS).decode()
-    except orjson.JSONEncodeError:  # an unpaired surrogate, which orjson refuses
-        return _encode_storable(rows)
-    return _encode_storable(rows) if _bad_escape(text) else text
-
-
-def _encode_storable(rows: Any) -> str:
-    return orjson.dumps(_storable(rows), default=str, option=_ROWS_OPTIONS).decode()
+    except orjson.JSONEncodeError:
+        text = _ROWS_ENCODER.encode(rows)
+    if _bad_escape(text):
+        text = _ROWS_ENCODER.encode(_storable(rows))
+    return text
 
 
 def decode(text: str) -> Any:

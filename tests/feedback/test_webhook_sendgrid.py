@@ -151,6 +151,20 @@ def test_an_unsubscribe_of_a_group_suppresses_the_message_category_only(client, 
     assert [e["event_type"] for e in look.events()] == ["email.unsubscribed"]
 
 
+def test_a_number_beyond_64_bits_in_an_event_is_kept_as_it_came(client, engine, tenant,
+                                                                  look):
+    """What an event carries into the report's detail is written as it came, a number
+    orjson cannot write included: a batch that failed would come back again and again."""
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant, category="newsletter")
+    events = [{"email": ANN, "event": "group_unsubscribe", "asm_group_id": 2**70,
+               "sg_event_id": "u-1", "smtp-id": sent["message_id"], "timestamp": 1700000000}]
+    answer = client.post(URL, **signed(events))
+    assert answer.status_code == 200, answer.text
+    (row,) = look.feedback()
+    assert row["detail"]["asm_group_id"] == 2**70
+
+
 def test_feedback_about_no_message_of_ours_is_kept_unmatched_and_suppresses_nothing(
         client, tenant, look):
     events = [{"email": ANN, "event": "bounce", "status": "5.1.1", "sg_event_id": "f-1",

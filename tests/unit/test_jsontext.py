@@ -30,3 +30,8 @@ def test_a_value_json_has_no_type_for_goes_as_its_text() -> None:
     assert jsontext.encode_rows(rows) == (
         '[{"id":"00000000-0000-0000-0000-000000000001","at":"2026-12-06 22:30:00+00:00",'
         '"7":"seven"}]')
+
+
+def test_an_integer_beyond_64_bits_is_written_as_it_is() -> None:
+    rows = [{"asm_group_id": 2**70, "n": -(2**64)}]
+    assert json.loads(jsontext.encode_rows(rows)) == rows

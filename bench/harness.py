@@ -27,7 +27,8 @@ from postrelay.core.settings import load_settings
 from postrelay.queue import JobSpec, enqueue_many, ensure_tenant
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-# There is no `postrelay/__main__.py`; this is what the `postrelay` console script runs.
+# What the `postrelay` console script (and `python -m postrelay`) runs, as a `-c` program,
+# so that the profiled form below can wrap it.
 WORKER_MAIN = "from postrelay.cli import app; app()"
 # The same under cProfile; the output path comes from the environment. cProfile.run swallows
 # the SystemExit that typer raises at the end, then writes the profile.

@@ -187,16 +187,27 @@ LIMIT :limit OFFSET :offset;
 -- name: email_log_list_recent
 -- The same without any of those filters: no index orders the whole log by time, so the
 -- newest rows are merged from each tenant's range of ix_email_log_tenant_time (one short
--- backward index scan per tenant) instead of sorting the log.
+-- backward index scan per tenant) instead of sorting the log. The tenants are those the
+-- log holds, read from the same index one after another (a loose index scan, as
+-- email_log_delete_before reads them): the log keeps the rows of a tenant deleted since,
+-- and every other list shows them.
+WITH RECURSIVE tenants AS (
+    (SELECT tenant_id FROM mdm.aa_email_log ORDER BY tenant_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT l.tenant_id FROM mdm.aa_email_log l
+            WHERE l.tenant_id > t.tenant_id ORDER BY l.tenant_id LIMIT 1)
+    FROM tenants t
+    WHERE t.tenant_id IS NOT NULL
+)
 SELECT l.id, l.tenant_id, l.job_id, l.event_id, l.template, l.template_version, l.category,
        l.from_address, l.recipients, l.to_addresses, l.cc_addresses, l.bcc_addresses,
        l.subject, l.message_id, l.status, l.smtp_code, l.smtp_enhanced, l.smtp_response,
        l.queue_id, l.error, l.attempt, l.created_at, l.finished_at, l.delivery, l.delivery_at
-FROM mdm.aa_tenant t
+FROM tenants t
 CROSS JOIN LATERAL (
     SELECT *
     FROM mdm.aa_email_log e
-    WHERE e.tenant_id = t.id
+    WHERE e.tenant_id = t.tenant_id
       AND (CAST(:template AS text) IS NULL OR e.template = CAST(:template AS text))
       AND (CAST(:since AS timestamptz) IS NULL OR e.created_at >= CAST(:since AS timestamptz))
       AND (CAST(:until AS timestamptz) IS NULL OR e.created_at < CAST(:until AS timestamptz))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import ssl
 import sys
 import threading
@@ -115,7 +116,8 @@ def feedback_list_command(
 def inbound(
     host: str | None = typer.Option(None, "--host", help="Default POSTRELAY_INBOUND_HOST; "
                                     "empty: every address, IPv4 and IPv6."),
-    port: int | None = typer.Option(None, "--port", help="Default POSTRELAY_INBOUND_PORT."),
+    port: int | None = typer.Option(None, "--port", min=1, max=65535,
+                                    help="Default POSTRELAY_INBOUND_PORT."),
     processes: int = typer.Option(1, "--processes", min=1, max=256,
                                   help="Receivers on the port, each a process of its own."),
     reuse_port: bool = typer.Option(False, "--reuse-port", help="Share the port with other "
@@ -132,7 +134,7 @@ def inbound(
         return_path, policy = _feedback_settings(settings, need_domain=True)
         assert return_path is not None
         config = InboundConfig(host=settings.inbound_host if host is None else host,
-                               port=port or settings.inbound_port,
+                               port=settings.inbound_port if port is None else port,
                                max_bytes=settings.inbound_max_bytes,
                                max_connections=settings.inbound_max_connections,
                                tls=_tls(settings),
@@ -160,20 +162,24 @@ def inbound(
         # core/heap.py: no full collection walks start-up again. Before the server listens,
         # so that the collection made first delays no session.
         freeze_startup_heap()
-        with server:
-            typer.echo(f"inbound: mail for {return_path.domain} on {config.host or '*'}:"
-                       f"{config.port}" + (" (STARTTLS)" if config.tls else "")
-                       + (f", shared by process {os.getpid()}" if reuse_port else "")
-                       + (f"; {waiting} accepted before, waiting to be recorded"
-                          if waiting else ""))
-            stop.wait()
+        try:
+            with server:
+                typer.echo(f"inbound: mail for {return_path.domain} on {config.host or '*'}:"
+                           f"{config.port}" + (" (STARTTLS)" if config.tls else "")
+                           + (f", shared by process {os.getpid()}" if reuse_port else "")
+                           + (f"; {waiting} accepted before, waiting to be recorded"
+                              if waiting else ""))
+                stop.wait()
+        except socket.gaierror as exc:  # the listener's address names no host
+            raise ConfigError(f"--host (POSTRELAY_INBOUND_HOST): cannot listen on "
+                              f"{config.host!r}: {exc.strerror}") from None
 
 
 def _receivers(host: str | None, port: int | None, processes: int) -> int:
     """`processes` receivers on one port, until SIGTERM or SIGINT, or until one ends."""
     argv = [sys.executable, "-m", "postrelay", "inbound", "--reuse-port"]
     argv += ["--host", host] if host is not None else []
-    argv += ["--port", str(port)] if port else []
+    argv += ["--port", str(port)] if port is not None else []
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -52,12 +52,13 @@ def receiver_process(env: dict[str, str], host: str, port: int,
         process.wait(timeout=30)
 
 
-def refused(env: dict[str, str]) -> str:
+def refused(env: dict[str, str], host: str | None = "127.0.0.1") -> str:
     """The one line a receiver that may not start prints; it exits at once (a receiver
-    that listened instead would run until the timeout)."""
+    that listened instead would run until the timeout). `host` None: the setting's."""
     port = free_ports(1)[0]
-    done = subprocess.run([str(POSTRELAY), "inbound", "--host", "127.0.0.1", "--port",
-                           str(port)], env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run([str(POSTRELAY), "inbound", *(["--host", host] if host else []),
+                           "--port", str(port)], env=env, capture_output=True, text=True,
+                          timeout=60)
     assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
     assert done.stdout == "" and "Traceback" not in done.stderr, (done.stdout, done.stderr)
     (line,) = done.stderr.splitlines()
@@ -74,6 +75,24 @@ def test_a_receiver_on_an_unmigrated_database_refuses_to_start(worker_env, serve
     with throwaway_database(server_url) as url:
         line = refused(receiver_env(worker_env, POSTRELAY_DATABASE_URL=url))
     assert "aa_feedback_inbox" in line and "postrelay migrate" in line
+
+
+def test_a_port_outside_1_to_65535_is_refused_before_it_listens(worker_env):
+    """A port a socket cannot have was taken as it came: 99999 listened on 34463 (the
+    number modulo 65536) while the receiver said 99999, and 0 meant the setting's 25."""
+    for port in ("99999", "0", "-1"):
+        done = subprocess.run([str(POSTRELAY), "inbound", "--port", port],
+                              env=receiver_env(worker_env), capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 2 and done.stdout == "", (port, done.stdout, done.stderr)
+        assert "Invalid value for '--port'" in done.stderr, (port, done.stderr)
+
+
+def test_a_host_that_names_no_address_is_refused_by_name(worker_env):
+    line = refused(receiver_env(worker_env, POSTRELAY_INBOUND_HOST="no-such-host.invalid"),
+                   host=None)
+    assert line.startswith("error: --host (POSTRELAY_INBOUND_HOST): cannot listen on "
+                           "'no-such-host.invalid'"), line
 
 
 async def test_a_receiver_says_what_an_earlier_one_left_in_the_inbox_and_records_it(

@@ -38,12 +38,13 @@ def database(settings: Settings) -> Iterator[Database]:
 
 @contextmanager
 def user_errors() -> Iterator[None]:
-    """Turn postrelay's own errors into a one-line message and exit code 1."""
+    """Turn postrelay's own errors into a one-line message and exit code 1, or 2 for a bad
+    setting (as at start: settings_or_exit)."""
     try:
         yield
     except PostrelayError as exc:
         typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from None
+        raise typer.Exit(2 if isinstance(exc, ConfigError) else 1) from None
 
 
 @contextmanager

@@ -203,7 +203,11 @@ def _tls(settings: Settings) -> ssl.SSLContext | None:
         raise ConfigError("POSTRELAY_INBOUND_TLS_CERT and POSTRELAY_INBOUND_TLS_KEY: set both "
                           "or neither")
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(str(cert), str(key))
+    try:
+        context.load_cert_chain(str(cert), str(key))
+    except (OSError, ssl.SSLError) as exc:  # missing, unreadable, or not a matching pair
+        raise ConfigError(f"POSTRELAY_INBOUND_TLS_CERT and POSTRELAY_INBOUND_TLS_KEY: cannot "
+                          f"load {cert} and {key}: {exc}") from None
     return context
 
 

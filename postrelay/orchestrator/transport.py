@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Literal, TypeVar
 import aiosmtplib
 from pydantic import SecretStr
 
-from postrelay.core.errors import PostrelayError, ValidationError
+from postrelay.core.errors import ConfigError, PostrelayError, ValidationError
 from postrelay.core.telemetry import event
 from postrelay.orchestrator.dialogue import Dialogue, envelope_address
 from postrelay.orchestrator.replies import (
@@ -361,7 +361,10 @@ def _tls_context(config: SmtpConfig) -> ssl.SSLContext | None:
     if config.security == "none":
         return None
     cafile = str(config.ca_file) if config.ca_file else None
-    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=cafile)
+    try:
+        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=cafile)
+    except (OSError, ssl.SSLError) as exc:  # a missing file, or one that holds no certificate
+        raise ConfigError(f"POSTRELAY_SMTP_CA_FILE: cannot read {cafile}: {exc}") from None
     if not config.validate_certs:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE

@@ -52,14 +52,15 @@ def receiver_process(env: dict[str, str], host: str, port: int,
         process.wait(timeout=30)
 
 
-def refused(env: dict[str, str], host: str | None = "127.0.0.1") -> str:
+def refused(env: dict[str, str], host: str | None = "127.0.0.1", code: int = 1) -> str:
     """The one line a receiver that may not start prints; it exits at once (a receiver
-    that listened instead would run until the timeout). `host` None: the setting's."""
+    that listened instead would run until the timeout), with `code` (2: a bad setting).
+    `host` None: the setting's."""
     port = free_ports(1)[0]
     done = subprocess.run([str(POSTRELAY), "inbound", *(["--host", host] if host else []),
                            "--port", str(port)], env=env, capture_output=True, text=True,
                           timeout=60)
-    assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
+    assert done.returncode == code, (done.returncode, done.stdout, done.stderr)
     assert done.stdout == "" and "Traceback" not in done.stderr, (done.stdout, done.stderr)
     (line,) = done.stderr.splitlines()
     return line
@@ -90,9 +91,21 @@ def test_a_port_outside_1_to_65535_is_refused_before_it_listens(worker_env):
 
 def test_a_host_that_names_no_address_is_refused_by_name(worker_env):
     line = refused(receiver_env(worker_env, POSTRELAY_INBOUND_HOST="no-such-host.invalid"),
-                   host=None)
+                   host=None, code=2)
     assert line.startswith("error: --host (POSTRELAY_INBOUND_HOST): cannot listen on "
                            "'no-such-host.invalid'"), line
+
+
+def test_a_certificate_it_cannot_load_is_refused_naming_the_settings(worker_env, tmp_path):
+    """A missing file, or one that holds no certificate, stopped the receiver with only
+    "No such file or directory" or "[SSL] PEM lib"."""
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    for cert, key in ((tmp_path / "missing.pem", tmp_path / "missing.key"), (garbage, garbage)):
+        line = refused(receiver_env(worker_env, POSTRELAY_INBOUND_TLS_CERT=str(cert),
+                                    POSTRELAY_INBOUND_TLS_KEY=str(key)), code=2)
+        assert line.startswith("error: POSTRELAY_INBOUND_TLS_CERT and "
+                               f"POSTRELAY_INBOUND_TLS_KEY: cannot load {cert} and {key}: "), line
 
 
 async def test_a_receiver_says_what_an_earlier_one_left_in_the_inbox_and_records_it(

@@ -266,7 +266,7 @@ async def test_postrelay_inbound_as_a_process_records_a_bounce_and_stops_on_sigt
     env = {**worker_env, "POSTRELAY_EMAIL_BOUNCE_DOMAIN": BOUNCE_DOMAIN,
            "POSTRELAY_FEEDBACK_SECRET": SECRET.decode()}
     missing = run(worker_env, "inbound", "--port", str(port), ok=False)
-    assert missing.returncode == 1 and b"POSTRELAY_EMAIL_BOUNCE_DOMAIN" in missing.stderr
+    assert missing.returncode == 2 and b"POSTRELAY_EMAIL_BOUNCE_DOMAIN" in missing.stderr
     with engine.begin() as conn:
         sent = insert_log(conn, tenant_id=tenant)
     verp = return_path.address(sent["id"])

@@ -95,3 +95,15 @@ def test_an_unmigrated_database_says_so(worker_env, server_url):
         line = one_line_error(run({**worker_env, "POSTRELAY_DATABASE_URL": url}, "jobs", "list",
                                   ok=False))
     assert "postrelay migrate" in line
+
+
+def test_a_ca_file_the_worker_cannot_read_is_a_bad_setting(worker_env, tmp_path):
+    """A missing CA bundle, or one that holds no certificate, stopped the worker with only
+    "No such file or directory" or the TLS library's words."""
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    for ca_file in (tmp_path / "missing.pem", garbage):
+        env = {**worker_env, "POSTRELAY_SMTP_SECURITY": "starttls",
+               "POSTRELAY_SMTP_CA_FILE": str(ca_file)}
+        line = one_line_error(run(env, "worker", ok=False), code=2)
+        assert line.startswith(f"error: POSTRELAY_SMTP_CA_FILE: cannot read {ca_file}: "), line

@@ -5,6 +5,7 @@ Every field reads from the environment with the `POSTRELAY_` prefix, e.g.
 """
 
 import functools
+import ipaddress
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -220,6 +221,29 @@ class Settings(BaseSettings):
         if value is not None and info.data.get("feedback_secret") is None:
             raise ValueError("needs POSTRELAY_FEEDBACK_SECRET, which signs what is sent "
                              "from now on")
+        return value
+
+    @field_validator("api_forwarded_allow_ips")
+    @classmethod
+    def _proxy_addresses(cls, value: str | None) -> str | None:
+        # Read as uvicorn reads them, which takes any entry that is not an address or a
+        # network (host bits clear) for a Unix socket's path, and a `*` beside addresses
+        # for such a path too: a mistyped entry trusted no proxy, silently.
+        entries = [entry.strip() for entry in value.split(",")] if value else []
+        if "*" in entries and len(entries) > 1:
+            raise ValueError("* trusts every peer and stands alone")
+        for entry in entries:
+            try:
+                if entry == "*":
+                    continue
+                if "/" in entry:
+                    ipaddress.ip_network(entry)
+                else:
+                    ipaddress.ip_address(entry)
+            except ValueError:
+                raise ValueError(f"{entry!r} is not an IP address or network (such as "
+                                 "10.0.0.0/8, host bits clear); give them separated by "
+                                 "commas, or *") from None
         return value
 
     @field_validator("smtp_rate")

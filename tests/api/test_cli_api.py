@@ -30,6 +30,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def serving(env: dict[str, str]) -> tuple[subprocess.Popen[str], str]:
+    """`postrelay api` on a free loopback port, once it answers: the process and its URL."""
+    port = free_port()
+    proc = subprocess.Popen([POSTRELAY, "api", "--host", "127.0.0.1", "--port", str(port)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                return proc, base
+        except httpx.TransportError:
+            pass
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+        assert time.monotonic() < deadline, "postrelay api did not come up"
+        time.sleep(0.1)
+
+
 def test_api_refuses_to_start_without_a_key(worker_env):
     env = {k: v for k, v in worker_env.items() if k != "POSTRELAY_SERVICE_ROLE_KEY"}
     result = run(env, "api", "--port", str(free_port()))
@@ -50,25 +68,31 @@ def test_api_refuses_to_start_with_a_short_key(worker_env):
 
 
 def test_api_serves_on_host_and_port(worker_env, clean_db):
-    port = free_port()
-    env = {**worker_env, "POSTRELAY_SERVICE_ROLE_KEY": CLI_KEY}
-    proc = subprocess.Popen([POSTRELAY, "api", "--host", "127.0.0.1", "--port", str(port)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc, base = serving({**worker_env, "POSTRELAY_SERVICE_ROLE_KEY": CLI_KEY})
     try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-            assert time.monotonic() < deadline, "postrelay api did not come up"
-            time.sleep(0.1)
         assert httpx.get(f"{base}/readyz").status_code == 200
         listed = httpx.get(f"{base}/v1/functions/jobs", headers={"apikey": CLI_KEY})
         assert listed.json() == {"data": [], "meta": None}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_behind_a_proxy_network_clients_are_told_apart_by_x_forwarded_for(worker_env,
+                                                                          clean_db):
+    """The proxy named by its network: each client's wrong keys count for that client,
+    as its X-Forwarded-For names it, not for the proxy's address they all share."""
+    env = {**worker_env, "POSTRELAY_SERVICE_ROLE_KEY": CLI_KEY,
+           "POSTRELAY_API_FORWARDED_ALLOW_IPS": "127.0.0.0/8",
+           "POSTRELAY_AUTH_FAILURES_PER_CLIENT": "2"}
+    proc, base = serving(env)
+    try:
+        def wrong_key(client: str) -> int:
+            return httpx.get(f"{base}/v1/functions/jobs", headers={
+                "apikey": "wrong-" + "w" * 32, "X-Forwarded-For": client}).status_code
+
+        assert [wrong_key("203.0.113.5") for _ in range(3)] == [401, 401, 429]
+        assert wrong_key("198.51.100.9") == 401
     finally:
         proc.terminate()
         proc.wait(timeout=30)

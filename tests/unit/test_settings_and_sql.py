@@ -28,13 +28,24 @@ def test_environment_overrides(monkeypatch) -> None:
      ("POSTRELAY_JOB_BACKOFF", "linear"), ("POSTRELAY_WORKER_CONCURRENCY", "-2"),
      ("POSTRELAY_SMTP_RATE", "0/s"), ("POSTRELAY_SMTP_RATE", "fast"),
      ("POSTRELAY_TENANT_WEIGHTS", '{"not-a-uuid": 2}'),
-     ("POSTRELAY_TENANT_WEIGHTS", '{"00000000-0000-0000-0000-000000000001": 0}')],
+     ("POSTRELAY_TENANT_WEIGHTS", '{"00000000-0000-0000-0000-000000000001": 0}'),
+     ("POSTRELAY_API_FORWARDED_ALLOW_IPS", "10.0.0.1/33"),
+     ("POSTRELAY_API_FORWARDED_ALLOW_IPS", "10.0.0.1,proxy.internal"),
+     ("POSTRELAY_API_FORWARDED_ALLOW_IPS", "10.0.0.1,"),
+     ("POSTRELAY_API_FORWARDED_ALLOW_IPS", "10.0.0.1/8"),
+     ("POSTRELAY_API_FORWARDED_ALLOW_IPS", "127.0.0.1,*")],
 )
 def test_a_wrong_value_names_the_setting(monkeypatch, name: str, value: str) -> None:
     monkeypatch.setenv(name, value)
     with pytest.raises(ConfigError) as info:
         load_settings()
     assert name in str(info.value)
+
+
+def test_proxy_addresses_are_addresses_networks_or_a_star(monkeypatch) -> None:
+    for value in ("10.0.0.1", "10.0.0.0/8, ::1", "*", "fd00::/8,192.168.0.7"):
+        monkeypatch.setenv("POSTRELAY_API_FORWARDED_ALLOW_IPS", value)
+        assert load_settings().api_forwarded_allow_ips == value
 
 
 def test_named_sql_blocks() -> None:

@@ -37,29 +37,37 @@ def _default_embedded_dir() -> Path:
     return Path(platformdirs.user_data_dir("postrelay")) / "pgdata"
 
 
+# The longest time a setting may give: beyond it a value is a typo, not a setting, and
+# PostgreSQL's intervals and timestamps overflow (at run time, in every maintenance round)
+# long before a float does. Infinity and NaN are refused for every setting alike.
+MAX_DAYS = 100 * 365
+MAX_SECS = MAX_DAYS * 86_400
+
+
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True,
+                                      allow_inf_nan=False)
 
     # None means: start the embedded PostgreSQL (pgserver) in `embedded_data_dir`. A plain
     # string for the code that connects; repr() and str() show it with the password masked.
     database_url: str | None = None
     embedded_data_dir: Path = Field(default_factory=_default_embedded_dir)
 
-    job_retry_delay_secs: float = Field(default=5.0, ge=0)
+    job_retry_delay_secs: float = Field(default=5.0, ge=0, le=MAX_SECS)
     job_max_retries: int = Field(default=8, ge=1, le=1_000_000)
     job_backoff: Literal["fixed", "exponential"] = "fixed"
-    job_backoff_max_secs: float = Field(default=3600.0, gt=0)
-    job_lease_secs: float = Field(default=450.0, gt=0)
-    job_retention_days: float = Field(default=14.0, gt=0)
+    job_backoff_max_secs: float = Field(default=3600.0, gt=0, le=MAX_SECS)
+    job_lease_secs: float = Field(default=450.0, gt=0, le=MAX_SECS)
+    job_retention_days: float = Field(default=14.0, gt=0, le=MAX_DAYS)
     # The email log and the audits (jobs, cron, pauses and limits, lifted suppressions): kept
     # unless a window is set (docs/operations.md).
-    email_log_retention_days: float | None = Field(default=None, gt=0)
-    audit_retention_days: float | None = Field(default=None, gt=0)
-    job_timeout_secs: float | None = Field(default=None, gt=0)
+    email_log_retention_days: float | None = Field(default=None, gt=0, le=MAX_DAYS)
+    audit_retention_days: float | None = Field(default=None, gt=0, le=MAX_DAYS)
+    job_timeout_secs: float | None = Field(default=None, gt=0, le=MAX_SECS)
 
     worker_concurrency: int = Field(default=10, ge=1, le=10_000)
-    worker_grace_secs: float = Field(default=30.0, ge=0)
-    worker_poll_interval_secs: float = Field(default=1.0, gt=0)
+    worker_grace_secs: float = Field(default=30.0, ge=0, le=MAX_SECS)
+    worker_poll_interval_secs: float = Field(default=1.0, gt=0, le=MAX_SECS)
     # A worker with short jobs claims ahead of its free slots what it would start within
     # this long (queue/worker.py); 0: claim only for free slots.
     worker_claim_ahead_secs: float = Field(default=0.03, ge=0, le=10)
@@ -74,11 +82,11 @@ class Settings(BaseSettings):
     worker_metrics_host: str = "127.0.0.1"
     # How often maintenance (the stale-claim rescuer) runs; never less often than a quarter of
     # the job lease (see queue/maintenance/leader.py), so a rescue follows the lease closely.
-    maintenance_interval_secs: float = Field(default=5.0, gt=0)
+    maintenance_interval_secs: float = Field(default=5.0, gt=0, le=MAX_SECS)
     # How often each worker's cron scheduler looks for due slots (schedules have seconds).
-    cron_interval_secs: float = Field(default=1.0, gt=0)
+    cron_interval_secs: float = Field(default=1.0, gt=0, le=MAX_SECS)
 
-    outbox_retention_days: float = Field(default=7.0, gt=0)
+    outbox_retention_days: float = Field(default=7.0, gt=0, le=MAX_DAYS)
     relay_batch_size: int = Field(default=500, ge=1, le=10_000)
     # Batches in flight at once while there is a backlog.
     relay_concurrency: int = Field(default=3, ge=1, le=32)
@@ -88,7 +96,7 @@ class Settings(BaseSettings):
     # LISTEN/NOTIFY wake-ups; off whenever `pooler` is "transaction".
     notify: bool = True
     # Delivery attempts (mdm.aa_webhook_attempt) are kept this long.
-    webhook_attempt_retention_days: float = Field(default=30.0, gt=0)
+    webhook_attempt_retention_days: float = Field(default=30.0, gt=0, le=MAX_DAYS)
     # "transaction": the database URL points at a pooler in transaction mode (PgBouncer's
     # pool_mode = transaction). Then no connection sends startup options or prepares
     # statements on the server, nothing sets session state, and nothing LISTENs.
@@ -109,15 +117,15 @@ class Settings(BaseSettings):
     smtp_security: Literal["none", "starttls", "tls"] = "none"
     smtp_username: str | None = None
     smtp_password: SecretStr | None = None
-    smtp_timeout_secs: float = Field(default=30.0, gt=0)
+    smtp_timeout_secs: float = Field(default=30.0, gt=0, le=MAX_SECS)
     smtp_pool_size: int = Field(default=10, ge=1, le=1000)  # reused connections per worker
     smtp_validate_certs: bool = True
     smtp_ca_file: Path | None = None  # trust this CA bundle (a private relay's certificate)
     # After a 421/454 the sender waits this long, and every worker pauses email_send as long
     # (queue/throttles.py); after a 535 it stops sending for
     # smtp_auth_pause_secs instead of failing every job against bad credentials.
-    smtp_throttle_secs: float = Field(default=5.0, ge=0)
-    smtp_auth_pause_secs: float = Field(default=60.0, ge=0)
+    smtp_throttle_secs: float = Field(default=5.0, ge=0, le=MAX_SECS)
+    smtp_auth_pause_secs: float = Field(default=60.0, ge=0, le=MAX_SECS)
     # BDAT (RFC 3030) where the server offers CHUNKING: the message in the same write as
     # MAIL and RCPT, one round trip. Off for a relay whose CHUNKING is known to misbehave.
     smtp_chunking: bool = True
@@ -152,11 +160,11 @@ class Settings(BaseSettings):
     # Soft bounces suppress an address once
     # this many arrived within the window; hard bounces and complaints at once.
     email_soft_bounce_limit: int = Field(default=3, ge=1, le=1000)
-    email_soft_bounce_window_days: float = Field(default=7.0, gt=0)
+    email_soft_bounce_window_days: float = Field(default=7.0, gt=0, le=MAX_DAYS)
     # Delivery feedback rows (bounces, complaints) are kept this long; unset: as long as the
     # email log they name (POSTRELAY_EMAIL_LOG_RETENTION_DAYS), never less than the window
     # above, over which soft bounces are counted (orchestrator/retention.py).
-    email_feedback_retention_days: float | None = Field(default=None, gt=0)
+    email_feedback_retention_days: float | None = Field(default=None, gt=0, le=MAX_DAYS)
     # Provider webhooks of `postrelay api` (docs/operations.md "Provider webhooks"); each
     # answers 404 until its setting is given. SES through SNS: the topics whose
     # notifications are taken (comma-separated ARNs: a valid SNS signature only proves SNS
@@ -180,7 +188,7 @@ class Settings(BaseSettings):
     max_payload_bytes: int = Field(default=DEFAULT_MAX_PAYLOAD_BYTES, ge=MIN_MAX_PAYLOAD_BYTES,
                                    le=MAX_MAX_PAYLOAD_BYTES)
 
-    log_level: str = "INFO"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
 
     # The HTTP API's service-role key (`apikey` header or `Authorization: Bearer`). Without
     # one, `postrelay api` refuses to start rather than serve the queue unauthenticated; a
@@ -222,6 +230,11 @@ class Settings(BaseSettings):
             raise ValueError("needs POSTRELAY_FEEDBACK_SECRET, which signs what is sent "
                              "from now on")
         return value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level_in_any_case(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
 
     @field_validator("api_forwarded_allow_ips")
     @classmethod

@@ -1,7 +1,7 @@
 import pytest
 
 from postrelay.core.errors import ConfigError
-from postrelay.core.settings import Settings, load_settings
+from postrelay.core.settings import MAX_DAYS, MAX_SECS, Settings, load_settings
 from postrelay.core.sqlfiles import load_queries, parse_named_sql
 
 
@@ -33,7 +33,13 @@ def test_environment_overrides(monkeypatch) -> None:
      ("POSTRELAY_API_FORWARDED_ALLOW_IPS", "10.0.0.1,proxy.internal"),
      ("POSTRELAY_API_FORWARDED_ALLOW_IPS", "10.0.0.1,"),
      ("POSTRELAY_API_FORWARDED_ALLOW_IPS", "10.0.0.1/8"),
-     ("POSTRELAY_API_FORWARDED_ALLOW_IPS", "127.0.0.1,*")],
+     ("POSTRELAY_API_FORWARDED_ALLOW_IPS", "127.0.0.1,*"),
+     ("POSTRELAY_LOG_LEVEL", "verbose"),
+     # Infinity, NaN and times past a century overflowed PostgreSQL's intervals in every
+     # maintenance round, long after the process had started.
+     ("POSTRELAY_JOB_LEASE_SECS", "inf"), ("POSTRELAY_EMAIL_LOG_RETENTION_DAYS", "infinity"),
+     ("POSTRELAY_JOB_RETENTION_DAYS", "1e9"), ("POSTRELAY_SMTP_TIMEOUT_SECS", "1e300"),
+     ("POSTRELAY_WORKER_CLAIM_AHEAD_SECS", "nan")],
 )
 def test_a_wrong_value_names_the_setting(monkeypatch, name: str, value: str) -> None:
     monkeypatch.setenv(name, value)
@@ -46,6 +52,18 @@ def test_proxy_addresses_are_addresses_networks_or_a_star(monkeypatch) -> None:
     for value in ("10.0.0.1", "10.0.0.0/8, ::1", "*", "fd00::/8,192.168.0.7"):
         monkeypatch.setenv("POSTRELAY_API_FORWARDED_ALLOW_IPS", value)
         assert load_settings().api_forwarded_allow_ips == value
+
+
+def test_a_log_level_is_read_in_any_case(monkeypatch) -> None:
+    monkeypatch.setenv("POSTRELAY_LOG_LEVEL", "debug")
+    assert load_settings().log_level == "DEBUG"
+
+
+def test_a_time_of_a_century_is_taken(monkeypatch) -> None:
+    monkeypatch.setenv("POSTRELAY_JOB_LEASE_SECS", str(MAX_SECS))
+    monkeypatch.setenv("POSTRELAY_JOB_RETENTION_DAYS", str(MAX_DAYS))
+    settings = load_settings()
+    assert (settings.job_lease_secs, settings.job_retention_days) == (MAX_SECS, MAX_DAYS)
 
 
 def test_named_sql_blocks() -> None:

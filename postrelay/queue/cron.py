@@ -142,7 +142,7 @@ def cron_create(
         isinstance(max_attempts, bool) or not isinstance(max_attempts, int)
         or not 1 <= max_attempts <= INT_MAX
     ):
-        raise ValidationError("max_attempts", "must be an integer >= 1")
+        raise ValidationError("max_attempts", f"must be an integer between 1 and {INT_MAX}")
     params = {"name": name, "schedule": stored, "kind": kind, "payload": payload_json,
               "tenant_id": tenant, "priority": priority, "max_attempts": max_attempts,
               "created_by": created_by}

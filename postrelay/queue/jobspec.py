@@ -130,7 +130,8 @@ def validated_job(
         raise ValidationError(field_name("run_at"), "must be a timezone-aware datetime")
     attempts = default_max_attempts() if max_attempts is None else max_attempts
     if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= INT_MAX:
-        raise ValidationError(field_name("max_attempts"), "must be an integer >= 1")
+        raise ValidationError(field_name("max_attempts"),
+                              f"must be an integer between 1 and {INT_MAX}")
     if idempotency_key is not None:
         if not isinstance(idempotency_key, str) or not idempotency_key:
             raise ValidationError(field_name("idempotency_key"),

@@ -117,7 +117,8 @@ def test_a_tenant_sees_and_deletes_only_its_own(engine, tenant):
     ("args", "field"),
     [({"schedule": "@daily"}, "schedule"), ({"kind": "nope"}, "kind"),
      ({"payload": [1]}, "payload"), ({"name": "has space"}, "name"),
-     ({"tenant_id": "00000000-0000-0000-0000-00000000beef"}, "tenant_id")],
+     ({"tenant_id": "00000000-0000-0000-0000-00000000beef"}, "tenant_id"),
+     ({"max_attempts": 2**31}, "max_attempts")],
 )
 def test_bad_entries_name_the_field_and_write_nothing(engine, tenant, args, field):
     values = {"name": "x", "schedule": "* * * * *", "kind": "reindex", "payload": {},

@@ -17,6 +17,7 @@ from postrelay.core.dbcall import (
     run_sync_or_deprecated_async,
 )
 from postrelay.core.errors import ValidationError
+from postrelay.core.limits import MAX_NAME_CHARS, checked_text
 from postrelay.queue.queries import JOB_SQL
 
 
@@ -40,7 +41,7 @@ async def ensure_tenant_async(conn: AsyncAnyConnection, name: str) -> UUID:
 def _checked_name(name: str) -> str:
     if not isinstance(name, str) or not name.strip():
         raise ValidationError("name", "a tenant name must be a non-empty string")
-    return name.strip()
+    return checked_text(name.strip(), "name", MAX_NAME_CHARS)
 
 
 def _ensure_steps(name: str) -> Steps[UUID]:

@@ -245,10 +245,8 @@ class Settings(BaseSettings):
         entries = [entry.strip() for entry in value.split(",")] if value else []
         if "*" in entries and len(entries) > 1:
             raise ValueError("* trusts every peer and stands alone")
-        for entry in entries:
+        for entry in (entry for entry in entries if entry != "*"):
             try:
-                if entry == "*":
-                    continue
                 if "/" in entry:
                     ipaddress.ip_network(entry)
                 else:

@@ -16,7 +16,7 @@ from sqlalchemy import text
 from postrelay.core.errors import PayloadTooLargeError, ValidationError
 from postrelay.core.limits import DEFAULT_MAX_PAYLOAD_BYTES, MAX_DEPTH
 from postrelay.orchestrator import EmailJob, enqueue_email
-from postrelay.queue import JobSpec, enqueue, enqueue_async, enqueue_many
+from postrelay.queue import JobSpec, enqueue, enqueue_async, enqueue_many, ensure_tenant
 from postrelay.relay import EventSpec, emit, emit_many
 
 
@@ -98,8 +98,8 @@ def test_emit_refuses_what_a_text_column_or_its_index_cannot_hold(engine, tenant
     ("delay", {"delay": 1e300}, "from 0 to"),
     ("delay", {"delay": -1}, "from 0 to"),
     ("priority", {"priority": 40_000}, "smallint"),
-    ("max_attempts", {"max_attempts": 2**31}, ">= 1"),
-    ("max_attempts", {"max_attempts": 0}, ">= 1"),
+    ("max_attempts", {"max_attempts": 2**31}, "between 1 and 2147483647"),
+    ("max_attempts", {"max_attempts": 0}, "between 1 and 2147483647"),
     ("idempotency_key", {"idempotency_key": "k\x00"}, "NUL"),
     ("idempotency_key", {"idempotency_key": "k" * 513}, "at most 512"),
     ("idempotency_key", {"idempotency_key": "outbox:1:x"}, "outbox relay's prefix"),
@@ -114,6 +114,18 @@ def test_enqueue_refuses_out_of_range_numbers_and_unstorable_keys(engine, tenant
     if field != "created_by":
         refused_and_usable(engine, lambda c: enqueue_many(c, [JobSpec(kind, payload, **args)]),
                            f"jobs[0].{field}", rule)
+
+
+@pytest.mark.parametrize(("name", "rule"), [
+    ("", "a tenant name must be a non-empty string"),
+    ("a\x00b", "must not contain the NUL character"),
+    ("x\ud800y", "unpaired surrogate"),
+    ("y" * 256, "must be at most 255 characters, got 256"),
+])
+def test_ensure_tenant_refuses_a_name_a_text_column_cannot_hold(engine, name, rule):
+    """A NUL ended in the driver's DataError, a lone surrogate in a UnicodeEncodeError; a
+    name of any length was taken."""
+    refused_and_usable(engine, lambda c: ensure_tenant(c, name), "name", rule)
 
 
 def test_a_deep_payload_is_refused_past_the_documented_depth(engine, tenant):

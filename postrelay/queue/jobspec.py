@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 from postrelay.core import jsontext
+from postrelay.core.clock import utcnow
 from postrelay.core.errors import ValidationError
 from postrelay.core.limits import MAX_KEY_CHARS, checked_text, max_payload_bytes
 from postrelay.core.settings import environment_settings
@@ -62,6 +63,16 @@ def checked_created_by(created_by: str | None) -> str | None:
     if created_by is not None and not isinstance(created_by, str):
         raise ValidationError("created_by", "must be a string")
     return None if created_by is None else checked_text(created_by, "created_by")
+
+
+def run_at_in_reach(run_at: datetime, now: datetime) -> bool:
+    """Whether a job may be due at `run_at`: no further ahead than a delay may be, and a
+    time UTC can hold (year 1 at +14:00 is a year before it in UTC: PostgreSQL stores it,
+    and no reader can load it back, not even the claim that meets it)."""
+    try:
+        return run_at.astimezone(UTC) - now <= timedelta(seconds=MAX_DELAY_SECS)
+    except OverflowError:
+        return False
 
 
 def validated_job(
@@ -126,8 +137,13 @@ def validated_job(
         raise ValidationError(
             field_name("delay"), f"must be a number of seconds from 0 to {MAX_DELAY_SECS} "
                                  f"(10 years), got {delay_secs!r}")
-    if run_at is not None and (not isinstance(run_at, datetime) or run_at.tzinfo is None):
-        raise ValidationError(field_name("run_at"), "must be a timezone-aware datetime")
+    if run_at is not None:
+        if not isinstance(run_at, datetime) or run_at.utcoffset() is None:
+            raise ValidationError(field_name("run_at"), "must be a timezone-aware datetime")
+        if not run_at_in_reach(run_at, utcnow()):
+            raise ValidationError(
+                field_name("run_at"), f"must be at most {MAX_DELAY_SECS} seconds (10 years) "
+                                      f"from now, in years 1 to 9999 in UTC, got {run_at}")
     attempts = default_max_attempts() if max_attempts is None else max_attempts
     if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= INT_MAX:
         raise ValidationError(field_name("max_attempts"),

@@ -14,6 +14,7 @@ from typing import Literal
 from postrelay.core.limits import storable
 from postrelay.queue.backoff import Backoff
 from postrelay.queue.effects import Effect
+from postrelay.queue.jobspec import MAX_DELAY_SECS
 from postrelay.queue.model import Job
 
 ERROR_LIMIT = 4096  # last_error is cut to 4 KB, as the seed says
@@ -24,7 +25,7 @@ class RetryAfter(Exception):  # noqa: N818 - an instruction, not an error
 
     def __init__(self, delay_secs: float, reason: str = "retry requested") -> None:
         super().__init__(reason)
-        self.delay_secs = max(0.0, float(delay_secs))
+        self.delay_secs = bounded_delay(delay_secs)
         self.reason = reason
 
 
@@ -38,8 +39,16 @@ class Snooze(Exception):  # noqa: N818 - an instruction, not an error
 
     def __init__(self, delay_secs: float, reason: str = "snoozed") -> None:
         super().__init__(reason)
-        self.delay_secs = max(0.0, float(delay_secs))
+        self.delay_secs = bounded_delay(delay_secs)
         self.reason = reason
+
+
+def bounded_delay(delay_secs: float) -> float:
+    """A handler's delay held to what enqueue's `delay` may be (NaN: 0): past it the next
+    time overflows the database's interval, or lands after year 9999, where no reader can
+    load it back."""
+    secs = float(delay_secs)
+    return min(max(secs, 0.0), MAX_DELAY_SECS) if secs == secs else 0.0
 
 
 class StopJob(Exception):  # noqa: N818 - an instruction, not an error

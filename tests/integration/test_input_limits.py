@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -98,6 +99,13 @@ def test_emit_refuses_what_a_text_column_or_its_index_cannot_hold(engine, tenant
     ("delay", {"delay": 1e300}, "from 0 to"),
     ("delay", {"delay": -1}, "from 0 to"),
     ("priority", {"priority": 40_000}, "smallint"),
+    # Year 1 at +14:00 is a year before it in UTC: stored, it could not be loaded again.
+    ("run_at", {"run_at": datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=14)))},
+     "years 1 to 9999 in UTC"),
+    ("run_at", {"run_at": datetime(9999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-14)))},
+     "at most 315360000 seconds"),
+    ("run_at", {"run_at": datetime.now(UTC) + timedelta(days=3651)}, "(10 years) from now"),
+    ("run_at", {"run_at": datetime(2030, 1, 1)}, "timezone-aware"),
     ("max_attempts", {"max_attempts": 2**31}, "between 1 and 2147483647"),
     ("max_attempts", {"max_attempts": 0}, "between 1 and 2147483647"),
     ("idempotency_key", {"idempotency_key": "k\x00"}, "NUL"),

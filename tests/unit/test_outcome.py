@@ -1,5 +1,6 @@
 """decide() maps every outcome to the next row state, without a database."""
 
+import math
 import random
 import uuid
 from datetime import UTC, datetime
@@ -8,6 +9,7 @@ import pytest
 
 from postrelay.queue.backoff import ExponentialBackoff, FixedBackoff
 from postrelay.queue.executor import JobTimeout
+from postrelay.queue.jobspec import MAX_DELAY_SECS
 from postrelay.queue.model import Job
 from postrelay.queue.outcome import (
     ERROR_LIMIT,
@@ -15,6 +17,7 @@ from postrelay.queue.outcome import (
     PermanentError,
     RetryAfter,
     Returned,
+    Snooze,
     StopJob,
     Success,
     Transition,
@@ -72,6 +75,16 @@ def test_retry_after_uses_its_own_delay() -> None:
     t = decide(job(1, 3), Failure(raised(RetryAfter(42, "rate limited"))), FIXED)
     assert t == Transition("pending", delay_secs=42.0, error=t.error)
     assert "rate limited" in t.error
+
+
+@pytest.mark.parametrize(("asked", "given"), [
+    (1e12, MAX_DELAY_SECS), (math.inf, MAX_DELAY_SECS), (-5, 0.0), (math.nan, 0.0)])
+def test_a_handlers_delay_is_held_to_what_enqueue_allows(asked: float, given: float) -> None:
+    """Past it the job's next time overflowed the database (every retry of the write
+    failed) or fell after year 9999, which no list of jobs could load."""
+    retried = decide(job(1, 3), Failure(raised(RetryAfter(asked))), FIXED)
+    snoozed = decide(job(1, 3), Failure(raised(Snooze(asked))), FIXED)
+    assert retried.delay_secs == snoozed.delay_secs == given
 
 
 def test_retry_after_on_last_attempt_is_dlq() -> None:
@@ -146,8 +159,6 @@ def test_exponential_backoff_tolerates_odd_attempt_numbers(bad: int) -> None:
 
 
 def test_snooze_retries_later_without_counting_the_attempt() -> None:
-    from postrelay.queue.outcome import Snooze
-
     for attempts in (1, 3):  # even on the last attempt: a snooze never dead-letters
         transition = decide(job(attempts=attempts), Failure(raised(Snooze(42, "paused"))), FIXED)
         assert transition == Transition("pending", delay_secs=42.0, error="snoozed: paused",

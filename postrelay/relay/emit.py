@@ -238,6 +238,10 @@ def _validated(
         raise ValidationError("tenant_id", f"must be a UUID, got {tenant_id!r}") from None
     if not isinstance(aggregate_type, str) or not aggregate_type:
         raise ValidationError("aggregate_type", "must be a non-empty string")
+    if isinstance(aggregate_id, bool) or not isinstance(aggregate_id, str | int | UUID | None):
+        # str() of anything else is its repr: an ORM object's `<Order object at 0x…>`
+        raise ValidationError("aggregate_id", "must be a string, an integer or a UUID, got "
+                                              f"{type(aggregate_id).__name__}")
     aggregate = aggregate_id if isinstance(aggregate_id, str) else (
         None if aggregate_id is None else str(aggregate_id))
     if not aggregate:

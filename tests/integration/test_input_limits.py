@@ -92,6 +92,21 @@ def test_emit_refuses_what_a_text_column_or_its_index_cannot_hold(engine, tenant
     refused_and_usable(engine, lambda c: emit(c, event_type, payload, **args), field, "")
 
 
+class Order:
+    """What a caller may pass by mistake for its id: str() of it is its repr."""
+
+
+@pytest.mark.parametrize("aggregate_id", [True, 1.5, Order()])
+def test_an_aggregate_id_that_is_not_text_a_number_or_a_uuid_is_refused(engine, tenant,
+                                                                        aggregate_id):
+    args = {"tenant_id": tenant, "aggregate_type": "order", "aggregate_id": aggregate_id}
+    rule = "must be a string, an integer or a UUID"
+    refused_and_usable(engine, lambda c: emit(c, "order.placed", {}, **args), "aggregate_id",
+                       rule)
+    refused_and_usable(engine, lambda c: emit_many(c, [EventSpec("order.placed", {}, **args)]),
+                       "events[0].aggregate_id", rule)
+
+
 @pytest.mark.parametrize(("field", "kwargs", "rule"), [
     ("delay", {"delay": math.inf}, "from 0 to"),
     ("delay", {"delay": -math.inf}, "from 0 to"),

@@ -176,3 +176,16 @@ async def test_idle_buckets_are_pruned_and_recent_ones_kept(engine, aengine, ten
     with engine.connect() as conn:
         left = conn.execute(text("SELECT key FROM mdm.aa_job_limit_bucket")).scalars().all()
     assert left == ["fresh.example"]
+
+
+async def test_a_limit_of_a_job_in_ages_keeps_its_bucket_and_maintenance_running(
+        engine, aengine, tenant, claim):
+    """A bucket of 1e-19 jobs a second refills in 3e11 years: as an interval before now,
+    that overflowed the timestamp, and every maintenance round failed on it."""
+    with engine.begin() as conn:
+        limit_set(conn, actor=ACTOR, kind="virus_scan", rate=1e-19, burst=1)
+    jobs(engine, tenant, 2)
+    assert len(await claim()) == 1
+    shift(engine, 10 * 365 * 86400.0)
+    assert (await FlowKeeper(aengine).run_once()).buckets_pruned == 0
+    assert await claim() == []  # the bucket is still empty

@@ -70,17 +70,19 @@ ORDER BY job_kind, tenant_id NULLS FIRST;
 -- Buckets idle for longer than a refill from empty to the burst takes: a bucket made afresh
 -- starts full, as this one would be by now, so deleting it changes nothing but the table's
 -- size (per-key limits over many keys would otherwise keep a row per key forever). One
--- bounded batch; the outer condition is rechecked on a bucket a claim drew meanwhile.
+-- bounded batch; the outer condition is rechecked on a bucket a claim drew meanwhile. The
+-- idle time is multiplied by the rate, not compared with burst / rate as an interval: a
+-- rate of one job in a few thousand years made that interval overflow the timestamp, and
+-- every maintenance round failed on it.
 DELETE FROM mdm.aa_job_limit_bucket b
 USING mdm.aa_job_limit l
 WHERE l.id = b.limit_id
   AND (l.rate_per_sec IS NULL
-       OR b.refilled_at < clock_timestamp() - make_interval(secs => l.burst / l.rate_per_sec))
+       OR EXTRACT(EPOCH FROM clock_timestamp() - b.refilled_at) * l.rate_per_sec > l.burst)
   AND (b.limit_id, b.key) IN (
       SELECT i.limit_id, i.key
       FROM mdm.aa_job_limit_bucket i
       JOIN mdm.aa_job_limit il ON il.id = i.limit_id
       WHERE il.rate_per_sec IS NULL
-         OR i.refilled_at < clock_timestamp()
-                            - make_interval(secs => il.burst / il.rate_per_sec)
+         OR EXTRACT(EPOCH FROM clock_timestamp() - i.refilled_at) * il.rate_per_sec > il.burst
       LIMIT :batch);

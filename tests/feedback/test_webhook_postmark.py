@@ -203,6 +203,9 @@ def test_wrong_or_missing_credentials_are_401_and_write_nothing(served, sent, te
     ({"RecordType": "Bounce", "Type": "HardBounce", "MessageID": MESSAGE_ID, "ID": 1},
      "Email"),
     (bounce(BouncedAt="yesterday"), "BouncedAt"),
+    # Times UTC cannot hold: stored, they made every list of feedback fail to load.
+    (bounce(BouncedAt="0001-01-01T00:00:00+14:00"), "BouncedAt"),
+    (bounce(BouncedAt="9999-12-31T23:00:00-14:00"), "BouncedAt"),
     (bounce(MessageID=7), "MessageID"),
     ({"RecordType": "SubscriptionChange", "MessageID": MESSAGE_ID, "Recipient": ANN,
       "ChangedAt": "2020-02-01T10:53:34Z", "SuppressSending": "yes"}, "SuppressSending"),

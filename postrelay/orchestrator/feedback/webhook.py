@@ -87,14 +87,17 @@ def status_of(*texts: str | None) -> str | None:
 
 
 def iso_time(value: str | None, where: str) -> datetime | None:
-    """An ISO 8601 time as providers write it (`Z`, up to 7 fractional digits)."""
+    """An ISO 8601 time as providers write it (`Z`, up to 7 fractional digits), in UTC.
+    Refused when UTC cannot hold it: year 1 at +14:00 is a year before it there, which
+    PostgreSQL stores and no list of feedback could load back."""
     if value is None:
         return None
     try:
         parsed = datetime.fromisoformat(_FRACTION.sub(r"\1", value.replace("Z", "+00:00")))
-    except ValueError:
-        raise ValidationError(where, "must be an ISO 8601 time") from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+        return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
+    except (ValueError, OverflowError):
+        raise ValidationError(where, "must be an ISO 8601 time in years 1 to 9999 (UTC)") \
+            from None
 
 
 def short(value: Any) -> str | None:

@@ -23,6 +23,7 @@ from sqlalchemy import Connection, Row
 
 from postrelay.core.dbcall import execution_option
 from postrelay.core.errors import ConflictError, NotFoundError, ValidationError
+from postrelay.core.limits import checked_text
 from postrelay.core.sqlfiles import load_queries
 from postrelay.core.telemetry import event
 from postrelay.queue.queries import JOB_SQL
@@ -248,6 +249,8 @@ def jobs_cancel(
         raise ValidationError("created_to", "must be later than created_from")
     if template is not None and (not isinstance(template, str) or not template.strip()):
         raise ValidationError("template", "must be a non-empty string")
+    if template is not None:  # a NUL or a lone surrogate would fail in the driver
+        checked_text(template, "template")
     if all(v is None for v in (tenant, kind, created_from, created_to, event, template)):
         raise ValidationError(
             "filter", "give at least one of kind, tenant_id, created_from, created_to, "

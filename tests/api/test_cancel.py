@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import UTC, datetime
 
@@ -64,5 +65,17 @@ def test_bulk_cancel_bad_input_names_the_field_and_writes_nothing(api, engine, t
                         ({"kind": "reindex", "createdFrom": datetime.now(UTC).isoformat(),
                           "createdTo": "2000-01-01T00:00:00Z"}, "createdTo")):
         assert field in error(api.post("/v1/functions/jobs/cancel", json=body), 400)["field"]
+    with engine.connect() as conn:
+        assert job_row(conn, job)["state"] == "pending"
+
+
+def test_a_template_no_text_column_can_hold_is_400_naming_it(api, engine, tenant):
+    job = insert(engine, tenant, kind="email_send", payload={"template": "welcome"})
+    for template, rule in (("\ud800", "unpaired surrogate"), ("wel\x00come", "NUL")):
+        # By hand: a lone surrogate has no UTF-8 form, so only its JSON escape can carry it.
+        body = json.dumps({"template": template})
+        answer = error(api.post("/v1/functions/jobs/cancel", content=body,
+                                headers={"content-type": "application/json"}), 400)
+        assert answer["field"] == "template" and rule in answer["message"], answer
     with engine.connect() as conn:
         assert job_row(conn, job)["state"] == "pending"

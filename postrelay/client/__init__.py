@@ -7,11 +7,13 @@
         print(api.get_job(job["id"])["status"])
 
 Methods return the answer's `data` (jobs and cron entries as dicts with the API's field
-names); an error answer raises `ApiError` with its `status`, `code` and `message`.
+names); an error answer raises `ApiError` with its `status`, `code` and `message` (and
+`retry_after`, in seconds, when the API or a proxy asks to wait). No answer at all (the
+connection refused, a timeout) raises `ApiConnectionError`, an `ApiError` whose status is 0.
 """
 
 from postrelay.client._async import AsyncClient
-from postrelay.client._calls import ApiError
+from postrelay.client._calls import ApiConnectionError, ApiError
 from postrelay.client._sync import Client
 
-__all__ = ["ApiError", "AsyncClient", "Client"]
+__all__ = ["ApiConnectionError", "ApiError", "AsyncClient", "Client"]

@@ -5,8 +5,11 @@ Shared by the sync and async clients, so the two can only differ in how they wai
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 from uuid import UUID
@@ -25,14 +28,25 @@ CronEntry = dict[str, Any]
 
 
 class ApiError(PostrelayError):
-    """The API answered with an error: `status` (HTTP), `code` and `message` as it sent them."""
+    """The API answered with an error: `status` (HTTP), `code` and `message` as it sent them;
+    `retry_after`: the seconds its Retry-After header asks to wait (a 429), else None."""
 
-    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
-        super().__init__(f"{status} {code}: {message}")
+    def __init__(self, status: int, code: str, message: str, field: str | None = None,
+                 retry_after: float | None = None) -> None:
+        super().__init__(f"{status} {code}: {message}" if status else f"{code}: {message}")
         self.status = status
         self.code = code
         self.message = message
         self.field = field
+        self.retry_after = retry_after
+
+
+class ApiConnectionError(ApiError):
+    """No answer came, so `status` is 0: the connection failed (`code` connection_failed)
+    or the answer did not come in time (`code` timeout)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(0, code, message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +78,10 @@ def _nothing(data: Any) -> None:
 
 
 def _requeued(data: Any) -> int:
-    return int(_object(data)["requeued"])
+    count = _object(data)["requeued"]
+    if isinstance(count, bool) or not isinstance(count, int):  # int() would round 1.7, or fail
+        raise ValueError(f"requeued: expected a whole number, got {count!r}")
+    return count
 
 
 def _id(value: UUID | str) -> str:
@@ -132,19 +149,49 @@ def result(call: Call[T], response: httpx.Response) -> T:
     shape the call expects, raises ApiError."""
     try:
         body = response.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past what Python can read
         body = None
     if response.is_success and isinstance(body, dict) and "data" in body:
         try:
             return call.pick(body["data"])
         except (ValueError, KeyError, TypeError) as exc:
             raise ApiError(response.status_code, "unexpected_answer", str(exc)) from None
+    retry_after = _retry_after(response.headers.get("retry-after"))
     error = body.get("error") if isinstance(body, dict) else None
     if isinstance(error, dict):
         raise ApiError(response.status_code, str(error.get("code", "error")),
-                       str(error.get("message", "")), error.get("field"))
+                       str(error.get("message", "")), error.get("field"), retry_after)
     # Not our envelope (a proxy's error page, say): keep what there is to read.
-    raise ApiError(response.status_code, "http_error", response.text[:500])
+    raise ApiError(response.status_code, "http_error", response.text[:500],
+                   retry_after=retry_after)
+
+
+def unanswered(call: Call[Any], url: httpx.URL, exc: httpx.TransportError) -> ApiConnectionError:
+    """The error for a request that got no answer (connection refused, a name that does not
+    resolve, a timeout, a connection closed mid-answer)."""
+    where = f"{call.method} {str(url).rstrip('/')}{call.path}"
+    reason = str(exc) or type(exc).__name__
+    if isinstance(exc, httpx.TimeoutException):
+        # A read timeout comes after the request went out: the server may have done it.
+        maybe = "; it may have taken effect" if isinstance(exc, httpx.ReadTimeout) else ""
+        return ApiConnectionError("timeout", f"{where}: no answer in time ({reason}){maybe}")
+    return ApiConnectionError("connection_failed", f"{where}: {reason}")
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Seconds to wait from a Retry-After header: a number of seconds or an HTTP date."""
+    if value is None:
+        return None
+    try:
+        secs = float(value)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        when = when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+        secs = (when - datetime.now(UTC)).total_seconds()
+    return max(0.0, secs) if math.isfinite(secs) else None
 
 
 def headers(key: str) -> dict[str, str]:

@@ -24,8 +24,11 @@ class Client:
                                   timeout=timeout, transport=transport)
 
     def _send(self, call: c.Call[T]) -> T:
-        response = self._http.request(call.method, call.path, params=call.params or None,
-                                      json=call.json)
+        try:
+            response = self._http.request(call.method, call.path, params=call.params or None,
+                                          json=call.json)
+        except httpx.TransportError as exc:
+            raise c.unanswered(call, self._http.base_url, exc) from exc
         return c.result(call, response)
 
     def enqueue_job(self, kind: str, payload: Mapping[str, Any], *,

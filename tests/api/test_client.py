@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import socket
+import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from postrelay.client import ApiError, AsyncClient, Client
+from postrelay.client import ApiConnectionError, ApiError, AsyncClient, Client
 from tests.api.conftest import SERVICE_KEY, tenant_key
 from tests.factories import insert_job
 
@@ -98,3 +103,83 @@ async def test_async_client(api_url, engine, tenant, other_tenant):
         assert [e["name"] for e in await api.list_cron_jobs()] == ["every-minute"]
         await api.delete_cron_job("every-minute")
         assert await api.list_cron_jobs() == []
+
+
+@contextmanager
+def answering(status: int, body: bytes, headers: dict[str, str]) -> Iterator[str]:
+    """A stand-in for a proxy in front of the API: every request gets this one answer."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_POST = do_GET
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def free_port() -> int:
+    with socket.socket() as free:  # nobody listens on it once this closes
+        free.bind(("127.0.0.1", 0))
+        port: int = free.getsockname()[1]
+    return port
+
+
+def test_no_answer_is_an_api_connection_error():
+    port = free_port()
+    with Client(f"http://127.0.0.1:{port}", SERVICE_KEY) as api, \
+            pytest.raises(ApiConnectionError) as info:
+        api.list_jobs()
+    assert (info.value.status, info.value.code) == (0, "connection_failed")
+    assert f"127.0.0.1:{port}/v1/functions/jobs" in info.value.message
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts, never answers
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        with Client(url, SERVICE_KEY, timeout=0.2) as api, \
+                pytest.raises(ApiConnectionError) as info:
+            api.enqueue_job("reindex", {})
+    assert info.value.code == "timeout" and "may have taken effect" in info.value.message
+    assert isinstance(info.value, ApiError)
+
+
+async def test_no_answer_is_an_api_connection_error_for_the_async_client():
+    async with AsyncClient(f"http://127.0.0.1:{free_port()}", SERVICE_KEY) as api:
+        with pytest.raises(ApiConnectionError) as info:
+            await api.list_dlq()
+    assert info.value.code == "connection_failed"
+
+
+def test_a_proxy_page_a_429_and_a_malformed_answer_are_api_errors():
+    with answering(502, b"<html><h1>502 Bad Gateway</h1></html>",
+                   {"Content-Type": "text/html"}) as url, Client(url, SERVICE_KEY) as api, \
+            pytest.raises(ApiError) as info:
+        api.list_jobs()
+    assert (info.value.status, info.value.code) == (502, "http_error")
+    assert "Bad Gateway" in info.value.message and info.value.retry_after is None
+    refusal = b'{"data": null, "error": {"code": "too_many_requests", "message": "wait"}}'
+    with answering(429, refusal, {"Content-Type": "application/json",
+                                  "Retry-After": "37"}) as url, \
+            Client(url, SERVICE_KEY) as api, pytest.raises(ApiError) as info:
+        api.list_jobs()
+    assert (info.value.status, info.value.code, info.value.retry_after) == (
+        429, "too_many_requests", 37.0)
+    for body in (b'{"data": {"requeued": 1.7}}', b'{"data": {"requeued": true}}',
+                 b'{"data": {"requeued": 1e999}}', b'{"data": {}}', b"[" * 100_000):
+        with answering(200, body, {"Content-Type": "application/json"}) as url, \
+                Client(url, SERVICE_KEY) as api, pytest.raises(ApiError) as info:
+            api.requeue_dlq()
+        assert info.value.status == 200, body[:40]

@@ -195,4 +195,10 @@ def _retry_after(value: str | None) -> float | None:
 
 
 def headers(key: str) -> dict[str, str]:
+    """The headers of every request; ValueError for a key no header can carry as it is."""
+    # A key read from a file keeps its line break; httpx would refuse it only at the first
+    # request, as a protocol error that reads like a network fault.
+    if not key or not key.isascii() or not key.isprintable() or key != key.strip():
+        raise ValueError("key: must be the API key alone: printable ASCII, without spaces "
+                         "or a line break around it")
     return {"apikey": key, "accept": "application/json"}

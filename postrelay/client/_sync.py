@@ -16,7 +16,8 @@ T = TypeVar("T")
 
 
 class Client:
-    """Talks to the API at `url` with `key` (service-role or tenant key)."""
+    """Talks to the API at `url` with `key` (service-role or tenant key); ValueError at once
+    for a key no header can carry (a line break left from the file it was read from)."""
 
     def __init__(self, url: str, key: str, *, timeout: float = 30.0,
                  transport: httpx.BaseTransport | None = None) -> None:

@@ -183,3 +183,11 @@ def test_a_proxy_page_a_429_and_a_malformed_answer_are_api_errors():
                 Client(url, SERVICE_KEY) as api, pytest.raises(ApiError) as info:
             api.requeue_dlq()
         assert info.value.status == 200, body[:40]
+
+
+@pytest.mark.parametrize("key", [SERVICE_KEY + "\n", " " + SERVICE_KEY, "", "clé-" + "k" * 40])
+def test_a_key_no_header_can_carry_is_refused_when_the_client_is_made(key):
+    with pytest.raises(ValueError, match="key: must be the API key alone"):
+        Client("http://127.0.0.1:1", key)
+    with pytest.raises(ValueError, match="key: must be the API key alone"):
+        AsyncClient("http://127.0.0.1:1", key)

@@ -30,6 +30,8 @@ from postrelay.core.errors import (
 from postrelay.core.limits import DEPTH_RULE
 from postrelay.core.telemetry import event
 
+JSON_RULE = "must be a JSON object in UTF-8, sent as Content-Type: application/json"
+
 CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
          405: "method_not_allowed", 409: "conflict", 413: "payload_too_large",
          429: "too_many_requests",
@@ -73,7 +75,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     def _request_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = [_describe(err) for err in exc.errors()]
+        content_type = request.headers.get("content-type")
+        problems = [_describe(err, content_type) for err in exc.errors()]
         message = "; ".join(f"{field}: {msg}" for field, msg in problems)
         return error_response(400, CODES[400], message, field=problems[0][0] if problems else None)
 
@@ -99,6 +102,8 @@ def install_error_handlers(app: FastAPI) -> None:
     def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if isinstance(exc.__cause__, RecursionError):  # FastAPI's JSON parse gave out
             return error_response(400, CODES[400], f"body: {DEPTH_RULE}", field="body")
+        if isinstance(exc.__cause__, UnicodeDecodeError):  # bytes that are no JSON encoding
+            return error_response(400, CODES[400], f"body: {JSON_RULE}", field="body")
         code = CODES.get(exc.status_code, "error")
         return error_response(exc.status_code, code, str(exc.detail),
                               headers=getattr(exc, "headers", None))
@@ -109,11 +114,25 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(500, "internal_error", "internal error (see the server log)")
 
 
-def _describe(err: Any) -> tuple[str, str]:
+def _describe(err: Any, content_type: str | None) -> tuple[str, str]:
     """(field, message) of one pydantic error; the field as the client spelled it."""
     loc = [str(part) for part in err.get("loc", ())]
     where = loc[1:] if loc and loc[0] in ("body", "query", "path", "header") else loc
     if err.get("type") == "json_invalid":
         return "body", "not valid JSON"
+    if loc == ["body"] and err.get("type") == "model_attributes_type":
+        # FastAPI reads a body as JSON only when its Content-Type says so; any other body
+        # reaches the model as bytes, which pydantic calls "not a valid dictionary".
+        if not _is_json(content_type):
+            return "body", f"{JSON_RULE}, got Content-Type {content_type or '(none)'}"
+        return "body", "must be a JSON object"
     field = ".".join(where) or (loc[0] if loc else "request")
     return field, str(err.get("msg", "invalid"))
+
+
+def _is_json(content_type: str | None) -> bool:
+    """Whether FastAPI parses a body of this Content-Type as JSON (application/json or
+    application/*+json)."""
+    media = (content_type or "").split(";")[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/")
+                                           and media.endswith("+json"))

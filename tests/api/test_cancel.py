@@ -62,6 +62,8 @@ def test_bulk_cancel_bad_input_names_the_field_and_writes_nothing(api, engine, t
     for body, field in (({"kind": "nope"}, "kind"), ({}, "filter"),
                         ({"tenantId": str(uuid.uuid4())}, "tenantId"),
                         ({"kind": "reindex", "limit": 1001}, "limit"),
+                        ({"kind": "reindex", "limit": True}, "limit"),
+                        ({"kind": "reindex", "limit": "5"}, "limit"),
                         ({"kind": "reindex", "createdFrom": datetime.now(UTC).isoformat(),
                           "createdTo": "2000-01-01T00:00:00Z"}, "createdTo")):
         assert field in error(api.post("/v1/functions/jobs/cancel", json=body), 400)["field"]

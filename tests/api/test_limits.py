@@ -31,6 +31,11 @@ def test_bad_input_names_the_field_and_writes_nothing(api, engine, tenant):
                         ({"kind": "reindex", "rate": "quick"}, "rate"),
                         ({"kind": "reindex"}, "rate"),
                         ({"kind": "reindex", "concurrency": 0}, "concurrency"),
+                        # JSON true is not the number 1, nor "5" the number 5.
+                        ({"kind": "reindex", "rate": True}, "rate"),
+                        ({"kind": "reindex", "concurrency": True}, "concurrency"),
+                        ({"kind": "reindex", "concurrency": "5"}, "concurrency"),
+                        ({"kind": "reindex", "rate": "1/s", "burst": True}, "burst"),
                         ({"kind": "reindex", "concurrency": 1, "key": "$.x"}, "key"),
                         ({"kind": "reindex", "rate": "1/s",
                           "tenantId": "00000000-0000-0000-0000-0000000000ff"}, "tenantId")):

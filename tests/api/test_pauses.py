@@ -27,6 +27,7 @@ def test_pause_list_and_resume(api, engine, tenant):
 def test_bad_input_names_the_field_and_writes_nothing(api, engine, tenant):
     for body, field in (({"kind": "nope"}, "kind"), ({}, "scope"),
                         ({"all": True, "kind": "reindex"}, "all"),
+                        ({"all": 1}, "all"), ({"all": "true"}, "all"),
                         ({"tenantId": "not-a-uuid"}, "tenantId"),
                         ({"tenantId": "00000000-0000-0000-0000-0000000000ff"}, "tenantId")):
         assert error(api.post("/v1/functions/pauses", json=body), 400)["field"] == field, body

@@ -30,7 +30,8 @@ class CancelBody(_Body):
                                   description="Only jobs made from this outbox event.")
     template: str | None = Field(default=None,
                                  description="Only email_send jobs of this template.")
-    limit: int = Field(default=CANCEL_LIMIT_MAX, ge=1, le=CANCEL_LIMIT_MAX)
+    # strict: JSON true is not the limit 1, nor "5" the limit 5.
+    limit: int = Field(default=CANCEL_LIMIT_MAX, strict=True, ge=1, le=CANCEL_LIMIT_MAX)
 
 
 class CancelledOne(BaseModel):

@@ -5,10 +5,11 @@ ones that govern its jobs."""
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import APIRouter
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field
 
 from postrelay.api.auth import Caller, Principal
 from postrelay.api.common import Db, errors
@@ -19,13 +20,25 @@ from postrelay.queue import Limit, Throttle, limit_list, limit_remove, limit_set
 router = APIRouter(prefix="/v1/functions/limits", tags=["limits"])
 
 
+def _not_a_bool(value: Any) -> Any:
+    # pydantic reads JSON true as the number 1.0 for a float: a rate of one per second.
+    if isinstance(value, bool):
+        raise ValueError("must be a rate such as 14/s or 1000/min, or a number per second")
+    return value
+
+
+Rate = Annotated[str | float, BeforeValidator(_not_a_bool)]
+# strict: JSON true is not the count 1, nor "5" the count 5.
+Count = Annotated[int, Field(strict=True)]
+
+
 class LimitBody(_Body):
     kind: str = Field(description="The job kind it limits.")
     tenant_id: UUID | None = Field(default=None, alias="tenantId",
                                    description="Only this tenant's jobs (its own limit).")
-    rate: str | float | None = Field(default=None, description="14/s, 1000/min, or per second.")
-    burst: int | None = Field(default=None, description="Claims at once on top of the rate.")
-    concurrency: int | None = Field(default=None, description="At most this many running.")
+    rate: Rate | None = Field(default=None, description="14/s, 1000/min, or per second.")
+    burst: Count | None = Field(default=None, description="Claims at once on top of the rate.")
+    concurrency: Count | None = Field(default=None, description="At most this many running.")
     key: str | None = Field(default=None, description="Limit each value of this payload field "
                                                       "apart (dots for nested fields).")
 

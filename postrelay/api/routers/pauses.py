@@ -22,7 +22,9 @@ class PauseBody(_Body):
     kind: str | None = Field(default=None, description="Only jobs of this kind.")
     tenant_id: UUID | None = Field(default=None, alias="tenantId",
                                    description="Only this tenant's jobs.")
-    all: bool = Field(default=False, description="Every job (service role; no kind or tenant).")
+    # strict: 1 or "yes" is not true; pausing every job takes a plain JSON true.
+    all: bool = Field(default=False, strict=True,
+                      description="Every job (service role; no kind or tenant).")
 
 
 class PauseOut(BaseModel):

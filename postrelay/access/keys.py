@@ -34,13 +34,19 @@ GENERATE_HINT = "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
 
 def service_role_key(settings: Settings) -> bytes:
     """The configured service-role key; ConfigError naming POSTRELAY_SERVICE_ROLE_KEY and the
-    rule when there is none, or it is shorter than 32 characters or padded with spaces."""
+    rule when there is none, or it is shorter than 32 characters, padded with spaces or not
+    printable ASCII."""
     key = settings.service_role_key.get_secret_value() if settings.service_role_key else ""
     if not key.strip():
         raise ConfigError("POSTRELAY_SERVICE_ROLE_KEY is not set: the HTTP API refuses to "
                           "start without a service-role key")
     if key != key.strip():
         raise ConfigError("POSTRELAY_SERVICE_ROLE_KEY must not begin or end with whitespace")
+    if not key.isascii() or not key.isprintable():
+        # A header reaches the API as Latin-1 (RFC 9110), so a key with any other character
+        # could never match what a client sends.
+        raise ConfigError("POSTRELAY_SERVICE_ROLE_KEY must be printable ASCII: an HTTP "
+                          f"header carries nothing else; generate one with {GENERATE_HINT}")
     if len(key) < MIN_SERVICE_ROLE_KEY_LENGTH:
         raise ConfigError(f"POSTRELAY_SERVICE_ROLE_KEY must be at least "
                           f"{MIN_SERVICE_ROLE_KEY_LENGTH} characters long (it has {len(key)}); "

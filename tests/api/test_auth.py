@@ -70,7 +70,9 @@ def test_create_app_refuses_a_short_or_padded_key(database_url):
     db = Database(url=sqlalchemy_url(database_url))
     for key, rule in (("a", "at least 32 characters long (it has 1)"),
                       ("k" * 31, "at least 32 characters long (it has 31)"),
-                      (" " + "k" * 40, "whitespace")):
+                      (" " + "k" * 40, "whitespace"),
+                      ("ключ-" + "k" * 40, "printable ASCII"),
+                      ("k" * 20 + "\x07" + "k" * 20, "printable ASCII")):
         with pytest.raises(ConfigError, match="POSTRELAY_SERVICE_ROLE_KEY") as info:
             create_app(Settings(database_url=database_url, service_role_key=key), db)
         assert rule in str(info.value)

@@ -2,6 +2,7 @@
 API keys (`aa_api_key`), the bound on failed authentication, and the names and bounds of
 operator input. Both surfaces use this package, so that neither imports the other."""
 
+from postrelay.access.controls import check_limit_change, check_resume
 from postrelay.access.fields import API_FIELD_NAMES, MaxAttempts, Priority
 from postrelay.access.keys import (
     MIN_SERVICE_ROLE_KEY_LENGTH,
@@ -18,6 +19,8 @@ from postrelay.access.throttle import AuthThrottle, Refusal, auth_throttle, clie
 
 __all__ = [
     "API_FIELD_NAMES",
+    "check_limit_change",
+    "check_resume",
     "MIN_SERVICE_ROLE_KEY_LENGTH",
     "ApiKeyView",
     "AuthThrottle",

@@ -77,3 +77,28 @@ def test_the_listing_shows_throttled_destinations_in_meta(api, engine, tenant):
     assert (hook["key"], hook["value"], hook["tenantId"], hook["recoversTo"]) == (
         "endpoint_id", "ep-1", str(tenant), None)
     assert hook["ratePerSec"] >= 1.0 and hook["reason"] == "HTTP 429, Retry-After 2 s"
+
+
+def test_a_tenant_key_changes_no_limit_the_operator_set(api, acme_client, engine, tenant):
+    """A tenant's own limit governs its jobs instead of the kind-wide one: its key could lift
+    its mail out of the SMTP server's shared rate, or undo the cap the operator put on it."""
+    data(api.post("/v1/functions/limits", json={"kind": "email_send", "rate": "14/s"}))
+    data(api.post("/v1/functions/limits", json={"kind": "reindex", "concurrency": 1,
+                                                "tenantId": str(tenant)}))
+    escape = error(acme_client.post("/v1/functions/limits", json={
+        "kind": "email_send", "rate": "1000000/s"}), 403)
+    assert escape["code"] == "kind_wide_limit"
+    for path, body in (("", {"kind": "reindex", "concurrency": 100}),
+                       ("/remove", {"kind": "reindex"})):
+        undone = error(acme_client.post(f"/v1/functions/limits{path}", json=body), 403)
+        assert undone["code"] == "operator_limit" and "api:service-role" in undone["message"]
+    # Its own limit on a kind nobody else limits is its to set, replace and remove.
+    data(acme_client.post("/v1/functions/limits", json={"kind": "virus_scan", "rate": "2/s"}))
+    data(acme_client.post("/v1/functions/limits", json={"kind": "virus_scan", "rate": "4/s"}))
+    data(acme_client.post("/v1/functions/limits/remove", json={"kind": "virus_scan"}))
+    with engine.connect() as conn:
+        kept = conn.execute(text(
+            "SELECT job_kind::text, tenant_id IS NULL, rate_per_sec, concurrency "
+            "FROM mdm.aa_job_limit ORDER BY 1")).all()
+    assert [tuple(row) for row in kept] == [("email_send", True, 14.0, None),
+                                            ("reindex", False, None, 1)]

@@ -47,3 +47,19 @@ def test_a_tenant_key_pauses_and_sees_its_own_tenant_only(api, acme_client, engi
                                   json={"tenantId": str(other_tenant)}), 400)["field"] == "tenantId"
     seen = {(p["kind"], p["tenantId"]) for p in data(acme_client.get("/v1/functions/pauses"))}
     assert seen == {("reindex", None), ("email_send", str(tenant))}
+
+
+def test_a_tenant_key_lifts_its_own_pauses_but_never_the_operators(api, acme_client, tenant):
+    """Pausing a tenant is how an operator stops one that floods a shared destination: its
+    key resumed the pause at once until this was refused."""
+    stopped = {"kind": "email_send", "tenantId": str(tenant)}
+    data(api.post("/v1/functions/pauses", json=stopped), 201)
+    refused = error(acme_client.post("/v1/functions/pauses/resume",
+                                     json={"kind": "email_send"}), 403)
+    assert refused["code"] == "operator_pause" and "api:service-role" in refused["message"]
+    still = data(acme_client.get("/v1/functions/pauses"))
+    assert [(p["kind"], p["pausedBy"]) for p in still] == [("email_send", "api:service-role")]
+    data(acme_client.post("/v1/functions/pauses", json={"kind": "reindex"}), 201)
+    lifted = data(acme_client.post("/v1/functions/pauses/resume", json={"kind": "reindex"}))
+    assert lifted["pausedBy"].startswith("api:key:")
+    data(api.post("/v1/functions/pauses/resume", json=stopped))  # the operator lifts its own

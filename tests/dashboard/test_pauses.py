@@ -82,3 +82,23 @@ def test_the_page_shows_a_throttled_destination_and_why(admin, engine, tenant):
     assert 'data-throttle="email_send/"' in page
     row = page.split('data-throttle="email_send/"')[1].split("</tr>")[0]
     assert "paused" in row and "14/s" in row and "454 4.7.0 slow down" in row
+
+
+def test_a_tenant_session_leaves_the_operators_pauses_and_limits_alone(admin, acme, engine,
+                                                                        tenant):
+    token = csrf_of(admin, "/dashboard/pauses")
+    admin.post("/dashboard/pauses", data={"csrf": token, "action": "pause",
+                                          "kind": "email_send", "tenant": str(tenant)})
+    admin.post("/dashboard/limits", data={"csrf": token, "action": "set", "kind": "email_send",
+                                          "rate": "14/s"})
+    mine = csrf_of(acme, "/dashboard/pauses")
+    resumed = acme.post("/dashboard/pauses", data={"csrf": mine, "action": "resume",
+                                                   "kind": "email_send"})
+    assert resumed.status_code == 403 and "only the operator resumes it" in resumed.text
+    escaped = acme.post("/dashboard/limits", data={"csrf": mine, "action": "set",
+                                                   "kind": "email_send", "rate": "1000/s"})
+    assert escaped.status_code == 403 and "only the operator sets one" in escaped.text
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM mdm.aa_job_pause")).scalar() == 1
+        assert conn.execute(text("SELECT count(*) FROM mdm.aa_job_limit "
+                                 "WHERE tenant_id IS NOT NULL")).scalar() == 0

@@ -11,6 +11,7 @@ from uuid import UUID
 from fastapi import APIRouter
 from pydantic import BaseModel, BeforeValidator, Field
 
+from postrelay.access import check_limit_change
 from postrelay.api.auth import Caller, Principal
 from postrelay.api.common import Db, errors
 from postrelay.api.errors import ApiError
@@ -109,13 +110,16 @@ def limits_list(caller: Caller, engine: Db) -> Envelope[list[LimitOut]]:
 
 
 @router.post("", response_model=Envelope[LimitOut], response_model_by_alias=True,
-             responses=errors(400, 401))
+             responses=errors(400, 401, 403))
 def limits_set(body: LimitBody, caller: Caller, engine: Db) -> Envelope[LimitOut]:
     """Set (or replace) the limit of a kind, optionally within a tenant: a rate with a
     burst and/or a concurrency cap, optionally per payload key. Workers apply it within a
-    second."""
+    second. A tenant key changes no limit the operator set, and sets none on a kind the
+    operator limited for every tenant (403 `operator_limit`, `kind_wide_limit`)."""
     tenant = _tenant(caller, body.tenant_id)
     with engine.begin() as conn:
+        if tenant is not None and not caller.is_service_role:
+            check_limit_change(conn, tenant_id=tenant, kind=body.kind, setting=True)
         found = limit_set(conn, actor=caller.actor, kind=body.kind, tenant_id=tenant,
                           rate=body.rate, burst=body.burst, concurrency=body.concurrency,
                           key=body.key)
@@ -123,11 +127,14 @@ def limits_set(body: LimitBody, caller: Caller, engine: Db) -> Envelope[LimitOut
 
 
 @router.post("/remove", response_model=Envelope[LimitOut], response_model_by_alias=True,
-             responses=errors(400, 401, 404))
+             responses=errors(400, 401, 403, 404))
 def limits_remove(body: LimitScope, caller: Caller, engine: Db) -> Envelope[LimitOut]:
-    """Remove the limit of exactly this kind (and tenant); 404 if there is none."""
+    """Remove the limit of exactly this kind (and tenant); 404 if there is none. A tenant
+    key removes no limit the operator set (403 `operator_limit`)."""
     tenant = _tenant(caller, body.tenant_id)
     with engine.begin() as conn:
+        if tenant is not None and not caller.is_service_role:
+            check_limit_change(conn, tenant_id=tenant, kind=body.kind, setting=False)
         found = limit_remove(conn, actor=caller.actor, kind=body.kind, tenant_id=tenant)
     return Envelope(data=LimitOut.of(found))
 

@@ -9,6 +9,7 @@ from uuid import UUID
 from fastapi import APIRouter, Response
 from pydantic import BaseModel, Field
 
+from postrelay.access import check_resume
 from postrelay.api.auth import Caller, Principal
 from postrelay.api.common import Db, errors
 from postrelay.api.errors import ApiError
@@ -69,11 +70,14 @@ def pauses_create(body: PauseBody, caller: Caller, engine: Db,
 
 
 @router.post("/resume", response_model=Envelope[PauseOut], response_model_by_alias=True,
-             responses=errors(400, 401, 404))
+             responses=errors(400, 401, 403, 404))
 def pauses_resume(body: PauseBody, caller: Caller, engine: Db) -> Envelope[PauseOut]:
-    """Lift the pause of exactly this scope; 404 if it is not paused."""
+    """Lift the pause of exactly this scope; 404 if it is not paused. A tenant key lifts
+    only the pauses tenant keys made (403 `operator_pause` for one the operator made)."""
     tenant = _tenant(caller, body)
     with engine.begin() as conn:
+        if tenant is not None and not caller.is_service_role:
+            check_resume(conn, tenant_id=tenant, kind=body.kind)
         found = resume(conn, actor=caller.actor, kind=body.kind, tenant_id=tenant,
                        everything=body.all)
     return Envelope(data=PauseOut.of(found))

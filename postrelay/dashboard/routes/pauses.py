@@ -3,7 +3,7 @@ and the destinations throttled after refusing work; pause a kind, a tenant, a ki
 tenant, or everything, and resume; set and remove limits. Through queue.pauses and
 queue.limits, as the CLI and the API do, so the audit rows and the messages are theirs. A
 tenant session sees its own pauses and limits and the installation-wide ones, and changes
-them only within its own tenant."""
+them only within its own tenant, and not those the operator made (access/controls.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
 from sqlalchemy import Engine
 
-from postrelay.access import API_FIELD_NAMES
-from postrelay.core.errors import NotFoundError, ValidationError
+from postrelay.access import API_FIELD_NAMES, check_limit_change, check_resume
+from postrelay.core.errors import ForbiddenError, NotFoundError, ValidationError
 from postrelay.dashboard.web import (
     CurrentUser,
     Db,
@@ -58,6 +58,8 @@ def pauses_apply(request: Request, user: CurrentUser, engine: Db, form: Form) ->
         everything = values["all"] == "1"
         tenant = _tenant(user, optional_uuid("tenant", values["tenant"]), everything)
         with engine.begin() as conn:
+            if action == "resume" and tenant is not None and not user.is_service_role:
+                check_resume(conn, tenant_id=tenant, kind=values["kind"] or None)
             call = pause if action == "pause" else resume
             found: Any = call(conn, actor=user.actor, kind=values["kind"] or None,
                               tenant_id=tenant, everything=everything)
@@ -66,6 +68,8 @@ def pauses_apply(request: Request, user: CurrentUser, engine: Db, form: Form) ->
         return _page(request, user, engine, values, None, f"{field}: {exc.rule}", 400)
     except NotFoundError as exc:
         return _page(request, user, engine, values, None, str(exc), 404)
+    except ForbiddenError as exc:
+        return _page(request, user, engine, values, None, exc.message, 403)
     shown = (found[0] if action == "pause" else found).describe()
     return redirect(request, "/pauses", done=f"{action}d {shown}")
 
@@ -84,6 +88,9 @@ def limits_apply(request: Request, user: CurrentUser, engine: Db, form: Form) ->
             raise ValidationError("action", "must be set or remove")
         tenant = _tenant(user, optional_uuid("tenant", values["tenant"]), False)
         with engine.begin() as conn:
+            if tenant is not None and not user.is_service_role:
+                check_limit_change(conn, tenant_id=tenant, kind=values["kind"],
+                                   setting=action == "set")
             if action == "set":
                 found = limit_set(
                     conn, actor=user.actor, kind=values["kind"], tenant_id=tenant,
@@ -98,6 +105,8 @@ def limits_apply(request: Request, user: CurrentUser, engine: Db, form: Form) ->
         return _page(request, user, engine, values, None, f"{field}: {exc.rule}", 400)
     except NotFoundError as exc:
         return _page(request, user, engine, values, None, str(exc), 404)
+    except ForbiddenError as exc:
+        return _page(request, user, engine, values, None, exc.message, 403)
     done = "limit set" if action == "set" else "limit removed"
     return redirect(request, "/pauses", done=f"{done}: {found.describe()}")
 

@@ -10,6 +10,7 @@ from uuid import UUID
 from sqlalchemy import Connection
 
 from postrelay.core.errors import NotFoundError, ValidationError
+from postrelay.core.limits import checked_text
 from postrelay.orchestrator import queries
 from postrelay.orchestrator.feedback import queries as feedback_queries
 from postrelay.orchestrator.schema import DELIVERY_OUTCOMES, EMAIL_STATUSES
@@ -43,9 +44,9 @@ def email_list(
     return queries.email_log_list(
         conn,
         tenant_id=_uuid("tenant", tenant_id),
-        recipient=recipient.strip().lower() if recipient else None,
+        recipient=address_filter("recipient", recipient),
         status=status,
-        template=template,
+        template=checked_text(template, "template") if template else None,
         event_id=_uuid("event", event_id),
         job_id=_uuid("job", job_id),
         since=since,
@@ -94,8 +95,8 @@ def suppression_list(conn: Connection, *, tenant_id: UUID | str | None = None,
     if not 1 <= limit <= MAX_LIMIT:
         raise ValidationError("limit", f"must be between 1 and {MAX_LIMIT}")
     return queries.email_suppression_list(
-        conn, tenant_id=_uuid("tenant", tenant_id),
-        address=address.strip().lower() if address else None, limit=limit)
+        conn, tenant_id=_uuid("tenant", tenant_id), address=address_filter("address", address),
+        limit=limit)
 
 
 def suppression_remove(conn: Connection, address: str, *, tenant_id: UUID | str,
@@ -109,7 +110,11 @@ def suppression_remove(conn: Connection, address: str, *, tenant_id: UUID | str,
     tenant = _uuid("tenant", tenant_id)
     if tenant is None:
         raise ValidationError("tenant", "name the tenant whose suppression to lift")
-    wanted, category = address.strip().lower(), category.strip()
+    wanted = address_filter("address", address)
+    if not wanted:
+        raise ValidationError("address", "name the address whose suppression to lift")
+    category = checked_text(category.strip(), "category")
+    checked_text(actor, "actor")
     lifted, others = feedback_queries.email_suppression_lift(
         conn, tenant_id=tenant, address=wanted, category=category, actor=actor)
     if lifted:
@@ -122,6 +127,13 @@ def suppression_remove(conn: Connection, address: str, *, tenant_id: UUID | str,
 def categories_text(categories: list[str]) -> str:
     """Suppression categories as operators read them: '' is every category."""
     return ", ".join(category or "every category" for category in categories)
+
+
+def address_filter(field: str, value: str | None) -> str | None:
+    """An address to look rows up by, as they are stored (lower-cased), or None for none.
+    Checked first: a NUL or an unpaired surrogate (a byte of a command line that was not
+    UTF-8) failed in the driver, with its words instead of the field's."""
+    return checked_text(value.strip().lower(), field) if value else None
 
 
 def _uuid(field: str, value: UUID | str | None) -> str | None:

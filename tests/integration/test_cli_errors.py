@@ -5,6 +5,7 @@ bad setting), and anything unforeseen."""
 from __future__ import annotations
 
 import json
+import uuid
 
 import pytest
 
@@ -107,3 +108,18 @@ def test_a_ca_file_the_worker_cannot_read_is_a_bad_setting(worker_env, tmp_path)
                "POSTRELAY_SMTP_CA_FILE": str(ca_file)}
         line = one_line_error(run(env, "worker", ok=False), code=2)
         assert line.startswith(f"error: POSTRELAY_SMTP_CA_FILE: cannot read {ca_file}: "), line
+
+
+@pytest.mark.parametrize("args", [
+    ("emails", "--recipient", "a\udcff@example.com"),
+    ("emails", "--template", "welcome\udcff"),
+    ("emails", "suppressed", "--address", "a\udcff@example.com"),
+    ("emails", "suppressed", "--lifted", "--address", "a\udcff@example.com"),
+    ("emails", "unsuppress", "a\udcff@example.com", "--tenant", str(uuid.UUID(int=1))),
+])
+def test_a_filter_that_is_not_utf8_names_the_option(worker_env, clean_db, args):
+    """A byte that is not UTF-8 on the command line (the \\udcff it reads as) was
+    "unexpected UnicodeEncodeError", naming neither the option nor the rule."""
+    line = one_line_error(run(worker_env, *args, ok=False))
+    assert "surrogate" in line and "unexpected" not in line
+    assert line.split(":")[1].strip() in {"recipient", "template", "address"}

@@ -16,7 +16,14 @@ from sqlalchemy import text
 
 from postrelay.core.errors import PayloadTooLargeError, ValidationError
 from postrelay.core.limits import DEFAULT_MAX_PAYLOAD_BYTES, MAX_DEPTH
-from postrelay.orchestrator import EmailJob, enqueue_email
+from postrelay.orchestrator import (
+    EmailJob,
+    email_list,
+    enqueue_email,
+    suppression_audit,
+    suppression_list,
+    suppression_remove,
+)
 from postrelay.queue import JobSpec, enqueue, enqueue_async, enqueue_many, ensure_tenant
 from postrelay.relay import EventSpec, emit, emit_many
 
@@ -211,3 +218,23 @@ async def test_async_enqueue_refuses_the_same_and_keeps_the_transaction(async_en
         await enqueue_async(conn, "reindex", {"a": "fine"}, tenant_id=tenant)
     async with async_engine.connect() as conn:
         assert (await conn.execute(text("SELECT count(*) FROM mdm.aa_job"))).scalar_one() == 1
+
+
+@pytest.mark.parametrize(("read", "field", "rule"), [
+    (lambda c: email_list(c, recipient="a\x00@example.com"), "recipient", "NUL"),
+    (lambda c: email_list(c, template="welcome\udcff"), "template", "surrogate"),
+    (lambda c: suppression_list(c, address="a\udcff@example.com"), "address", "surrogate"),
+    (lambda c: suppression_audit(c, address="a\x00@example.com"), "address", "NUL"),
+    (lambda c: suppression_remove(c, "a\x00@example.com", tenant_id=uuid.uuid4(),
+                                  actor="cli"), "address", "NUL"),
+    (lambda c: suppression_remove(c, "a@example.com", tenant_id=uuid.uuid4(), actor="cli",
+                                  category="news\udcff"), "category", "surrogate"),
+    (lambda c: suppression_remove(c, "  ", tenant_id=uuid.uuid4(), actor="cli"), "address",
+     "name the address"),
+])
+def test_the_email_logs_filters_refuse_what_no_text_column_holds(engine, tenant, read, field,
+                                                                  rule):
+    """A NUL (from the HTTP API) ended in the driver's DataError, and an unpaired surrogate
+    (a byte of a command line that was not UTF-8) in an UnicodeEncodeError, where the
+    operator read neither the field nor the rule. An empty address to lift named none."""
+    refused_and_usable(engine, read, field, rule)

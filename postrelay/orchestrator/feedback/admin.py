@@ -10,7 +10,7 @@ from uuid import UUID
 from sqlalchemy import Connection
 
 from postrelay.core.errors import ValidationError
-from postrelay.orchestrator.admin import MAX_LIMIT, _uuid
+from postrelay.orchestrator.admin import MAX_LIMIT, _uuid, address_filter
 from postrelay.orchestrator.feedback import queries
 from postrelay.orchestrator.feedback.model import SOURCES
 from postrelay.orchestrator.schema import FEEDBACK_KINDS
@@ -40,5 +40,5 @@ def suppression_audit(conn: Connection, *, tenant_id: UUID | str | None = None,
         raise ValidationError("limit", f"must be between 1 and {MAX_LIMIT}")
     return queries.email_suppression_audit_list(
         conn, tenant_id=_uuid("tenant", tenant_id),
-        address=address.strip().lower() if address else None, limit=limit)
+        address=address_filter("address", address), limit=limit)
 

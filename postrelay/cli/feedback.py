@@ -73,6 +73,8 @@ def feedback_ingest(
                                   unsubscribe=links)
                     for recorded in done:
                         typer.echo(f"{mail.name}: {_summary(recorded)}")
+                    if not done:
+                        typer.echo(f"{mail.name}: empty, no message to record")
                     if mail.maildir_file is not None:  # committed: the next run skips it
                         mark_seen(mail.maildir_file)
         except (SQLAlchemyError, ConfigError) as exc:

@@ -174,6 +174,28 @@ def test_ingest_refuses_a_missing_file_and_lists_the_unmatched(worker_env, look,
     assert bad.returncode == 1 and b"kind" in bad.stderr
 
 
+def test_empty_input_is_no_message_and_records_nothing(worker_env, look, tmp_path):
+    """An empty file, an mbox emptied after it was read (a spool a cron job reads), an mbox
+    holding only a From_ line and nothing on stdin each recorded an `unparsed` report of
+    no bytes, and every later one was taken for it ("already recorded")."""
+    (tmp_path / "empty.eml").write_bytes(b"")
+    (tmp_path / "blank.eml").write_bytes(b"\r\n\n")
+    (tmp_path / "only.mbox").write_bytes(b"From MAILER-DAEMON Sun Dec  6 00:33:36 2026\n")
+    folder = mailbox.Maildir(str(tmp_path / "Maildir"), create=True)
+    key = folder.add(b"")
+    out = run(worker_env, "feedback", "ingest", "--mark-seen", str(tmp_path / "empty.eml"),
+              str(tmp_path / "blank.eml"), str(tmp_path / "only.mbox"),
+              str(tmp_path / "Maildir")).stdout.decode().splitlines()
+    assert out == [f"{tmp_path / 'empty.eml'}: empty, no message to record",
+                   f"{tmp_path / 'blank.eml'}: empty, no message to record",
+                   f"{tmp_path / 'only.mbox'}#1: empty, no message to record",
+                   f"{tmp_path / 'Maildir'}:{key}: empty, no message to record"]
+    assert os.listdir(tmp_path / "Maildir" / "cur") == [f"{key}:2,S"]  # read: not again
+    done = run(worker_env, "feedback", "ingest", "-", stdin=b"")
+    assert done.stdout == b"stdin: empty, no message to record\n"
+    assert look.feedback() == []
+
+
 def test_ingest_asks_to_be_tried_again_when_the_database_fails(worker_env, server_url):
     """Exit 75 (EX_TEMPFAIL) and one line, whether the database cannot be reached or is not
     migrated: a pipe transport (Postfix's, Exim's) keeps the message and retries on that

@@ -131,7 +131,11 @@ def ingest(engine: Engine, raw: bytes, *, envelope_to: Sequence[str] = (),
            return_path: ReturnPath | None, policy: SuppressionPolicy,
            max_bytes: int | None = None,
            unsubscribe: UnsubscribeLinks | None = None) -> list[Recorded]:
-    """Parse one message and record each report it holds, in one transaction."""
+    """Parse one message and record each report it holds, in one transaction. Empty
+    input (an empty file, an mbox emptied after it was read, nothing on stdin) is no
+    message: nothing is recorded, and [] is returned."""
+    if not raw.strip():
+        return []
     reports = read_mail(raw, envelope_to=envelope_to, return_path=return_path,
                         max_bytes=max_bytes, unsubscribe=unsubscribe)
     with engine.begin() as conn:

@@ -45,6 +45,9 @@ TENANTS = "tenants"  # the folder of per-tenant overrides; not a template name
 FILES = ("subject.txt", "body.txt", "body.html", "template.toml")
 REQUIRED = ("subject.txt", "body.txt")
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+# The longest folder name, in bytes, on every common file system: a longer path component
+# is not missing but an error (ENAMETOOLONG), which Path.is_dir raises.
+NAME_MAX = 255
 
 
 @dataclass(frozen=True)
@@ -166,6 +169,9 @@ class Templates:
                 or name == TENANTS:
             raise ValidationError("template", f"{name!r} is not a template name (letters, "
                                               "digits, '_', '-', '.'; no path)")
+        if len(name) > NAME_MAX:  # ASCII: as many bytes as characters
+            raise ValidationError("template", f"must be at most {NAME_MAX} characters (a "
+                                              f"folder name), got {len(name)}")
         # A tenant key that cannot be a folder name (a '/' in a tenant's name) just has no
         # overrides: it must not reach outside the templates folder.
         folders = [self.root / TENANTS / key / name for key in tenant_keys if _safe_key(key)]
@@ -251,8 +257,11 @@ class Templates:
 
 
 def _safe_key(key: str) -> bool:
+    """Whether `key` can be a folder name: a tenant's name of 90 CJK characters (270 bytes
+    in UTF-8) cannot, and looking for its folder stopped every message of the tenant."""
     return (isinstance(key, str) and bool(key) and not key.startswith(".")
-            and not any(c in key for c in "/\\\0"))
+            and not any(c in key for c in "/\\\0")
+            and len(key.encode("utf-8", "surrogatepass")) <= NAME_MAX)
 
 
 def _describe(exc: Exception) -> str:

@@ -121,7 +121,8 @@ def test_unknown_template_and_missing_files(root: Path) -> None:
         Templates(root).render("nosubject", {})
 
 
-@pytest.mark.parametrize("name", ["../etc", "a/b", ".hidden", "..", "", "tenants", "a\\b"])
+@pytest.mark.parametrize("name", ["../etc", "a/b", ".hidden", "..", "", "tenants", "a\\b",
+                                  "a" * 256])
 def test_template_names_must_be_simple_names(root: Path, name: str) -> None:
     with pytest.raises(ValidationError) as caught:
         Templates(root).render(name, {})
@@ -166,6 +167,18 @@ def test_a_tenant_key_that_is_not_a_folder_name_has_no_overrides(tmp_path: Path)
     for key in ["../..", "../../", "a/b", ".", "..", "", "x\0"]:
         rendered = Templates(root).render("welcome", {}, tenant_keys=[key])
         assert rendered.subject == "Welcome"
+
+
+def test_a_tenant_name_too_long_for_a_folder_has_no_overrides(root: Path) -> None:
+    """A tenant's name may hold 255 characters; 90 CJK ones are 270 bytes, more than a
+    folder name can hold. Looking for its folder raised OSError (File name too long) once
+    any tenant had overrides, and every message of that tenant was retried until dead."""
+    write(root, "tenants/acme/welcome/subject.txt", "Acme's welcome")
+    for key in ["名" * 90, "é" * 128, "x" * 256]:
+        rendered = Templates(root).render("welcome", CONTEXT, tenant_keys=[key, "acme"])
+        assert rendered.subject == "Acme's welcome"
+    assert Templates(root).render("welcome", CONTEXT, tenant_keys=["é" * 127]).subject == \
+        "Welcome, Ada!"
 
 
 def test_policy_file_sets_on_unknown_and_can_be_overridden_per_tenant(root: Path) -> None:

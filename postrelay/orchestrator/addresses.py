@@ -26,6 +26,7 @@ import email_validator
 from email_validator import EmailNotValidError, validate_email
 
 from postrelay.core.errors import ValidationError
+from postrelay.core.limits import checked_text
 
 __all__ = ["AddressError", "check_header_value", "parse_address", "parse_addresses"]
 
@@ -91,7 +92,9 @@ def _check_header_value_strictly(value: str, field: str) -> str:
             raise ValidationError(field, INJECTION_RULE)
     if _CONTROLS.intersection(value):
         raise ValidationError(field, "must not contain control characters")
-    return value
+    # An unpaired surrogate (a byte of a command line that was not UTF-8) has no form in a
+    # header: writing the message raised UnicodeEncodeError.
+    return checked_text(value, field)
 
 
 # Pure, and called for the same From address on every message a worker sends: a cache

@@ -134,6 +134,15 @@ def test_ordinary_header_values_pass_unchanged(value: str) -> None:
     assert check_header_value(value, field="subject") == value
 
 
+@pytest.mark.parametrize("value", ["J\udcffrgen <j@example.com>", '"\ud800" <j@example.com>'])
+def test_an_unpaired_surrogate_in_a_display_name_is_refused_naming_the_field(value: str) -> None:
+    """It has no UTF-8 form: the address parsed, and writing the message raised
+    UnicodeEncodeError."""
+    with pytest.raises(AddressError) as caught:
+        parse_address(value, field="from")
+    assert caught.value.field == "from" and "surrogate" in caught.value.rule
+
+
 def test_other_control_characters_are_refused() -> None:
     with pytest.raises(ValidationError, match="control characters"):
         check_header_value("bell\x07", field="headers.X-Foo")

@@ -118,6 +118,12 @@ def test_defaults_come_from_the_settings(root: Path, context: Path) -> None:
     (["welcome", "--format", "raw", "--to", "a@b.com, c@d.com"], "one address per string"),
     (["welcome", "--format", "raw", "--from", "x\r\nBcc: v@example.com <a@b.com>"],
      "header injection"),
+    # A byte of the command line that was not UTF-8 (read as \udcff) in a display name was
+    # "unexpected UnicodeEncodeError", naming neither the option nor the rule.
+    (["welcome", "--format", "raw", "--from", "J\udcffrgen <a@b.com>"],
+     "from: must not contain an unpaired surrogate"),
+    (["welcome", "--format", "raw", "--to", '"J\udcffrgen" <a@b.com>'],
+     "to[0]: must not contain an unpaired surrogate"),
 ])
 def test_errors_are_one_line_with_exit_code_1(root: Path, context: Path, args: list[str],
                                               problem: str) -> None:

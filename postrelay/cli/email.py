@@ -50,23 +50,26 @@ def preview(
                                help="text: subject and text body; html: the HTML body only; "
                                     "raw: the whole MIME message."),
     sender: str | None = typer.Option(None, "--from",
-                                      help="From of --format raw [default: email_from]."),
-    to: list[str] = typer.Option([], "--to", help=f"To of --format raw [default: {DEFAULT_TO}]."),
+                                      help="From of the message (--format raw prints it) "
+                                           "[default: email_from]."),
+    to: list[str] = typer.Option([], "--to", help=f"To of the message [default: {DEFAULT_TO}]."),
 ) -> None:
     """Render TEMPLATE with a context and print it; nothing is sent."""
     settings = settings_or_exit()
     with user_errors():
         rendered = Templates(templates or settings.email_templates_dir).render(
             template, _load_context(context), tenant_keys=tenant)
+        # Built whatever the format: a subject that no message can carry (a line break in
+        # it) fails the send, so the preview must fail too, not print it as if it were fine.
+        from_address = parse_address(sender or settings.email_from or DEFAULT_FROM,
+                                     field="from")
+        domain = message_id_domain(settings.email_message_id_domain, from_address)
+        message = build_message(
+            rendered=rendered, sender=from_address,
+            to=[parse_address(value, field=f"to[{i}]")
+                for i, value in enumerate(to or [DEFAULT_TO])],
+            message_id=message_id_for(PREVIEW_JOB_ID, domain))
         if fmt is Format.raw:
-            from_address = parse_address(sender or settings.email_from or DEFAULT_FROM,
-                                         field="from")
-            domain = message_id_domain(settings.email_message_id_domain, from_address)
-            message = build_message(
-                rendered=rendered, sender=from_address,
-                to=[parse_address(value, field=f"to[{i}]")
-                    for i, value in enumerate(to or [DEFAULT_TO])],
-                message_id=message_id_for(PREVIEW_JOB_ID, domain))
             typer.echo(message.as_bytes(), nl=False)
         elif fmt is Format.html:
             if rendered.html is None:

@@ -133,6 +133,18 @@ def test_errors_are_one_line_with_exit_code_1(root: Path, context: Path, args: l
     assert err.startswith("error: ") and err.count("\n") == 1 and problem in err
 
 
+@pytest.mark.parametrize("fmt", ["text", "html", "raw"])
+def test_a_subject_no_message_can_carry_fails_every_format(root: Path, context: Path,
+                                                          fmt: str) -> None:
+    """A subject that renders to two lines fails every send of the template; the text
+    and html previews printed it with exit 0, as if all were well."""
+    (root / "welcome" / "subject.txt").write_text("Hallo\n{{ user }}\n", encoding="utf-8")
+    code, out, err = preview("welcome", "--context", context, "--templates", root,
+                             "--format", fmt)
+    assert code == 1 and out == ""
+    assert err == "error: subject: must not contain a line break (header injection)\n"
+
+
 @pytest.mark.parametrize(("content", "problem"), [
     (None, "cannot read"),
     ("{not json", "not valid JSON"),

@@ -45,6 +45,9 @@ TENANTS = "tenants"  # the folder of per-tenant overrides; not a template name
 FILES = ("subject.txt", "body.txt", "body.html", "template.toml")
 REQUIRED = ("subject.txt", "body.txt")
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+# UTF-8, without the byte order mark some editors write first: kept, it made template.toml
+# "Invalid statement (at line 1, column 1)" and began the subject with an invisible U+FEFF.
+ENCODING = "utf-8-sig"
 # The longest folder name, in bytes, on every common file system: a longer path component
 # is not missing but an error (ENAMETOOLONG), which Path.is_dir raises.
 NAME_MAX = 255
@@ -161,8 +164,9 @@ class Templates:
         # The loader serves {% include %} and {% extends %}; auto_reload re-reads those when
         # their mtime changes. The top-level files are compiled from the text read in render().
         return ImmutableSandboxedEnvironment(
-            loader=FileSystemLoader(self.root), auto_reload=True, undefined=StrictUndefined,
-            autoescape=autoescape, trim_blocks=True, lstrip_blocks=True)
+            loader=FileSystemLoader(self.root, encoding=ENCODING), auto_reload=True,
+            undefined=StrictUndefined, autoescape=autoescape, trim_blocks=True,
+            lstrip_blocks=True)
 
     def _resolve(self, name: str, tenant_keys: Sequence[str]) -> dict[str, Path]:
         if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name \
@@ -190,7 +194,7 @@ class Templates:
 
     def _read(self, name: str, path: Path) -> str:
         try:
-            return path.read_text(encoding="utf-8")
+            return path.read_text(encoding=ENCODING)
         except (OSError, UnicodeDecodeError) as exc:
             raise TemplateError(name, self._rel(path), f"cannot be read: {exc}") from exc
 

@@ -207,6 +207,19 @@ def test_a_bad_policy_file_is_a_template_error(root: Path, toml: str, problem: s
         Templates(root).render("welcome", CONTEXT)
 
 
+def test_a_byte_order_mark_an_editor_wrote_is_not_part_of_the_template(root: Path) -> None:
+    """UTF-8 with a BOM is still UTF-8: template.toml was "Invalid statement (at line 1,
+    column 1)", and the subject (and an included file) began with an invisible U+FEFF."""
+    bom = "\ufeff"
+    write(root, "welcome/template.toml", bom + 'on_unknown = "hold"\n')
+    write(root, "welcome/subject.txt", bom + "Welcome, {{ user.name }}!\n")
+    write(root, "welcome/body.txt", "{% include 'footer.txt' %}")
+    write(root, "footer.txt", bom + "Bye\n")
+    rendered = Templates(root).render("welcome", CONTEXT)
+    assert (rendered.on_unknown, rendered.subject, rendered.text) == (
+        "hold", "Welcome, Ada!", "Bye")
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 100.0

@@ -31,6 +31,7 @@ from typing import Any
 from uuid import UUID
 
 from postrelay.core.errors import ValidationError
+from postrelay.orchestrator.addresses import parse_address
 from postrelay.orchestrator.job import EMAIL_KIND, EmailJob, check_category, check_unsubscribe
 from postrelay.relay import Event, JobRequest, Route, RouteRegistry, default_routes
 
@@ -77,9 +78,10 @@ def email_route(
         recipients = _resolve(to, event, "to")
         if not recipients:
             raise ValidationError("to", f"event {event.id} names no recipient for {template!r}")
+        unique = _each_mailbox_once(recipients)
         # Bulk mail to one address keeps the key it had before bulk routes split.
-        one_each = split or (unsubscribe and len(recipients) > 1)
-        groups = [(str(n), (addr,)) for n, addr in enumerate(recipients)] if one_each else [
+        one_each = split or (unsubscribe and len(unique) > 1)
+        groups = [(str(n), (addr,)) for n, addr in unique] if one_each else [
             (None, recipients)]
         common = {
             "cc": _resolve(cc, event, "cc"), "bcc": _resolve(bcc, event, "bcc"),
@@ -110,6 +112,28 @@ def template_context(event: Event) -> dict[str, Any]:
         "created_at": event.created_at.isoformat(),
     })
     return context
+
+
+def _each_mailbox_once(recipients: Sequence[str]) -> list[tuple[int, str]]:
+    """(position, address) of each mailbox's first address, compared as the envelope
+    compares them (case-insensitively): a list naming one mailbox twice (`Ann@x.example`
+    and `ann@x.example`) sent it two messages when each address gets its own. The position
+    stays the address's own, since it names the message in its idempotency key."""
+    seen: set[str] = set()
+    unique = []
+    for n, value in enumerate(recipients):
+        mailbox = _mailbox(value)
+        if mailbox not in seen:
+            seen.add(mailbox)
+            unique.append((n, value))
+    return unique
+
+
+def _mailbox(value: str) -> str:
+    try:
+        return parse_address(value, field="to").addr_spec.lower()
+    except ValidationError:  # kept as written: its own job fails and logs why
+        return value
 
 
 def _resolve(spec: Recipients, event: Event, field: str) -> tuple[str, ...]:

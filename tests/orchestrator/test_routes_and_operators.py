@@ -116,6 +116,24 @@ def test_a_route_needs_a_template_and_recipients():
         route.requests(event)
 
 
+@pytest.mark.parametrize("marks", [{"split": True}, {"unsubscribe": True}])
+def test_a_mailbox_named_twice_gets_one_message_when_each_address_gets_its_own(marks):
+    """A list naming one mailbox twice (the same address, or it in another case) sent it
+    two messages. Each message keeps the key of its address's position, as before."""
+    import uuid
+
+    routes = RouteRegistry()
+    email_route("x", template="t", to="team", routes=routes, **marks)
+    [route] = routes.matching("x")
+    team = ["ann@example.com", "Bob <bob@example.com>", "ANN@Example.com", "ann@example.com",
+            "BOB@example.COM", "not an address", "not an address", "cy@example.com"]
+    event = Event(uuid.uuid4(), uuid.uuid4(), "a", "1", "x", {"team": team}, {},
+                  datetime.now(UTC), 0, 1)
+    sent = [(r.key, r.payload["to"]) for r in route.requests(event)]
+    assert sent == [("0", ["ann@example.com"]), ("1", ["Bob <bob@example.com>"]),
+                    ("5", ["not an address"]), ("7", ["cy@example.com"])]
+
+
 async def test_job_retention_keeps_the_log_and_the_job_id_it_names(rig, tenant):
     job_id = rig.enqueue(tenant)
     await rig.start()

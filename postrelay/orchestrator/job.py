@@ -79,10 +79,11 @@ class EmailJob:
         sender = payload.get("from")
         if sender is not None and not isinstance(sender, str):
             raise ValidationError("from", "must be a string")
-        event_id = payload.get("event_id")
         unsubscribe = payload.get("unsubscribe", False)
         if not isinstance(unsubscribe, bool):
             raise ValidationError("unsubscribe", "must be true or false")
+        category = payload.get("category")
+        check_category(category)
         return cls(
             template=template,
             to=_strings(payload, "to"),
@@ -91,10 +92,24 @@ class EmailJob:
             bcc=_strings(payload, "bcc"),
             sender=sender,
             reply_to=_strings(payload, "reply_to"),
-            category=payload.get("category"),
-            event_id=UUID(event_id) if event_id else None,
+            category=category,
+            event_id=_event_id(payload.get("event_id")),
             unsubscribe=unsubscribe,
         )
+
+
+def _event_id(value: object) -> UUID | None:
+    """The event a message was made from. Not a UUID, it raised ValueError (or
+    AttributeError), which the worker took for a passing failure: the job was retried
+    until dead, with no log row, instead of failing once with the reason."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        try:
+            return UUID(value)
+        except ValueError:
+            pass
+    raise ValidationError("event_id", f"must be a UUID, not {value!r}")
 
 
 def _strings(payload: Mapping[str, Any], name: str) -> tuple[str, ...]:
@@ -180,6 +195,8 @@ def _checked_payload(message: EmailJob) -> dict[str, Any]:
         parse_addresses([message.sender], field="from")
     check_category(message.category)
     check_unsubscribe(message.unsubscribe, message.category)
+    if message.event_id is not None and not isinstance(message.event_id, UUID):
+        _event_id(message.event_id)  # a string is fine if it is one
     if message.unsubscribe:
         check_bulk_recipients(envelope_recipients(
             *(parse_addresses(list(getattr(message, name)), field=name)

@@ -203,6 +203,13 @@ def test_enqueue_email_names_the_messages_field(engine, tenant, message, field, 
     refused_and_usable(engine, lambda c: enqueue_email(c, message, tenant_id=tenant), field, rule)
 
 
+def test_enqueue_email_refuses_an_event_id_that_is_not_a_uuid(engine, tenant):
+    """It was written into the payload as given, and every run of the job then failed."""
+    message = EmailJob("welcome", ("a@example.com",), event_id="not-a-uuid")  # type: ignore[arg-type]
+    refused_and_usable(engine, lambda c: enqueue_email(c, message, tenant_id=tenant),
+                       "event_id", "must be a UUID")
+
+
 def test_enqueue_email_refuses_an_infinite_delay(engine, tenant):
     message = EmailJob("welcome", ("a@example.com",))
     refused_and_usable(engine, lambda c: enqueue_email(c, message, tenant_id=tenant,

@@ -78,7 +78,8 @@ def email_route(
         recipients = _resolve(to, event, "to")
         if not recipients:
             raise ValidationError("to", f"event {event.id} names no recipient for {template!r}")
-        unique = _each_mailbox_once(recipients)
+        # Parsed only where each address may get a message of its own: every event passes here.
+        unique = _each_mailbox_once(recipients) if split or unsubscribe else []
         # Bulk mail to one address keeps the key it had before bulk routes split.
         one_each = split or (unsubscribe and len(unique) > 1)
         groups = [(str(n), (addr,)) for n, addr in unique] if one_each else [

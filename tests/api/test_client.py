@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import socket
-import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,6 +14,7 @@ import pytest
 from postrelay.client import ApiConnectionError, ApiError, AsyncClient, Client
 from tests.api.conftest import SERVICE_KEY, tenant_key
 from tests.factories import insert_job
+from tests.httpserver import serving
 
 
 @pytest.fixture
@@ -123,14 +123,8 @@ def answering(status: int, body: bytes, headers: dict[str, str]) -> Iterator[str
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(ThreadingHTTPServer(("127.0.0.1", 0), Handler)) as url:
+        yield url
 
 
 def free_port() -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import json
 import ssl
-import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import padding
 
 from tests.api.server import UNTHROTTLED, serve_database
 from tests.feedback.conftest import insert_log
+from tests.httpserver import serving
 
 URL = "/v1/email/feedback/ses"
 TOPIC = "arn:aws:sns:us-west-2:123456789012:ses-feedback"
@@ -350,13 +350,8 @@ def https_server() -> Iterator[str]:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     CA.issue_cert("127.0.0.1", "localhost").configure_cert(context)
     server.socket = context.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"https://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(server, "https") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -50,7 +50,9 @@ _QUOTED = re.compile(r'"(?P<text>(?:[^"\\]|\\.)*)"', re.DOTALL)
 # set), at a domain of ASCII letters, digits, dots and hyphens.
 _SIMPLE_LOCAL = re.compile(r"[a-z0-9_+-]+(?:\.[a-z0-9_+-]+)*")
 _SIMPLE_DOMAIN = re.compile(r"[A-Za-z0-9.-]+")
-_LOCAL_MAX = 64  # RFC 5321 4.5.3.1.1, as email-validator counts it
+# RFC 5321 4.5.3.1.1's local-part length, for the quick path alone: a longer one goes to
+# email-validator, which takes it, as the RFC calls the limit soft.
+_LOCAL_MAX = 64
 ADDRESS_MAX = 254  # RFC 3696 errata 1690, as email-validator counts it
 
 _VALIDATOR_OPTIONS = {

@@ -65,7 +65,7 @@ class Signer:
             return None
         version, _, rest = cookie.partition(".")
         payload, _, mac = rest.partition(".")
-        if version != _VERSION or not hmac.compare_digest(mac, self._mac(payload)):
+        if version != _VERSION or not _same(mac, self._mac(payload)):
             return None
         try:
             body = json.loads(_unb64(payload))
@@ -84,7 +84,7 @@ class Signer:
         return _b64(hmac.new(self._csrf_key, nonce.encode(), hashlib.sha256).digest())
 
     def csrf_ok(self, nonce: str, token: str | None) -> bool:
-        return bool(token) and hmac.compare_digest(self.csrf_token(nonce), token or "")
+        return bool(token) and _same(self.csrf_token(nonce), token or "")
 
     def login_nonce(self) -> str:
         """A fresh sign-in nonce for the login cookie: `login:<expiry>:<random>`."""
@@ -101,6 +101,13 @@ class Signer:
 
     def _mac(self, payload: str) -> str:
         return _b64(hmac.new(self._cookie_key, payload.encode(), hashlib.sha256).digest())
+
+
+def _same(expected: str, presented: str) -> bool:
+    """`hmac.compare_digest` on the UTF-8 bytes: given two str, it raises TypeError when one
+    holds a non-ASCII character, and a token or a cookie is whatever the browser sent."""
+    return hmac.compare_digest(expected.encode("utf-8", "surrogatepass"),
+                               presented.encode("utf-8", "surrogatepass"))
 
 
 def _derive(secret: bytes, purpose: bytes) -> bytes:

@@ -97,6 +97,19 @@ def test_forged_or_tampered_cookies_are_refused(admin, dash_url):
         with httpx.Client(base_url=dash_url, cookies={"postrelay_dashboard": bad}) as client:
             assert client.get("/dashboard/").status_code == 303, bad
 
+
+def test_non_ascii_tokens_and_cookies_are_refused_not_a_500(admin, anonymous, dash_url):
+    for token in ("ü", "\ufffd", csrf_of(admin) + "é"):
+        refused = admin.post("/dashboard/logout", data={"csrf": token})
+        assert refused.status_code == 403, (token, refused.text[:300])
+        stale = anonymous.post("/dashboard/login", data={"csrf": token, "key": SERVICE_KEY})
+        assert stale.status_code == 400 and "expired" in stale.text, token
+    version, payload, _ = admin.cookies.get("postrelay_dashboard").split(".")
+    forged = f"postrelay_dashboard={version}.{payload}.\xe9".encode("latin-1")
+    with httpx.Client(base_url=dash_url, headers={"cookie": forged}) as client:
+        assert client.get("/dashboard/").status_code == 303
+    assert admin.get("/dashboard/").status_code == 200  # still signed in
+
 def test_a_revoked_tenant_key_ends_its_session_at_once(acme, engine):
     assert acme.get("/dashboard/").status_code == 200
     with engine.begin() as conn:

@@ -205,7 +205,9 @@ LIMIT :limit OFFSET :offset;
 -- the statement probes it once per (tenant, kind) pair; LIMIT 1 (the index is unique)
 -- keeps the probe a parameterized lookup instead of a scan of the whole index, and the
 -- repeated `NOT LIKE` (the index's predicate) lets the planner use it. The outbox relay's
--- keys, `outbox:<event>:<route>`, are not in that index: they name the job's link.
+-- keys, `outbox:<event>:<route>`, are not in that index: they name the job's link. Only
+-- a canonical UUID is cast (a text of 36 hex digits and dashes in another shape would
+-- fail the cast and abort the statement): the relay writes its keys in that form.
 SELECT j.id, j.tenant_id, j.kind, j.status, j.priority, j.attempts, j.max_attempts,
        j.created_at AS at, j.last_error, j.created_at
 FROM mdm.aa_tenant t
@@ -224,7 +226,8 @@ SELECT j.id, j.tenant_id, j.job_kind::text, j.status::text, j.priority, j.attemp
        j.max_attempts, j.created_at, j.last_error, j.created_at
 FROM mdm.aa_outbox_delivery d
 JOIN mdm.aa_job j ON j.id = d.job_id
-WHERE d.event_id = CASE WHEN CAST(:key AS text) ~ '^outbox:[0-9a-f-]{36}:'
+WHERE d.event_id = CASE WHEN CAST(:key AS text)
+                             ~ '^outbox:[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}:'
                         THEN CAST(substr(CAST(:key AS text), 8, 36) AS uuid) END
   AND d.route = substr(CAST(:key AS text), 45)
   AND (CAST(:tenant_id AS uuid) IS NULL OR j.tenant_id = CAST(:tenant_id AS uuid))

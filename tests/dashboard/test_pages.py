@@ -334,3 +334,25 @@ def test_job_page_cancel_button_fails_the_job_and_a_second_cancel_is_409(admin, 
     assert admin.post(f"/dashboard/jobs/{other}/cancel", data={}).status_code in (400, 403)
     with engine.connect() as conn:
         assert job_row(conn, other)["state"] == "pending"
+
+
+def test_cancelling_an_email_whose_event_id_is_not_a_uuid_logs_it_without_one(admin, engine,
+                                                                               tenant):
+    """The payload is checked only when a worker reads it; the cancel's log row keeps the
+    event id only when it is one."""
+    event = uuid.uuid4()
+    shapes = {"-" * 36: None, "f" * 36: None, str(event): event, event.hex: event,
+              str(event).upper(): event}
+    jobs = {}
+    with engine.begin() as conn:
+        for given in shapes:
+            jobs[given] = insert_job(conn, tenant_id=tenant, kind="email_send", payload={
+                "template": "welcome", "to": ["ann@example.com"], "event_id": given})
+    token = csrf_of(admin)
+    for given, job in jobs.items():
+        done = admin.post(f"/dashboard/jobs/{job}/cancel", data={"csrf": token})
+        assert done.status_code == 303, (given, done.text[:300])
+    with engine.connect() as conn:
+        logged = dict(conn.execute(text(
+            "SELECT job_id, event_id FROM mdm.aa_email_log WHERE status = 'cancelled'")).all())
+    assert logged == {jobs[given]: kept for given, kept in shapes.items()}

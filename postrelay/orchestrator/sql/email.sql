@@ -302,13 +302,16 @@ DELETE FROM mdm.aa_email_log e USING doomed WHERE e.id = doomed.id;
 -- that "what happened to the mail to X" has an answer: never sent, and who cancelled it
 -- (the job's last_error). Its addresses are the payload's as written; no message was made,
 -- so there is no Message-ID (empty). Jobs cancelled while running are left to the row
--- their attempt wrote.
+-- their attempt wrote. The payload's event_id is kept only when it has a UUID's shape (32
+-- hex digits, hyphens between groups of four), which the cast to uuid always accepts: the
+-- payload is not checked before the worker reads it, and a cast that failed would abort
+-- the cancel.
 INSERT INTO mdm.aa_email_log (
     tenant_id, job_id, event_id, template, category, from_address, recipients,
     to_addresses, cc_addresses, bcc_addresses, message_id, status, error, attempt,
     finished_at)
 SELECT j.tenant_id, j.id,
-       CASE WHEN j.payload->>'event_id' ~* '^[0-9a-f-]{36}$'
+       CASE WHEN j.payload->>'event_id' ~* '^[0-9a-f]{8}-?([0-9a-f]{4}-?){3}[0-9a-f]{12}$'
             THEN CAST(j.payload->>'event_id' AS uuid) END,
        coalesce(j.payload->>'template', ''), j.payload->>'category',
        coalesce(j.payload->>'from', ''),

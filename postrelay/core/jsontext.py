@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from typing import Any
 
 import orjson
@@ -108,13 +109,18 @@ def encode_document(value: Any, field: str, max_bytes: int) -> str:
 
 def parse_document(text: str, field: str) -> Any:
     """The value of JSON `text` typed by a user (a CLI option, a file), or ValidationError
-    naming `field`: not JSON, or nested so deep that the decoder's recursion gives out."""
+    naming `field`: not JSON, nested so deep that the decoder's recursion gives out, or
+    holding an integer longer than the interpreter converts (a guard against quadratic
+    conversion time, which raises ValueError)."""
     try:
         return _DECODER.decode(text)
     except json.JSONDecodeError as exc:
         raise ValidationError(field, f"not valid JSON: {exc}") from None
     except RecursionError:
         raise ValidationError(field, DEPTH_RULE) from None
+    except ValueError:
+        raise ValidationError(field, "must not hold an integer of more than "
+                                     f"{sys.get_int_max_str_digits():,} digits") from None
 
 
 def _bad_escape(text: str) -> str | None:

@@ -1,6 +1,7 @@
-"""The dashboard's cron form with a payload nested deeper than the limit, or deeper than the
-JSON parser can recurse through: a 400 naming the rule, not a 500 (it used to raise
-RecursionError)."""
+"""The dashboard's cron form with a payload the JSON parser gives up on: nested deeper than
+the limit or than the parser can recurse through (it used to raise RecursionError), or
+holding an integer longer than Python converts (ValueError): a 400 naming the rule, not a
+500."""
 
 from __future__ import annotations
 
@@ -16,3 +17,13 @@ def test_a_deep_cron_payload_is_a_400(admin, tenant):
         page = admin.post("/dashboard/cron", data=form)
         assert page.status_code == 400, (levels, page.status_code)
         assert "more than 64 levels deep" in page.text, levels
+
+
+def test_a_cron_payload_with_an_endless_integer_is_a_400(admin, tenant):
+    token = csrf_of(admin, "/dashboard/cron")
+    form = {"name": "long", "schedule": "0 3 * * *", "kind": "reindex", "tenant": str(tenant),
+            "payload": '{"a": ' + "9" * 5000 + "}", "csrf": token}
+    page = admin.post("/dashboard/cron", data=form)
+    assert page.status_code == 400, page.text[:300]
+    assert "payload: must not hold an integer of more than 4,300 digits" in page.text
+    assert 'data-cron="long"' not in admin.get("/dashboard/cron").text

@@ -113,6 +113,18 @@ async def test_retry_after_as_an_http_date(engine, async_engine, setup, receiver
                                   pytest.approx(59.0))]
 
 
+async def test_a_retry_after_of_non_ascii_digits_is_ignored_and_the_attempt_kept(
+        engine, async_engine, setup, receiver):
+    """"²" is a digit to str.isdigit() but no number to float(): the answer is judged as
+    one without Retry-After, not a crash that leaves no attempt in the delivery log."""
+    tenant, event_id, endpoint_id = setup
+    receiver.program(Answer(503, {"Retry-After": "\u00b2"}, b"busy"))
+    with pytest.raises(WebhookDeliveryError, match="HTTP 503") as info:
+        await handler_for(async_engine)(dispatch_job(tenant, event_id, endpoint_id))
+    assert not isinstance(info.value, RetryAfter)
+    assert [a["status_code"] for a in attempts_of(engine, endpoint_id)] == [503]
+
+
 async def test_503_without_retry_after_uses_the_backoff(engine, async_engine, setup, receiver):
     tenant, event_id, endpoint_id = setup
     receiver.program(503)

@@ -87,6 +87,7 @@ def test_retry_after_dates_in_the_past_mean_now() -> None:
     assert parse_retry_after("Sun, 30 Nov 2026 11:00:00 GMT", NOW) == 0.0
     assert parse_retry_after(" 12 ", NOW) == 12.0
     assert parse_retry_after("-3", NOW) is None
+    assert parse_retry_after("\u0663", NOW) is None  # ARABIC-INDIC DIGIT THREE: not DIGIT
     assert parse_retry_after("", NOW) is None
 
 

@@ -52,7 +52,9 @@ def parse_retry_after(value: str | None, now: datetime) -> float | None:
     if value is None:
         return None
     value = value.strip()
-    if value.isdigit():
+    # ASCII digits only (RFC 9110's DIGIT): str.isdigit() also takes "²" or "٣", which
+    # float() refuses or reads as another number.
+    if value.isascii() and value.isdigit():
         return float(value)
     try:
         when = email.utils.parsedate_to_datetime(value)

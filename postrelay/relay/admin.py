@@ -92,6 +92,11 @@ def outbox_replay(
     how many. Jobs that still exist are not created again (their delivery links)."""
     if event_id is None and since is None and until is None:
         raise ValidationError("event_id", "give an event id or a time range (since/until)")
+    if event_id is not None and (since is not None or until is not None):
+        raise ValidationError("event_id", "give an event id or a time range, not both")
+    # An empty range would replay nothing and say so as if that were the answer.
+    if since is not None and until is not None and since >= until:
+        raise ValidationError("until", "must be after since")
     rows = conn.execute(OUTBOX_SQL["outbox_replay"], {
         "event_id": _uuid("event_id", event_id) if event_id else None,
         "since": since, "until": until,

@@ -1,0 +1,29 @@
+"""Odd input to `outbox replay`, `webhooks` and `cron rm`: a one-line error naming the
+field and the rule, exit 1, nothing written."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.test_cli_admin import run
+from tests.integration.test_cli_errors import one_line_error
+
+
+@pytest.mark.parametrize("args", [
+    ("--since", "2024-01-02", "--until", "2024-01-01"),
+    ("--since", "2024-01-01T10:00:00", "--until", "2024-01-01T10:00:00"),
+    # The same instant, written in two zones.
+    ("--since", "2024-01-01T10:00:00+05:00", "--until", "2024-01-01T05:00:00+00:00"),
+])
+def test_outbox_replay_refuses_an_empty_range(worker_env, clean_db, args):
+    """`--since` at or after `--until` matched nothing and printed "replayed 0", as if
+    the range had been right and simply had no events."""
+    line = one_line_error(run(worker_env, "outbox", "replay", *args, ok=False))
+    assert line == "error: until: must be after since"
+
+
+def test_outbox_replay_refuses_an_event_with_a_range(worker_env, clean_db):
+    line = one_line_error(run(worker_env, "outbox", "replay", "--event",
+                              "00000000-0000-0000-0000-000000000001", "--since", "2024-01-01",
+                              ok=False))
+    assert line == "error: event_id: give an event id or a time range, not both"

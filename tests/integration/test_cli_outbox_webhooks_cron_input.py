@@ -27,3 +27,16 @@ def test_outbox_replay_refuses_an_event_with_a_range(worker_env, clean_db):
                               "00000000-0000-0000-0000-000000000001", "--since", "2024-01-01",
                               ok=False))
     assert line == "error: event_id: give an event id or a time range, not both"
+
+
+@pytest.mark.parametrize(("args", "field"), [
+    (("webhooks", "disable", "00000000-0000-0000-0000-000000000001", "--reason", "x\udcff"),
+     "reason"),
+    (("webhooks", "add", "https://example.com/in", "--tenant",
+      "00000000-0000-0000-0000-000000000001", "--event-type", "order.\udcff"), "event_types"),
+])
+def test_webhook_text_that_is_not_utf8_names_the_option(worker_env, clean_db, args, field):
+    """A byte that is not UTF-8 on the command line (read as \\udcff) was "unexpected
+    UnicodeEncodeError", naming neither the option nor the rule."""
+    line = one_line_error(run(worker_env, *args, ok=False))
+    assert line.startswith(f"error: {field}: ") and "surrogate" in line

@@ -63,6 +63,12 @@ def test_bad_input_names_the_field_and_writes_nothing(engine, wh_tenant):
             (lambda: webhook_add(conn, wh_tenant, "https://x.com/", event_types=[""]),
              "event_types"),
             (lambda: webhook_disable(conn, wh_tenant, reason=" "), "reason"),
+            # What PostgreSQL cannot store is refused before it aborts the transaction.
+            (lambda: webhook_add(conn, wh_tenant, "https://x.com/", event_types=["a\x00"]),
+             "event_types"),
+            (lambda: webhook_add(conn, wh_tenant, "https://x.com/", event_types=["a\udcff"]),
+             "event_types"),
+            (lambda: webhook_disable(conn, wh_tenant, reason="gone\x00"), "reason"),
         ]:
             with pytest.raises(ValidationError) as info:
                 call()

@@ -30,6 +30,7 @@ from postrelay.core.dbcall import (
     drive,
 )
 from postrelay.core.errors import NotFoundError, ValidationError
+from postrelay.core.limits import checked_text
 from postrelay.core.sqlfiles import load_queries
 from postrelay.relay.webhooks.netguard import IPAddress, is_public
 from postrelay.relay.webhooks.signing import new_secret
@@ -138,6 +139,7 @@ def webhook_disable(
     """Stop delivering to the endpoint. Jobs already queued for it stop as `failed`."""
     if not isinstance(reason, str) or not reason.strip():
         raise ValidationError("reason", "must be a non-empty string")
+    checked_text(reason, "reason")
     return _set_enabled(conn, endpoint_id, False, reason.strip(), tenant_id)
 
 
@@ -322,6 +324,7 @@ def _event_types(event_types: Iterable[str] | None) -> list[str] | None:
                 "event_types",
                 f"{t!r}: an event type or glob (`order.*`) of 1 to 200 characters, no spaces",
             )
+        checked_text(t, "event_types")  # `\S` lets a NUL or a lone surrogate through
     return list(types) or None
 
 

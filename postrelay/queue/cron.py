@@ -172,6 +172,7 @@ def cron_delete(
     NotFoundError. Without `tenant_id`, the name must be one tenant's only (else
     ValidationError asking for the tenant). The built-in `postrelay.*` entries are not
     deleted this way (ForbiddenError)."""
+    checked_text(name, "name")  # the name is looked up, not matched against _NAME
     check_cron_name(name)
     tenant = _uuid_or_none(tenant_id)
     if tenant is None:

@@ -40,3 +40,8 @@ def test_webhook_text_that_is_not_utf8_names_the_option(worker_env, clean_db, ar
     UnicodeEncodeError", naming neither the option nor the rule."""
     line = one_line_error(run(worker_env, *args, ok=False))
     assert line.startswith(f"error: {field}: ") and "surrogate" in line
+
+
+def test_cron_rm_of_a_name_that_is_not_utf8_names_the_argument(worker_env, clean_db):
+    line = one_line_error(run(worker_env, "cron", "rm", "night\udcffly", ok=False))
+    assert line.startswith("error: name: ") and "surrogate" in line

@@ -42,6 +42,17 @@ def test_create_list_delete(engine, tenant):
     assert audit[1][2] == "0 0 3 * * *"  # the deleted entry is kept in the audit row
 
 
+@pytest.mark.parametrize("name", ["night\x00ly", "night\udcffly"])
+def test_delete_of_a_name_postgresql_cannot_hold_names_the_field(engine, tenant, name):
+    """A NUL reached PostgreSQL as a DataError that aborted the caller's transaction; a
+    lone surrogate (a byte that is not UTF-8 on the command line) as UnicodeEncodeError."""
+    with engine.begin() as conn:
+        with pytest.raises(ValidationError) as info:
+            cron_delete(conn, name)
+        assert info.value.field == "name"
+        assert conn.execute(text("SELECT 1")).scalar() == 1  # the transaction is usable
+
+
 def test_names_are_unique_per_tenant(engine, tenant):
     from postrelay.queue import ensure_tenant
 

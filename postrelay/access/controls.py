@@ -5,26 +5,19 @@ POSTRELAY_SMTP_RATE): pausing or limiting a tenant is how an operator stops one 
 floods a shared destination. Nor does it set a limit of its own on a kind the operator
 limited for every tenant: a tenant's own limit governs its jobs instead of the kind-wide
 one, so it would take them out of the cap every tenant shares (the SMTP server's rate).
+The other order is queue.limit_set's: a kind-wide limit removes those tenant keys set.
 
     check_resume(conn, tenant_id=acme, kind="email_send")  # ForbiddenError: the operator's
 """
 
 from __future__ import annotations
 
-import re
 from uuid import UUID
 
 from sqlalchemy import Connection
 
 from postrelay.core.errors import ForbiddenError
-from postrelay.queue import limit_list, pause_list
-
-# The actors of tenant keys, as the API and the dashboard write them into audit rows.
-_TENANT_KEY_ACTOR = re.compile(r"(api|dashboard):key:")
-
-
-def made_by_tenant_key(actor: str) -> bool:
-    return _TENANT_KEY_ACTOR.match(actor) is not None
+from postrelay.queue import limit_list, made_by_tenant_key, pause_list
 
 
 def check_resume(conn: Connection, *, tenant_id: UUID, kind: str | None) -> None:

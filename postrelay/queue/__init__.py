@@ -20,6 +20,7 @@ from postrelay.queue.admin import (
     job_get,
     job_list,
     jobs_cancel,
+    made_by_tenant_key,
     queue_status,
     tenant_list,
 )
@@ -159,6 +160,7 @@ __all__ = [
     "limit_remove",
     "limit_set",
     "jobs_cancel",
+    "made_by_tenant_key",
     "maintenance_interval",
     "parse_rate",
     "pause",

@@ -13,6 +13,7 @@ Every mutation writes its `aa_job_audit` rows in the same statement (see sql/adm
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -295,6 +296,16 @@ def _limit(limit: int, maximum: int) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= maximum:
         raise ValidationError("limit", f"must be between 1 and {maximum}")
     return limit
+
+
+# The actors of tenant keys, as the API and the dashboard write them into audit rows
+# (`api:key:<name>`, `dashboard:key:<name>`); any other actor is the operator. A pattern
+# that PostgreSQL's `~` reads as Python's re.match does.
+TENANT_KEY_ACTOR = "^(api|dashboard):key:"
+
+
+def made_by_tenant_key(actor: str) -> bool:
+    return re.match(TENANT_KEY_ACTOR, actor) is not None
 
 
 def _actor(actor: str) -> str:

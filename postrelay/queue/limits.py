@@ -27,7 +27,13 @@ from postrelay.core.errors import NotFoundError, ValidationError
 from postrelay.core.rates import parse_rate
 from postrelay.core.sqlfiles import load_queries
 from postrelay.core.telemetry import event
-from postrelay.queue.admin import ADMIN_SQL, _actor, _check_kind, _uuid_or_none
+from postrelay.queue.admin import (
+    ADMIN_SQL,
+    TENANT_KEY_ACTOR,
+    _actor,
+    _check_kind,
+    _uuid_or_none,
+)
 
 LIMITS_SQL = load_queries("postrelay.queue", "sql/limits.sql")
 _KEY_PART = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,62}$")
@@ -70,7 +76,10 @@ def limit_set(
     """Set (or replace) the limit of `kind`, optionally within `tenant_id`: a `rate`
     (`14/s`, `1000/min`) with a `burst` (default: one second's worth, at least 1), and/or
     a `concurrency` cap; optionally per value of the payload field `key` (dots for nested
-    fields). Bad input is a ValidationError naming the field; nothing is written."""
+    fields). A kind-wide limit removes the limits tenant keys had set on the kind within
+    their tenants (each a `limit_removed` audit row by `actor`, reason `kind_wide_limit`):
+    none may take its tenant's jobs out of it. Bad input is a ValidationError naming the
+    field; nothing is written."""
     if not isinstance(kind, str) or not kind:
         raise ValidationError("kind", "is required")
     _check_kind(conn, kind)
@@ -88,9 +97,13 @@ def limit_set(
     row = conn.execute(LIMITS_SQL["job_limit_upsert"], {
         "kind": kind, "tenant_id": tenant, "key_path": _key_path(key),
         "rate_per_sec": per_sec, "burst": burst, "concurrency": cap, "actor": _actor(actor),
+        "tenant_key_actor": TENANT_KEY_ACTOR,
     }).one()
-    found = Limit(**row._mapping)
-    event("postrelay.queue.job_limit_set", limit=found.describe(), actor=actor)
+    fields = dict(row._mapping)
+    displaced = fields.pop("displaced")
+    found = Limit(**fields)
+    event("postrelay.queue.job_limit_set", limit=found.describe(), actor=actor,
+          **({"removed_tenant_key_limits": displaced} if displaced else {}))
     return found
 
 

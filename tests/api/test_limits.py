@@ -102,3 +102,18 @@ def test_a_tenant_key_changes_no_limit_the_operator_set(api, acme_client, engine
             "FROM mdm.aa_job_limit ORDER BY 1")).all()
     assert [tuple(row) for row in kept] == [("email_send", True, 14.0, None),
                                             ("reindex", False, None, 1)]
+
+
+def test_a_kind_wide_limit_set_later_removes_the_one_a_tenant_key_set(api, acme_client,
+                                                                      engine, tenant):
+    """The other order: a tenant key limited its mail first, then the operator capped the
+    kind for everyone. The tenant's own limit would still govern its jobs instead."""
+    data(acme_client.post("/v1/functions/limits", json={"kind": "email_send",
+                                                        "rate": "1000000/s"}))
+    data(api.post("/v1/functions/limits", json={"kind": "email_send", "rate": "14/s"}))
+    listed = data(acme_client.get("/v1/functions/limits"))
+    assert [(lim["kind"], lim["tenantId"], lim["ratePerSec"]) for lim in listed] == [
+        ("email_send", None, 14.0)]
+    again = error(acme_client.post("/v1/functions/limits", json={
+        "kind": "email_send", "rate": "1000000/s"}), 403)
+    assert again["code"] == "kind_wide_limit"

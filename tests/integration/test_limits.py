@@ -114,6 +114,34 @@ async def test_a_tenants_own_limit_governs_its_jobs_and_the_kinds_the_rest(engin
     assert await claim() == []
 
 
+async def test_a_kind_wide_limit_removes_the_limits_tenant_keys_set_on_the_kind(
+        engine, tenant, claim):
+    """A tenant's own limit governs its jobs instead of the kind-wide one: one that a tenant
+    key set before the operator limited the kind kept its jobs out of that limit."""
+    with engine.begin() as conn:
+        other = ensure_tenant(conn, "globex")
+        limit_set(conn, actor="api:key:acme-ci", kind="virus_scan", tenant_id=tenant,
+                  concurrency=1000)
+        limit_set(conn, actor="dashboard:key:acme", kind="reindex", tenant_id=tenant,
+                  rate="5/s")
+        limit_set(conn, actor=ACTOR, kind="virus_scan", tenant_id=other, concurrency=3)
+        limit_set(conn, actor=ACTOR, kind="virus_scan", concurrency=1)
+        kept = limit_list(conn)
+    assert [(lim.kind, lim.tenant_id, lim.created_by) for lim in kept] == [
+        ("reindex", tenant, "dashboard:key:acme"),  # another kind
+        ("virus_scan", None, ACTOR),
+        ("virus_scan", other, ACTOR)]  # what the operator set within a tenant stays
+    jobs(engine, tenant, 5)
+    jobs(engine, other, 5)
+    assert Counter(j.tenant_id for j in await claim()) == {tenant: 1, other: 3}
+    with engine.connect() as conn:
+        removed = conn.execute(text(
+            "SELECT tenant_id, actor, detail->>'created_by', detail->>'reason' "
+            "FROM mdm.aa_flow_audit WHERE action = 'limit_removed'")).all()
+    assert [tuple(row) for row in removed] == [(tenant, ACTOR, "api:key:acme-ci",
+                                                "kind_wide_limit")]
+
+
 async def test_limited_claims_skip_paused_jobs_and_unlimited_tenants_go_free(
         engine, tenant, claim):
     with engine.begin() as conn:

@@ -5,6 +5,10 @@
 -- Sets the limit of a scope (kind, optional tenant), replacing the one there was; a
 -- changed rate or key starts its buckets afresh (full). The claim reads it from its next
 -- run on; workers learn that a kind is limited within a second (job_limit_kinds).
+-- A kind-wide limit removes the limits tenant keys set on the kind (:tenant_key_actor):
+-- a tenant's own limit governs its jobs instead of the kind-wide one, and a tenant key may
+-- not take its jobs out of a limit every tenant shares, whichever came first. Limits the
+-- operator set within a tenant stay. `displaced` counts what was removed.
 WITH old AS (
     SELECT id, key_path, rate_per_sec, burst, concurrency FROM mdm.aa_job_limit
     WHERE job_kind = CAST(CAST(:kind AS text) AS mdm.job_kind)
@@ -32,9 +36,23 @@ WITH old AS (
                               'burst', s.burst, 'concurrency', s.concurrency,
                               'was', (SELECT to_jsonb(o) - 'id' FROM old o))
     FROM set s
+), displaced AS (
+    DELETE FROM mdm.aa_job_limit
+    WHERE CAST(:tenant_id AS uuid) IS NULL
+      AND job_kind = CAST(CAST(:kind AS text) AS mdm.job_kind)
+      AND tenant_id IS NOT NULL
+      AND created_by ~ :tenant_key_actor
+    RETURNING job_kind, tenant_id, key_path, rate_per_sec, burst, concurrency, created_by
+), displaced_audited AS (
+    INSERT INTO mdm.aa_flow_audit (action, tenant_id, job_kind, actor, detail)
+    SELECT 'limit_removed', d.tenant_id, d.job_kind, :actor,
+           jsonb_build_object('key_path', d.key_path, 'rate_per_sec', d.rate_per_sec,
+                              'burst', d.burst, 'concurrency', d.concurrency,
+                              'created_by', d.created_by, 'reason', 'kind_wide_limit')
+    FROM displaced d
 )
 SELECT job_kind::text AS kind, tenant_id, key_path, rate_per_sec, burst, concurrency,
-       created_by, created_at
+       created_by, created_at, (SELECT count(*) FROM displaced) AS displaced
 FROM set;
 
 -- name: job_limit_delete

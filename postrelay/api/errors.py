@@ -127,6 +127,9 @@ def _describe(err: Any, content_type: str | None) -> tuple[str, str]:
             return "body", f"{JSON_RULE}, got Content-Type {content_type or '(none)'}"
         return "body", "must be a JSON object"
     field = ".".join(where) or (loc[0] if loc else "request")
+    raised = (err.get("ctx") or {}).get("error")
+    if err.get("type") == "value_error" and raised is not None:
+        return field, str(raised)  # our validators' own words, without pydantic's "Value error, "
     return field, str(err.get("msg", "invalid"))
 
 

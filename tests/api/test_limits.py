@@ -40,6 +40,9 @@ def test_bad_input_names_the_field_and_writes_nothing(api, engine, tenant):
                         ({"kind": "reindex", "rate": "1/s",
                           "tenantId": "00000000-0000-0000-0000-0000000000ff"}, "tenantId")):
         assert error(api.post("/v1/functions/limits", json=body), 400)["field"] == field, body
+    said = error(api.post("/v1/functions/limits", json={"kind": "reindex", "rate": True}), 400)
+    assert said["message"] == ("rate: must be a rate such as 14/s or 1000/min, or a number "
+                               "per second")  # not pydantic's "Value error, must be ..."
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM mdm.aa_job_limit")).scalar_one() == 0
 

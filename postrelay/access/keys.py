@@ -79,7 +79,7 @@ def key_hash(key: str) -> str:
 
 def api_key_create(conn: Connection, name: str, *, tenant_id: UUID | str) -> tuple[ApiKeyView, str]:
     """Create a key bound to one tenant; returns the key's row and the key (shown once)."""
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ValidationError("name", "1-128 characters: letters, digits and . _ : - "
                                       "(starting with a letter or digit)")
     try:

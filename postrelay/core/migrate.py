@@ -80,7 +80,7 @@ def write_kind_migration(name: str, directory: Path | None = None) -> Path:
 
     PostgreSQL cannot drop an enum value, so the downgrade leaves the value in place.
     """
-    if not _KIND_NAME.match(name):
+    if not _KIND_NAME.fullmatch(name):
         raise ValueError(
             f"kind name {name!r}: must be lower-case letters, digits and underscores, "
             "starting with a letter, at most 63 characters"

@@ -116,7 +116,7 @@ def cron_create(
     """Create an entry in the caller's transaction. Names are unique per tenant: a name
     this tenant already has raises ConflictError. A name starting `postrelay.` or a system
     kind outside the system tenant raises ForbiddenError (see queue/reserved.py)."""
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ValidationError("name", "1-128 characters: letters, digits and . _ : - "
                                       "(starting with a letter or digit)")
     check_cron_name(name)

@@ -158,7 +158,7 @@ def _key_path(key: str | None) -> list[str] | None:
     if key is None:
         return None
     parts = key.split(".") if isinstance(key, str) else []
-    if not parts or len(parts) > 8 or not all(_KEY_PART.match(p) for p in parts):
+    if not parts or len(parts) > 8 or not all(_KEY_PART.fullmatch(p) for p in parts):
         raise ValidationError(
             "key", "must be a payload field name (letters, digits, _ and -), with dots "
                    "between nested names, such as domain or recipient.domain")

@@ -85,7 +85,7 @@ class Feedback:
             raise ValidationError("kind", f"must be one of {', '.join(FEEDBACK_KINDS)}")
         if self.source not in SOURCES:
             raise ValidationError("source", f"must be one of {', '.join(SOURCES)}")
-        if self.status is not None and not _STATUS.match(self.status):
+        if self.status is not None and not _STATUS.fullmatch(self.status):
             raise ValidationError("status", "an enhanced status code like 5.1.1")
         for name in QUOTED_FIELDS:  # what a mail server wrote need not be storable text
             value = getattr(self, name)

@@ -319,7 +319,7 @@ def _event_types(event_types: Iterable[str] | None) -> list[str] | None:
     if len(types) > MAX_EVENT_TYPES:
         raise ValidationError("event_types", f"at most {MAX_EVENT_TYPES} entries")
     for t in types:
-        if not isinstance(t, str) or not _EVENT_TYPE.match(t):
+        if not isinstance(t, str) or not _EVENT_TYPE.fullmatch(t):
             raise ValidationError(
                 "event_types",
                 f"{t!r}: an event type or glob (`order.*`) of 1 to 200 characters, no spaces",

@@ -46,6 +46,7 @@ class Signer:
         # Separate derived keys per purpose: a cookie signature is never a valid CSRF token.
         self._cookie_key = _derive(service_role_key, b"postrelay.dashboard.cookie.v1")
         self._csrf_key = _derive(service_role_key, b"postrelay.dashboard.csrf.v1")
+        self._notice_key = _derive(service_role_key, b"postrelay.dashboard.notice.v1")
 
     def new_session(self, key_id: UUID | None, tenant_id: UUID | None,
                     now: float | None = None) -> Session:
@@ -98,6 +99,14 @@ class Signer:
         except (IndexError, ValueError):
             return False
         return expires > time.time() and self.csrf_ok(nonce, token)
+
+    def notice_mac(self, notice: str) -> str:
+        """The signature of a notice a redirect carries to the page it sends to."""
+        return _b64(hmac.new(self._notice_key, notice.encode("utf-8", "surrogatepass"),
+                             hashlib.sha256).digest())
+
+    def notice_ok(self, notice: str, mac: str) -> bool:
+        return bool(mac) and _same(self.notice_mac(notice), mac)
 
     def _mac(self, payload: str) -> str:
         return _b64(hmac.new(self._cookie_key, payload.encode(), hashlib.sha256).digest())

@@ -163,6 +163,18 @@ def redirect(request: Request, path: str, **params: Any) -> RedirectResponse:
     return RedirectResponse(url, status_code=303)
 
 
+def redirect_with_notice(request: Request, path: str, notice: str) -> RedirectResponse:
+    """`redirect`, carrying a notice of what was done for the page to show. It is signed:
+    the link is anyone's to write, and the dashboard must not say what it did not do."""
+    return redirect(request, path, notice=notice, sig=signer_of(request).notice_mac(notice))
+
+
+def notice_of(request: Request, notice: str, sig: str) -> str | None:
+    """The notice a redirect_with_notice link carries; None when there is none, or it is
+    not one the dashboard signed."""
+    return notice if notice and signer_of(request).notice_ok(notice, sig) else None
+
+
 def templates_environment() -> Environment:
     """Jinja2 with autoescape on for every template: payloads, error texts and email
     fields are untrusted, and every value is escaped unless a template says otherwise

@@ -145,7 +145,7 @@ def test_delete_a_cron_entry(page, engine, tenant):
     row = page.locator("tr[data-cron='nightly-report']")
     row.locator("summary", has_text="Delete").click()
     row.locator("button", has_text="Delete nightly-report").click()
-    page.wait_for_url("**/dashboard/cron?deleted=nightly-report")
+    page.wait_for_url("**/dashboard/cron?notice=Deleted+nightly-report.*")
     assert "Deleted nightly-report." in page.inner_text(".alert.ok")
     assert page.locator("tr[data-cron='nightly-report']").count() == 0
     assert page.locator("tr[data-cron='hourly-sync']").count() == 1

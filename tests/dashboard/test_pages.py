@@ -211,6 +211,14 @@ def test_cron_create_and_delete_with_the_apis_messages(admin, api_client, engine
     assert taken.status_code == 409 and "already exists" in taken.text
     deleted = admin.post("/dashboard/cron/nightly/delete", data={"csrf": token})
     assert "Deleted nightly." in admin.get(deleted.headers["location"]).text
+    # The notice rides in the link, signed: a link anyone wrote shows none.
+    made_up = deleted.headers["location"].replace("Deleted", "Your+session+has+expired:+sign"
+                                                  "+in+at+evil.example.+Deleted")
+    for link in (made_up, "/dashboard/cron?notice=Your+session+has+expired",
+                 "/dashboard/pauses?notice=Your+session+has+expired&sig=x",
+                 "/dashboard/pauses?done=Your+session+has+expired"):
+        page = admin.get(link)
+        assert page.status_code == 200 and "Your session" not in page.text, link
     with engine.connect() as conn:
         actions = conn.execute(text(
             "SELECT action, actor FROM mdm.aa_cron_audit WHERE name = 'nightly' ORDER BY id"

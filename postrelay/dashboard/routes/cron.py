@@ -25,9 +25,10 @@ from postrelay.dashboard.web import (
     Form,
     User,
     first,
+    notice_of,
     optional_uuid,
     pretty_json,
-    redirect,
+    redirect_with_notice,
     render,
     tenant_names,
 )
@@ -50,11 +51,9 @@ _MAX_ATTEMPTS: TypeAdapter[int] = TypeAdapter(MaxAttempts)
 
 
 @router.get("/cron")
-def cron_page(request: Request, user: CurrentUser, engine: Db, created: str = "",
-              deleted: str = "") -> HTMLResponse:
-    flash = (f"Created {created}." if created else "") + (f"Deleted {deleted}." if deleted
-                                                          else "")
-    return _page(request, user, engine, {}, None, flash or None, 200)
+def cron_page(request: Request, user: CurrentUser, engine: Db, notice: str = "",
+              sig: str = "") -> HTMLResponse:
+    return _page(request, user, engine, {}, None, notice_of(request, notice, sig), 200)
 
 
 @router.post("/cron")
@@ -73,7 +72,7 @@ def cron_add(request: Request, user: CurrentUser, engine: Db, form: Form) -> Res
     except ConflictError as exc:
         return _page(request, user, engine, values, str(exc), None, 409)
     event("postrelay.dashboard.cron_create", name=entry.name, actor=user.actor)
-    return redirect(request, "/cron", created=entry.name)
+    return redirect_with_notice(request, "/cron", f"Created {entry.name}.")
 
 
 @router.post("/cron/{name}/delete")
@@ -86,7 +85,7 @@ def cron_remove(request: Request, name: str, user: CurrentUser, engine: Db,
     with engine.begin() as conn:
         cron_delete(conn, name, tenant_id=tenant, actor=user.actor)
     event("postrelay.dashboard.cron_delete", name=name, actor=user.actor)
-    return redirect(request, "/cron", deleted=name)
+    return redirect_with_notice(request, "/cron", f"Deleted {name}.")
 
 
 def _arguments(user: User, values: dict[str, str]) -> dict[str, Any]:

@@ -22,8 +22,9 @@ from postrelay.dashboard.web import (
     Form,
     User,
     first,
+    notice_of,
     optional_uuid,
-    redirect,
+    redirect_with_notice,
     render,
     tenant_names,
 )
@@ -42,8 +43,9 @@ router = APIRouter()
 
 
 @router.get("/pauses")
-def pauses_page(request: Request, user: CurrentUser, engine: Db, done: str = "") -> HTMLResponse:
-    return _page(request, user, engine, {}, done or None, None, 200)
+def pauses_page(request: Request, user: CurrentUser, engine: Db, notice: str = "",
+                sig: str = "") -> HTMLResponse:
+    return _page(request, user, engine, {}, notice_of(request, notice, sig), None, 200)
 
 
 @router.post("/pauses")
@@ -71,7 +73,7 @@ def pauses_apply(request: Request, user: CurrentUser, engine: Db, form: Form) ->
     except ForbiddenError as exc:
         return _page(request, user, engine, values, None, exc.message, 403)
     shown = (found[0] if action == "pause" else found).describe()
-    return redirect(request, "/pauses", done=f"{action}d {shown}")
+    return redirect_with_notice(request, "/pauses", f"{action}d {shown}")
 
 
 LIMIT_FIELDS = ("action", "kind", "tenant", "rate", "burst", "concurrency", "key")
@@ -108,7 +110,7 @@ def limits_apply(request: Request, user: CurrentUser, engine: Db, form: Form) ->
     except ForbiddenError as exc:
         return _page(request, user, engine, values, None, exc.message, 403)
     done = "limit set" if action == "set" else "limit removed"
-    return redirect(request, "/pauses", done=f"{done}: {found.describe()}")
+    return redirect_with_notice(request, "/pauses", f"{done}: {found.describe()}")
 
 
 def _number(field: str, text: str) -> int | None:

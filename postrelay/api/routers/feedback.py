@@ -79,7 +79,7 @@ def _ses(request: Request, hooks: ProviderWebhooks, body: bytes) -> dict[str, An
         return {"confirmed": False}
     try:
         notification = json.loads(message["Message"])
-    except ValueError:
+    except (ValueError, RecursionError):  # nesting deeper than the decoder goes is no JSON
         raise ValidationError("Message", "not valid JSON") from None
     reports, ignored = ses_reports(notification, message["MessageId"])
     return summary(record_batch(request.app.state.engine, reports, hooks.policy), ignored)

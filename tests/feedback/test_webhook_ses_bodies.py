@@ -1,0 +1,26 @@
+"""SES notifications whose Message (the JSON text SNS signs) is of an odd shape, over real
+HTTP with a pinned signing certificate: each is a 400 naming the field, nothing written."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.feedback.test_webhook_ses import NOWHERE, pinned, post, sns  # noqa: F401
+
+
+@pytest.fixture
+def client(pinned, clean_db):  # noqa: F811
+    with httpx.Client(base_url=pinned, timeout=30) as c:
+        yield c
+
+
+@pytest.mark.parametrize("message", [
+    "[" * 100_000 + "]" * 100_000,  # deeper than the decoder recurses
+    '{"notificationType": ' + "9" * 5000 + "}",  # more digits than Python converts
+])
+def test_a_message_json_cannot_hold_is_400_naming_it(client, tenant, look, message):
+    answer = post(client, sns("Notification", message, cert_url=NOWHERE))
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["field"] == "Message"
+    assert look.feedback() == [] and look.events() == []

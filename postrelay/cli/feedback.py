@@ -131,6 +131,8 @@ def inbound(
     if processes > 1:
         with user_errors():  # a setting's error once, rather than from every process
             _feedback_settings(settings, need_domain=True)
+            _tls(settings)
+            UnsubscribeLinks.from_settings(settings)
         raise typer.Exit(_receivers(host, port, processes))
     with user_errors(), database(settings) as db:
         return_path, policy = _feedback_settings(settings, need_domain=True)

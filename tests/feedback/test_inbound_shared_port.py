@@ -2,7 +2,8 @@
 (SO_REUSEPORT), as one host with several cores runs them behind one MX. The kernel spreads
 the connections over them, each records what it took, and they start and stop as one: one
 that dies ends the set (its status the parent's), so a service manager restarts it whole.
-A receiver started without the option still cannot take a port in use."""
+A receiver started without the option still cannot take a port in use, and a bad setting is
+refused once, before any process starts."""
 
 from __future__ import annotations
 
@@ -121,3 +122,33 @@ async def test_a_receiver_that_dies_ends_the_set_and_frees_the_port(worker_env, 
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         probe.bind(("127.0.0.1", port))
         probe.listen()
+
+
+def refused_set(env: dict[str, str]) -> str:
+    """The one line `postrelay inbound --processes 3` prints when a setting is bad; it
+    exits 2 before any process starts."""
+    done = subprocess.run([str(POSTRELAY), "inbound", "--host", "127.0.0.1", "--port",
+                           str(free_ports(1)[0]), "--processes", "3"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == "", (done.stdout, done.stderr)
+    (line,) = done.stderr.splitlines()
+    return line
+
+
+def test_a_certificate_the_set_cannot_load_is_refused_once_before_any_process_starts(
+        worker_env, ca, tmp_path):
+    """Only the bounce domain was checked before the processes started: a key that is not
+    the certificate's was refused by each of them, the same line N times, and a log line
+    saying a process had ended."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "other.key"
+    ca.issue_cert("localhost").cert_chain_pems[0].write_to_path(str(cert))
+    ca.issue_cert("other").private_key_pem.write_to_path(str(key))
+    line = refused_set(receiver_env(worker_env, POSTRELAY_INBOUND_TLS_CERT=str(cert),
+                                    POSTRELAY_INBOUND_TLS_KEY=str(key)))
+    assert line.startswith("error: POSTRELAY_INBOUND_TLS_CERT and POSTRELAY_INBOUND_TLS_KEY: "
+                           f"cannot load {cert} and {key}: "), line
+
+
+def test_a_public_url_the_set_cannot_link_to_is_refused_once(worker_env):
+    line = refused_set(receiver_env(worker_env, POSTRELAY_PUBLIC_URL="ftp://mail.example"))
+    assert line.startswith("error: POSTRELAY_PUBLIC_URL: must be https://"), line

@@ -174,6 +174,25 @@ def test_ingest_refuses_a_missing_file_and_lists_the_unmatched(worker_env, look,
     assert bad.returncode == 1 and b"kind" in bad.stderr
 
 
+def test_stdin_twice_and_a_path_it_cannot_follow_are_refused_before_any_is_read(
+        worker_env, look, tmp_path):
+    """`- -` read the message once and then "empty, no message to record", exit 0; a
+    symbolic link loop was said not to exist. Each is now refused by name, the good file
+    before it unread."""
+    stray = tmp_path / "stray.eml"
+    stray.write_bytes(b"From: someone@example.org\r\nSubject: hello\r\n\r\nhi there\r\n")
+    done = run(worker_env, "feedback", "ingest", str(stray), "-", "-", stdin=b"hello",
+               ok=False)
+    assert done.returncode == 1 and done.stdout == b"", done.stdout
+    assert done.stderr == b"error: FILE: - (stdin) given more than once: stdin is read once\n"
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    done = run(worker_env, "feedback", "ingest", str(stray), str(loop), ok=False)
+    assert done.returncode == 1 and done.stdout == b"", done.stdout
+    assert done.stderr.decode() == f"error: FILE: {loop}: Too many levels of symbolic links\n"
+    assert look.feedback() == []
+
+
 def test_empty_input_is_no_message_and_records_nothing(worker_env, look, tmp_path):
     """An empty file, an mbox emptied after it was read (a spool a cron job reads), an mbox
     holding only a From_ line and nothing on stdin each recorded an `unparsed` report of

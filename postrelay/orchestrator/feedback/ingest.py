@@ -50,11 +50,14 @@ class Incoming:
 def messages(paths: Sequence[str], *, unseen_only: bool = False) -> Iterator[Incoming]:
     """Each message in `paths`; `-` reads stdin (one message, or an mbox when it starts with
     a From_ line). With `unseen_only`, a Maildir gives only its messages not flagged seen.
-    A missing path, or a folder that is not a Maildir, is refused before any is read."""
+    A missing path, a folder that is not a Maildir, and `-` given twice are refused before
+    any is read."""
+    if paths.count("-") > 1:  # the second would read nothing, and say "empty"
+        raise ValidationError("FILE", "- (stdin) given more than once: stdin is read once")
     for given in paths:
         path = Path(given)
-        if given != "-" and not path.exists():
-            raise ValidationError("FILE", f"{given} does not exist")
+        if given != "-":
+            _check_path(given, path)
         if path.is_dir() and not all((path / sub).is_dir() for sub in ("cur", "new", "tmp")):
             raise ValidationError("FILE", f"{given} is a folder but not a Maildir "
                                           "(cur, new and tmp inside)")
@@ -67,6 +70,18 @@ def messages(paths: Sequence[str], *, unseen_only: bool = False) -> Iterator[Inc
             yield from _maildir(given, path, unseen_only)
         else:
             yield from _split(given, path.read_bytes())
+
+
+def _check_path(given: str, path: Path) -> None:
+    """ValidationError naming `given` and why it cannot be read: missing, or a path the
+    system cannot follow (a symbolic link loop, a folder it may not enter). Path.exists()
+    said "does not exist" for all of them."""
+    try:
+        path.stat()
+    except FileNotFoundError:
+        raise ValidationError("FILE", f"{given} does not exist") from None
+    except OSError as exc:
+        raise ValidationError("FILE", f"{given}: {exc.strerror or exc}") from None
 
 
 def _maildir(given: str, path: Path, unseen_only: bool) -> Iterator[Incoming]:

@@ -147,6 +147,19 @@ def test_a_signed_link_unsubscribe_is_not_unmatched(engine, tenant, worker_env):
     assert "signed link" in shown.stdout and "unmatched" not in shown.stdout
 
 
+def test_an_empty_tenant_or_since_is_refused_not_taken_for_no_filter(engine, tenant,
+                                                                    worker_env):
+    """`--tenant "$T"` with T unset listed every tenant's feedback, and `--since ""` every
+    report ever received, as if the option had been left out."""
+    _feedback(engine, _answered(engine, tenant, 1)[0], "bounced", "mail", "b-1", "5.1.1")
+    for option, message in (("--tenant", "error: tenant: must be a UUID, not empty"),
+                            ("--since", "error: since: must be like 30m, 2h, 7d or an ISO "
+                                        "8601 time, not empty")):
+        shown = subprocess.run([POSTRELAY, "feedback", "list", option, ""], env=worker_env,
+                               capture_output=True, text=True, timeout=60)
+        assert (shown.returncode, shown.stdout, shown.stderr) == (1, "", message + "\n")
+
+
 def test_rates_per_tenant_over_24_hours_and_7_days(engine, tenant, other_tenant, look):
     from postrelay.orchestrator import feedback_rates
 

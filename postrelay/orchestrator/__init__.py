@@ -37,6 +37,7 @@ from postrelay.orchestrator.feedback.webhook import (
     WebhookUnavailableError,
     record_batch,
     summary,
+    webhook_json,
 )
 from postrelay.orchestrator.handler import email_registry
 from postrelay.orchestrator.job import EMAIL_KIND, EmailJob, enqueue_email, enqueue_email_async
@@ -93,6 +94,7 @@ __all__ = [
     "suppression_list",
     "suppression_remove",
     "summary",
+    "webhook_json",
     "SENDGRID_SIGNATURE_HEADER",
     "SENDGRID_TIMESTAMP_HEADER",
     "EmailJob",

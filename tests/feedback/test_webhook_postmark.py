@@ -217,6 +217,17 @@ def test_a_malformed_record_is_400_naming_the_field(client, sent, look, record, 
     assert look.feedback() == []
 
 
+def test_a_record_nested_deeper_than_64_levels_is_400_naming_the_body(client, sent, look):
+    """ServerID is kept in the report's detail as it came: nested some 980 levels deep it
+    exhausted the encoder's recursion when the report was written, a 500."""
+    body = bounce(ServerID="DEEP")
+    raw = httpx.Request("POST", "http://x", json=body).content.replace(
+        b'"DEEP"', b"[" * 985 + b"]" * 985)
+    answer = client.post(URL, content=raw, headers={"Content-Type": "application/json"})
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["field"] == "body"
+    assert look.feedback() == []
+
 def test_without_credentials_configured_the_webhook_is_404(database_url, clean_db):
     with serve_database(database_url, "svc-key-for-the-postmark-webhook-tests-2") as url:
         answer = httpx.post(f"{url}{URL}", json=bounce(), auth=AUTH, timeout=30)

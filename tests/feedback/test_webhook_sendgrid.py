@@ -305,6 +305,31 @@ def test_not_valid_json_is_400(client, look):
     assert answer.status_code == 400 and answer.json()["error"]["field"] == "body"
 
 
+def deep_batch(category: bytes, n: int) -> dict[str, object]:
+    """A good event, then one whose category is `category` (raw JSON), signed."""
+    body = (b'[{"email": "ann@example.com", "event": "delivered", "sg_event_id": "ok-%d"}, '
+            b'{"email": "ann@example.com", "event": "delivered", "sg_event_id": "deep-%d", '
+            b'"category": %s}]' % (n, n, category))
+    signature = KEY.sign(b"1700000000" + body, ec.ECDSA(hashes.SHA256()))
+    return {"content": body, "headers": {SIG: base64.b64encode(signature).decode(),
+                                         STAMP: "1700000000"}}
+
+
+@pytest.mark.parametrize("levels", [63, 985])
+def test_a_batch_nested_deeper_than_64_levels_is_400_and_writes_nothing(client, look,
+                                                                        levels):
+    """A category nested some 980 levels deep decoded, and then exhausted the encoder's
+    recursion when its report was written: a 500, which SendGrid retries. The batch and
+    the event are two levels, so a category of 62 makes 64 and is taken."""
+    answer = client.post(URL, **deep_batch(b"[" * 62 + b"]" * 62, 1))
+    assert answer.status_code == 200 and answer.json()["data"]["recorded"] == 2, answer.text
+    answer = client.post(URL, **deep_batch(b"[" * levels + b"]" * levels, 2))
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"] == {
+        "code": "invalid_request", "field": "body",
+        "message": "body: must not nest objects and arrays more than 64 levels deep"}
+    assert {f["source_event_id"] for f in look.feedback()} == {"ok-1", "deep-1"}
+
 def test_without_a_public_key_the_webhook_is_404(database_url, clean_db):
     with serve_database(database_url, "svc-key-for-the-sendgrid-webhook-tests-02") as url:
         answer = httpx.post(f"{url}{URL}", **signed([]))

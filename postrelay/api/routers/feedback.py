@@ -12,7 +12,6 @@ the OpenAPI document: these speak the providers' formats to the providers.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
@@ -34,6 +33,7 @@ from postrelay.orchestrator import (
     sendgrid_reports,
     ses_reports,
     summary,
+    webhook_json,
 )
 
 PREFIX = "/v1/email/feedback"
@@ -77,10 +77,7 @@ def _ses(request: Request, hooks: ProviderWebhooks, body: bytes) -> dict[str, An
         event("postrelay.feedback.sns_unsubscribed", logging.WARNING,
               topic=message["TopicArn"])
         return {"confirmed": False}
-    try:
-        notification = json.loads(message["Message"])
-    except (ValueError, RecursionError):  # nesting deeper than the decoder goes is no JSON
-        raise ValidationError("Message", "not valid JSON") from None
+    notification = webhook_json(message["Message"], "Message")
     reports, ignored = ses_reports(notification, message["MessageId"])
     return summary(record_batch(request.app.state.engine, reports, hooks.policy), ignored)
 
@@ -140,10 +137,7 @@ def _hooks(request: Request, provider: str) -> ProviderWebhooks:
 
 
 def _json(body: bytes, *, obj: bool = False) -> Any:
-    try:
-        found = json.loads(body)
-    except (ValueError, RecursionError):
-        raise ValidationError("body", "not valid JSON") from None
+    found = webhook_json(body, "body")
     if obj and not isinstance(found, dict):
         raise ValidationError("body", "must be a JSON object")
     return found

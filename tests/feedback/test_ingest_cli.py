@@ -174,7 +174,7 @@ def test_ingest_refuses_a_missing_file_and_lists_the_unmatched(worker_env, look,
     assert bad.returncode == 1 and b"kind" in bad.stderr
 
 
-def test_stdin_twice_and_a_path_it_cannot_follow_are_refused_before_any_is_read(
+def test_stdin_twice_or_closed_and_a_path_it_cannot_follow_are_refused_before_any_is_read(
         worker_env, look, tmp_path):
     """`- -` read the message once and then "empty, no message to record", exit 0; a
     symbolic link loop was said not to exist. Each is now refused by name, the good file
@@ -190,6 +190,13 @@ def test_stdin_twice_and_a_path_it_cannot_follow_are_refused_before_any_is_read(
     done = run(worker_env, "feedback", "ingest", str(stray), str(loop), ok=False)
     assert done.returncode == 1 and done.stdout == b"", done.stdout
     assert done.stderr.decode() == f"error: FILE: {loop}: Too many levels of symbolic links\n"
+    # A closed stdin (`<&-`) was "unexpected AttributeError: 'NoneType' object has no
+    # attribute 'buffer'".
+    done = subprocess.run([str(POSTRELAY), "feedback", "ingest", str(stray), "-"],
+                          env=worker_env, capture_output=True,
+                          preexec_fn=lambda: os.close(0), timeout=60)
+    assert done.returncode == 1 and done.stdout == b"", done.stdout
+    assert done.stderr == b"error: FILE: - (stdin) given, but stdin is closed\n"
     assert look.feedback() == []
 
 

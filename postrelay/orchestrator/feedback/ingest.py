@@ -56,6 +56,8 @@ def messages(paths: Sequence[str], *, unseen_only: bool = False) -> Iterator[Inc
         raise ValidationError("FILE", "- (stdin) given more than once: stdin is read once")
     for given in paths:
         path = Path(given)
+        if given == "-" and sys.stdin is None:  # started with its stdin closed (`<&-`)
+            raise ValidationError("FILE", "- (stdin) given, but stdin is closed")
         if given != "-":
             _check_path(given, path)
         if path.is_dir() and not all((path / sub).is_dir() for sub in ("cur", "new", "tmp")):

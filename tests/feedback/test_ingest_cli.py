@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import mailbox
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from tests.feedback.conftest import (
@@ -198,6 +200,31 @@ def test_stdin_twice_or_closed_and_a_path_it_cannot_follow_are_refused_before_an
     assert done.returncode == 1 and done.stdout == b"", done.stdout
     assert done.stderr == b"error: FILE: - (stdin) given, but stdin is closed\n"
     assert look.feedback() == []
+
+
+def test_a_file_it_may_not_read_is_refused_before_any_is_recorded(worker_env, look):
+    """The file before it was recorded, then "Permission denied" and exit 1: a failed run
+    that had recorded. It is now refused with the other checks, before any is read."""
+    # As root every file is readable: run as nobody, in a folder nobody may enter.
+    folder = Path(tempfile.mkdtemp())
+    try:
+        folder.chmod(0o755)
+        readable, secret = folder / "readable.eml", folder / "secret.eml"
+        readable.write_bytes(b"From: someone@example.org\r\nSubject: hi\r\n\r\nhi\r\n")
+        readable.chmod(0o644)
+        secret.write_bytes(b"From: someone@example.org\r\n\r\nhush\r\n")
+        secret.chmod(0o000)
+        nobody = (lambda: (os.setgid(65534), os.setuid(65534))) if os.geteuid() == 0 \
+            else None
+        done = subprocess.run([str(POSTRELAY), "feedback", "ingest", str(readable),
+                               str(secret)], env=worker_env, capture_output=True,
+                              preexec_fn=nobody, timeout=60)
+        assert done.returncode == 1 and done.stdout == b"", done.stdout
+        assert done.stderr.decode() == (f"error: FILE: {secret}: permission denied (not "
+                                        "readable by this user)\n")
+        assert look.feedback() == []
+    finally:
+        shutil.rmtree(folder)
 
 
 def test_empty_input_is_no_message_and_records_nothing(worker_env, look, tmp_path):

@@ -13,6 +13,7 @@ import contextlib
 import itertools
 import os
 import re
+import stat
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -50,8 +51,8 @@ class Incoming:
 def messages(paths: Sequence[str], *, unseen_only: bool = False) -> Iterator[Incoming]:
     """Each message in `paths`; `-` reads stdin (one message, or an mbox when it starts with
     a From_ line). With `unseen_only`, a Maildir gives only its messages not flagged seen.
-    A missing path, a folder that is not a Maildir, and `-` given twice are refused before
-    any is read."""
+    A path that is missing or not readable, a folder that is not a Maildir, and `-` given
+    twice or with stdin closed are refused before any is read."""
     if paths.count("-") > 1:  # the second would read nothing, and say "empty"
         raise ValidationError("FILE", "- (stdin) given more than once: stdin is read once")
     for given in paths:
@@ -75,15 +76,20 @@ def messages(paths: Sequence[str], *, unseen_only: bool = False) -> Iterator[Inc
 
 
 def _check_path(given: str, path: Path) -> None:
-    """ValidationError naming `given` and why it cannot be read: missing, or a path the
-    system cannot follow (a symbolic link loop, a folder it may not enter). Path.exists()
-    said "does not exist" for all of them."""
+    """ValidationError naming `given` and why it cannot be read: missing, a path the system
+    cannot follow (a symbolic link loop, a folder it may not enter; Path.exists() said
+    "does not exist" for all of them), or one this user may not read. Checked with the
+    others, so that an unreadable file stops the run before the files ahead of it are
+    recorded rather than after."""
     try:
-        path.stat()
+        is_dir = stat.S_ISDIR(path.stat().st_mode)
     except FileNotFoundError:
         raise ValidationError("FILE", f"{given} does not exist") from None
     except OSError as exc:
         raise ValidationError("FILE", f"{given}: {exc.strerror or exc}") from None
+    if not os.access(path, os.R_OK | (os.X_OK if is_dir else 0)):
+        raise ValidationError("FILE", f"{given}: permission denied (not readable by this "
+                                      "user)")
 
 
 def _maildir(given: str, path: Path, unseen_only: bool) -> Iterator[Incoming]:

@@ -12,6 +12,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from tests.feedback.conftest import (
     BOUNCE_DOMAIN,
     SECRET,
@@ -202,22 +204,33 @@ def test_stdin_twice_or_closed_and_a_path_it_cannot_follow_are_refused_before_an
     assert look.feedback() == []
 
 
-def test_a_file_it_may_not_read_is_refused_before_any_is_recorded(worker_env, look):
+@pytest.mark.parametrize("maildir", [False, True])
+def test_a_file_it_may_not_read_is_refused_before_any_is_recorded(worker_env, look, maildir):
     """The file before it was recorded, then "Permission denied" and exit 1: a failed run
-    that had recorded. It is now refused with the other checks, before any is read."""
+    that had recorded. It is now refused with the other checks, before any is read; for a
+    Maildir, the folders its messages are listed from too."""
     # As root every file is readable: run as nobody, in a folder nobody may enter.
     folder = Path(tempfile.mkdtemp())
     try:
         folder.chmod(0o755)
-        readable, secret = folder / "readable.eml", folder / "secret.eml"
+        readable = folder / "readable.eml"
         readable.write_bytes(b"From: someone@example.org\r\nSubject: hi\r\n\r\nhi\r\n")
         readable.chmod(0o644)
-        secret.write_bytes(b"From: someone@example.org\r\n\r\nhush\r\n")
-        secret.chmod(0o000)
+        if maildir:
+            box = folder / "Maildir"
+            mailbox.Maildir(str(box), create=True).add(b"From: a@example.org\r\n\r\nhush\r\n")
+            box.chmod(0o755)
+            (box / "cur").chmod(0o755)
+            (box / "new").chmod(0o700)
+            given, secret = box, box / "new"
+        else:
+            given = secret = folder / "secret.eml"
+            secret.write_bytes(b"From: someone@example.org\r\n\r\nhush\r\n")
+            secret.chmod(0o000)
         nobody = (lambda: (os.setgid(65534), os.setuid(65534))) if os.geteuid() == 0 \
             else None
         done = subprocess.run([str(POSTRELAY), "feedback", "ingest", str(readable),
-                               str(secret)], env=worker_env, capture_output=True,
+                               str(given)], env=worker_env, capture_output=True,
                               preexec_fn=nobody, timeout=60)
         assert done.returncode == 1 and done.stdout == b"", done.stdout
         assert done.stderr.decode() == (f"error: FILE: {secret}: permission denied (not "

@@ -64,6 +64,9 @@ def messages(paths: Sequence[str], *, unseen_only: bool = False) -> Iterator[Inc
         if path.is_dir() and not all((path / sub).is_dir() for sub in ("cur", "new", "tmp")):
             raise ValidationError("FILE", f"{given} is a folder but not a Maildir "
                                           "(cur, new and tmp inside)")
+        if path.is_dir():  # the folders its messages are listed from
+            for sub in ("new", "cur"):
+                _check_path(os.path.join(given, sub), path / sub)
     for given in paths:
         if given == "-":
             yield from _split("stdin", sys.stdin.buffer.read())

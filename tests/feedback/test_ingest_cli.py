@@ -204,11 +204,16 @@ def test_stdin_twice_or_closed_and_a_path_it_cannot_follow_are_refused_before_an
     assert look.feedback() == []
 
 
-@pytest.mark.parametrize("maildir", [False, True])
-def test_a_file_it_may_not_read_is_refused_before_any_is_recorded(worker_env, look, maildir):
+UNREADABLE = "permission denied (not readable by this user)"
+UNMOVABLE = "permission denied (--mark-seen moves the messages it records, and this user may not)"
+
+
+@pytest.mark.parametrize("case", ["file", "maildir", "mark-seen"])
+def test_a_path_it_may_not_read_is_refused_before_any_is_recorded(worker_env, look, case):
     """The file before it was recorded, then "Permission denied" and exit 1: a failed run
     that had recorded. It is now refused with the other checks, before any is read; for a
-    Maildir, the folders its messages are listed from too."""
+    Maildir, the folders its messages are listed from too, and with --mark-seen, moved
+    between."""
     # As root every file is readable: run as nobody, in a folder nobody may enter.
     folder = Path(tempfile.mkdtemp())
     try:
@@ -216,29 +221,31 @@ def test_a_file_it_may_not_read_is_refused_before_any_is_recorded(worker_env, lo
         readable = folder / "readable.eml"
         readable.write_bytes(b"From: someone@example.org\r\nSubject: hi\r\n\r\nhi\r\n")
         readable.chmod(0o644)
-        if maildir:
-            box = folder / "Maildir"
-            mailbox.Maildir(str(box), create=True).add(b"From: a@example.org\r\n\r\nhush\r\n")
-            box.chmod(0o755)
-            (box / "cur").chmod(0o755)
-            (box / "new").chmod(0o700)
-            given, secret = box, box / "new"
-        else:
+        options, rule = ["--mark-seen"] if case == "mark-seen" else [], UNREADABLE
+        if case == "file":
             given = secret = folder / "secret.eml"
             secret.write_bytes(b"From: someone@example.org\r\n\r\nhush\r\n")
             secret.chmod(0o000)
+        else:  # new/ nobody may list, or (--mark-seen) list but not change
+            given = folder / "Maildir"
+            mailbox.Maildir(str(given), create=True).add(b"From: a@example.org\r\n\r\nhi\r\n")
+            for sub in ("", "cur", "new"):
+                (given / sub).chmod(0o755)
+            if case == "maildir":
+                (given / "new").chmod(0o700)
+            else:
+                rule = UNMOVABLE
+            secret = given / "new"
         nobody = (lambda: (os.setgid(65534), os.setuid(65534))) if os.geteuid() == 0 \
             else None
-        done = subprocess.run([str(POSTRELAY), "feedback", "ingest", str(readable),
+        done = subprocess.run([str(POSTRELAY), "feedback", "ingest", *options, str(readable),
                                str(given)], env=worker_env, capture_output=True,
                               preexec_fn=nobody, timeout=60)
         assert done.returncode == 1 and done.stdout == b"", done.stdout
-        assert done.stderr.decode() == (f"error: FILE: {secret}: permission denied (not "
-                                        "readable by this user)\n")
+        assert done.stderr.decode() == f"error: FILE: {secret}: {rule}\n"
         assert look.feedback() == []
     finally:
         shutil.rmtree(folder)
-
 
 def test_empty_input_is_no_message_and_records_nothing(worker_env, look, tmp_path):
     """An empty file, an mbox emptied after it was read (a spool a cron job reads), an mbox

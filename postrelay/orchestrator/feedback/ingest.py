@@ -64,9 +64,9 @@ def messages(paths: Sequence[str], *, unseen_only: bool = False) -> Iterator[Inc
         if path.is_dir() and not all((path / sub).is_dir() for sub in ("cur", "new", "tmp")):
             raise ValidationError("FILE", f"{given} is a folder but not a Maildir "
                                           "(cur, new and tmp inside)")
-        if path.is_dir():  # the folders its messages are listed from
+        if path.is_dir():  # the folders its messages are listed from (and moved between)
             for sub in ("new", "cur"):
-                _check_path(os.path.join(given, sub), path / sub)
+                _check_path(os.path.join(given, sub), path / sub, write=unseen_only)
     for given in paths:
         if given == "-":
             yield from _split("stdin", sys.stdin.buffer.read())
@@ -78,12 +78,12 @@ def messages(paths: Sequence[str], *, unseen_only: bool = False) -> Iterator[Inc
             yield from _split(given, path.read_bytes())
 
 
-def _check_path(given: str, path: Path) -> None:
+def _check_path(given: str, path: Path, *, write: bool = False) -> None:
     """ValidationError naming `given` and why it cannot be read: missing, a path the system
     cannot follow (a symbolic link loop, a folder it may not enter; Path.exists() said
-    "does not exist" for all of them), or one this user may not read. Checked with the
-    others, so that an unreadable file stops the run before the files ahead of it are
-    recorded rather than after."""
+    "does not exist" for all of them), or one this user may not read (with `write`, nor
+    change). Checked with the others, so that such a path stops the run before the files
+    ahead of it are recorded rather than after."""
     try:
         is_dir = stat.S_ISDIR(path.stat().st_mode)
     except FileNotFoundError:
@@ -93,6 +93,9 @@ def _check_path(given: str, path: Path) -> None:
     if not os.access(path, os.R_OK | (os.X_OK if is_dir else 0)):
         raise ValidationError("FILE", f"{given}: permission denied (not readable by this "
                                       "user)")
+    if write and not os.access(path, os.W_OK):  # --mark-seen moves each message recorded
+        raise ValidationError("FILE", f"{given}: permission denied (--mark-seen moves the "
+                                      "messages it records, and this user may not)")
 
 
 def _maildir(given: str, path: Path, unseen_only: bool) -> Iterator[Incoming]:

@@ -32,10 +32,14 @@ _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 
 def parse_time(value: str | None, field: str = "since") -> datetime | None:
-    """`30m`, `2h`, `7d`, or an ISO 8601 time (UTC unless it says otherwise)."""
-    if not value:
+    """`30m`, `2h`, `7d`, or an ISO 8601 time (UTC unless it says otherwise); None when the
+    option was not given. Given empty (`--since "$T"` with T unset), it is refused, not
+    taken for no bound."""
+    if value is None:
         return None
     value = value.strip()
+    if not value:
+        raise ValidationError(field, "must be like 30m, 2h, 7d or an ISO 8601 time, not empty")
     try:
         if match := _RELATIVE.match(value):
             amount, unit = match.groups()

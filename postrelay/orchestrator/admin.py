@@ -137,8 +137,12 @@ def address_filter(field: str, value: str | None) -> str | None:
 
 
 def _uuid(field: str, value: UUID | str | None) -> str | None:
-    if value is None or value == "":
+    """The id as text; None for no filter. An empty one (`--tenant "$T"` with T unset) is
+    refused: taken for no filter, it showed every tenant's rows."""
+    if value is None:
         return None
+    if value == "":
+        raise ValidationError(field, "must be a UUID, not empty")
     try:
         return str(uuid.UUID(str(value)))
     except ValueError:

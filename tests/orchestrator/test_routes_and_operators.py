@@ -212,6 +212,15 @@ async def test_the_emails_command_lists_and_tells_one_message_s_story(
         field = command[-2].lstrip("-")
         assert done.returncode == 1 and f"{field}: must be" in done.stderr, done.stderr
         assert "unexpected" not in done.stderr
+    # Given empty (`--tenant "$T"` with T unset), a filter listed every tenant's mail.
+    for command in (["emails", "--tenant", ""], ["emails", "--until", " "],
+                    ["emails", "--job", ""], ["emails", "suppressed", "--tenant", ""]):
+        done = subprocess.run([POSTRELAY, *command], env=worker_env, capture_output=True,
+                              text=True, timeout=60)
+        field = command[-2].lstrip("-")
+        assert (done.returncode, done.stdout) == (1, ""), command
+        assert f"error: {field}: must be" in done.stderr and "not empty" in done.stderr, \
+            done.stderr
 
 
 async def test_operators_list_and_lift_suppressions(rig, tenant, sink, worker_env):

@@ -28,8 +28,6 @@ def feedback_list(conn: Connection, *, tenant_id: UUID | str | None = None,
         raise ValidationError("source", f"must be one of {', '.join(SOURCES)}")
     if not 1 <= limit <= MAX_LIMIT:
         raise ValidationError("limit", f"must be between 1 and {MAX_LIMIT}")
-    if tenant_id == "":  # `--tenant "$T"` with T unset: not every tenant's feedback
-        raise ValidationError("tenant", "must be a UUID, not empty")
     return queries.email_feedback_list(conn, tenant_id=_uuid("tenant", tenant_id), kind=kind,
                                        source=source, since=since, unmatched=unmatched,
                                        limit=limit)

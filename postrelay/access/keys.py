@@ -20,6 +20,7 @@ from uuid import UUID
 from sqlalchemy import Connection
 
 from postrelay.core.errors import ConfigError, ConflictError, NotFoundError, ValidationError
+from postrelay.core.limits import checked_text
 from postrelay.core.settings import Settings
 from postrelay.core.sqlfiles import load_queries
 
@@ -104,6 +105,9 @@ def api_key_list(conn: Connection) -> list[ApiKeyView]:
 
 def api_key_revoke(conn: Connection, name: str) -> ApiKeyView:
     """Revoke a key by name: it stops working at once. Unknown name: NotFoundError."""
+    # Only what no column can hold is refused, not the naming rule of api_key_create: a
+    # name stored before that rule was enforced can still be revoked.
+    checked_text(name, "name")
     row = conn.execute(API_KEY_SQL["api_key_revoke"], {"name": name}).first()
     if row is None:
         raise NotFoundError(f"no API key named {name!r}")

@@ -129,3 +129,16 @@ def test_key_rules(engine, tenant):
         assert info.value.field == field
     with engine.begin() as conn, pytest.raises(NotFoundError, match="no API key named 'nobody'"):
         api_key_revoke(conn, "nobody")
+
+
+def test_a_key_name_with_a_trailing_newline_or_a_byte_not_utf8_is_refused(worker_env, tenant):
+    """`$` matched before a final newline, so `keys add $'billing\\n'` stored a name that
+    split audit rows and log lines; revoking a name that was not UTF-8 ended in
+    "unexpected UnicodeEncodeError"."""
+    added = run(worker_env, "keys", "add", "billing\n", "--tenant", str(tenant))
+    assert added.returncode == 1 and added.stdout == "", added.stderr
+    assert added.stderr.startswith("error: name: 1-128 characters"), added.stderr
+    assert json.loads(run(worker_env, "keys", "list", "--json").stdout) == []
+    revoked = run(worker_env, "keys", "revoke", "billing\udcff")
+    assert revoked.returncode == 1 and "Traceback" not in revoked.stderr
+    assert revoked.stderr.startswith("error: name: must not contain an unpaired surrogate")

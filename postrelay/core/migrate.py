@@ -22,7 +22,7 @@ import postrelay
 VERSION_TABLE = "alembic_version_postrelay"
 # Any constant works; it only has to be the same in every migrating process.
 MIGRATION_LOCK_KEY = 0x706F_7374_7265  # "postre"
-_KIND_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+_KIND_NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")
 
 
 def migrations_dir() -> Path:

@@ -202,12 +202,15 @@ def test_kinds_add_with_dir_writes_there_on_top_of_the_head(
     assert scripts.get_revision(new_head).down_revision == head_before
 
 
-def test_kinds_add_refuses_a_bad_name(migrations_copy: Path, tmp_path: Path) -> None:
+# "pdf_render\n" passed the pattern's `$`, which matches before a final newline, and the
+# migration written for it was a Python syntax error that broke every later migrate.
+@pytest.mark.parametrize("name", ["Bad-Name", "pdf_render\n"])
+def test_kinds_add_refuses_a_bad_name(migrations_copy: Path, tmp_path: Path, name: str) -> None:
     env = base_env(POSTRELAY_MIGRATIONS_DIR=str(migrations_copy))
     shipped = sorted((migrations_copy / "versions").glob("*.py"))
-    result = run("kinds", "add", "Bad-Name", "--dir", str(tmp_path), env=env)
-    assert result.returncode == 2
-    assert "Bad-Name" in result.stderr
+    result = run("kinds", "add", name, "--dir", str(tmp_path), env=env)
+    assert result.returncode == 2, result.stderr
+    assert repr(name) in result.stderr
     assert "lower-case letters, digits and underscores" in result.stderr
     assert list(tmp_path.glob("*.py")) == []
     assert sorted((migrations_copy / "versions").glob("*.py")) == shipped

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
+from sqlalchemy import URL
 
 from postrelay.cli.common import database, settings_or_exit
 from postrelay.cli.root import app
 from postrelay.core.db import pooler_connect_args, sqlalchemy_url
+from postrelay.core.errors import ValidationError
 
 kinds_app = typer.Typer(help="Job kinds (the mdm.job_kind enum).", no_args_is_help=True)
 app.add_typer(kinds_app, name="kinds")
@@ -26,6 +29,11 @@ def migrate_command(
     from postrelay.core import migrate as migrations  # alembic is slow to import
 
     settings = settings_or_exit()
+    try:
+        migrations.check_target(revision, sql=sql)
+    except ValidationError as exc:
+        typer.echo(f"error: --revision: {exc.rule}", err=True)
+        raise typer.Exit(2) from None
     if sql:
         # Offline mode needs only the dialect, never a running server.
         url = (settings.migrate_database_url or settings.database_url
@@ -33,14 +41,24 @@ def migrate_command(
         migrations.upgrade(url, revision, sql=True)
         return
     if settings.migrate_database_url:
-        migrations.upgrade(sqlalchemy_url(settings.migrate_database_url), revision)
+        reached = _upgrade(sqlalchemy_url(settings.migrate_database_url), revision, None)
     else:
         with database(settings) as db:
             # Through a transaction pooler the migration is one transaction, which works,
             # but only without server-side prepared statements.
-            connect_args = pooler_connect_args({}) if db.pooler else None
-            migrations.upgrade(db.url, revision, connect_args=connect_args)
-    typer.echo(f"database at revision {revision}")
+            reached = _upgrade(db.url, revision, pooler_connect_args({}) if db.pooler else None)
+    # What the database is at, not the target given: `+1`, or a migration it is past
+    # already (migrate never goes back), leave it elsewhere.
+    typer.echo(f"database at revision {reached}")
+
+
+def _upgrade(url: URL, revision: str, connect_args: dict[str, Any] | None) -> str | None:
+    from postrelay.core import migrate as migrations
+
+    # A database a newer postrelay migrated is left as it is, with what to do.
+    migrations.database_revision(url, connect_args)
+    migrations.upgrade(url, revision, connect_args=connect_args)
+    return migrations.database_revision(url, connect_args)
 
 
 @kinds_app.command("add")

@@ -14,15 +14,24 @@ from typing import Any, TextIO
 
 from alembic import command, util
 from alembic.config import Config
+from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import URL
+from sqlalchemy import URL, create_engine, pool
 
 import postrelay
+from postrelay.core.db import SCHEMA, sqlalchemy_url
+from postrelay.core.errors import PostrelayError, ValidationError
 
 VERSION_TABLE = "alembic_version_postrelay"
 # Any constant works; it only has to be the same in every migrating process.
 MIGRATION_LOCK_KEY = 0x706F_7374_7265  # "postre"
 _KIND_NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")
+_RELATIVE = re.compile(r"[+-]\d+")
+
+
+class UnknownRevisionError(PostrelayError):
+    """The database is at a migration this code does not have: a newer postrelay (or
+    migrations folder) migrated it."""
 
 
 def migrations_dir() -> Path:
@@ -65,6 +74,54 @@ def upgrade(
 ) -> None:
     """Bring the database to `revision`. With `sql=True`, print the SQL instead."""
     command.upgrade(alembic_config(url, connect_args=connect_args), revision, sql=sql)
+
+
+def check_target(revision: str, *, sql: bool = False) -> None:
+    """ValidationError naming `revision` unless it is a target `upgrade` can reach: a
+    migration of this code (an id, `head`, `base`), `+N`, or with `sql` a range
+    `start:end` of those. Checked before anything runs or is printed: alembic finds a bad
+    target only part-way, after the offline SQL has begun."""
+    if not revision.strip() or revision != revision.strip():
+        raise ValidationError("revision", f"must name a migration such as head, got {revision!r}")
+    parts = revision.split(":", 1)
+    if len(parts) > 1 and not sql:
+        raise ValidationError("revision", "a range start:end works with --sql only")
+    script = ScriptDirectory.from_config(alembic_config())
+    for part in parts:
+        if _RELATIVE.fullmatch(part):
+            if part.startswith("-"):
+                raise ValidationError("revision", f"{part}: migrate never goes back a migration")
+            continue
+        try:
+            script.get_revisions(part)
+        except (util.CommandError, AssertionError):
+            raise ValidationError(
+                "revision", f"{part!r} is not a migration of this postrelay; give head, +N "
+                f"or an id such as {script.get_current_head()}") from None
+
+
+def database_revision(url: str | URL, connect_args: dict[str, Any] | None = None) -> str | None:
+    """The migration the database is at (None before the first); UnknownRevisionError when
+    this code does not have it."""
+    engine = create_engine(sqlalchemy_url(str(url)) if isinstance(url, str) else url,
+                           poolclass=pool.NullPool, connect_args=connect_args or {})
+    try:
+        with engine.connect() as conn:
+            current = MigrationContext.configure(conn, opts={
+                "version_table": VERSION_TABLE, "version_table_schema": SCHEMA,
+            }).get_current_revision()
+    finally:
+        engine.dispose()
+    if current is None:
+        return None
+    try:
+        ScriptDirectory.from_config(alembic_config()).get_revision(current)
+    except util.CommandError:
+        raise UnknownRevisionError(
+            f"the database is at migration {current}, which this postrelay does not have "
+            f"(its newest is {head_revision()}): a newer postrelay migrated it; run that "
+            "version or a later one") from None
+    return current
 
 
 def downgrade(url: str | URL, revision: str) -> None:

@@ -1,0 +1,83 @@
+"""`postrelay migrate` given a target it cannot reach, or a database a newer postrelay
+migrated: one line that says what to do, exit 2 (a bad --revision) or 1, nothing run and
+no SQL printed; and what it prints is where the database is."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from postrelay.core.db import sqlalchemy_url
+from postrelay.core.migrate import head_revision, upgrade
+from tests.migrations import current_revision, throwaway_database
+from tests.migrations.test_cli_schema import UNREACHABLE_URL, base_env, run
+
+pytestmark = pytest.mark.processes
+
+
+def revision_of(url: str) -> str | None:
+    eng = create_engine(sqlalchemy_url(url))
+    try:
+        with eng.connect() as conn:
+            return current_revision(conn)
+    finally:
+        eng.dispose()
+
+
+@pytest.fixture(scope="module")
+def at_0010(server_url: str):
+    with throwaway_database(server_url) as url:
+        upgrade(url, "0010")
+        yield url
+
+
+@pytest.mark.parametrize(("revision", "rule"), [
+    ("", "must name a migration"),
+    (" 0011", "must name a migration"),
+    ("bogus", "'bogus' is not a migration of this postrelay"),
+    ("0099", "'0099' is not a migration of this postrelay"),
+    ("-1", "never goes back"),
+    ("0011:0012", "--sql only"),
+])
+def test_a_target_it_cannot_reach_is_refused_before_anything_runs(at_0010, revision, rule):
+    """These were "unexpected AssertionError" or "unexpected CommandError", exit 1."""
+    done = run("migrate", "--revision", revision, env=base_env(POSTRELAY_DATABASE_URL=at_0010))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: --revision: ") and rule in done.stderr, done.stderr
+    assert len(done.stderr.splitlines()) == 1 and done.stdout == ""
+    assert revision_of(at_0010) == "0010"
+
+
+def test_migrate_sql_with_a_bad_target_prints_no_sql():
+    """The offline SQL began on stdout before alembic found the target missing."""
+    done = run("migrate", "--sql", "--revision", "bogus",
+               env=base_env(POSTRELAY_DATABASE_URL=UNREACHABLE_URL))
+    assert done.returncode == 2 and done.stdout == "", done.stdout
+    assert done.stderr.startswith("error: --revision: 'bogus'")
+
+
+def test_migrate_prints_the_revision_reached_not_the_target(server_url):
+    """`--revision 0005` on a database at 0010 printed "database at revision 0005" while
+    the database stayed at 0010; `+1` printed "+1"."""
+    with throwaway_database(server_url) as url:
+        env = base_env(POSTRELAY_DATABASE_URL=url)
+        assert run("migrate", "--revision", "0010", env=env).stdout == "database at revision 0010\n"
+        assert run("migrate", "--revision", "0005", env=env).stdout == "database at revision 0010\n"
+        assert run("migrate", "--revision", "+1", env=env).stdout == "database at revision 0011\n"
+        assert revision_of(url) == "0011"
+
+
+def test_a_database_a_newer_postrelay_migrated_is_left_alone_with_what_to_do(server_url):
+    """It was "unexpected CommandError: Can't locate revision identified by '0099'"."""
+    with throwaway_database(server_url) as url:
+        upgrade(url, "0010")
+        eng = create_engine(sqlalchemy_url(url))
+        with eng.begin() as conn:
+            conn.execute(text("UPDATE mdm.alembic_version_postrelay SET version_num = '0099'"))
+        eng.dispose()
+        done = run("migrate", env=base_env(POSTRELAY_DATABASE_URL=url))
+        assert done.returncode == 1 and done.stdout == "", done.stdout
+        assert done.stderr == ("error: the database is at migration 0099, which this postrelay "
+                               f"does not have (its newest is {head_revision()}): a newer "
+                               "postrelay migrated it; run that version or a later one\n")
+        assert revision_of(url) == "0099"

@@ -6,6 +6,7 @@ Every field reads from the environment with the `POSTRELAY_` prefix, e.g.
 
 import functools
 import ipaddress
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -14,7 +15,7 @@ from uuid import UUID
 import platformdirs
 import pydantic
 from pydantic import Field, SecretStr, ValidationInfo, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
@@ -27,10 +28,12 @@ from postrelay.core.limits import (
 from postrelay.core.rates import parse_rate
 
 ENV_PREFIX = "POSTRELAY_"
+_UNPARSED_FIELD = re.compile(r'field "(\w+)"')
+_JSON_EXAMPLES = {"tenant_weights": '{"<tenant id>": 3}'}
 POSTGRES_DRIVERS = ("postgres", "postgresql", "postgresql+psycopg", "postgresql+psycopg2")
 # Fields whose value never appears in a repr, a log line or an error message.
-SECRET_FIELDS = ("database_url", "smtp_password", "service_role_key", "feedback_secret",
-                 "feedback_secret_previous")
+SECRET_FIELDS = ("database_url", "migrate_database_url", "smtp_password", "service_role_key",
+                 "feedback_secret", "feedback_secret_previous")
 
 
 def _default_embedded_dir() -> Path:
@@ -267,7 +270,9 @@ class Settings(BaseSettings):
                 raise ValueError(exc.rule) from None
         return value
 
-    @field_validator("database_url")
+    # The migrate URL too: migrate connected to a foreign one with "No module named
+    # 'MySQLdb'", and to a blank one with "Could not parse SQLAlchemy URL".
+    @field_validator("database_url", "migrate_database_url")
     @classmethod
     def _postgresql_url(cls, value: str | None) -> str | None:
         if value is None or not value.strip():
@@ -286,7 +291,7 @@ class Settings(BaseSettings):
         # The URL's password is masked as Database() masks it; SecretStr fields mask
         # themselves.
         for name, value in super().__repr_args__():
-            if name == "database_url" and value is not None:
+            if name in ("database_url", "migrate_database_url") and value is not None:
                 value = masked_url(value)
             yield name, value
 
@@ -304,6 +309,14 @@ def load_settings(**overrides: object) -> Settings:
     that names the environment variable and the rule it broke."""
     try:
         return Settings(**overrides)  # type: ignore[arg-type]
+    except SettingsError as exc:
+        # A mapping setting (POSTRELAY_TENANT_WEIGHTS) is read as JSON before it is
+        # validated, and pydantic-settings names only the field of a value it cannot parse.
+        found = _UNPARSED_FIELD.search(str(exc))
+        field = found.group(1) if found else "*"
+        example = _JSON_EXAMPLES.get(field)
+        raise ConfigError(f"invalid settings: {ENV_PREFIX}{field.upper()}: must be JSON"
+                          + (f", such as {example}" if example else "")) from None
     except pydantic.ValidationError as exc:
         problems = []
         for err in exc.errors():

@@ -29,6 +29,8 @@ def test_environment_overrides(monkeypatch) -> None:
      ("POSTRELAY_SMTP_RATE", "0/s"), ("POSTRELAY_SMTP_RATE", "fast"),
      ("POSTRELAY_TENANT_WEIGHTS", '{"not-a-uuid": 2}'),
      ("POSTRELAY_TENANT_WEIGHTS", '{"00000000-0000-0000-0000-000000000001": 0}'),
+     # Not JSON at all: pydantic-settings' own SettingsError, "unexpected" at the CLI.
+     ("POSTRELAY_TENANT_WEIGHTS", "notjson"), ("POSTRELAY_TENANT_WEIGHTS", ""),
      ("POSTRELAY_API_FORWARDED_ALLOW_IPS", "10.0.0.1/33"),
      ("POSTRELAY_API_FORWARDED_ALLOW_IPS", "10.0.0.1,proxy.internal"),
      ("POSTRELAY_API_FORWARDED_ALLOW_IPS", "10.0.0.1,"),
@@ -94,8 +96,16 @@ def test_repr_and_str_of_settings_never_show_a_secret():
     assert settings.database_url == "postgresql://app:hunter2@db.internal:5432/prod"
 
 
-def test_a_bad_database_url_is_a_config_error_that_does_not_echo_the_password():
+@pytest.mark.parametrize("field", ["database_url", "migrate_database_url"])
+def test_a_bad_database_url_is_a_config_error_that_does_not_echo_the_password(field):
+    """The migrate URL was not checked at all: migrate failed on it with "No module named
+    'MySQLdb'", and a bad one was echoed, password and all."""
     for url in ("mysql://app:hunter2@db/prod", "postgresql://app:hunter2@db:port/prod", "x"):
-        with pytest.raises(ConfigError, match="POSTRELAY_DATABASE_URL") as caught:
-            load_settings(database_url=url)
+        with pytest.raises(ConfigError, match=f"POSTRELAY_{field.upper()}:") as caught:
+            load_settings(**{field: url})
         assert "hunter2" not in str(caught.value)
+
+
+def test_the_migrate_url_password_is_masked_in_repr():
+    settings = Settings(migrate_database_url="postgresql://app:hunter2@db.internal/prod")
+    assert "hunter2" not in repr(settings) and "app:***@db.internal" in repr(settings)

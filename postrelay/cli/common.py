@@ -11,7 +11,7 @@ from contextlib import contextmanager
 import typer
 from sqlalchemy import Connection
 
-from postrelay.core.db import Database, open_database
+from postrelay.core.db import Database, open_database, pooler_connect_args
 from postrelay.core.errors import ConfigError, PostrelayError
 from postrelay.core.settings import Settings, load_settings
 from postrelay.core.telemetry import configure_logging
@@ -34,6 +34,15 @@ def database(settings: Settings) -> Iterator[Database]:
         yield db
     finally:
         db.close()
+
+
+def require_migrated(db: Database) -> None:
+    """Stop a long-running process at start on a database not at this code's migration: a
+    worker or relay on an older schema ran on, failing every round; on a newer one it ran
+    queries the schema was no longer made for."""
+    from postrelay.core import migrate  # alembic is slow to import
+
+    migrate.require_head(db.url, pooler_connect_args({}) if db.pooler else None)
 
 
 @contextmanager

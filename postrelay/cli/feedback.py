@@ -16,7 +16,13 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 from postrelay.cli.boundary import fail
-from postrelay.cli.common import database, settings_or_exit, transaction, user_errors
+from postrelay.cli.common import (
+    database,
+    require_migrated,
+    settings_or_exit,
+    transaction,
+    user_errors,
+)
 from postrelay.cli.copies import run_copies
 from postrelay.cli.emails import parse_time
 from postrelay.cli.output import cell, print_json, table
@@ -148,6 +154,7 @@ def inbound(
         # is not migrated: a receiver listening anyway would answer every message 451,
         # with only its log to say why. Once it runs, an outage is ridden out (451: the
         # sending MTAs keep the mail and retry).
+        require_migrated(db)
         with db.sync_engine(poolclass=NullPool).connect() as conn:  # closed once read
             waiting = inbox_backlog(conn)["waiting"]
         stop = threading.Event()

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import typer
 
-from postrelay.cli.common import database, settings_or_exit, transaction
+from postrelay.cli.common import database, require_migrated, settings_or_exit, transaction
 from postrelay.cli.output import echo, print_json, table
 from postrelay.cli.root import app
 from postrelay.core.eventloop import run
@@ -27,6 +27,7 @@ def relay_command(
     settings = settings_or_exit()
     import_apps(apps)
     with database(settings) as db:
+        require_migrated(db)
         run(run_until_signalled(build_relay(settings, db)))
 
 

@@ -6,7 +6,7 @@ from uuid import UUID
 
 import typer
 
-from postrelay.cli.common import database, settings_or_exit
+from postrelay.cli.common import database, require_migrated, settings_or_exit
 from postrelay.cli.root import app
 from postrelay.core.eventloop import run
 
@@ -41,6 +41,7 @@ def worker_command(
     settings = settings_or_exit(**overrides)
     import_apps(apps)
     with database(settings) as db:
+        require_migrated(db)
         try:
             process = build_worker(
                 settings, db, concurrency=concurrency,

@@ -29,9 +29,9 @@ _KIND_NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")
 _RELATIVE = re.compile(r"[+-]\d+")
 
 
-class UnknownRevisionError(PostrelayError):
-    """The database is at a migration this code does not have: a newer postrelay (or
-    migrations folder) migrated it."""
+class SchemaRevisionError(PostrelayError):
+    """The database is not at the migration this code needs: behind it (run `postrelay
+    migrate`), or at one this code does not have (a newer postrelay migrated it)."""
 
 
 def migrations_dir() -> Path:
@@ -101,7 +101,7 @@ def check_target(revision: str, *, sql: bool = False) -> None:
 
 
 def database_revision(url: str | URL, connect_args: dict[str, Any] | None = None) -> str | None:
-    """The migration the database is at (None before the first); UnknownRevisionError when
+    """The migration the database is at (None before the first); SchemaRevisionError when
     this code does not have it."""
     engine = create_engine(sqlalchemy_url(str(url)) if isinstance(url, str) else url,
                            poolclass=pool.NullPool, connect_args=connect_args or {})
@@ -117,11 +117,23 @@ def database_revision(url: str | URL, connect_args: dict[str, Any] | None = None
     try:
         ScriptDirectory.from_config(alembic_config()).get_revision(current)
     except util.CommandError:
-        raise UnknownRevisionError(
+        raise SchemaRevisionError(
             f"the database is at migration {current}, which this postrelay does not have "
             f"(its newest is {head_revision()}): a newer postrelay migrated it; run that "
             "version or a later one") from None
     return current
+
+
+def require_head(url: str | URL, connect_args: dict[str, Any] | None = None) -> None:
+    """SchemaRevisionError unless the database is at this code's newest migration, the
+    one its queries are written for (as /readyz judges it)."""
+    current, head = database_revision(url, connect_args), head_revision()
+    if current is None:
+        raise SchemaRevisionError("the database has none of postrelay's migrations yet: run "
+                                  "`postrelay migrate`")
+    if current != head:
+        raise SchemaRevisionError(f"the database is at migration {current}, this postrelay "
+                                  f"needs {head}: run `postrelay migrate`")
 
 
 def downgrade(url: str | URL, revision: str) -> None:

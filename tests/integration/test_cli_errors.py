@@ -8,7 +8,10 @@ import json
 import uuid
 
 import pytest
+from sqlalchemy import create_engine, text
 
+from postrelay.core.db import sqlalchemy_url
+from postrelay.core.migrate import head_revision, upgrade
 from tests.integration.test_cli_admin import run
 from tests.migrations import throwaway_database
 
@@ -96,6 +99,29 @@ def test_an_unmigrated_database_says_so(worker_env, server_url):
         line = one_line_error(run({**worker_env, "POSTRELAY_DATABASE_URL": url}, "jobs", "list",
                                   ok=False))
     assert "postrelay migrate" in line
+
+
+@pytest.mark.parametrize("command", ["worker", "relay"])
+def test_a_worker_or_relay_stops_at_start_on_a_database_not_at_its_migration(
+        worker_env, server_url, command):
+    """On an older schema they ran on, failing every claim and maintenance round with
+    "relation does not exist" warnings; on one a newer postrelay migrated, they ran
+    silently."""
+    with throwaway_database(server_url) as url:
+        env = {**worker_env, "POSTRELAY_DATABASE_URL": url}
+        line = one_line_error(run(env, command, ok=False))
+        assert line == "error: the database has none of postrelay's migrations yet: run " \
+                       "`postrelay migrate`"
+        upgrade(url, "0010")
+        line = one_line_error(run(env, command, ok=False))
+        assert line == ("error: the database is at migration 0010, this postrelay needs "
+                        f"{head_revision()}: run `postrelay migrate`")
+        engine = create_engine(sqlalchemy_url(url))
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE mdm.alembic_version_postrelay SET version_num = '0999'"))
+        engine.dispose()
+        line = one_line_error(run(env, command, ok=False))
+        assert "migration 0999, which this postrelay does not have" in line
 
 
 def test_a_ca_file_the_worker_cannot_read_is_a_bad_setting(worker_env, tmp_path):

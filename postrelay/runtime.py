@@ -28,6 +28,7 @@ from postrelay.orchestrator import (
     SmtpPool,
     Templates,
     UnsubscribeLinks,
+    check_identity_settings,
     email_feedback_delete_batch,
     email_log_delete_batch,
     email_registry,
@@ -137,6 +138,7 @@ def build_worker(
     throttle = ThrottlePolicy(step_secs=settings.throttle_step_secs)
     builtin = webhook_registry(engine, allow_private=settings.webhook_allow_private,
                                throttle=throttle)
+    check_identity_settings(settings)
     # The pool connects on the first message, so a worker that sends none opens nothing.
     smtp = SmtpPool(SmtpConfig.from_settings(settings))
     builtin = builtin.merged(email_registry(

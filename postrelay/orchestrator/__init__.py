@@ -40,6 +40,7 @@ from postrelay.orchestrator.feedback.webhook import (
     webhook_json,
 )
 from postrelay.orchestrator.handler import email_registry
+from postrelay.orchestrator.identity import check_identity_settings
 from postrelay.orchestrator.job import EMAIL_KIND, EmailJob, enqueue_email, enqueue_email_async
 from postrelay.orchestrator.message import build_message, message_id_domain, message_id_for
 from postrelay.orchestrator.retention import (
@@ -64,6 +65,7 @@ __all__ = [
     "cancel_job",
     "cancel_jobs",
     "categories_text",
+    "check_identity_settings",
     "email_feedback_delete_batch",
     "email_list",
     "email_log_delete_batch",

@@ -124,6 +124,18 @@ def test_a_worker_or_relay_stops_at_start_on_a_database_not_at_its_migration(
         assert "migration 0999, which this postrelay does not have" in line
 
 
+@pytest.mark.parametrize(("name", "value", "rule"), [
+    ("POSTRELAY_EMAIL_FROM", "noreply at acme", "is not a valid email address"),
+    ("POSTRELAY_EMAIL_FROM", "a@acme.example\r\nBcc: b@acme.example", "line break"),
+    ("POSTRELAY_EMAIL_MESSAGE_ID_DOMAIN", "acme example", "is not an ASCII domain name"),
+])
+def test_a_sender_identity_no_message_can_carry_stops_the_worker(worker_env, name, value,
+                                                                  rule):
+    """The worker started, and every email job that used the setting failed at sending."""
+    line = one_line_error(run({**worker_env, name: value}, "worker", ok=False), code=2)
+    assert line.startswith(f"error: {name}: ") and rule in line, line
+
+
 def test_a_ca_file_the_worker_cannot_read_is_a_bad_setting(worker_env, tmp_path):
     """A missing CA bundle, or one that holds no certificate, stopped the worker with only
     "No such file or directory" or the TLS library's words."""

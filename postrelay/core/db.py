@@ -15,12 +15,14 @@ transaction-local (`behind_pooler`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import URL, Engine, MetaData, create_engine, make_url
 from sqlalchemy.dialects.postgresql import TIMESTAMP
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from postrelay.core.errors import ConfigError
 from postrelay.core.settings import Settings
 
 SCHEMA = "mdm"
@@ -46,7 +48,6 @@ def libpq_url(url: str | URL) -> str:
 def start_embedded(data_dir: Any) -> tuple[str, Any]:
     """Start (or join) the embedded PostgreSQL in `data_dir`; returns its URL and handle."""
     import warnings
-    from pathlib import Path
 
     path = Path(data_dir).expanduser().resolve()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -60,6 +61,7 @@ def start_embedded(data_dir: Any) -> tuple[str, Any]:
 
 
 POOLER_OPTION = "postrelay_pooler"
+EMBEDDED_DIR_SETTING = "POSTRELAY_EMBEDDED_DATA_DIR"
 
 
 def behind_pooler(engine: Engine | AsyncEngine) -> bool:
@@ -123,5 +125,22 @@ def open_database(settings: Settings) -> Database:
     pooler = settings.pooler == "transaction"
     if settings.database_url:
         return Database(url=sqlalchemy_url(settings.database_url), pooler=pooler)
-    uri, server = start_embedded(settings.embedded_data_dir)
+    uri, server = start_embedded(_embedded_dir(settings.embedded_data_dir))
     return Database(url=sqlalchemy_url(uri), embedded=server, pooler=pooler)
+
+
+def _embedded_dir(data_dir: Path) -> Path:
+    """`data_dir`, a directory that exists or can be made; ConfigError naming the setting
+    otherwise. A file there made initdb fail with a page of its output and a traceback."""
+    path = data_dir.expanduser().resolve()
+    try:
+        if path.exists() and not path.is_dir():
+            raise FileExistsError(17, "File exists", str(path))
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError as exc:  # the path or a folder on the way to it is a file
+        raise ConfigError(f"{EMBEDDED_DIR_SETTING}: {exc.filename} is a file, not a "
+                          "directory") from None
+    except OSError as exc:
+        raise ConfigError(f"{EMBEDDED_DIR_SETTING}: cannot make {exc.filename or path}: "
+                          f"{exc.strerror or exc}") from None
+    return path

@@ -136,6 +136,17 @@ def test_a_sender_identity_no_message_can_carry_stops_the_worker(worker_env, nam
     assert line.startswith(f"error: {name}: ") and rule in line, line
 
 
+def test_an_embedded_data_dir_that_is_a_file_is_a_bad_setting(worker_env, tmp_path):
+    """initdb failed on it: pgserver's page of output, then "unexpected CalledProcessError"."""
+    afile = tmp_path / "pgdata"
+    afile.write_text("")
+    env = {k: v for k, v in worker_env.items() if k != "POSTRELAY_DATABASE_URL"}
+    for data_dir in (afile, afile / "inside"):
+        line = one_line_error(run({**env, "POSTRELAY_EMBEDDED_DATA_DIR": str(data_dir)},
+                                  "tenants", "list", ok=False), code=2)
+        assert line == f"error: POSTRELAY_EMBEDDED_DATA_DIR: {afile} is a file, not a directory"
+
+
 def test_a_ca_file_the_worker_cannot_read_is_a_bad_setting(worker_env, tmp_path):
     """A missing CA bundle, or one that holds no certificate, stopped the worker with only
     "No such file or directory" or the TLS library's words."""

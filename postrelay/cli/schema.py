@@ -55,8 +55,6 @@ def migrate_command(
 def _upgrade(url: URL, revision: str, connect_args: dict[str, Any] | None) -> str | None:
     from postrelay.core import migrate as migrations
 
-    # A database a newer postrelay migrated is left as it is, with what to do.
-    migrations.database_revision(url, connect_args)
     migrations.upgrade(url, revision, connect_args=connect_args)
     return migrations.database_revision(url, connect_args)
 

@@ -72,7 +72,10 @@ def upgrade(
     sql: bool = False,
     connect_args: dict[str, Any] | None = None,
 ) -> None:
-    """Bring the database to `revision`. With `sql=True`, print the SQL instead."""
+    """Bring the database to `revision`. With `sql=True`, print the SQL instead.
+    SchemaRevisionError, with nothing run, for a database a newer postrelay migrated."""
+    if not sql:
+        database_revision(url, connect_args)  # alembic would say only "Can't locate"
     command.upgrade(alembic_config(url, connect_args=connect_args), revision, sql=sql)
 
 

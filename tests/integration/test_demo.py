@@ -5,6 +5,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from sqlalchemy import create_engine, text
+
+from postrelay.core.db import sqlalchemy_url
+from postrelay.core.migrate import upgrade
+from tests.migrations import throwaway_database
+
 POSTRELAY = str(Path(sys.executable).parent / "postrelay")
 
 
@@ -47,3 +53,20 @@ def test_demo_runs_the_whole_flow_to_settled_and_reports(worker_env, clean_db, t
     again = run_demo(env)
     assert "email log by outcome: failed=1, partial=3, sent=13, suppressed=5" in again
     assert "feedback after the SMTP handoff (1):" in again
+
+
+def test_demo_on_a_database_a_newer_postrelay_migrated_says_so(worker_env, server_url):
+    """The demo migrates first, and alembic said only "unexpected CommandError: Can't
+    locate revision identified by '0999'"."""
+    with throwaway_database(server_url) as url:
+        upgrade(url, "0010")
+        engine = create_engine(sqlalchemy_url(url))
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE mdm.alembic_version_postrelay SET version_num = '0999'"))
+        engine.dispose()
+        done = subprocess.run([POSTRELAY, "demo"],
+                              env={**worker_env, "POSTRELAY_DATABASE_URL": url},
+                              capture_output=True, text=True, timeout=180)
+    assert done.returncode == 1 and done.stdout == "", done.stdout
+    assert done.stderr.startswith("error: the database is at migration 0999, which this "
+                                  "postrelay does not have"), done.stderr

@@ -260,6 +260,16 @@ class Settings(BaseSettings):
                                  "commas, or *") from None
         return value
 
+    @field_validator("smtp_host")
+    @classmethod
+    def _a_host_name(cls, value: str) -> str:
+        # Taken as it came, an empty or blank-holding host failed at every send, as a
+        # transient connection error each email job retried until the dead-letter queue.
+        if not value or any(ch.isspace() for ch in value):
+            raise ValueError("must name the SMTP server: a host name or address, without "
+                             "blanks")
+        return value
+
     @field_validator("smtp_rate")
     @classmethod
     def _rate(cls, value: str | None) -> str | None:

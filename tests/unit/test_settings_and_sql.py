@@ -37,6 +37,9 @@ def test_environment_overrides(monkeypatch) -> None:
      ("POSTRELAY_API_FORWARDED_ALLOW_IPS", "10.0.0.1/8"),
      ("POSTRELAY_API_FORWARDED_ALLOW_IPS", "127.0.0.1,*"),
      ("POSTRELAY_LOG_LEVEL", "verbose"),
+     # Taken, then every send failed as a connection error, retried to the DLQ.
+     ("POSTRELAY_SMTP_HOST", ""), ("POSTRELAY_SMTP_HOST", " "),
+     ("POSTRELAY_SMTP_HOST", "mail.example.com smtp.example.com"),
      # Infinity, NaN and times past a century overflowed PostgreSQL's intervals in every
      # maintenance round, long after the process had started.
      ("POSTRELAY_JOB_LEASE_SECS", "inf"), ("POSTRELAY_EMAIL_LOG_RETENTION_DAYS", "infinity"),

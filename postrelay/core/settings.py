@@ -287,6 +287,10 @@ class Settings(BaseSettings):
     def _postgresql_url(cls, value: str | None) -> str | None:
         if value is None or not value.strip():
             return None
+        # A secret file or a YAML block often ends the value with a newline, which the
+        # parser took into the database name ("prod\n" does not exist), and a leading
+        # blank made the URL unreadable.
+        value = value.strip()
         try:
             url = make_url(value)
         except (ArgumentError, ValueError):

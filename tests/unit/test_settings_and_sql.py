@@ -112,3 +112,11 @@ def test_a_bad_database_url_is_a_config_error_that_does_not_echo_the_password(fi
 def test_the_migrate_url_password_is_masked_in_repr():
     settings = Settings(migrate_database_url="postgresql://app:hunter2@db.internal/prod")
     assert "hunter2" not in repr(settings) and "app:***@db.internal" in repr(settings)
+
+
+@pytest.mark.parametrize("field", ["database_url", "migrate_database_url"])
+def test_blanks_around_a_database_url_are_not_part_of_it(field):
+    """A trailing newline (a secret file's) ended up in the database name, and a leading
+    blank made the URL "not a database URL"."""
+    settings = load_settings(**{field: " postgresql://app@db.internal:5432/prod\n"})
+    assert getattr(settings, field) == "postgresql://app@db.internal:5432/prod"

@@ -23,6 +23,7 @@ from postrelay.core.errors import ConfigError, ConflictError, NotFoundError, Val
 from postrelay.core.limits import checked_text
 from postrelay.core.settings import Settings
 from postrelay.core.sqlfiles import load_queries
+from postrelay.queue import SYSTEM_TENANT_ID
 
 API_KEY_SQL = load_queries("postrelay.access", "sql/api_key.sql")
 
@@ -87,6 +88,11 @@ def api_key_create(conn: Connection, name: str, *, tenant_id: UUID | str) -> tup
         tenant = tenant_id if isinstance(tenant_id, UUID) else UUID(str(tenant_id))
     except ValueError:
         raise ValidationError("tenant_id", f"must be a UUID, got {tenant_id!r}") from None
+    if tenant == SYSTEM_TENANT_ID:
+        # Its rows are postrelay's own (retention, maintenance): a key there could pause
+        # or cancel them for every tenant.
+        raise ValidationError("tenant_id", "the system tenant runs postrelay's own jobs; "
+                                           "bind the key to one of your tenants")
     key = secrets.token_urlsafe(32)
     params = {"name": name, "tenant_id": tenant, "key_hash": key_hash(key)}
     row = conn.execute(API_KEY_SQL["api_key_insert"], params).first()

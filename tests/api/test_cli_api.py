@@ -142,3 +142,12 @@ def test_a_key_name_with_a_trailing_newline_or_a_byte_not_utf8_is_refused(worker
     revoked = run(worker_env, "keys", "revoke", "billing\udcff")
     assert revoked.returncode == 1 and "Traceback" not in revoked.stderr
     assert revoked.stderr.startswith("error: name: must not contain an unpaired surrogate")
+
+
+def test_a_key_cannot_be_bound_to_the_system_tenant(worker_env, clean_db):
+    """It was made: a key that could pause or cancel postrelay's own jobs (retention,
+    maintenance) for every tenant."""
+    added = run(worker_env, "keys", "add", "sys", "--tenant", str(uuid.UUID(int=0)))
+    assert added.returncode == 1 and added.stdout == "", added.stderr
+    assert added.stderr.startswith("error: tenant_id: the system tenant runs postrelay's own")
+    assert json.loads(run(worker_env, "keys", "list", "--json").stdout) == []

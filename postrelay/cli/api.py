@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import typer
 
 from postrelay.cli.common import database, settings_or_exit, transaction
@@ -30,6 +32,7 @@ def api_command(
     try:
         # Checked before touching the database: refusing to start must be quick and clear.
         service_role_key(settings)
+        _check_host(host, port)
     except ConfigError as exc:
         echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
@@ -41,6 +44,19 @@ def api_command(
         freeze_startup_heap()  # core/heap.py: no full collection walks the app again
         uvicorn.run(api, host=host, port=port, log_level=settings.log_level.lower(),
                     proxy_headers=bool(proxies), forwarded_allow_ips=proxies or None)
+
+
+def _check_host(host: str, port: int) -> None:
+    """ConfigError naming --host when it names no address: uvicorn found it out only after
+    the app had started, and said "[Errno -2] Name or service not known", exit 3. Empty:
+    every interface, as asyncio reads it."""
+    if not host:
+        return
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, socket.gaierror) else "not a host name"
+        raise ConfigError(f"--host: cannot listen on {host!r}: {reason}") from None
 
 
 @keys_app.command("add")

@@ -67,6 +67,17 @@ def test_api_refuses_to_start_with_a_short_key(worker_env):
             "print(secrets.token_urlsafe(32))'"]
 
 
+@pytest.mark.parametrize("host", ["no-such-host.invalid", "a b", "a" * 70])
+def test_a_host_that_names_no_address_is_refused_by_name(worker_env, host):
+    """uvicorn found it out after the app had started: "ERROR: [Errno -2] Name or service
+    not known" among its log lines, exit 3."""
+    env = {**worker_env, "POSTRELAY_SERVICE_ROLE_KEY": CLI_KEY}
+    result = run(env, "api", "--host", host, "--port", str(free_port()))
+    assert result.returncode == 2 and result.stdout == "", result.stdout
+    assert result.stderr.startswith(f"error: --host: cannot listen on {host!r}: "), result.stderr
+    assert len(result.stderr.splitlines()) == 1
+
+
 def test_api_serves_on_host_and_port(worker_env, clean_db):
     proc, base = serving({**worker_env, "POSTRELAY_SERVICE_ROLE_KEY": CLI_KEY})
     try:

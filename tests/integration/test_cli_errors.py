@@ -98,7 +98,12 @@ def test_an_unmigrated_database_says_so(worker_env, server_url):
     with throwaway_database(server_url) as url:
         line = one_line_error(run({**worker_env, "POSTRELAY_DATABASE_URL": url}, "jobs", "list",
                                   ok=False))
-    assert "postrelay migrate" in line
+        assert "postrelay migrate" in line
+        # Behind by a column, not a table: it said only "column l.delivery does not exist".
+        upgrade(url, "0010")
+        line = one_line_error(run({**worker_env, "POSTRELAY_DATABASE_URL": url}, "emails",
+                                  ok=False))
+        assert "does not exist (run `postrelay migrate`)" in line, line
 
 
 @pytest.mark.parametrize("command", ["worker", "relay"])

@@ -20,7 +20,7 @@ from sqlalchemy import URL, create_engine, pool
 
 import postrelay
 from postrelay.core.db import SCHEMA, sqlalchemy_url
-from postrelay.core.errors import PostrelayError, ValidationError
+from postrelay.core.errors import ConfigError, PostrelayError, ValidationError
 
 VERSION_TABLE = "alembic_version_postrelay"
 # Any constant works; it only has to be the same in every migrating process.
@@ -39,7 +39,8 @@ def migrations_dir() -> Path:
     if override:
         folder = Path(override).expanduser().resolve()
         if not (folder / "env.py").is_file():
-            raise FileNotFoundError(f"POSTRELAY_MIGRATIONS_DIR={override}: no env.py there")
+            raise ConfigError(f"POSTRELAY_MIGRATIONS_DIR: {folder} holds no env.py; point it "
+                              "at a copy of postrelay's migrations folder")
         return folder
     package_dir = Path(postrelay.__file__).resolve().parent
     for candidate in (package_dir / "_migrations", package_dir.parent / "migrations"):
@@ -65,6 +66,20 @@ def alembic_config(
     return cfg
 
 
+def scripts(cfg: Config | None = None) -> ScriptDirectory:
+    """The migrations, every file read: ConfigError naming the file and line of one that
+    cannot be loaded (alembic raised a bare SyntaxError for it from deep inside)."""
+    script = ScriptDirectory.from_config(cfg or alembic_config())
+    try:
+        script.get_heads()  # reads every version file
+    except SyntaxError as exc:
+        raise ConfigError(f"migration file {exc.filename} line {exc.lineno}: {exc.msg}; fix "
+                          "or remove it") from None
+    except ImportError as exc:
+        raise ConfigError(f"a migration file cannot be imported: {exc}") from None
+    return script
+
+
 def upgrade(
     url: str | URL,
     revision: str = "head",
@@ -74,6 +89,7 @@ def upgrade(
 ) -> None:
     """Bring the database to `revision`. With `sql=True`, print the SQL instead.
     SchemaRevisionError, with nothing run, for a database a newer postrelay migrated."""
+    scripts()
     if not sql:
         database_revision(url, connect_args)  # alembic would say only "Can't locate"
     command.upgrade(alembic_config(url, connect_args=connect_args), revision, sql=sql)
@@ -89,7 +105,7 @@ def check_target(revision: str, *, sql: bool = False) -> None:
     parts = revision.split(":", 1)
     if len(parts) > 1 and not sql:
         raise ValidationError("revision", "a range start:end works with --sql only")
-    script = ScriptDirectory.from_config(alembic_config())
+    script = scripts()
     for part in parts:
         if _RELATIVE.fullmatch(part):
             if part.startswith("-"):
@@ -118,7 +134,7 @@ def database_revision(url: str | URL, connect_args: dict[str, Any] | None = None
     if current is None:
         return None
     try:
-        ScriptDirectory.from_config(alembic_config()).get_revision(current)
+        scripts().get_revision(current)
     except util.CommandError:
         raise SchemaRevisionError(
             f"the database is at migration {current}, which this postrelay does not have "
@@ -144,7 +160,7 @@ def downgrade(url: str | URL, revision: str) -> None:
 
 
 def head_revision() -> str | None:
-    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+    return scripts().get_current_head()
 
 
 def write_kind_migration(name: str, directory: Path | None = None) -> Path:
@@ -167,7 +183,7 @@ def write_kind_migration(name: str, directory: Path | None = None) -> Path:
         cfg.set_main_option("path_separator", "os")
         locations = dict.fromkeys([shipped, version_path])  # once each, in order
         cfg.set_main_option("version_locations", os.pathsep.join(locations))
-    script = ScriptDirectory.from_config(cfg)
+    script = scripts(cfg)
     revision = script.generate_revision(
         util.rev_id(),
         f"add job kind {name}",

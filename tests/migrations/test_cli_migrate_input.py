@@ -4,11 +4,13 @@ no SQL printed; and what it prints is where the database is."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 from sqlalchemy import create_engine, text
 
 from postrelay.core.db import sqlalchemy_url
-from postrelay.core.migrate import head_revision, upgrade
+from postrelay.core.migrate import head_revision, migrations_dir, upgrade
 from tests.migrations import current_revision, throwaway_database
 from tests.migrations.test_cli_schema import UNREACHABLE_URL, base_env, run
 
@@ -81,3 +83,25 @@ def test_a_database_a_newer_postrelay_migrated_is_left_alone_with_what_to_do(ser
                                f"does not have (its newest is {head_revision()}): a newer "
                                "postrelay migrated it; run that version or a later one\n")
         assert revision_of(url) == "0099"
+
+
+def test_a_migrations_folder_that_cannot_be_read_is_a_bad_setting(tmp_path, server_url):
+    """A version file that is not valid Python (one `kinds add` wrote for a name ending in
+    a newline, say) was "unexpected SyntaxError: invalid syntax (bad.py, line 3)", exit 1,
+    from every command that reads the migrations; a folder without env.py exit 1 too."""
+    copy = tmp_path / "migrations"
+    shutil.copytree(migrations_dir(), copy, ignore=shutil.ignore_patterns("__pycache__"))
+    bad = copy / "versions" / "bad.py"
+    bad.write_text('revision = "x"\ndown_revision = "0028"\ndef upgrade(:\n')
+    with throwaway_database(server_url) as url:
+        env = base_env(POSTRELAY_DATABASE_URL=url, POSTRELAY_MIGRATIONS_DIR=str(copy))
+        for args in (("migrate",), ("migrate", "--sql"), ("worker",)):
+            done = run(*args, env=env)
+            assert done.returncode == 2 and done.stdout == "", (args, done.stdout)
+            assert done.stderr == f"error: migration file {bad} line 3: invalid syntax; fix " \
+                                  "or remove it\n", done.stderr
+        assert revision_of(url) is None
+    done = run("migrate", env=base_env(POSTRELAY_DATABASE_URL=UNREACHABLE_URL,
+                                       POSTRELAY_MIGRATIONS_DIR=str(tmp_path)))
+    assert done.returncode == 2 and done.stderr.startswith(
+        f"error: POSTRELAY_MIGRATIONS_DIR: {tmp_path} holds no env.py"), done.stderr

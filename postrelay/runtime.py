@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from uuid import UUID
 
 from postrelay.core.db import Database
+from postrelay.core.errors import ConfigError
 from postrelay.core.heap import freeze_startup_heap
 from postrelay.core.service import Service
 from postrelay.core.settings import Settings
@@ -76,7 +77,20 @@ def import_apps(modules: Iterable[str]) -> None:
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     for name in modules:
-        importlib.import_module(name)
+        # Checked before importing: a relative or empty name raised TypeError or ValueError
+        # from importlib, which an error inside the module could raise as well.
+        if not all(part.isidentifier() for part in name.split(".")):
+            raise ConfigError(f"--app {name!r}: not a module name; give a dotted module "
+                              "path such as myapp.jobs")
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            # Only the module named, or a package on its path: a module the app imports
+            # that is missing is the app's own error, shown as it is.
+            if exc.name is None or not f"{name}.".startswith(f"{exc.name}."):
+                raise
+            raise ConfigError(f"--app {name!r}: no module {exc.name!r} on the Python path "
+                              "or in the directory the command runs from") from None
 
 
 SMTP_RATE_ACTOR = "settings:POSTRELAY_SMTP_RATE"

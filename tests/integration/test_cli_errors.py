@@ -152,6 +152,19 @@ def test_an_embedded_data_dir_that_is_a_file_is_a_bad_setting(worker_env, tmp_pa
         assert line == f"error: POSTRELAY_EMBEDDED_DATA_DIR: {afile} is a file, not a directory"
 
 
+@pytest.mark.parametrize("command", ["worker", "relay"])
+@pytest.mark.parametrize(("app", "rule"), [
+    ("nosuchmod", "no module 'nosuchmod'"), ("postrelay.nope.x", "no module 'postrelay.nope'"),
+    ("", "not a module name"), ("../jobs", "not a module name"),
+    ("myapp.jobs:handlers", "not a module name"),
+])
+def test_an_app_that_is_no_module_is_refused_naming_the_option(worker_env, command, app, rule):
+    """These were "unexpected ModuleNotFoundError", "unexpected ValueError: Empty module
+    name" or "unexpected TypeError: the 'package' argument is required"."""
+    line = one_line_error(run(worker_env, command, "--app", app, ok=False), code=2)
+    assert line.startswith(f"error: --app {app!r}: {rule}"), line
+
+
 def test_a_ca_file_the_worker_cannot_read_is_a_bad_setting(worker_env, tmp_path):
     """A missing CA bundle, or one that holds no certificate, stopped the worker with only
     "No such file or directory" or the TLS library's words."""

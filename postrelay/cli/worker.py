@@ -17,8 +17,9 @@ def worker_command(
         [], "--app",
         help="Module that registers handlers with @postrelay.queue.handler (repeatable).",
     ),
+    # The setting's bound too: past it, the option was taken as it came.
     concurrency: int | None = typer.Option(
-        None, min=1, help="Jobs run at once (default POSTRELAY_WORKER_CONCURRENCY)."
+        None, min=1, max=10_000, help="Jobs run at once (default POSTRELAY_WORKER_CONCURRENCY)."
     ),
     tenants: list[UUID] = typer.Option(
         [], "--tenant", help="Serve only these tenants (repeatable)."

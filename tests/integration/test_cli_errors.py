@@ -42,6 +42,8 @@ def test_cron_add_refuses_a_nul_and_a_5000_level_payload_in_one_line(worker_env,
 @pytest.mark.parametrize(("args", "option"), [
     (("kinds", "--bogus"), "--bogus"),
     (("jobs", "list", "--limit", "many"), "--limit"),
+    # Past POSTRELAY_WORKER_CONCURRENCY's bound, the option was taken and the worker ran.
+    (("worker", "--concurrency", "10001"), "--concurrency"),
 ])
 def test_a_usage_error_is_typers_usage_message_and_exit_2(worker_env, args, option):
     """An unknown option or a value of the wrong type is a usage error, shown as typer

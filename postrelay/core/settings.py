@@ -234,6 +234,17 @@ class Settings(BaseSettings):
                              "from now on")
         return value
 
+    @field_validator("public_url")
+    @classmethod
+    def _public_url_beside_a_secret(cls, value: str | None,
+                                    info: ValidationInfo) -> str | None:
+        # The URL serves only the unsubscribe links, which the secret signs: without it the
+        # URL was ignored in silence and bulk mail went out with no link.
+        if value and value.strip() and info.data.get("feedback_secret") is None:
+            raise ValueError("needs POSTRELAY_FEEDBACK_SECRET, which signs the unsubscribe "
+                             "links it serves")
+        return value
+
     @field_validator("log_level", mode="before")
     @classmethod
     def _level_in_any_case(cls, value: object) -> object:

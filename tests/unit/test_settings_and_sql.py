@@ -37,6 +37,8 @@ def test_environment_overrides(monkeypatch) -> None:
      ("POSTRELAY_API_FORWARDED_ALLOW_IPS", "10.0.0.1/8"),
      ("POSTRELAY_API_FORWARDED_ALLOW_IPS", "127.0.0.1,*"),
      ("POSTRELAY_LOG_LEVEL", "verbose"),
+     # Without POSTRELAY_FEEDBACK_SECRET it was ignored: bulk mail went out with no link.
+     ("POSTRELAY_PUBLIC_URL", "https://mail.acme.example"),
      # Taken, then every send failed as a connection error, retried to the DLQ.
      ("POSTRELAY_SMTP_HOST", ""), ("POSTRELAY_SMTP_HOST", " "),
      ("POSTRELAY_SMTP_HOST", "mail.example.com smtp.example.com"),

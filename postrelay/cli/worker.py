@@ -59,8 +59,11 @@ def worker_command(
                 server = serve_metrics(metrics, settings.worker_metrics_port,
                                        settings.worker_metrics_host)
             except OSError as exc:
-                typer.echo(f"error: metrics on {settings.worker_metrics_host}:"
-                           f"{settings.worker_metrics_port}: {exc}", err=True)
+                # Named by setting: "metrics on :9464: [Errno -2] ..." left the operator to
+                # guess that an empty or mistyped POSTRELAY_WORKER_METRICS_HOST was meant.
+                typer.echo(f"error: POSTRELAY_WORKER_METRICS_HOST and --metrics-port: cannot "
+                           f"serve metrics on {settings.worker_metrics_host!r} port "
+                           f"{settings.worker_metrics_port}: {exc.strerror or exc}", err=True)
                 raise typer.Exit(2) from None
         try:
             run(run_until_signalled(process))

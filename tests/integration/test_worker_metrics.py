@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
@@ -241,3 +242,15 @@ def test_worker_command_serves_metrics(engine, worker_env, clean_db):
     # The built-in kinds this worker serves are there from the start.
     assert sample(samples, "postrelay_jobs_claimed_total", kind=RETENTION_KIND) == 0
     assert "postrelay.worker.metrics_serving" in output
+
+
+@pytest.mark.parametrize("host", ["", "no-such-host.invalid"])
+def test_a_metrics_host_that_cannot_be_served_names_the_setting(worker_env, host):
+    """It said "error: metrics on :9464: [Errno -2] Name or service not known"."""
+    done = subprocess.run([POSTRELAY, "worker", "--metrics-port", "9464"],
+                          env={**worker_env, "POSTRELAY_WORKER_METRICS_HOST": host},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "error: POSTRELAY_WORKER_METRICS_HOST and --metrics-port: cannot serve metrics on "
+        f"{host!r} port 9464: Name or service not known")

@@ -310,6 +310,11 @@ class Settings(BaseSettings):
         if url.drivername not in POSTGRES_DRIVERS:
             raise ValueError(f"postrelay needs PostgreSQL, not {url.drivername!r}; expected "
                              "postgresql://user:password@host:5432/database")
+        if "@" in (url.host or ""):
+            # The parser splits at the first @, so a password holding one was cut short and
+            # the rest taken for the host: "failed to resolve host 'ss@db.internal'".
+            raise ValueError("the host holds an @: write an @ in the user or password as "
+                             "%40 (and :, /, # and ? as %3A, %2F, %23 and %3F)")
         return value
 
     def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:

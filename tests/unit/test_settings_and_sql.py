@@ -122,3 +122,14 @@ def test_blanks_around_a_database_url_are_not_part_of_it(field):
     blank made the URL "not a database URL"."""
     settings = load_settings(**{field: " postgresql://app@db.internal:5432/prod\n"})
     assert getattr(settings, field) == "postgresql://app@db.internal:5432/prod"
+
+
+def test_an_at_sign_left_in_a_password_is_named_not_taken_for_the_host():
+    """"postgresql://app:p@ss@db/prod" was read as password "p" on host "ss@db": every
+    command failed with "failed to resolve host 'ss@db'"."""
+    with pytest.raises(ConfigError) as caught:
+        load_settings(database_url="postgresql://app:hunt@r2@db.internal:5432/prod")
+    assert "POSTRELAY_DATABASE_URL: " in str(caught.value) and "%40" in str(caught.value)
+    assert "hunt" not in str(caught.value)
+    encoded = load_settings(database_url="postgresql://app:hunt%40r2@db.internal:5432/prod")
+    assert encoded.database_url == "postgresql://app:hunt%40r2@db.internal:5432/prod"

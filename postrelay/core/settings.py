@@ -93,8 +93,10 @@ class Settings(BaseSettings):
     relay_batch_size: int = Field(default=500, ge=1, le=10_000)
     # Batches in flight at once while there is a backlog.
     relay_concurrency: int = Field(default=3, ge=1, le=32)
-    # Failed routing attempts before an outbox event is parked as dead.
-    relay_max_attempts: int = Field(default=10, ge=1)
+    # Failed routing attempts before an outbox event is parked as dead. Bounded as job
+    # attempts are: the relay compares it as a PostgreSQL integer, and past that range the
+    # failure of an event could not be recorded at all (integer out of range).
+    relay_max_attempts: int = Field(default=10, ge=1, le=1_000_000)
 
     # LISTEN/NOTIFY wake-ups; off whenever `pooler` is "transaction".
     notify: bool = True

@@ -37,6 +37,8 @@ def test_environment_overrides(monkeypatch) -> None:
      ("POSTRELAY_API_FORWARDED_ALLOW_IPS", "10.0.0.1/8"),
      ("POSTRELAY_API_FORWARDED_ALLOW_IPS", "127.0.0.1,*"),
      ("POSTRELAY_LOG_LEVEL", "verbose"),
+     # Compared as an integer in SQL: past its range no routing failure could be recorded.
+     ("POSTRELAY_RELAY_MAX_ATTEMPTS", "2147483648"),
      # Without POSTRELAY_FEEDBACK_SECRET it was ignored: bulk mail went out with no link.
      ("POSTRELAY_PUBLIC_URL", "https://mail.acme.example"),
      # Taken, then every send failed as a connection error, retried to the DLQ.

@@ -14,6 +14,7 @@ transaction-local (`behind_pooler`).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,23 @@ def start_embedded(data_dir: Any) -> tuple[str, Any]:
     return server.get_uri(), server
 
 
+# libpq waits for a server that accepted the connection but never answers (a firewall or
+# proxy that holds it) for as long as the socket lives: a command hung without a word.
+# The URL's own connect_timeout, or PGCONNECT_TIMEOUT, wins.
+CONNECT_TIMEOUT_SECS = 10
+
+
+def with_connect_timeout(url: str | URL, connect_args: dict[str, Any] | None) -> dict[str, Any]:
+    """`connect_args` with `connect_timeout` when neither they, the URL nor the
+    environment give one."""
+    args = dict(connect_args or {})
+    query = (sqlalchemy_url(url) if isinstance(url, str) else url).query
+    if "connect_timeout" not in args and "connect_timeout" not in query \
+            and not os.environ.get("PGCONNECT_TIMEOUT"):
+        args["connect_timeout"] = CONNECT_TIMEOUT_SECS
+    return args
+
+
 POOLER_OPTION = "postrelay_pooler"
 EMBEDDED_DIR_SETTING = "POSTRELAY_EMBEDDED_DATA_DIR"
 
@@ -101,6 +119,7 @@ class Database:
 
     def _engine_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         kwargs.setdefault("pool_pre_ping", True)
+        kwargs["connect_args"] = with_connect_timeout(self.url, kwargs.get("connect_args", {}))
         if self.pooler:
             kwargs["connect_args"] = pooler_connect_args(kwargs.get("connect_args", {}))
             kwargs["execution_options"] = {**kwargs.get("execution_options", {}),

@@ -19,7 +19,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import URL, create_engine, pool
 
 import postrelay
-from postrelay.core.db import SCHEMA, sqlalchemy_url
+from postrelay.core.db import SCHEMA, sqlalchemy_url, with_connect_timeout
 from postrelay.core.errors import ConfigError, PostrelayError, ValidationError
 
 VERSION_TABLE = "alembic_version_postrelay"
@@ -91,6 +91,7 @@ def upgrade(
     SchemaRevisionError, with nothing run, for a database a newer postrelay migrated."""
     scripts()
     if not sql:
+        connect_args = with_connect_timeout(url, connect_args)
         database_revision(url, connect_args)  # alembic would say only "Can't locate"
     command.upgrade(alembic_config(url, connect_args=connect_args), revision, sql=sql)
 
@@ -123,7 +124,8 @@ def database_revision(url: str | URL, connect_args: dict[str, Any] | None = None
     """The migration the database is at (None before the first); SchemaRevisionError when
     this code does not have it."""
     engine = create_engine(sqlalchemy_url(str(url)) if isinstance(url, str) else url,
-                           poolclass=pool.NullPool, connect_args=connect_args or {})
+                           poolclass=pool.NullPool,
+                           connect_args=with_connect_timeout(url, connect_args))
     try:
         with engine.connect() as conn:
             current = MigrationContext.configure(conn, opts={

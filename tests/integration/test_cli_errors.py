@@ -5,6 +5,8 @@ bad setting), and anything unforeseen."""
 from __future__ import annotations
 
 import json
+import socket
+import time
 import uuid
 
 import pytest
@@ -76,6 +78,26 @@ def test_an_unreachable_database_is_one_line(worker_env, args):
     env = {**worker_env, "POSTRELAY_DATABASE_URL": "postgresql://u:s3cret@127.0.0.1:1/nope"}
     line = one_line_error(run(env, *args, ok=False))
     assert "cannot reach the database" in line and "s3cret" not in line
+
+
+def test_a_server_that_never_answers_is_given_up_on(worker_env):
+    """A server (or a proxy, a firewall) that takes the connection and says nothing kept
+    every command waiting for as long as the socket lived; now libpq gives up after
+    10 s unless the URL says otherwise."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # connections complete in the backlog and are never answered
+        url = f"postgresql://u@127.0.0.1:{silent.getsockname()[1]}/nope"
+        for args in (("keys", "list"), ("migrate",)):
+            started = time.monotonic()
+            line = one_line_error(run({**worker_env, "POSTRELAY_DATABASE_URL": url}, *args,
+                                      ok=False))
+            assert line == "error: cannot reach the database: connection timeout expired"
+            assert time.monotonic() - started < 30
+        started = time.monotonic()
+        env = {**worker_env, "POSTRELAY_DATABASE_URL": f"{url}?connect_timeout=2"}
+        one_line_error(run(env, "status", ok=False))
+        assert time.monotonic() - started < 8  # the URL's own timeout wins
 
 
 def test_the_debug_log_of_a_failure_shows_the_traceback_but_not_the_password(worker_env):

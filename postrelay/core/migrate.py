@@ -7,6 +7,7 @@ another copy (tests use it so that `postrelay kinds add` never writes into the c
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
@@ -21,6 +22,7 @@ from sqlalchemy import URL, create_engine, pool
 import postrelay
 from postrelay.core.db import SCHEMA, sqlalchemy_url, with_connect_timeout
 from postrelay.core.errors import ConfigError, PostrelayError, ValidationError
+from postrelay.core.telemetry import event
 
 VERSION_TABLE = "alembic_version_postrelay"
 # Any constant works; it only has to be the same in every migrating process.
@@ -32,6 +34,11 @@ _RELATIVE = re.compile(r"[+-]\d+")
 class SchemaRevisionError(PostrelayError):
     """The database is not at the migration this code needs: behind it (run `postrelay
     migrate`), or at one this code does not have (a newer postrelay migrated it)."""
+
+
+class SchemaAheadError(SchemaRevisionError):
+    """The database is at a migration this code does not have: a newer postrelay (or
+    migrations folder) migrated it."""
 
 
 def migrations_dir() -> Path:
@@ -138,7 +145,7 @@ def database_revision(url: str | URL, connect_args: dict[str, Any] | None = None
     try:
         scripts().get_revision(current)
     except util.CommandError:
-        raise SchemaRevisionError(
+        raise SchemaAheadError(
             f"the database is at migration {current}, which this postrelay does not have "
             f"(its newest is {head_revision()}): a newer postrelay migrated it; run that "
             "version or a later one") from None
@@ -146,9 +153,16 @@ def database_revision(url: str | URL, connect_args: dict[str, Any] | None = None
 
 
 def require_head(url: str | URL, connect_args: dict[str, Any] | None = None) -> None:
-    """SchemaRevisionError unless the database is at this code's newest migration, the
-    one its queries are written for (as /readyz judges it)."""
-    current, head = database_revision(url, connect_args), head_revision()
+    """SchemaRevisionError when the database is behind this code's newest migration (none
+    yet, or an older one): its queries need what the later ones make. A database a newer
+    postrelay migrated is run on, with a warning: a release rolled back meets a schema
+    ahead of it, and every worker refusing to start then would stop all work."""
+    try:
+        current = database_revision(url, connect_args)
+    except SchemaAheadError as exc:
+        event("postrelay.migrate.schema_ahead", logging.WARNING, detail=str(exc))
+        return
+    head = head_revision()
     if current is None:
         raise SchemaRevisionError("the database has none of postrelay's migrations yet: run "
                                   "`postrelay migrate`")

@@ -5,6 +5,8 @@ Payload:
     dir               folder to report into (required)
     sleep             seconds the run takes (default 0)
     hang_on_attempts  attempt numbers that never finish on their own (default none)
+    exit_on_attempts  attempt numbers that call sys.exit(3) (default none)
+    crash_on_attempts attempt numbers that call os._exit(3): the process dies at once
 
 On start it creates `<dir>/started.<job id>.<attempt>.<pid>`; on finish it appends the
 job id to `<dir>/finished.<pid>`; when its task is cancelled it creates
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from pathlib import Path
 
 from postrelay.queue import Job, handler
@@ -24,6 +27,10 @@ from postrelay.queue import Job, handler
 async def step(job: Job) -> None:
     folder = Path(job.payload["dir"])
     (folder / f"started.{job.id}.{job.attempts}.{os.getpid()}").touch()
+    if job.attempts in job.payload.get("exit_on_attempts", ()):
+        sys.exit(3)
+    if job.attempts in job.payload.get("crash_on_attempts", ()):
+        os._exit(3)
     try:
         if job.attempts in job.payload.get("hang_on_attempts", ()):
             await asyncio.Event().wait()  # until the process is killed or stopped

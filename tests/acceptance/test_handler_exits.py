@@ -1,0 +1,59 @@
+"""A handler that ends its process, in a real worker process: `sys.exit` is the job's
+failed attempt and the worker goes on; `os._exit` kills the process at once, and the
+rescuer brings the job back after the lease, for another worker to finish."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from postrelay.queue import enqueue
+from tests.acceptance.conftest import (
+    WorkerPool,
+    audit_actions,
+    finished,
+    job_state,
+    starts,
+    wait_for,
+)
+from tests.factories import job_row
+
+pytestmark = pytest.mark.acceptance
+
+
+def test_sys_exit_in_a_handler_fails_the_attempt_and_the_worker_goes_on(
+    workers: WorkerPool, engine, tenant, marks: Path
+):
+    with engine.begin() as conn:
+        job_id = enqueue(conn, "reindex", {"dir": str(marks), "exit_on_attempts": [1]},
+                         tenant_id=tenant)
+    worker = workers.start()
+    wait_for(lambda: job_state(engine, job_id)[0] == "done", what="the job to be done")
+    assert worker.alive
+    with engine.connect() as conn:
+        row = job_row(conn, job_id)
+    # Counted: a job that exits every time reaches the DLQ instead of taking down every
+    # worker that claims it.
+    assert row["attempts"] == 2 and "SystemExit: 3" in row["last_error"]
+    assert starts(marks, job_id) == [(1, worker.pid), (2, worker.pid)]
+    assert finished(marks) == {worker.pid: [str(job_id)]}
+    worker.send(signal.SIGTERM)
+    assert worker.wait() == 0
+
+
+def test_os_exit_in_a_handler_is_a_crash_whose_job_is_rescued(
+    workers: WorkerPool, engine, tenant, marks: Path
+):
+    with engine.begin() as conn:
+        job_id = enqueue(conn, "reindex", {"dir": str(marks), "crash_on_attempts": [1]},
+                         tenant_id=tenant)
+    doomed = workers.start()
+    assert doomed.wait() == 3  # no shutdown code ran: the claim is left behind
+    assert job_state(engine, job_id) == ("running", 1)
+    survivor = workers.start()
+    wait_for(lambda: job_state(engine, job_id)[0] == "done", what="the job to be done")
+    assert job_state(engine, job_id) == ("done", 2)
+    assert starts(marks, job_id) == [(1, doomed.pid), (2, survivor.pid)]
+    assert [action for action, _ in audit_actions(engine, job_id)] == ["job_rescued"]

@@ -1,0 +1,92 @@
+"""Handlers that end in odd ways, against a real worker and PostgreSQL: whatever a handler
+raises or returns, its job is done, retried, dead-lettered or failed with a readable error,
+and the worker goes on running other jobs."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from postrelay.queue import Registry, enqueue
+from postrelay.queue.model import Job
+from tests.factories import job_row
+from tests.integration.worker_helpers import as_awaitable, make_worker, wait_until
+
+
+class OwnBaseException(BaseException):
+    """A library's BaseException of its own, as some use for control flow."""
+
+
+async def cancelled_elsewhere() -> None:
+    """Await a future that someone else cancelled: a CancelledError no one asked of the
+    handler's task."""
+    future = asyncio.get_running_loop().create_future()
+    future.cancel()
+    await future
+
+
+def state(engine, job_id) -> dict:
+    with engine.connect() as conn:
+        return job_row(conn, job_id)
+
+
+async def run_jobs(engine, async_engine, libpq, tenant, registry, payloads, until):
+    """Enqueue a `reindex` job per payload, run a worker until each job's state is in
+    `until`, and return the rows."""
+    with engine.begin() as conn:
+        ids = [enqueue(conn, "reindex", p, tenant_id=tenant, max_attempts=3) for p in payloads]
+    worker = make_worker(async_engine, libpq, registry)
+    await worker.start()
+    try:
+        await wait_until(lambda: as_awaitable(
+            all(state(engine, i)["state"] in until for i in ids)), timeout=20)
+    finally:
+        await asyncio.wait_for(worker.stop(), 20)
+    return [state(engine, i) for i in ids]
+
+
+RAISES = {
+    "SystemExit": lambda: SystemExit(3),
+    "KeyboardInterrupt": KeyboardInterrupt,
+    "GeneratorExit": GeneratorExit,
+    "OwnBaseException": lambda: OwnBaseException("stop everything"),
+}
+
+
+@pytest.mark.parametrize("name", RAISES)
+async def test_a_base_exception_from_a_handler_is_a_failed_attempt(
+    engine, async_engine, libpq, tenant, name
+):
+    """Not an Exception, yet the handler's own doing: the attempt counts, the error is
+    kept, the job runs again, and the worker runs the other jobs meanwhile."""
+    registry = Registry()
+
+    @registry.handler("reindex")
+    async def exits(job: Job) -> None:
+        if job.payload.get("exit") and job.attempts == 1:
+            raise RAISES[name]()
+
+    rows = await run_jobs(engine, async_engine, libpq, tenant, registry,
+                          [{"exit": True}, {}], until={"done"})
+    assert [(r["state"], r["attempts"]) for r in rows] == [("done", 2), ("done", 1)]
+    assert name in rows[0]["last_error"] and "Traceback" in rows[0]["last_error"]
+
+
+async def test_a_cancelled_error_the_worker_did_not_ask_for_counts_the_attempt(
+    engine, async_engine, libpq, tenant
+):
+    """A CancelledError raised in the handler, not by a cancel of its task, is a failure:
+    handed back uncounted, the job would run again and again without end."""
+    registry = Registry()
+    runs: list[int] = []
+
+    @registry.handler("reindex")
+    async def awaits_a_cancelled_future(job: Job) -> None:
+        runs.append(job.attempts)
+        await cancelled_elsewhere()
+
+    [row] = await run_jobs(engine, async_engine, libpq, tenant, registry, [{}],
+                           until={"dlq"})
+    assert (row["state"], row["attempts"]) == ("dlq", 3) and runs == [1, 2, 3]
+    assert "CancelledError" in row["last_error"]

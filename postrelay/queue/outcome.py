@@ -98,7 +98,7 @@ def decide(job: Job, outcome: Outcome, backoff: Backoff) -> Transition:
         case Failure(error=Snooze() as exc):
             # The reason alone: a snooze is routine, its traceback says nothing.
             return Transition("pending", delay_secs=exc.delay_secs,
-                              error=f"snoozed: {exc.reason}", refund=True)
+                              error=snooze_error(exc), refund=True)
         case Failure(error=StopJob() as exc):
             return Transition("failed", error=format_error(exc))
         case Failure(error=PermanentError() as exc):
@@ -134,6 +134,18 @@ def format_error(error: BaseException) -> str:
     else:
         text = "".join(traceback.format_exception(error)).rstrip()
     return truncate_utf8(storable(text), ERROR_LIMIT)
+
+
+def snooze_error(snooze: Snooze) -> str:
+    """`snoozed: <reason>`, held to what format_error's text is: the reason is the
+    handler's, and may quote a server's reply (a NUL, a lone surrogate), be long, or not
+    even say what it is; written as it was, the database refused the outcome and the
+    snoozed job went to the DLQ, or the run's task died with its job left running."""
+    try:
+        reason = str(snooze.reason)
+    except Exception:
+        reason = "<reason str() failed>"
+    return truncate_utf8(storable(f"snoozed: {reason}"), ERROR_LIMIT)
 
 
 def _message(error: BaseException) -> str:

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from postrelay.queue import Registry, enqueue
+from postrelay.queue import Registry, Snooze, enqueue
 from postrelay.queue.model import Job
 from tests.factories import job_row
 from tests.integration.worker_helpers import as_awaitable, make_worker, wait_until
@@ -32,15 +32,15 @@ def state(engine, job_id) -> dict:
 
 
 async def run_jobs(engine, async_engine, libpq, tenant, registry, payloads, until):
-    """Enqueue a `reindex` job per payload, run a worker until each job's state is in
-    `until`, and return the rows."""
+    """Enqueue a `reindex` job per payload, run a worker until `until(row)` holds for each
+    job's row, and return the rows."""
     with engine.begin() as conn:
         ids = [enqueue(conn, "reindex", p, tenant_id=tenant, max_attempts=3) for p in payloads]
     worker = make_worker(async_engine, libpq, registry)
     await worker.start()
     try:
         await wait_until(lambda: as_awaitable(
-            all(state(engine, i)["state"] in until for i in ids)), timeout=20)
+            all(until(state(engine, i)) for i in ids)), timeout=20)
     finally:
         await asyncio.wait_for(worker.stop(), 20)
     return [state(engine, i) for i in ids]
@@ -68,7 +68,7 @@ async def test_a_base_exception_from_a_handler_is_a_failed_attempt(
             raise RAISES[name]()
 
     rows = await run_jobs(engine, async_engine, libpq, tenant, registry,
-                          [{"exit": True}, {}], until={"done"})
+                          [{"exit": True}, {}], until=lambda r: r["state"] == "done")
     assert [(r["state"], r["attempts"]) for r in rows] == [("done", 2), ("done", 1)]
     assert name in rows[0]["last_error"] and "Traceback" in rows[0]["last_error"]
 
@@ -87,6 +87,22 @@ async def test_a_cancelled_error_the_worker_did_not_ask_for_counts_the_attempt(
         await cancelled_elsewhere()
 
     [row] = await run_jobs(engine, async_engine, libpq, tenant, registry, [{}],
-                           until={"dlq"})
+                           until=lambda r: r["state"] == "dlq")
     assert (row["state"], row["attempts"]) == ("dlq", 3) and runs == [1, 2, 3]
     assert "CancelledError" in row["last_error"]
+
+
+async def test_a_snooze_whose_reason_quotes_a_nul_is_a_snooze(engine, async_engine, libpq,
+                                                              tenant):
+    """PostgreSQL refused the reason's NUL five times, and the snoozed job went to the
+    DLQ instead of waiting its turn."""
+    registry = Registry()
+
+    @registry.handler("reindex")
+    async def snoozes(job: Job) -> None:
+        raise Snooze(3600, "421 busy \x00 try later")
+
+    [row] = await run_jobs(engine, async_engine, libpq, tenant, registry, [{}],
+                           until=lambda r: r["last_error"] is not None)
+    assert (row["state"], row["attempts"]) == ("pending", 0)  # not counted, not dead
+    assert row["last_error"] == "snoozed: 421 busy \ufffd try later"

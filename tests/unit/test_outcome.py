@@ -163,3 +163,23 @@ def test_snooze_retries_later_without_counting_the_attempt() -> None:
         transition = decide(job(attempts=attempts), Failure(raised(Snooze(42, "paused"))), FIXED)
         assert transition == Transition("pending", delay_secs=42.0, error="snoozed: paused",
                                         refund=True)
+
+
+class Unprintable:
+    def __str__(self) -> str:
+        raise ValueError("no words")
+
+    __repr__ = __str__
+
+
+@pytest.mark.parametrize(("reason", "shown"), [
+    ("421 busy \x00 \udce0", "snoozed: 421 busy \ufffd \ufffd"),
+    ("x" * 100_000 + "THE-END", "THE-END"),
+    (Unprintable(), "snoozed: <reason str() failed>"),
+])
+def test_a_snoozes_reason_is_storable_cut_to_4kb_and_never_raises(reason, shown) -> None:
+    # A NUL made the database refuse the outcome (the snoozed job went to the DLQ); a long
+    # reason went into last_error whole; one that cannot say what it is killed the run.
+    t = decide(job(), Failure(raised(Snooze(5, reason))), FIXED)
+    assert (t.status, t.refund) == ("pending", True) and shown in t.error
+    assert len(t.error.encode("utf-8")) <= ERROR_LIMIT

@@ -20,6 +20,7 @@ from postrelay.queue.outcome import (
     Returned,
     Transition,
     decide,
+    undecidable,
 )
 from postrelay.queue.registry import Registry
 
@@ -41,7 +42,10 @@ class Executor:
         started = time.perf_counter()
         with collecting() as effects:
             outcome = await self._outcome(job)
-        transition = decide(job, outcome, self.backoff)
+        try:
+            transition = decide(job, outcome, self.backoff)
+        except Exception as exc:  # the run must end in a state, or its job is held for ever
+            transition = undecidable(job, exc)
         if effects:
             transition = dataclasses.replace(transition, effects=tuple(effects))
         if transition.status != "done":

@@ -18,6 +18,7 @@ from postrelay.queue.jobspec import MAX_DELAY_SECS
 from postrelay.queue.model import Job
 
 ERROR_LIMIT = 4096  # last_error is cut to 4 KB, as the seed says
+UNDECIDABLE_DELAY_SECS = 60.0  # before the next attempt of a run decide() could not place
 
 
 class RetryAfter(Exception):  # noqa: N818 - an instruction, not an error
@@ -96,8 +97,9 @@ def decide(job: Job, outcome: Outcome, backoff: Backoff) -> Transition:
         case Returned():
             return Transition("pending", delay_secs=0.0, refund=True)
         case Failure(error=Snooze() as exc):
-            # The reason alone: a snooze is routine, its traceback says nothing.
-            return Transition("pending", delay_secs=exc.delay_secs,
+            # The reason alone: a snooze is routine, its traceback says nothing. The delay
+            # is bounded again here: a handler may have set it after __init__ bounded it.
+            return Transition("pending", delay_secs=bounded_delay(exc.delay_secs),
                               error=snooze_error(exc), refund=True)
         case Failure(error=StopJob() as exc):
             return Transition("failed", error=format_error(exc))
@@ -106,11 +108,23 @@ def decide(job: Job, outcome: Outcome, backoff: Backoff) -> Transition:
         case Failure(error=error):
             if job.attempts >= job.max_attempts:
                 return Transition("dlq", error=format_error(error))
-            delay = (
-                error.delay_secs if isinstance(error, RetryAfter) else backoff.delay(job.attempts)
-            )
+            delay = (bounded_delay(error.delay_secs) if isinstance(error, RetryAfter)
+                     else backoff.delay(job.attempts))
             return Transition("pending", delay_secs=delay, error=format_error(error))
     raise TypeError(f"unknown outcome {outcome!r}")
+
+
+def undecidable(job: Job, problem: Exception) -> Transition:
+    """What a run ends as when decide() itself raised (a RetryAfter subclass that skipped
+    RetryAfter's __init__, a delay set to a string, a backoff that fails): a failed
+    attempt, retried after UNDECIDABLE_DELAY_SECS or dead-lettered as any other, with an
+    error that says why, rather than a run whose task died with its job held running."""
+    text = (f"the run's outcome could not be decided: {type(problem).__name__}: "
+            f"{_message(problem)}")
+    error = truncate_utf8(storable(text), ERROR_LIMIT)
+    if job.attempts >= job.max_attempts:
+        return Transition("dlq", error=error)
+    return Transition("pending", delay_secs=UNDECIDABLE_DELAY_SECS, error=error)
 
 
 def unrecordable(transition: Transition, refusal: BaseException, refusals: int) -> Transition:

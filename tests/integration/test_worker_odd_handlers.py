@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from postrelay.queue import Registry, Snooze, enqueue
+from postrelay.queue import Registry, RetryAfter, Snooze, enqueue
 from postrelay.queue.model import Job
 from tests.factories import job_row
 from tests.integration.worker_helpers import as_awaitable, make_worker, wait_until
@@ -106,3 +106,36 @@ async def test_a_snooze_whose_reason_quotes_a_nul_is_a_snooze(engine, async_engi
                            until=lambda r: r["last_error"] is not None)
     assert (row["state"], row["attempts"]) == ("pending", 0)  # not counted, not dead
     assert row["last_error"] == "snoozed: 421 busy \ufffd try later"
+
+
+class Later(RetryAfter):
+    def __init__(self) -> None:  # RetryAfter's __init__ skipped: no delay_secs
+        Exception.__init__(self, "later")
+
+
+def retry_with_a_word_for_a_delay() -> RetryAfter:
+    retry = RetryAfter(5)
+    retry.delay_secs = "soon"  # type: ignore[assignment]  # set past __init__'s bound
+    return retry
+
+
+UNDECIDABLE = {"Later": (Later, "AttributeError"),
+               "word": (retry_with_a_word_for_a_delay, "ValueError")}
+
+
+@pytest.mark.parametrize("name", UNDECIDABLE)
+async def test_an_outcome_that_cannot_be_decided_is_a_failed_attempt(engine, async_engine,
+                                                                     libpq, tenant, name):
+    """decide() raised on the handler's exception: the run's task died and its job was
+    held `running` under a live heartbeat (or its outcome was refused until the DLQ)."""
+    make, problem = UNDECIDABLE[name]
+    registry = Registry()
+
+    @registry.handler("reindex")
+    async def odd_retry(job: Job) -> None:
+        raise make()
+
+    [row] = await run_jobs(engine, async_engine, libpq, tenant, registry, [{}],
+                           until=lambda r: r["last_error"] is not None)
+    assert (row["state"], row["attempts"]) == ("pending", 1)
+    assert row["last_error"].startswith(f"the run's outcome could not be decided: {problem}")

@@ -11,9 +11,9 @@ import time
 from postrelay.core.telemetry import event
 from postrelay.queue.backoff import Backoff
 from postrelay.queue.effects import collecting
+from postrelay.queue.handler_result import outcome_of
 from postrelay.queue.model import Job
 from postrelay.queue.outcome import (
-    SUCCESS,
     Failure,
     Outcome,
     PermanentError,
@@ -71,7 +71,7 @@ class Executor:
         deadline = asyncio.timeout(timeout) if timeout is not None else None
         try:
             async with deadline or contextlib.nullcontext():
-                await handler.fn(job)
+                result = await handler.fn(job)
         except asyncio.CancelledError as exc:
             # Cancelled by the worker (shutdown, an operator's cancel): hand the job back.
             # The deadline's own cancel surfaces as TimeoutError instead. A CancelledError
@@ -94,4 +94,4 @@ class Executor:
             # every worker that claimed the job again. Signals reach the worker as
             # signals (run_until_signalled), never as an exception in a handler.
             return Failure(exc)
-        return SUCCESS
+        return outcome_of(result)

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from postrelay.queue import Registry, RetryAfter, Snooze, enqueue
+from postrelay.queue import PermanentError, Registry, RetryAfter, Snooze, enqueue
 from postrelay.queue.model import Job
 from tests.factories import job_row
 from tests.integration.worker_helpers import as_awaitable, make_worker, wait_until
@@ -139,3 +139,33 @@ async def test_an_outcome_that_cannot_be_decided_is_a_failed_attempt(engine, asy
                            until=lambda r: r["last_error"] is not None)
     assert (row["state"], row["attempts"]) == ("pending", 1)
     assert row["last_error"].startswith(f"the run's outcome could not be decided: {problem}")
+
+
+async def sent(job: Job) -> None:
+    """Work that runs only when awaited."""
+
+
+RETURNS = {
+    "coroutine": (lambda job: sent(job), "HandlerReturnError: the handler returned a "
+                                         "coroutine (sent) without awaiting it"),
+    "RetryAfter": (lambda job: RetryAfter(3600, "later"), "RetryAfter: later"),
+    "class": (lambda job: PermanentError, "HandlerReturnError: the handler returned the "
+                                          "class PermanentError, not an instance"),
+}
+
+
+@pytest.mark.parametrize("name", RETURNS)
+async def test_a_return_that_says_the_work_was_not_done_is_not_done(engine, async_engine,
+                                                                   libpq, tenant, name):
+    """A coroutine returned unawaited, an outcome returned instead of raised, or its
+    class: each was taken for success, and the job was `done` with its work never run."""
+    make, error = RETURNS[name]
+    registry = Registry()
+
+    @registry.handler("reindex")
+    async def returns(job: Job) -> object:
+        return make(job)
+
+    [row] = await run_jobs(engine, async_engine, libpq, tenant, registry, [{}],
+                           until=lambda r: r["last_error"] is not None)
+    assert (row["state"], row["attempts"]) == ("pending", 1) and error in row["last_error"]

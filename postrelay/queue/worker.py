@@ -46,6 +46,7 @@ from postrelay.queue.outcome import Returned, decide
 from postrelay.queue.pace import ClaimPace
 from postrelay.queue.queries import FairShares
 from postrelay.queue.registry import Registry
+from postrelay.queue.shutdown import end_runs
 
 JOBS_CHANNEL = "postrelay_jobs"  # enqueue's NOTIFY (sql/job.sql)
 RECONNECT_BASE_SECS = 0.1
@@ -189,16 +190,14 @@ class Worker:
         rest without counting the attempt; write every outcome; deregister."""
         self.stop_claiming()
         self._hand_back_held()  # they never started: at once, uncounted
-        tasks = [task for _, task in self._running.values()]
-        if tasks:
-            await asyncio.wait(tasks, timeout=self.config.grace_secs)
-        for _, task in list(self._running.values()):
-            task.cancel()  # the executor turns this into a Returned outcome
-        await asyncio.gather(*tasks, return_exceptions=True)
+        # Runs that ignore the cancel stay held, so no beat hands their jobs back (shutdown.py).
+        stuck = await end_runs([task for _, task in self._running.values()],
+                               self.config.grace_secs)
         # A task cancelled before its first step never reached its own bookkeeping.
-        for job, _ in list(self._running.values()):
-            self._hand_back(job)
-        self._running.clear()
+        for job, task in list(self._running.values()):
+            if task not in stuck:
+                del self._running[job.id]
+                self._hand_back(job)
         if self._claiming is not None:
             self._claiming.cancel()
             await asyncio.gather(self._claiming, return_exceptions=True)

@@ -5,10 +5,16 @@ and the worker goes on running other jobs."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
+from datetime import timedelta
 
 import pytest
+from sqlalchemy import text
 
+from postrelay.core.clock import utcnow
 from postrelay.queue import PermanentError, Registry, RetryAfter, Snooze, enqueue
+from postrelay.queue.maintenance import Rescuer
 from postrelay.queue.model import Job
 from tests.factories import job_row
 from tests.integration.worker_helpers import as_awaitable, make_worker, wait_until
@@ -169,3 +175,41 @@ async def test_a_return_that_says_the_work_was_not_done_is_not_done(engine, asyn
     [row] = await run_jobs(engine, async_engine, libpq, tenant, registry, [{}],
                            until=lambda r: r["last_error"] is not None)
     assert (row["state"], row["attempts"]) == ("pending", 1) and error in row["last_error"]
+
+
+async def test_a_handler_that_ignores_the_cancel_does_not_hold_up_the_stop(
+    engine, async_engine, libpq, tenant
+):
+    """stop() waited for it without end, its heartbeat beating: the job stayed `running`
+    under a live lease for as long as the process lived. Now the worker stops without it
+    and leaves the job, perhaps still at work, to the rescuer after the lease."""
+    registry = Registry()
+    started = asyncio.Event()
+    done = False  # lets the handler end once the test is over
+
+    @registry.handler("reindex")
+    async def stubborn(job: Job) -> None:
+        started.set()
+        give_up = time.monotonic() + 30  # so that a stop that waits for it fails, not hangs
+        while not done and time.monotonic() < give_up:
+            with contextlib.suppress(asyncio.CancelledError):  # not for this handler
+                await asyncio.sleep(0.05)
+
+    with engine.begin() as conn:
+        job_id = enqueue(conn, "reindex", {}, tenant_id=tenant)
+    worker = make_worker(async_engine, libpq, registry, grace_secs=0.1)
+    await worker.start()
+    try:
+        await asyncio.wait_for(started.wait(), 10)
+        await asyncio.wait_for(worker.stop(), 15)
+        row = state(engine, job_id)
+        assert (row["state"], row["attempts"]) == ("running", 1)  # not handed back
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM mdm.aa_worker")).scalar_one() == 0
+        later = utcnow() + timedelta(seconds=451)
+        rescued = await Rescuer(async_engine, lease_secs=450, actor="test").run_once(later)
+        assert rescued.pending == 1
+        assert (state(engine, job_id)["state"], state(engine, job_id)["attempts"]) == (
+            "pending", 1)
+    finally:
+        done = True

@@ -84,13 +84,19 @@ def import_apps(modules: Iterable[str]) -> None:
                               "path such as myapp.jobs")
         try:
             importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            # Only the module named, or a package on its path: a module the app imports
-            # that is missing is the app's own error, shown as it is.
-            if exc.name is None or not f"{name}.".startswith(f"{exc.name}."):
-                raise
-            raise ConfigError(f"--app {name!r}: no module {exc.name!r} on the Python path "
-                              "or in the directory the command runs from") from None
+        except (Exception, SystemExit) as exc:  # the application's code, at import
+            raise ConfigError(f"--app {name}: cannot be imported: {_import_failure(name, exc)}"
+                              " (POSTRELAY_LOG_LEVEL=DEBUG logs the traceback)") from exc
+
+
+def _import_failure(name: str, exc: BaseException) -> str:
+    # The module itself or a package on its path, not a module it imports.
+    if isinstance(exc, ModuleNotFoundError) and f"{name}.".startswith(f"{exc.name}."):
+        return (f"no module named {exc.name!r} in {os.getcwd()} or on the Python path "
+                "(run from the folder that holds it, or install it)")
+    if isinstance(exc, SystemExit):  # argument parsing at import time, say
+        return f"it called sys.exit({exc.code!r})"
+    return f"{type(exc).__name__}: {exc}"
 
 
 SMTP_RATE_ACTOR = "settings:POSTRELAY_SMTP_RATE"

@@ -217,3 +217,23 @@ def test_a_filter_that_is_not_utf8_names_the_option(worker_env, clean_db, args):
     line = one_line_error(run(worker_env, *args, ok=False))
     assert "surrogate" in line and "unexpected" not in line
     assert line.split(":")[1].strip() in {"recipient", "template", "address"}
+
+
+@pytest.mark.parametrize(("module", "source", "says"), [
+    ("nosuch_app_zz", None, "no module named 'nosuch_app_zz' in "),
+    ("broken_app_zz", "raise RuntimeError('no config')", "RuntimeError: no config"),
+    ("needy_app_zz", "import nosuch_dependency_zz",
+     "ModuleNotFoundError: No module named 'nosuch_dependency_zz'"),
+    ("exiting_app_zz", "import sys\nsys.exit(4)", "it called sys.exit(4)"),
+])
+def test_an_app_that_cannot_be_imported_names_the_option(worker_env, tmp_path, module,
+                                                         source, says):
+    """Was "unexpected ModuleNotFoundError" (exit 1, as for a failed run), and an app that
+    called sys.exit at import ended the worker with no word at all."""
+    if source is not None:
+        (tmp_path / f"{module}.py").write_text(source)
+    path = ":".join(p for p in (str(tmp_path), worker_env.get("PYTHONPATH")) if p)
+    for command in ("worker", "relay"):
+        done = run({**worker_env, "PYTHONPATH": path}, command, "--app", module, ok=False)
+        line = one_line_error(done, code=2)
+        assert line.startswith(f"error: --app {module}: cannot be imported: ") and says in line

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -22,6 +23,9 @@ from postrelay.core.telemetry import event
 from postrelay.queue.model import Job
 
 HandlerFn = Callable[[Job], Awaitable[object]]
+# What `postrelay kinds add` lets into the mdm.job_kind enum (core/migrate.py): a handler
+# for a kind outside it can never be given a job; the worker only warned as it started.
+KIND_NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")
 # Told of a claim's jobs of its kind before any of them runs (some wait for a slot): a
 # handler can start, for the whole batch at once, the reads its runs will need. It must not
 # block; what it starts is its own to finish or drop.
@@ -44,8 +48,20 @@ class Registry:
 
     def register(self, kind: str, fn: HandlerFn, *, timeout: float | None = None,
                  on_claim: ClaimHook | None = None) -> None:
+        if not isinstance(kind, str) or not KIND_NAME.fullmatch(kind):
+            raise ValidationError("kind", f"{kind!r} must be lower-case letters, digits and "
+                                          "underscores, starting with a letter, at most 63 "
+                                          "characters, as `postrelay kinds add` allows")
+        if inspect.isasyncgenfunction(fn):
+            raise ValidationError("handler", f"the handler for {kind!r} must be an async def "
+                                             "without yield: its body would never run")
         if not inspect.iscoroutinefunction(fn):
             raise ValidationError("handler", f"the handler for {kind!r} must be an async def")
+        taken = self._handlers.get(kind)
+        if taken is not None and _name(taken.fn) != _name(fn):
+            # One of the two would be dropped without a word, and its jobs run by the other.
+            raise ValidationError("kind", f"{kind!r} already has a handler, {_name(taken.fn)}; "
+                                          f"{_name(fn)} cannot be registered for it too")
         if timeout is not None and timeout <= 0:
             raise ValidationError("timeout", "must be a positive number of seconds")
         if on_claim is not None and inspect.iscoroutinefunction(on_claim):
@@ -91,6 +107,12 @@ class Registry:
         merged._handlers = {**self._handlers, **other._handlers}
         merged.closers = [*self.closers, *other.closers]
         return merged
+
+
+def _name(fn: object) -> str:
+    """`module.qualname`: the same function imported again (a module reloaded) is the
+    same handler, not a second one."""
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
 
 default_registry = Registry()

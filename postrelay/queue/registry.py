@@ -94,9 +94,12 @@ class Registry:
         for kind, batch in by_kind.items():
             try:
                 hooks[kind](batch)
-            except Exception as exc:  # only a head start lost: the runs do without it
+            except BaseException as exc:  # only a head start lost: the runs do without it
+                # Any exception, SystemExit included, and a repr() that fails too: either,
+                # let through, ended the claim loop, and the worker claimed nothing more
+                # while it heartbeat on.
                 event("postrelay.worker.claim_hook_failed", logging.WARNING, kind=kind,
-                      error=repr(exc))
+                      error=_said(exc))
 
     def kinds(self) -> list[str]:
         return sorted(self._handlers)
@@ -107,6 +110,13 @@ class Registry:
         merged._handlers = {**self._handlers, **other._handlers}
         merged.closers = [*self.closers, *other.closers]
         return merged
+
+
+def _said(exc: BaseException) -> str:
+    try:
+        return repr(exc)
+    except Exception:
+        return f"{type(exc).__name__} (its repr() failed)"
 
 
 def _name(fn: object) -> str:

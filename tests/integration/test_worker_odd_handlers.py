@@ -213,3 +213,28 @@ async def test_a_handler_that_ignores_the_cancel_does_not_hold_up_the_stop(
             "pending", 1)
     finally:
         done = True
+
+
+class Unsayable(Exception):
+    def __repr__(self) -> str:
+        raise RuntimeError("no words")
+
+
+@pytest.mark.parametrize("error", [Unsayable, lambda: SystemExit(2)])
+async def test_a_claim_hook_that_fails_oddly_costs_only_its_head_start(
+    engine, async_engine, libpq, tenant, error
+):
+    """A claim hook's SystemExit, or an exception whose repr() raises, ended the claim
+    loop: the claimed jobs never ran, and the worker claimed nothing more."""
+    registry = Registry()
+
+    def hook(jobs) -> None:  # noqa: ANN001
+        raise error()
+
+    async def run(job: Job) -> None:
+        pass
+
+    registry.register("reindex", run, on_claim=hook)
+    rows = await run_jobs(engine, async_engine, libpq, tenant, registry, [{}, {}],
+                          until=lambda r: r["state"] == "done")
+    assert [(r["state"], r["attempts"]) for r in rows] == [("done", 1), ("done", 1)]

@@ -1,6 +1,8 @@
-"""A handler that ends its process, in a real worker process: `sys.exit` is the job's
-failed attempt and the worker goes on; `os._exit` kills the process at once, and the
-rescuer brings the job back after the lease, for another worker to finish."""
+"""Handlers that end their process or will not end, in real worker processes: `sys.exit`
+is the job's failed attempt and the worker goes on; `os._exit` kills the process at once,
+and the rescuer brings the job back after the lease, for another worker to finish; a run,
+or a task a handler left behind, that ignores its cancel does not keep SIGTERM from
+ending the process."""
 
 from __future__ import annotations
 
@@ -56,4 +58,37 @@ def test_os_exit_in_a_handler_is_a_crash_whose_job_is_rescued(
     wait_for(lambda: job_state(engine, job_id)[0] == "done", what="the job to be done")
     assert job_state(engine, job_id) == ("done", 2)
     assert starts(marks, job_id) == [(1, doomed.pid), (2, survivor.pid)]
+    assert [action for action, _ in audit_actions(engine, job_id)] == ["job_rescued"]
+
+
+def test_a_task_a_handler_left_ignoring_its_cancel_does_not_hold_the_process(
+    workers: WorkerPool, engine, tenant, marks: Path
+):
+    with engine.begin() as conn:
+        job_id = enqueue(conn, "reindex", {"dir": str(marks), "leak_task": True},
+                         tenant_id=tenant)
+    worker = workers.start()
+    wait_for(lambda: job_state(engine, job_id)[0] == "done", what="the job to be done")
+    worker.send(signal.SIGTERM)
+    assert worker.wait(timeout=20) == 0  # was: never, waiting for the task
+    assert "postrelay.process.tasks_abandoned count=1 names=leaked-by-a-handler" in worker.log()
+
+
+def test_a_run_that_ignores_its_cancel_is_left_to_the_rescuer_and_the_process_ends(
+    workers: WorkerPool, engine, tenant, marks: Path
+):
+    with engine.begin() as conn:
+        job_id = enqueue(conn, "reindex",
+                         {"dir": str(marks), "ignore_cancel_on_attempts": [1]},
+                         tenant_id=tenant)
+    stubborn = workers.start()
+    wait_for(lambda: starts(marks, job_id), what="the first run to start")
+    stubborn.send(signal.SIGTERM)
+    assert stubborn.wait(timeout=30) == 0  # grace 2 s, 5 s for the run, 5 s for its task
+    assert job_state(engine, job_id) == ("running", 1)  # not handed back: it may be at work
+    assert "postrelay.worker.runs_abandoned count=1" in stubborn.log()
+    survivor = workers.start()
+    wait_for(lambda: job_state(engine, job_id)[0] == "done", what="the job to be done")
+    assert job_state(engine, job_id) == ("done", 2)
+    assert starts(marks, job_id) == [(1, stubborn.pid), (2, survivor.pid)]
     assert [action for action, _ in audit_actions(engine, job_id)] == ["job_rescued"]

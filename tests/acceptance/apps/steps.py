@@ -7,6 +7,8 @@ Payload:
     hang_on_attempts  attempt numbers that never finish on their own (default none)
     exit_on_attempts  attempt numbers that call sys.exit(3) (default none)
     crash_on_attempts attempt numbers that call os._exit(3): the process dies at once
+    ignore_cancel_on_attempts  attempt numbers that ignore their cancel and never end
+    leak_task         the run leaves behind a task that ignores its cancel (default false)
 
 On start it creates `<dir>/started.<job id>.<attempt>.<pid>`; on finish it appends the
 job id to `<dir>/finished.<pid>`; when its task is cancelled it creates
@@ -16,11 +18,19 @@ job id to `<dir>/finished.<pid>`; when its task is cancelled it creates
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 from pathlib import Path
 
 from postrelay.queue import Job, handler
+
+
+async def stubborn() -> None:
+    """Never ends, whatever cancel reaches it."""
+    while True:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(3600)
 
 
 @handler("reindex")
@@ -31,6 +41,10 @@ async def step(job: Job) -> None:
         sys.exit(3)
     if job.attempts in job.payload.get("crash_on_attempts", ()):
         os._exit(3)
+    if job.attempts in job.payload.get("ignore_cancel_on_attempts", ()):
+        await stubborn()
+    if job.payload.get("leak_task"):
+        asyncio.get_running_loop().create_task(stubborn(), name="leaked-by-a-handler")
     try:
         if job.attempts in job.payload.get("hang_on_attempts", ()):
             await asyncio.Event().wait()  # until the process is killed or stopped

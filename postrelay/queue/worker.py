@@ -46,6 +46,7 @@ from postrelay.queue.outcome import Returned, decide
 from postrelay.queue.pace import ClaimPace
 from postrelay.queue.queries import FairShares
 from postrelay.queue.registry import Registry
+from postrelay.queue.served import migrated_kinds, registered_kinds
 from postrelay.queue.shutdown import end_runs
 
 JOBS_CHANNEL = "postrelay_jobs"  # enqueue's NOTIFY (sql/job.sql)
@@ -113,7 +114,7 @@ class Worker:
         self.id = worker_id or make_worker_id()
         self.executor = Executor(registry, backoff or FixedBackoff(), config.default_timeout_secs)
         self.completer = Completer(engine, self.id, on_written=self._outcomes_written)
-        self.kinds = self._served_kinds()
+        self.kinds = registered_kinds(self.registry.kinds(), config.kinds)
         self._fair = FairShares.of(config.tenant_weights) if config.fair else None
         self._fair_start = uuid.uuid4()  # where the next fair claim's round begins
         self._shared_before = False  # the last claim served several tenants
@@ -145,15 +146,6 @@ class Worker:
         self.metrics = metrics  # None: nothing recorded, one `if` per claim and per run
         if metrics is not None:
             metrics.bind(self.kinds, lambda: len(self._running), lambda: len(self._ahead))
-
-    def _served_kinds(self) -> tuple[str, ...]:
-        handled = self.registry.kinds()
-        if self.config.kinds is None:
-            return tuple(handled)
-        missing = [k for k in self.config.kinds if k not in handled]
-        if missing:
-            raise ValueError(f"kinds: no handler registered for {', '.join(missing)}")
-        return tuple(self.config.kinds)
 
     def wake(self) -> None:
         self._wake.set()
@@ -215,15 +207,9 @@ class Worker:
         event("postrelay.worker.stopped", worker=self.id, claimed=self.claimed)
 
     async def _drop_unknown_kinds(self) -> None:
-        """Serve only kinds the mdm.job_kind enum has: a handler registered for a kind not
-        migrated yet must not break every claim."""
         async with self._auto.connect() as conn:
             known = set(await job_kinds_async(conn))
-        unknown = [k for k in self.kinds if k not in known]
-        if unknown:
-            event("postrelay.worker.unknown_kinds", logging.WARNING, kinds=",".join(unknown),
-                  hint="add them with `postrelay kinds add` and migrate")
-            self.kinds = tuple(k for k in self.kinds if k in known)
+        self.kinds = migrated_kinds(self.kinds, known, asked=self.config.kinds is not None)
 
     async def _register(self) -> None:
         async with self.engine.begin() as conn:

@@ -237,3 +237,19 @@ def test_an_app_that_cannot_be_imported_names_the_option(worker_env, tmp_path, m
         done = run({**worker_env, "PYTHONPATH": path}, command, "--app", module, ok=False)
         line = one_line_error(done, code=2)
         assert line.startswith(f"error: --app {module}: cannot be imported: ") and says in line
+
+
+def test_a_kind_asked_for_that_the_database_lacks_stops_the_worker_at_start(
+    worker_env, clean_db, tmp_path
+):
+    """Its handler registered but the kind not migrated, the worker warned, then idled
+    for good: the one kind it was asked to serve dropped."""
+    (tmp_path / "unmigrated_app_zz.py").write_text(
+        "from postrelay.queue import handler\n\n"
+        "@handler('pdf_render_zz')\nasync def render(job):\n    pass\n")
+    path = ":".join(p for p in (str(tmp_path), worker_env.get("PYTHONPATH")) if p)
+    done = run({**worker_env, "PYTHONPATH": path}, "worker", "--app", "unmigrated_app_zz",
+               "--kind", "pdf_render_zz", "--kind", "email_send", ok=False)
+    line = one_line_error(done, code=2)
+    assert line == ("error: kinds: 'pdf_render_zz' not in the database's mdm.job_kind enum; "
+                    "add with `postrelay kinds add` and migrate"), line

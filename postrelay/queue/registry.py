@@ -62,8 +62,15 @@ class Registry:
             # One of the two would be dropped without a word, and its jobs run by the other.
             raise ValidationError("kind", f"{kind!r} already has a handler, {_name(taken.fn)}; "
                                           f"{_name(fn)} cannot be registered for it too")
-        if timeout is not None and timeout <= 0:
-            raise ValidationError("timeout", "must be a positive number of seconds")
+        # NaN passed `timeout <= 0`, then failed every run of the kind (uvloop cannot
+        # schedule it; asyncio's deadline expires at once); a string raised TypeError.
+        if timeout is not None and (isinstance(timeout, bool)
+                                    or not isinstance(timeout, int | float)
+                                    or not timeout > 0):
+            raise ValidationError("timeout", f"must be a positive number of seconds "
+                                             f"(math.inf: no limit), got {timeout!r}")
+        if on_claim is not None and not callable(on_claim):
+            raise ValidationError("on_claim", f"must be a function, got {on_claim!r}")
         if on_claim is not None and inspect.iscoroutinefunction(on_claim):
             raise ValidationError("on_claim", "must be a plain function: it must not block "
                                               "the claim")

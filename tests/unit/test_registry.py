@@ -59,3 +59,23 @@ def test_a_handler_that_is_not_an_async_def_is_refused(fn: object, rule: str) ->
     with pytest.raises(ValidationError) as refused:
         Registry().register("reindex", fn)  # type: ignore[arg-type]
     assert refused.value.field == "handler" and rule in refused.value.rule
+
+
+@pytest.mark.parametrize("timeout", [0, -1, float("nan"), "5", True, [5]])
+def test_a_timeout_that_is_not_a_positive_number_is_refused_by_name(timeout: object) -> None:
+    with pytest.raises(ValidationError) as refused:
+        Registry().register("reindex", reindex, timeout=timeout)  # type: ignore[arg-type]
+    assert refused.value.field == "timeout" and "positive number" in refused.value.rule
+
+
+def test_an_infinite_timeout_is_no_limit() -> None:
+    registry = Registry()
+    registry.register("reindex", reindex, timeout=float("inf"))
+    handler = registry.get("reindex")
+    assert handler is not None and handler.timeout_secs == float("inf")
+
+
+def test_a_claim_hook_that_is_not_callable_is_refused_by_name() -> None:
+    with pytest.raises(ValidationError) as refused:
+        Registry().register("reindex", reindex, on_claim=5)  # type: ignore[arg-type]
+    assert refused.value.field == "on_claim"

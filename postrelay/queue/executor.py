@@ -72,26 +72,25 @@ class Executor:
         try:
             async with deadline or contextlib.nullcontext():
                 result = await handler.fn(job)
-        except asyncio.CancelledError as exc:
-            # Cancelled by the worker (shutdown, an operator's cancel): hand the job back.
-            # The deadline's own cancel surfaces as TimeoutError instead. A CancelledError
-            # with no cancel asked of this task is the handler's own (an awaited future
-            # someone else cancelled): a failed attempt, or the job would be handed back
-            # and run again for ever, its attempts never counted.
+        except BaseException as exc:  # whatever the handler raised ends its run here
+            # Once the worker has cancelled the run (shutdown, an operator's cancel), what
+            # it ends in is the cancel's doing, even an error its cleanup raised: the job
+            # is handed back uncounted. Counted, a worker's restart burnt an attempt of
+            # every such run, and dead-lettered those on their last. The deadline's own
+            # cancel is not counted here: it surfaces as TimeoutError.
             task = asyncio.current_task()
             if task is not None and task.cancelling():
                 return Returned()
-            return Failure(exc)
-        except TimeoutError as exc:
-            if deadline is not None and deadline.expired():
+            if isinstance(exc, TimeoutError) and deadline is not None and deadline.expired():
                 return Failure(JobTimeout(f"job exceeded its timeout of {timeout:g} s"))
-            return Failure(exc)
-        except BaseException as exc:  # a handler's exit is its job's failure
-            # SystemExit, KeyboardInterrupt, GeneratorExit or a BaseException of its own,
-            # raised by the handler's code: a failed attempt, as Oban, River and Sidekiq
-            # record a job's exit, panic or Interrupt. Let through, it would end the task
-            # with its job held `running` under a live heartbeat, or end the process, and
-            # every worker that claimed the job again. Signals reach the worker as
-            # signals (run_until_signalled), never as an exception in a handler.
+            # Anything else is a failed attempt: a CancelledError no one asked of this
+            # task (an awaited future someone else cancelled; handed back, the job would
+            # run again for ever, its attempts never counted), and SystemExit,
+            # KeyboardInterrupt, GeneratorExit or a BaseException of the handler's own,
+            # as Oban, River and Sidekiq record a job's exit, panic or Interrupt. Let
+            # through, it ended the task with its job held `running` under a live
+            # heartbeat, or ended the process, and every worker that claimed the job
+            # again. Signals reach the worker as signals (run_until_signalled), never as
+            # an exception in a handler.
             return Failure(exc)
         return outcome_of(result)

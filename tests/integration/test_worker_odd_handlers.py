@@ -238,3 +238,29 @@ async def test_a_claim_hook_that_fails_oddly_costs_only_its_head_start(
     rows = await run_jobs(engine, async_engine, libpq, tenant, registry, [{}, {}],
                           until=lambda r: r["state"] == "done")
     assert [(r["state"], r["attempts"]) for r in rows] == [("done", 1), ("done", 1)]
+
+
+async def test_a_run_whose_cleanup_fails_on_the_stops_cancel_is_handed_back_uncounted(
+    engine, async_engine, libpq, tenant
+):
+    """The cleanup's error was taken for the run's: a worker's restart burnt the attempt,
+    and dead-lettered a job on its last."""
+    registry = Registry()
+    started = asyncio.Event()
+
+    @registry.handler("reindex")
+    async def cleans_up_badly(job: Job) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            raise RuntimeError("rollback failed: connection closed") from None
+
+    with engine.begin() as conn:
+        job_id = enqueue(conn, "reindex", {}, tenant_id=tenant, max_attempts=1)
+    worker = make_worker(async_engine, libpq, registry, grace_secs=0.1)
+    await worker.start()
+    await asyncio.wait_for(started.wait(), 10)
+    await asyncio.wait_for(worker.stop(), 15)
+    row = state(engine, job_id)
+    assert (row["state"], row["attempts"], row["last_error"]) == ("pending", 0, None)

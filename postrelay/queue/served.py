@@ -16,7 +16,8 @@ def registered_kinds(handled: Sequence[str], asked: Sequence[str] | None) -> tup
         return tuple(handled)
     missing = [k for k in asked if k not in handled]
     if missing:
-        raise ValueError(f"kinds: no handler registered for {', '.join(missing)}")
+        # Quoted: an empty kind, or one with a trailing space, is otherwise invisible.
+        raise ValueError(f"kinds: no handler registered for {', '.join(map(repr, missing))}")
     return tuple(asked)
 
 

@@ -253,3 +253,10 @@ def test_a_kind_asked_for_that_the_database_lacks_stops_the_worker_at_start(
     line = one_line_error(done, code=2)
     assert line == ("error: kinds: 'pdf_render_zz' not in the database's mdm.job_kind enum; "
                     "add with `postrelay kinds add` and migrate"), line
+
+
+@pytest.mark.parametrize("kind", ["", "email_send ", "nosuch"])
+def test_a_kind_with_no_handler_is_named_so_that_it_shows(worker_env, clean_db, kind):
+    """An empty kind, or one with a trailing space, read as nothing at all."""
+    line = one_line_error(run(worker_env, "worker", "--kind", kind, ok=False), code=2)
+    assert line == f"error: kinds: no handler registered for {kind!r}", line

@@ -83,7 +83,8 @@ from postrelay.queue.throttles import (
     throttle_list,
     throttle_refused,
 )
-from postrelay.queue.worker import Worker, WorkerConfig
+from postrelay.queue.worker import Worker
+from postrelay.queue.workerconfig import WorkerConfig
 
 __all__ = [
     "AUDIT_TARGET",

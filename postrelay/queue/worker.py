@@ -23,7 +23,6 @@ import socket
 import time
 import uuid
 from collections import deque
-from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
@@ -48,6 +47,7 @@ from postrelay.queue.queries import FairShares
 from postrelay.queue.registry import Registry
 from postrelay.queue.served import migrated_kinds, registered_kinds
 from postrelay.queue.shutdown import end_runs
+from postrelay.queue.workerconfig import WorkerConfig as WorkerConfig  # its home before
 
 JOBS_CHANNEL = "postrelay_jobs"  # enqueue's NOTIFY (sql/job.sql)
 RECONNECT_BASE_SECS = 0.1
@@ -62,34 +62,6 @@ THROTTLED_RETRY_SECS = 0.02
 def make_worker_id() -> str:
     """`<host>/<pid>/<uuid>`, as the seed's claimed_by."""
     return f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4()}"
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerConfig:
-    concurrency: int = 10
-    tenants: tuple[UUID, ...] | None = None  # None: every tenant
-    kinds: tuple[str, ...] | None = None  # None: every kind the registry handles
-    poll_interval_secs: float = 1.0
-    lease_secs: float = 450.0
-    grace_secs: float = 30.0
-    default_timeout_secs: float | None = None
-    listen: bool = True
-    claim_ahead_secs: float = 0.03  # 0: claim only for free slots
-    # Share each claim across the tenants waiting at the most urgent priority level
-    # (sql/claim.sql, job_claim_fair); False: strictly by priority and due time.
-    fair: bool = True
-    tenant_weights: dict[UUID, int] | None = None  # a tenant not named weighs 1
-
-    def __post_init__(self) -> None:
-        if self.concurrency < 1:
-            raise ValueError("concurrency: must be at least 1")
-        if self.claim_ahead_secs < 0:
-            raise ValueError("claim_ahead_secs: must be 0 or more")
-
-    @property
-    def heartbeat_secs(self) -> float:
-        # Several beats per lease, so one slow beat never looks like a dead worker.
-        return min(self.lease_secs / 5, 30.0)
 
 
 class Worker:

@@ -72,6 +72,9 @@ class Executor:
         try:
             async with deadline or contextlib.nullcontext():
                 result = await handler.fn(job)
+            # In the try: reading what the handler returned runs the value's own code
+            # (its __class__, for isinstance), which may raise as well.
+            return outcome_of(result)
         except BaseException as exc:  # whatever the handler raised ends its run here
             # Once the worker has cancelled the run (shutdown, an operator's cancel), what
             # it ends in is the cancel's doing, even an error its cleanup raised: the job
@@ -93,4 +96,3 @@ class Executor:
             # again. Signals reach the worker as signals (run_until_signalled), never as
             # an exception in a handler.
             return Failure(exc)
-        return outcome_of(result)

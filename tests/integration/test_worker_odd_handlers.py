@@ -151,12 +151,21 @@ async def sent(job: Job) -> None:
     """Work that runs only when awaited."""
 
 
+class Unclassy:
+    """A value whose __class__ raises: isinstance() on it raises too."""
+
+    @property
+    def __class__(self) -> type:
+        raise RuntimeError("no class to tell")
+
+
 RETURNS = {
     "coroutine": (lambda job: sent(job), "HandlerReturnError: the handler returned a "
                                          "coroutine (sent) without awaiting it"),
     "RetryAfter": (lambda job: RetryAfter(3600, "later"), "RetryAfter: later"),
     "class": (lambda job: PermanentError, "HandlerReturnError: the handler returned the "
                                           "class PermanentError, not an instance"),
+    "unclassy": (lambda job: Unclassy(), "RuntimeError: no class to tell"),
 }
 
 

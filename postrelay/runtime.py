@@ -85,7 +85,7 @@ def import_apps(modules: Iterable[str]) -> None:
         try:
             importlib.import_module(name)
         except (Exception, SystemExit) as exc:  # the application's code, at import
-            raise ConfigError(f"--app {name}: cannot be imported: {_import_failure(name, exc)}"
+            raise ConfigError(f"--app {name!r}: cannot be imported: {_import_failure(name, exc)}"
                               " (POSTRELAY_LOG_LEVEL=DEBUG logs the traceback)") from exc
 
 

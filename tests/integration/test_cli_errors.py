@@ -181,7 +181,8 @@ def test_an_embedded_data_dir_that_is_a_file_is_a_bad_setting(worker_env, tmp_pa
 
 @pytest.mark.parametrize("command", ["worker", "relay"])
 @pytest.mark.parametrize(("app", "rule"), [
-    ("nosuchmod", "no module 'nosuchmod'"), ("postrelay.nope.x", "no module 'postrelay.nope'"),
+    ("nosuchmod", "cannot be imported: no module named 'nosuchmod'"),
+    ("postrelay.nope.x", "cannot be imported: no module named 'postrelay.nope'"),
     ("", "not a module name"), ("../jobs", "not a module name"),
     ("myapp.jobs:handlers", "not a module name"),
 ])
@@ -236,7 +237,7 @@ def test_an_app_that_cannot_be_imported_names_the_option(worker_env, tmp_path, m
     for command in ("worker", "relay"):
         done = run({**worker_env, "PYTHONPATH": path}, command, "--app", module, ok=False)
         line = one_line_error(done, code=2)
-        assert line.startswith(f"error: --app {module}: cannot be imported: ") and says in line
+        assert line.startswith(f"error: --app {module!r}: cannot be imported: ") and says in line
 
 
 def test_a_kind_asked_for_that_the_database_lacks_stops_the_worker_at_start(

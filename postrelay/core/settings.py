@@ -158,7 +158,9 @@ class Settings(BaseSettings):
     # when a certificate and key are given.
     inbound_host: str = "0.0.0.0"
     inbound_port: int = Field(default=25, ge=1, le=65535)
-    inbound_max_bytes: int = Field(default=5 * 1024 * 1024, ge=1024)
+    # A message is held in memory and stored as one bytea value, which PostgreSQL caps at
+    # 1 GB: a larger cap could never be met.
+    inbound_max_bytes: int = Field(default=5 * 1024 * 1024, ge=1024, le=512 * 1024 * 1024)
     inbound_max_connections: int = Field(default=50, ge=1, le=10_000)
     inbound_tls_cert: Path | None = None
     inbound_tls_key: Path | None = None

@@ -48,7 +48,9 @@ def test_environment_overrides(monkeypatch) -> None:
      # maintenance round, long after the process had started.
      ("POSTRELAY_JOB_LEASE_SECS", "inf"), ("POSTRELAY_EMAIL_LOG_RETENTION_DAYS", "infinity"),
      ("POSTRELAY_JOB_RETENTION_DAYS", "1e9"), ("POSTRELAY_SMTP_TIMEOUT_SECS", "1e300"),
-     ("POSTRELAY_WORKER_CLAIM_AHEAD_SECS", "nan")],
+     ("POSTRELAY_WORKER_CLAIM_AHEAD_SECS", "nan"),
+     # Stored as one bytea value, which PostgreSQL caps at 1 GB.
+     ("POSTRELAY_INBOUND_MAX_BYTES", "2000000000")],
 )
 def test_a_wrong_value_names_the_setting(monkeypatch, name: str, value: str) -> None:
     monkeypatch.setenv(name, value)

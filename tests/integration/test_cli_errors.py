@@ -11,12 +11,10 @@ import time
 import uuid
 
 import pytest
-from sqlalchemy import create_engine, text
 
-from postrelay.core.db import sqlalchemy_url
 from postrelay.core.migrate import head_revision, require_head, upgrade
 from tests.integration.test_cli_admin import run
-from tests.migrations import throwaway_database
+from tests.migrations import pretend_migrated_by_a_newer_postrelay, throwaway_database
 
 
 def one_line_error(done, code: int = 1) -> str:
@@ -147,10 +145,7 @@ def test_a_worker_or_relay_stops_at_start_on_a_database_behind_its_migration(
         assert line == ("error: the database is at migration 0010, this postrelay needs "
                         f"{head_revision()}: run `postrelay migrate`")
         upgrade(url)
-        engine = create_engine(sqlalchemy_url(url))
-        with engine.begin() as conn:
-            conn.execute(text("UPDATE mdm.alembic_version_postrelay SET version_num = '0999'"))
-        engine.dispose()
+        pretend_migrated_by_a_newer_postrelay(url)
         with caplog.at_level(logging.WARNING):
             require_head(url)  # no error: it runs
         assert "migration 0999, which this postrelay does not have" in caplog.text

@@ -5,11 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sqlalchemy import create_engine, text
-
-from postrelay.core.db import sqlalchemy_url
 from postrelay.core.migrate import upgrade
-from tests.migrations import throwaway_database
+from tests.migrations import pretend_migrated_by_a_newer_postrelay, throwaway_database
 
 POSTRELAY = str(Path(sys.executable).parent / "postrelay")
 
@@ -60,10 +57,7 @@ def test_demo_on_a_database_a_newer_postrelay_migrated_says_so(worker_env, serve
     locate revision identified by '0999'"."""
     with throwaway_database(server_url) as url:
         upgrade(url, "0010")
-        engine = create_engine(sqlalchemy_url(url))
-        with engine.begin() as conn:
-            conn.execute(text("UPDATE mdm.alembic_version_postrelay SET version_num = '0999'"))
-        engine.dispose()
+        pretend_migrated_by_a_newer_postrelay(url)
         done = subprocess.run([POSTRELAY, "demo"],
                               env={**worker_env, "POSTRELAY_DATABASE_URL": url},
                               capture_output=True, text=True, timeout=180)

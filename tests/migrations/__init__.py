@@ -49,6 +49,16 @@ def throwaway_database(server_url: str) -> Iterator[str]:
         admin.dispose()
 
 
+def pretend_migrated_by_a_newer_postrelay(url: str, revision: str = "0999") -> None:
+    """Set the database's migration to one this code does not have, as a newer postrelay
+    leaves it."""
+    engine = create_engine(sqlalchemy_url(url))
+    with engine.begin() as conn:
+        conn.execute(text(f"UPDATE {SCHEMA}.{VERSION_TABLE} SET version_num = :revision"),
+                     {"revision": revision})
+    engine.dispose()
+
+
 def enum_labels(conn, type_name: str) -> list[str]:  # type: ignore[no-untyped-def]
     return list(
         conn.execute(

@@ -7,11 +7,15 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine
 
 from postrelay.core.db import sqlalchemy_url
 from postrelay.core.migrate import head_revision, migrations_dir, upgrade
-from tests.migrations import current_revision, throwaway_database
+from tests.migrations import (
+    current_revision,
+    pretend_migrated_by_a_newer_postrelay,
+    throwaway_database,
+)
 from tests.migrations.test_cli_schema import UNREACHABLE_URL, base_env, run
 
 pytestmark = pytest.mark.processes
@@ -73,10 +77,7 @@ def test_a_database_a_newer_postrelay_migrated_is_left_alone_with_what_to_do(ser
     """It was "unexpected CommandError: Can't locate revision identified by '0099'"."""
     with throwaway_database(server_url) as url:
         upgrade(url, "0010")
-        eng = create_engine(sqlalchemy_url(url))
-        with eng.begin() as conn:
-            conn.execute(text("UPDATE mdm.alembic_version_postrelay SET version_num = '0099'"))
-        eng.dispose()
+        pretend_migrated_by_a_newer_postrelay(url, "0099")
         done = run("migrate", env=base_env(POSTRELAY_DATABASE_URL=url))
         assert done.returncode == 1 and done.stdout == "", done.stdout
         assert done.stderr == ("error: the database is at migration 0099, which this postrelay "

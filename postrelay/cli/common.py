@@ -37,9 +37,9 @@ def database(settings: Settings) -> Iterator[Database]:
 
 
 def require_migrated(db: Database) -> None:
-    """Stop a long-running process at start on a database not at this code's migration: a
-    worker or relay on an older schema ran on, failing every round; on a newer one it ran
-    queries the schema was no longer made for."""
+    """Stop a long-running process at start on a database behind this code's migrations
+    (a worker or relay on an older schema ran on, failing every round); one a newer
+    postrelay migrated is run on with a warning (migrate.require_head)."""
     from postrelay.core import migrate  # alembic is slow to import
 
     migrate.require_head(db.url, pooler_connect_args({}) if db.pooler else None)

@@ -16,6 +16,7 @@ import psycopg
 import pytest
 from sqlalchemy import text
 
+from postrelay.core.migrate import head_revision
 from postrelay.orchestrator import ReturnPath, SmtpConfig, SmtpPool
 from postrelay.queue import JobSpec, enqueue, enqueue_many
 from postrelay.queue.cron import cron_create
@@ -249,5 +250,5 @@ def test_migrate_runs_through_pgbouncer(bouncer: PgBouncer, worker_env: dict[str
     result = subprocess.run([str(POSTRELAY), "migrate"], env={**env, **pooled_env(bouncer)},
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert "database at revision head" in result.stdout
+    assert result.stdout == f"database at revision {head_revision()}\n"
     assert_clean_logs(result.stderr, bouncer.log())

@@ -107,20 +107,45 @@ def encode_document(value: Any, field: str, max_bytes: int) -> str:
     return text
 
 
-def parse_document(text: str, field: str) -> Any:
-    """The value of JSON `text` typed by a user (a CLI option, a file), or ValidationError
-    naming `field`: not JSON, nested so deep that the decoder's recursion gives out, or
-    holding an integer longer than the interpreter converts (a guard against quadratic
-    conversion time, which raises ValueError)."""
+def parse_document(text: str | bytes, field: str) -> Any:
+    """The value of JSON `text` from outside (a CLI option, a file, a provider's webhook;
+    bytes in UTF-8, -16 or -32, as json.loads reads them), or ValidationError naming
+    `field`: not JSON, nested more than `MAX_DEPTH` levels (past a few hundred the decoder's
+    recursion gives out, and what is kept of it could not be encoded again), or holding an
+    integer longer than the interpreter converts (a guard against quadratic conversion
+    time, which raises ValueError)."""
     try:
-        return _DECODER.decode(text)
+        if isinstance(text, bytes):
+            text = text.decode(json.detect_encoding(text), "surrogatepass")
+        value = _DECODER.decode(text)
     except json.JSONDecodeError as exc:
         raise ValidationError(field, f"not valid JSON: {exc}") from None
+    except UnicodeDecodeError:
+        raise ValidationError(field, "not valid JSON: not UTF-8, -16 or -32 text") from None
     except RecursionError:
         raise ValidationError(field, DEPTH_RULE) from None
     except ValueError:
         raise ValidationError(field, "must not hold an integer of more than "
                                      f"{sys.get_int_max_str_digits():,} digits") from None
+    if _nests_deeper_than(value, MAX_DEPTH):
+        raise ValidationError(field, DEPTH_RULE)
+    return value
+
+
+def _nests_deeper_than(value: Any, limit: int) -> bool:
+    """Whether `value` nests objects and arrays more than `limit` levels. Iterative, so
+    deep values cannot exhaust the stack; only containers are visited."""
+    if not isinstance(value, dict | list):
+        return False
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children
+                     if isinstance(child, dict | list))
+    return False
 
 
 def _bad_escape(text: str) -> str | None:

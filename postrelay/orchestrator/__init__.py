@@ -37,7 +37,6 @@ from postrelay.orchestrator.feedback.webhook import (
     WebhookUnavailableError,
     record_batch,
     summary,
-    webhook_json,
 )
 from postrelay.orchestrator.handler import email_registry
 from postrelay.orchestrator.identity import check_identity_settings
@@ -96,7 +95,6 @@ __all__ = [
     "suppression_list",
     "suppression_remove",
     "summary",
-    "webhook_json",
     "SENDGRID_SIGNATURE_HEADER",
     "SENDGRID_TIMESTAMP_HEADER",
     "EmailJob",

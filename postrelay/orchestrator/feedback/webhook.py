@@ -8,7 +8,6 @@ one transaction.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -17,7 +16,6 @@ from typing import Any
 from sqlalchemy import Engine
 
 from postrelay.core.errors import PostrelayError, ValidationError
-from postrelay.core.limits import DEPTH_RULE, MAX_DEPTH
 from postrelay.orchestrator.feedback.model import (
     ENHANCED,
     Feedback,
@@ -54,22 +52,6 @@ def summary(done: Sequence[Recorded], ignored: int = 0) -> dict[str, int]:
             "duplicates": sum(1 for d in done if d.duplicate),
             "matched": sum(1 for d in done if d.matched_by is not None),
             "ignored": ignored}
-
-
-def webhook_json(text: bytes | str, where: str) -> Any:
-    """The JSON document a provider sent (a request body, SNS's Message), or ValidationError
-    naming `where`: not JSON, or nested deeper than `MAX_DEPTH`. No provider nests so deep,
-    and what a report keeps of the payload in `detail` could not be written: a few hundred
-    levels exhaust the encoder's recursion, a 500 the provider retries for days."""
-    try:
-        found = json.loads(text)
-    except RecursionError:
-        raise ValidationError(where, DEPTH_RULE) from None
-    except ValueError:
-        raise ValidationError(where, "not valid JSON") from None
-    if _deeper_than(found, MAX_DEPTH):
-        raise ValidationError(where, DEPTH_RULE)
-    return found
 
 
 def field(obj: Mapping[str, Any], name: str, kind: type | tuple[type, ...], where: str,
@@ -120,22 +102,6 @@ def iso_time(value: str | None, where: str) -> datetime | None:
 
 def short(value: Any) -> str | None:
     return None if value is None else str(value)[:DETAIL_CHARS]
-
-
-def _deeper_than(value: Any, limit: int) -> bool:
-    """Whether `value` nests objects and arrays more than `limit` levels. Iterative, so
-    deep values cannot exhaust the stack; only containers are visited."""
-    if not isinstance(value, dict | list):
-        return False
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > limit:
-            return True
-        children = item.values() if isinstance(item, dict) else item
-        stack.extend((child, depth + 1) for child in children
-                     if isinstance(child, dict | list))
-    return False
 
 
 def _tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:

@@ -12,6 +12,8 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from postrelay.access import AuthThrottle, auth_throttle, service_role_key
@@ -38,6 +40,9 @@ from postrelay.dashboard.web import (
 from postrelay.orchestrator import Templates
 
 FRAGMENT_HEADER = "x-dashboard-fragment"
+DATABASE_DOWN = ("The database cannot be reached, or did not answer in time. Try again in "
+                 "a moment; the details are in the server's log.")
+RETRY_AFTER_SECS = 5
 
 
 def create_dashboard(settings: Settings, db: Database, *,
@@ -109,6 +114,22 @@ def _install_error_pages(app: FastAPI) -> None:
         title = "Not found" if exc.status_code == 404 else "Error"
         return _error_page(request, exc.status_code, title, str(exc.detail))
 
+    # The database down, restarting, or too slow for its timeouts (or the pool exhausted):
+    # a 503 that says so, logged as one line, not a 500 and a traceback. The page is made
+    # without asking the database who is signed in: that would wait for it a second time.
+    # (A handler of a specific class ends the request; the one for Exception re-raises.)
+    def _database_down(request: Request, exc: Exception) -> HTMLResponse:
+        event("postrelay.dashboard.database_unavailable", logging.WARNING,
+              path=request.url.path, error=_first_line(exc))
+        response = render(request, "error.html", {
+            "status": 503, "title": "Database unavailable", "message": DATABASE_DOWN},
+            status=503)
+        response.headers["Retry-After"] = str(RETRY_AFTER_SECS)
+        return response
+
+    for unavailable in (OperationalError, InterfaceError, PoolTimeoutError):
+        app.add_exception_handler(unavailable, _database_down)
+
     @app.exception_handler(Exception)
     def _unexpected(request: Request, exc: Exception) -> HTMLResponse:
         event("postrelay.dashboard.error", logging.ERROR, path=request.url.path,
@@ -131,3 +152,8 @@ def _error_page(request: Request, status: int, title: str, message: str) -> HTML
         user = None
     return render(request, "error.html", {"status": status, "title": title,
                                           "message": message}, user=user, status=status)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__

@@ -7,6 +7,7 @@ Screenshots go to $POSTRELAY_TEST_ARTIFACTS, else tests/dashboard/artifacts/.
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -118,6 +119,19 @@ def csrf_of(client: httpx.Client, path: str = "/dashboard/") -> str:
     found = re.search(r'name="csrf" value="([^"]+)"', page.text)
     assert found, page.text
     return found.group(1)
+
+
+def form_fields(page: str, action: str) -> dict[str, list[str]]:
+    """The hidden fields of the page's form that posts to `action` (a path's end), repeated
+    ones kept in order, as the browser submits them."""
+    found = re.search(rf'<form method="post" action="[^"]*{re.escape(action)}"[^>]*>(.*?)</form>',
+                      page, re.S)
+    assert found, page
+    fields: dict[str, list[str]] = {}
+    for name, value in re.findall(r'<input type="hidden" name="([^"]*)" value="([^"]*)">',
+                                  found.group(1)):
+        fields.setdefault(html.unescape(name), []).append(html.unescape(value))
+    return fields
 
 
 def insert_event(conn: Any, tenant_id: uuid.UUID, **fields: Any) -> uuid.UUID:

@@ -15,6 +15,7 @@ from tests.dashboard.conftest import (
     SERVICE_KEY,
     csrf_of,
     dead,
+    form_fields,
     insert_email,
     insert_event,
 )
@@ -161,7 +162,7 @@ def test_dlq_all_matching_a_filter(admin, engine, tenant, other_tenant):
             "tenant": str(tenant)}
     confirm = admin.post("/dashboard/dlq/confirm", data=form)
     assert "Retry 3 jobs matching this filter?" in confirm.text
-    done = admin.post("/dashboard/dlq/apply", data=form)
+    done = admin.post("/dashboard/dlq/apply", data=form_fields(confirm.text, "/dlq/apply"))
     assert "3 jobs retried." in admin.get(done.headers["location"]).text
     with engine.connect() as conn:
         assert [job_row(conn, j)["state"] for j in reindex] == ["pending"] * 3

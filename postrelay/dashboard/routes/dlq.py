@@ -1,6 +1,10 @@
 """The dead-letter queue: select jobs (or every job matching the filter), confirm, then
 retry or discard them with queue.admin's dlq_retry / dlq_discard, so each job gets the same
-audit row as through the API or the CLI (the actor is the dashboard's user)."""
+audit row as through the API or the CLI (the actor is the dashboard's user).
+
+The confirmation lists the jobs it counted, and the action applies to those alone: a job
+that dead-letters (or is dead-lettered again) after the operator read the count is not
+retried or discarded on the strength of a page that never showed it."""
 
 from __future__ import annotations
 
@@ -66,13 +70,12 @@ def dlq_confirm(request: Request, user: CurrentUser, engine: Db, form: Form) -> 
     with engine.begin() as conn:
         if matching:
             where = _where(user, filters, job_kinds(conn))
-            count = min(queries.dlq_count(conn, **where), REQUEUE_LIMIT_MAX)
+            ids = queries.dlq_ids_matching(conn, limit=REQUEUE_LIMIT_MAX, **where)
             sample = queries.dlq_matching(conn, limit=10, **where)
-            ids: list[UUID] = []
         else:
             rows = queries.dlq_by_ids(conn, _ids(form), user.tenant_id)
-            ids = [r.id for r in rows]
-            sample, count = rows[:10], len(rows)
+            ids, sample = [r.id for r in rows], rows[:10]
+        count = len(ids)
         tenants = tenant_names(conn, user)
     if count == 0:
         return redirect(request, "/dlq", **filters)
@@ -88,12 +91,8 @@ def dlq_apply(request: Request, user: CurrentUser, engine: Db, form: Form) -> Re
     filters = {f: first(form, f) or "" for f in FILTER_FIELDS}
     done = skipped = 0
     apply = dlq_retry if action == "retry" else dlq_discard
+    ids = _ids(form)  # the jobs the confirmation listed, "all matching" included
     with engine.begin() as conn:
-        if first(form, "scope") == "matching":
-            where = _where(user, filters, job_kinds(conn))
-            ids = [r.id for r in queries.dlq_matching(conn, limit=REQUEUE_LIMIT_MAX, **where)]
-        else:
-            ids = _ids(form)
         for job_id in ids:
             try:
                 apply(conn, job_id, actor=user.actor, tenant_id=user.tenant_id)

@@ -1,0 +1,44 @@
+"""The DLQ's actions on rows that change between the confirmation and the click: the
+action applies to the jobs the confirmation counted, and says what became of them."""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+
+from tests.dashboard.conftest import csrf_of, dead, form_fields
+from tests.factories import audit_rows, job_row
+
+
+def test_all_matching_applies_to_the_jobs_confirmed_not_to_those_dead_since(
+        admin, engine, tenant):
+    shown = [dead(engine, tenant, kind="reindex", ago=a) for a in (30, 20)]
+    token = csrf_of(admin, "/dashboard/dlq")
+    confirm = admin.post("/dashboard/dlq/confirm", data={
+        "csrf": token, "action": "discard", "scope": "matching", "kind": "reindex"})
+    assert "Discard 2 jobs matching this filter?" in confirm.text
+    later = dead(engine, tenant, kind="reindex", ago=0)  # dead-lettered after the count
+    done = admin.post("/dashboard/dlq/apply",
+                      data=form_fields(confirm.text, "/dlq/apply"))  # the Discard button
+    assert done.status_code == 303
+    assert "2 jobs discarded." in admin.get(done.headers["location"]).text
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM mdm.aa_job WHERE id = ANY(:ids)"),
+                            {"ids": shown}).scalar() == 0
+        assert job_row(conn, later)["state"] == "dlq" and audit_rows(conn, later) == []
+
+
+def test_a_job_that_left_the_dlq_after_the_confirmation_is_counted_as_skipped(
+        admin, engine, tenant):
+    jobs = [dead(engine, tenant, ago=a) for a in (30, 20)]
+    token = csrf_of(admin, "/dashboard/dlq")
+    confirm = admin.post("/dashboard/dlq/confirm", data={
+        "csrf": token, "action": "retry", "scope": "matching"})
+    assert "Retry 2 jobs matching this filter?" in confirm.text
+    fields = form_fields(confirm.text, "/dlq/apply")
+    first = admin.post("/dashboard/dlq/apply", data=fields)
+    assert "2 jobs retried." in admin.get(first.headers["location"]).text
+    again = admin.post("/dashboard/dlq/apply", data=fields)  # the button clicked twice
+    assert "0 jobs retried; 2 had already left the DLQ." in admin.get(
+        again.headers["location"]).text
+    with engine.connect() as conn:
+        assert [len(audit_rows(conn, j)) for j in jobs] == [1, 1]

@@ -163,10 +163,13 @@ def redirect(request: Request, path: str, **params: Any) -> RedirectResponse:
     return RedirectResponse(url, status_code=303)
 
 
-def redirect_with_notice(request: Request, path: str, notice: str) -> RedirectResponse:
-    """`redirect`, carrying a notice of what was done for the page to show. It is signed:
-    the link is anyone's to write, and the dashboard must not say what it did not do."""
-    return redirect(request, path, notice=notice, sig=signer_of(request).notice_mac(notice))
+def redirect_with_notice(request: Request, path: str, notice: str,
+                         **params: Any) -> RedirectResponse:
+    """`redirect` (with `params`), carrying a notice of what was done for the page to show.
+    It is signed: the link is anyone's to write, and the dashboard must not say what it
+    did not do."""
+    return redirect(request, path, **params, notice=notice,
+                    sig=signer_of(request).notice_mac(notice))
 
 
 def notice_of(request: Request, notice: str, sig: str) -> str | None:

@@ -42,3 +42,19 @@ def test_a_job_that_left_the_dlq_after_the_confirmation_is_counted_as_skipped(
         again.headers["location"]).text
     with engine.connect() as conn:
         assert [len(audit_rows(conn, j)) for j in jobs] == [1, 1]
+
+
+def test_confirming_jobs_that_all_left_the_dlq_says_so(admin, engine, tenant):
+    job = dead(engine, tenant, kind="reindex")
+    token = csrf_of(admin, "/dashboard/dlq")
+    with engine.begin() as conn:  # retried elsewhere while the page was open
+        conn.execute(text("UPDATE mdm.aa_job SET status = 'pending' WHERE id = :id"),
+                     {"id": job})
+    for form, said in (({"ids": str(job)}, "The jobs checked are no longer in the dead-letter"
+                        " queue."),
+                       ({"scope": "matching", "kind": "reindex"},
+                        "No dead job matches this filter.")):
+        gone = admin.post("/dashboard/dlq/confirm",
+                          data={"csrf": token, "action": "retry", **form})
+        assert gone.status_code == 303
+        assert said in admin.get(gone.headers["location"]).text

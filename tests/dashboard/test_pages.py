@@ -146,6 +146,12 @@ def test_dlq_confirm_then_retry_and_discard_selected(admin, engine, tenant):
                                                     "ids": [str(third), str(first)]})
     assert "1 job discarded; 1 had already left the DLQ." in admin.get(
         gone.headers["location"]).text
+    # The notice is signed: a link anyone wrote shows none.
+    for link in (gone.headers["location"].replace("1+job", "1%2C000+jobs"),
+                 "/dashboard/dlq?done=discarded&n=1000",
+                 "/dashboard/dlq?notice=1%2C000+jobs+discarded.&sig=x"):
+        page = admin.get(link)
+        assert page.status_code == 200 and "discarded" not in page.text, link
     with engine.connect() as conn:
         assert [a["action"] for a in audit_rows(conn, first)] == ["job_retry"]
         assert [a["action"] for a in audit_rows(conn, third)] == ["job_discard"]
@@ -240,6 +246,10 @@ def test_outbox_shows_dead_events_and_replays_them(admin, engine, tenant):
     replayed = admin.post("/dashboard/outbox/replay", data={"csrf": token,
                                                             "event_id": str(event)})
     assert "1 event handed back" in admin.get(replayed.headers["location"]).text
+    for link in (replayed.headers["location"].replace("1+event", "500+events"),
+                 "/dashboard/outbox?replayed=500"):
+        page = admin.get(link)
+        assert page.status_code == 200 and "handed back" not in page.text, link
     with engine.connect() as conn:
         dead_at = conn.execute(text("SELECT dead_at FROM mdm.aa_outbox_event WHERE id = :id"),
                                {"id": event}).scalar()

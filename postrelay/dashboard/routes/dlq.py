@@ -24,9 +24,10 @@ from postrelay.dashboard.web import (
     Form,
     User,
     first,
+    notice_of,
     optional_time,
     optional_uuid,
-    redirect,
+    redirect_with_notice,
     render,
     scope,
     tenant_names,
@@ -42,8 +43,8 @@ FILTER_FIELDS = ("kind", "tenant", "since", "until")
 
 @router.get("/dlq")
 def dlq_page(request: Request, user: CurrentUser, engine: Db, kind: str = "", tenant: str = "",
-             since: str = "", until: str = "", done: str = "", n: int = 0,
-             skipped: int = 0) -> HTMLResponse:
+             since: str = "", until: str = "", notice: str = "",
+             sig: str = "") -> HTMLResponse:
     filters = {"kind": kind, "tenant": tenant, "since": since, "until": until}
     with engine.begin() as conn:
         kinds = job_kinds(conn)
@@ -51,13 +52,9 @@ def dlq_page(request: Request, user: CurrentUser, engine: Db, kind: str = "", te
         rows = queries.dlq_matching(conn, limit=SHOWN, **where)
         total = queries.dlq_count(conn, **where)
         tenants = tenant_names(conn, user)
-    flash = None
-    if done in ("retried", "discarded"):
-        flash = f"{n:,} job{'' if n == 1 else 's'} {done}" + (
-            f"; {skipped:,} had already left the DLQ" if skipped else "") + "."
     return render(request, "dlq.html", {
         "rows": rows, "total": total, "filters": filters, "kinds": kinds, "tenants": tenants,
-        "flash": flash, "limit": REQUEUE_LIMIT_MAX,
+        "flash": notice_of(request, notice, sig), "limit": REQUEUE_LIMIT_MAX,
     }, user=user)
 
 
@@ -77,8 +74,10 @@ def dlq_confirm(request: Request, user: CurrentUser, engine: Db, form: Form) -> 
             ids, sample = [r.id for r in rows], rows[:10]
         count = len(ids)
         tenants = tenant_names(conn, user)
-    if count == 0:
-        return redirect(request, "/dlq", **filters)
+    if count == 0:  # the button needs a selection: what was checked has left meanwhile
+        return redirect_with_notice(request, "/dlq", "No dead job matches this filter." if
+                                    matching else "The jobs checked are no longer in the "
+                                    "dead-letter queue.", **filters)
     return render(request, "dlq_confirm.html", {
         "action": action, "verb": ACTIONS[action][0], "count": count, "ids": ids,
         "matching": matching, "filters": filters, "sample": sample, "tenants": tenants,
@@ -100,8 +99,9 @@ def dlq_apply(request: Request, user: CurrentUser, engine: Db, form: Form) -> Re
             except NotFoundError:  # retried or discarded meanwhile, or another tenant's
                 skipped += 1
     event("postrelay.dashboard.dlq_" + action, count=done, skipped=skipped, actor=user.actor)
-    return redirect(request, "/dlq", **filters, done=ACTIONS[action][1], n=done,
-                    skipped=skipped or None)
+    notice = f"{done:,} job{'' if done == 1 else 's'} {ACTIONS[action][1]}" + (
+        f"; {skipped:,} had already left the DLQ" if skipped else "") + "."
+    return redirect_with_notice(request, "/dlq", notice, **filters)
 
 
 def _where(user: User, filters: dict[str, str], kinds: list[str]) -> dict[str, Any]:

@@ -13,9 +13,10 @@ from postrelay.dashboard.web import (
     Db,
     Form,
     first,
+    notice_of,
     optional_time,
     optional_uuid,
-    redirect,
+    redirect_with_notice,
     render,
     tenant_names,
 )
@@ -27,17 +28,13 @@ DEAD_SHOWN = 100
 
 
 @router.get("/outbox")
-def outbox_page(request: Request, user: CurrentUser, engine: Db,
-                replayed: int | None = None) -> HTMLResponse:
+def outbox_page(request: Request, user: CurrentUser, engine: Db, notice: str = "",
+                sig: str = "") -> HTMLResponse:
     with engine.begin() as conn:
         status = outbox_status(conn, tenant_id=user.tenant_id, dead_limit=DEAD_SHOWN)
         tenants = tenant_names(conn, user)
-    flash = None
-    if replayed is not None:
-        flash = (f"{replayed:,} event{'' if replayed == 1 else 's'} handed back to the relay; "
-                 "jobs that still exist are not created again.")
-    return render(request, "outbox.html", {"s": status, "tenants": tenants, "flash": flash},
-                  user=user)
+    return render(request, "outbox.html", {
+        "s": status, "tenants": tenants, "flash": notice_of(request, notice, sig)}, user=user)
 
 
 @router.post("/outbox/replay")
@@ -57,4 +54,6 @@ def outbox_replay_form(request: Request, user: CurrentUser, engine: Db,
                               tenant_id=user.tenant_id)
     event("postrelay.dashboard.outbox_replay", replayed=count, actor=user.actor,
           event_id=str(event_id) if event_id else None)
-    return redirect(request, "/outbox", replayed=count)
+    return redirect_with_notice(
+        request, "/outbox", f"{count:,} event{'' if count == 1 else 's'} handed back to the "
+        "relay; jobs that still exist are not created again.")

@@ -52,8 +52,12 @@ def outbox_replay_form(request: Request, user: CurrentUser, engine: Db,
     with engine.begin() as conn:
         count = outbox_replay(conn, event_id=event_id, since=since, until=until,
                               tenant_id=user.tenant_id)
+    # The relay keeps no audit row of a replay: this event is its record, so it names the
+    # range as well as the event (as the API's does).
     event("postrelay.dashboard.outbox_replay", replayed=count, actor=user.actor,
-          event_id=str(event_id) if event_id else None)
+          event_id=str(event_id) if event_id else None,
+          since=since.isoformat() if since else None,
+          until=until.isoformat() if until else None)
     return redirect_with_notice(
         request, "/outbox", f"{count:,} event{'' if count == 1 else 's'} handed back to the "
         "relay; jobs that still exist are not created again.")

@@ -14,7 +14,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from postrelay.access import AuthThrottle, auth_throttle, service_role_key
 from postrelay.core.db import Database
@@ -67,7 +69,8 @@ def create_dashboard(settings: Settings, db: Database, *,
     app.state.signer = Signer(app.state.service_role_key)
     app.state.templates = templates_environment()
     app.state.email_templates = Templates(settings.email_templates_dir)
-    app.add_middleware(SecurityHeaders)
+    app.add_middleware(UnexpectedErrors)
+    app.add_middleware(SecurityHeaders)  # added last: outermost, so error pages get them too
     _install_error_pages(app)
     for module in (auth, overview, jobs, dlq, cron, pauses, outbox, emails):
         app.include_router(module.router)
@@ -130,12 +133,47 @@ def _install_error_pages(app: FastAPI) -> None:
     for unavailable in (OperationalError, InterfaceError, PoolTimeoutError):
         app.add_exception_handler(unavailable, _database_down)
 
-    @app.exception_handler(Exception)
-    def _unexpected(request: Request, exc: Exception) -> HTMLResponse:
-        event("postrelay.dashboard.error", logging.ERROR, path=request.url.path,
-              error=repr(exc))
-        return _error_page(request, 500, "Something went wrong",
-                           "The error is in the server's log.")
+
+
+class UnexpectedErrors:
+    """The 500 page for an exception no handler took, logged once, with its traceback.
+
+    Not an exception handler for Exception: Starlette runs that one in its outermost
+    middleware, which answers and then re-raises — into the API app the dashboard is
+    mounted in, which logged the error a second time as its own, and on to uvicorn, which
+    logged it a third time and closed the connection (a proxy reusing it got an error for
+    the next request). Its page also went out without the security headers."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        except Exception as exc:
+            if started:  # too late for a page: the server ends the response
+                raise
+            request = Request(scope, receive)
+            fields = {"path": request.url.path, "error": repr(exc)}
+            # event()'s shape, with the traceback: no one else logs this error now.
+            logging.getLogger("postrelay").error(
+                "%s %s", "postrelay.dashboard.error",
+                " ".join(f"{k}={v}" for k, v in fields.items()), exc_info=exc,
+                extra={"event": "postrelay.dashboard.error", "fields": fields})
+            response = await run_in_threadpool(
+                _error_page, request, 500, "Something went wrong",
+                "The error is in the server's log.")
+            await response(scope, receive, send)
 
 
 def _error_page_for(status: int, title: str) -> Callable[[Request, Exception], HTMLResponse]:

@@ -12,7 +12,8 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
-from sqlalchemy.exc import InterfaceError, OperationalError
+from psycopg import errors as pg_errors
+from sqlalchemy.exc import InterfaceError, OperationalError, ProgrammingError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -42,9 +43,16 @@ from postrelay.dashboard.web import (
 from postrelay.orchestrator import Templates
 
 FRAGMENT_HEADER = "x-dashboard-fragment"
+# What a database behind the code's migrations answers (as the CLI reads it: cli/boundary.py).
+SCHEMA_MISSING = (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName,
+                  pg_errors.UndefinedColumn, pg_errors.UndefinedObject,
+                  pg_errors.UndefinedFunction)
 DATABASE_DOWN = ("The database cannot be reached, or did not answer in time. Try again in "
                  "a moment; the details are in the server's log.")
 RETRY_AFTER_SECS = 5
+NOT_MIGRATED = ("The database's schema is behind this version of postrelay: a table or "
+                "column it reads is missing. Run `postrelay migrate`; the details are in the "
+                "server's log.")
 
 
 def create_dashboard(settings: Settings, db: Database, *,
@@ -120,7 +128,6 @@ def _install_error_pages(app: FastAPI) -> None:
     # The database down, restarting, or too slow for its timeouts (or the pool exhausted):
     # a 503 that says so, logged as one line, not a 500 and a traceback. The page is made
     # without asking the database who is signed in: that would wait for it a second time.
-    # (A handler of a specific class ends the request; the one for Exception re-raises.)
     def _database_down(request: Request, exc: Exception) -> HTMLResponse:
         event("postrelay.dashboard.database_unavailable", logging.WARNING,
               path=request.url.path, error=_first_line(exc))
@@ -132,6 +139,20 @@ def _install_error_pages(app: FastAPI) -> None:
 
     for unavailable in (OperationalError, InterfaceError, PoolTimeoutError):
         app.add_exception_handler(unavailable, _database_down)
+
+    # The code upgraded and restarted before `postrelay migrate` ran: every page failed as
+    # a 500. Said as the CLI says it. Any other ProgrammingError is a bug: the 500 page.
+    @app.exception_handler(ProgrammingError)
+    def _not_migrated(request: Request, exc: Exception) -> HTMLResponse:
+        if not isinstance(getattr(exc, "orig", None), SCHEMA_MISSING):
+            raise exc
+        event("postrelay.dashboard.database_not_migrated", logging.WARNING,
+              path=request.url.path, error=_first_line(exc))
+        response = render(request, "error.html", {
+            "status": 503, "title": "Database not migrated", "message": NOT_MIGRATED},
+            status=503)
+        response.headers["Retry-After"] = str(RETRY_AFTER_SECS)
+        return response
 
 
 

@@ -1,6 +1,6 @@
-"""The dashboard while its database cannot be reached: every page, fragment and form is a
-503 page that says so (with Retry-After), logged as a warning, never a 500 and a logged
-error; the sign-in form with a tenant key too."""
+"""The dashboard while its database cannot be reached, or is behind the code's migrations:
+every page, fragment and form is a 503 page that says so (with Retry-After), logged as a
+warning, never a 500 and a logged error; the sign-in form with a tenant key too."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 
 from tests.api.server import UNTHROTTLED, serve_database
 from tests.dashboard.conftest import PAGES, SERVICE_KEY, login_token, sign_in
+from tests.migrations import throwaway_database
 
 
 @pytest.fixture
@@ -63,3 +64,16 @@ def test_every_page_and_form_is_a_503_page_while_the_database_is_down(
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
     assert any("postrelay.dashboard.database_unavailable" in r.getMessage()
                for r in caplog.records)
+
+
+def test_a_database_not_migrated_is_a_503_page_that_says_to_migrate(server_url, caplog):
+    with throwaway_database(server_url) as empty, \
+            serve_database(empty, SERVICE_KEY, **UNTHROTTLED) as url, \
+            httpx.Client(base_url=url, timeout=30) as client:
+        sign_in(client, SERVICE_KEY)
+        for path in [*PAGES, "/dashboard/pauses"]:
+            response = client.get(path)
+            assert response.status_code == 503, (path, response.text[:300])
+            assert "Database not migrated" in response.text
+            assert "Run `postrelay migrate`" in response.text
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []

@@ -53,7 +53,10 @@ def test_confirming_jobs_that_all_left_the_dlq_says_so(admin, engine, tenant):
     for form, said in (({"ids": str(job)}, "The jobs checked are no longer in the dead-letter"
                         " queue."),
                        ({"scope": "matching", "kind": "reindex"},
-                        "No dead job matches this filter.")):
+                        "No dead job matches this filter."),
+                       # Retry… clicked with nothing checked (the script that disables
+                       # the button until something is has not run).
+                       ({}, "No job was checked")):
         gone = admin.post("/dashboard/dlq/confirm",
                           data={"csrf": token, "action": "retry", **form})
         assert gone.status_code == 303

@@ -74,10 +74,8 @@ def dlq_confirm(request: Request, user: CurrentUser, engine: Db, form: Form) -> 
             ids, sample = [r.id for r in rows], rows[:10]
         count = len(ids)
         tenants = tenant_names(conn, user)
-    if count == 0:  # the button needs a selection: what was checked has left meanwhile
-        return redirect_with_notice(request, "/dlq", "No dead job matches this filter." if
-                                    matching else "The jobs checked are no longer in the "
-                                    "dead-letter queue.", **filters)
+    if count == 0:  # nothing to confirm: say why (the page works without its script)
+        return redirect_with_notice(request, "/dlq", _why_none(matching, form), **filters)
     return render(request, "dlq_confirm.html", {
         "action": action, "verb": ACTIONS[action][0], "count": count, "ids": ids,
         "matching": matching, "filters": filters, "sample": sample, "tenants": tenants,
@@ -111,6 +109,14 @@ def _where(user: User, filters: dict[str, str], kinds: list[str]) -> dict[str, A
     since: datetime | None = optional_time("since", filters["since"])
     return {"tenant_id": scope(user, optional_uuid("tenant", filters["tenant"])),
             "kind": kind, "since": since, "until": optional_time("until", filters["until"])}
+
+
+def _why_none(matching: bool, form: dict[str, list[str]]) -> str:
+    if matching:
+        return "No dead job matches this filter."
+    if not any(ident.strip() for ident in form.get("ids", [])):
+        return "No job was checked: check the jobs to act on, or all matching the filter."
+    return "The jobs checked are no longer in the dead-letter queue."
 
 
 def _action(form: dict[str, list[str]]) -> str:

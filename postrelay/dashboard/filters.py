@@ -15,7 +15,7 @@ from uuid import UUID
 
 from markupsafe import Markup
 
-from postrelay.dashboard.queries import COUNTED, EMAIL_STATUSES
+from postrelay.dashboard.queries import COUNTED, EMAIL_STATUSES, MAX_PAGE
 from postrelay.queue import STATUSES
 
 
@@ -167,6 +167,6 @@ def finalize(value: Any) -> Any:
 FILTERS = {"text": text, "when": when, "duration": duration, "ago": ago, "number": number,
            "short": short, "plural": plural, "percent": percent}
 GLOBALS = {"JOB_STATUSES": STATUSES, "COUNTED_STATUSES": COUNTED,
-           "EMAIL_STATUSES": EMAIL_STATUSES,
+           "EMAIL_STATUSES": EMAIL_STATUSES, "MAX_PAGE": MAX_PAGE,
            "tenant_name": tenant_name, "query": query,
            "options": options, "tenant_options": tenant_options}

@@ -28,6 +28,9 @@ FINISHED = ("done", "failed", "dlq")
 # the overview shows the last hour of it (the chart) and an estimate of the rest.
 COUNTED = tuple(s for s in STATUSES if s != "done")
 PAGE_SIZE = 50
+# Pages of a listing, at most: OFFSET reads every row it skips. Older rows are found by
+# narrowing the time range instead.
+MAX_PAGE = 200
 
 
 @dataclass(frozen=True, slots=True)

@@ -212,11 +212,12 @@ def optional_time(name: str, value: str | None) -> datetime | None:
 
 
 def page_number(value: str | None) -> int:
+    """A listing's page, 1 to queries.MAX_PAGE; junk or a page outside is the nearest."""
     try:
         page = int(value or 1)
     except ValueError:
         page = 1
-    return min(max(page, 1), 200)
+    return min(max(page, 1), queries.MAX_PAGE)
 
 
 def scope(user: User, requested: UUID | None) -> UUID | None:

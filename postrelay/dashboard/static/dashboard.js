@@ -32,6 +32,8 @@
             window.location.assign(window.location.pathname.replace(/\/$/, "") + "/login");
             return null;
           }
+          // 503: the server answered, its database did not (the page says which).
+          if (response.status === 503) { throw new Error("database"); }
           if (!response.ok) { throw new Error("HTTP " + response.status); }
           return response.text();
         })
@@ -46,9 +48,10 @@
           el.dispatchEvent(new CustomEvent("dashboard:refreshed", { bubbles: true }));
           schedule(every);
         })
-        .catch(function () {
+        .catch(function (err) {
           failures += 1;
-          show("error", "Cannot reach the server · retrying");
+          show("error", err && err.message === "database" ?
+            "Database unavailable · retrying" : "Cannot reach the server · retrying");
           schedule(Math.min(every * Math.pow(2, failures), 60000));
         });
     }

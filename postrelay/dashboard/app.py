@@ -155,7 +155,6 @@ def _install_error_pages(app: FastAPI) -> None:
         return response
 
 
-
 class UnexpectedErrors:
     """The 500 page for an exception no handler took, logged once, with its traceback.
 

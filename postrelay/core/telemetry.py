@@ -11,11 +11,14 @@ from typing import Any
 _logger = logging.getLogger("postrelay")
 
 
-def event(name: str, level: int = logging.INFO, /, **fields: Any) -> None:
-    """Emit `name` with structured `fields`; `name` is the dotted event name."""
+def event(name: str, level: int = logging.INFO, /, *, exc_info: BaseException | None = None,
+          **fields: Any) -> None:
+    """Emit `name` with structured `fields`; `name` is the dotted event name. With
+    `exc_info`, the exception's traceback follows, for an error no one else logs."""
     if _logger.isEnabledFor(level):
         detail = " ".join(f"{k}={v}" for k, v in fields.items())
-        _logger.log(level, "%s %s", name, detail, extra={"event": name, "fields": fields})
+        _logger.log(level, "%s %s", name, detail, exc_info=exc_info,
+                    extra={"event": name, "fields": fields})
 
 
 def configure_logging(level: str = "INFO") -> None:

@@ -184,12 +184,9 @@ class UnexpectedErrors:
             if started:  # too late for a page: the server ends the response
                 raise
             request = Request(scope, receive)
-            fields = {"path": request.url.path, "error": repr(exc)}
-            # event()'s shape, with the traceback: no one else logs this error now.
-            logging.getLogger("postrelay").error(
-                "%s %s", "postrelay.dashboard.error",
-                " ".join(f"{k}={v}" for k, v in fields.items()), exc_info=exc,
-                extra={"event": "postrelay.dashboard.error", "fields": fields})
+            # With its traceback: no one else logs this error now.
+            event("postrelay.dashboard.error", logging.ERROR, path=request.url.path,
+                  error=repr(exc), exc_info=exc)
             response = await run_in_threadpool(
                 _error_page, request, 500, "Something went wrong",
                 "The error is in the server's log.")

@@ -62,6 +62,9 @@ class Executor:
         return transition
 
     async def _outcome(self, job: Job) -> Outcome:
+        if job.unreadable_payload is not None:  # no attempt can read it: to the DLQ at once
+            return Failure(PermanentError(
+                f"the job's payload cannot be read: {job.unreadable_payload}"))
         handler = self.registry.get(job.kind)
         if handler is None:  # claimed only by kind, so this means a misconfigured registry
             return Failure(PermanentError(f"no handler registered for kind {job.kind!r}"))

@@ -19,6 +19,9 @@ class Job:
     claimed_at: datetime
     created_at: datetime
     idempotency_key: str | None
+    # Why the stored payload could not be read (then `payload` is empty): the job is
+    # dead-lettered without running. None for every job whose payload reads.
+    unreadable_payload: str | None = None
 
     @property
     def is_last_attempt(self) -> bool:

@@ -7,7 +7,7 @@ SQL.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, cast
 from uuid import UUID, uuid4
@@ -146,8 +146,17 @@ def _claim_order(job: Job) -> tuple[int, datetime]:
 
 
 def _claimed_job(job_id: UUID, tenant_id: UUID, kind: str, payload: str, *rest: Any) -> Job:
-    """A Job from a job_claim row, whose payload is JSON text."""
-    return Job(job_id, tenant_id, kind, jsontext.decode(payload), *rest)
+    """A Job from a job_claim row, whose payload is JSON text. A payload jsonb holds and
+    Python cannot read (an integer past Python's 4,300 digits, nesting past its recursion
+    limit: SQL written by hand can store one) makes a job that says why, which the executor
+    dead-letters: raised here, it failed the whole claim after the claim had committed, so
+    that row and every job claimed with it stayed `running`, and were claimed again and
+    failed again each time the rescuer handed them back."""
+    try:
+        return Job(job_id, tenant_id, kind, jsontext.decode(payload), *rest)
+    except (ValueError, RecursionError) as exc:
+        return replace(Job(job_id, tenant_id, kind, {}, *rest),
+                       unreadable_payload=f"{type(exc).__name__}: {exc}")
 
 
 async def job_next_due_in(

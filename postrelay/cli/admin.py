@@ -18,7 +18,7 @@ from sqlalchemy import Connection
 # The queue's operator functions, as the package exports them (`admin.job_list`, ...).
 import postrelay.queue as admin
 from postrelay.cli.common import actor, transaction
-from postrelay.cli.output import cell, echo, print_json, table
+from postrelay.cli.output import cell, echo, jsonable, print_json, table
 from postrelay.cli.root import app
 from postrelay.orchestrator import cancel_job, cancel_jobs
 from postrelay.queue import ensure_tenant
@@ -92,7 +92,8 @@ def jobs_show(
         print_json(job)
         return
     for name, value in dataclasses.asdict(job).items():
-        shown = json.dumps(value, indent=2) if name == "payload" else cell(value, truncate=False)
+        shown = json.dumps(jsonable(value), indent=2) if name == "payload" else \
+            cell(value, truncate=False)
         echo(f"{name + ':':<17}{shown}")
 
 

@@ -14,6 +14,7 @@ import json
 import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
@@ -84,4 +85,6 @@ def jsonable(value: Any) -> Any:
         return str(value)
     if isinstance(value, datetime):
         return value.isoformat()
+    if isinstance(value, Decimal):  # an integer longer than Python prints (jsontext.read_stored)
+        return str(value)
     return value

@@ -23,6 +23,7 @@ from sqlalchemy import URL, Engine, MetaData, create_engine, make_url
 from sqlalchemy.dialects.postgresql import TIMESTAMP
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from postrelay.core import jsontext
 from postrelay.core.errors import ConfigError
 from postrelay.core.settings import Settings
 
@@ -119,6 +120,7 @@ class Database:
 
     def _engine_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         kwargs.setdefault("pool_pre_ping", True)
+        kwargs.setdefault("json_deserializer", jsontext.read_stored)
         kwargs["connect_args"] = with_connect_timeout(self.url, kwargs.get("connect_args", {}))
         if self.pooler:
             kwargs["connect_args"] = pooler_connect_args(kwargs.get("connect_args", {}))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from decimal import Decimal
 from typing import Any
 
 import orjson
@@ -44,6 +45,7 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 _ROWS_OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME
 _ROWS_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=str)
 _DECODER = json.JSONDecoder()
+_LONG_INTEGERS = json.JSONDecoder(parse_int=lambda digits: _int_or_decimal(digits))
 # The escapes of the encoder's output that are fine however they look: an escaped
 # backslash (so `\\u0000`, a backslash then "u0000", is not taken for a NUL) and a
 # surrogate pair (one character beyond the BMP). Deleting them left to right leaves a
@@ -81,6 +83,26 @@ def encode_rows(rows: Any) -> str:
 def decode(text: str) -> Any:
     """The value of the JSON document `text` (as PostgreSQL prints a jsonb value)."""
     return _DECODER.decode(text)
+
+
+def read_stored(data: bytes | str) -> Any:
+    """A json or jsonb value as the driver receives it (every engine's loader: core/db.py).
+    jsonb holds integers of any length, and SQL written by hand may store one longer than
+    Python converts (sys.get_int_max_str_digits, a guard against quadratic conversion
+    time): the ValueError failed every listing that read its row, the DLQ's included. Such
+    a document is read with its long integers exact, as decimal.Decimal (linear to read)."""
+    text = data if isinstance(data, str) else bytes(data).decode("utf-8")
+    try:
+        return _DECODER.decode(text)
+    except json.JSONDecodeError:
+        raise
+    except ValueError:  # an integer past the conversion limit
+        return _LONG_INTEGERS.decode(text)
+
+
+def _int_or_decimal(digits: str) -> int | Decimal:
+    return int(digits) if len(digits.lstrip("-")) <= sys.get_int_max_str_digits() \
+        else Decimal(digits)
 
 
 def encode_document(value: Any, field: str, max_bytes: int) -> str:

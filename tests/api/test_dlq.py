@@ -6,6 +6,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy import text
 
 from tests.api.conftest import data, error
 from tests.factories import audit_rows, insert_job, job_row
@@ -103,3 +104,16 @@ def test_discard_refuses_a_live_job(api, engine, tenant):
         live = insert_job(conn, tenant_id=tenant)
     assert "not in the DLQ" in error(api.delete(f"/v1/functions/jobs/{live}"), 404)["message"]
     assert data(api.get(f"/v1/functions/jobs/{live}"))["status"] == "pending"
+
+
+def test_a_dead_job_whose_payload_holds_a_very_long_integer_is_listed(api, engine, tenant):
+    """SQL written by hand can store an integer of more digits than Python converts; the
+    DLQ then answered 500 for every job in it. The integer shows as its digits."""
+    job_id = dead(engine, tenant)
+    digits = "7" * 5000
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE mdm.aa_job SET payload = CAST(:p AS jsonb) WHERE id = :id"),
+                     {"p": f'{{"n": {digits}}}', "id": job_id})
+    [job] = data(api.get("/v1/functions/jobs/dlq"))
+    assert job["id"] == str(job_id) and job["payload"] == {"n": digits}
+    assert data(api.get(f"/v1/functions/jobs/{job_id}"))["payload"] == {"n": digits}

@@ -375,3 +375,16 @@ def test_cancelling_an_email_whose_event_id_is_not_a_uuid_logs_it_without_one(ad
         logged = dict(conn.execute(text(
             "SELECT job_id, event_id FROM mdm.aa_email_log WHERE status = 'cancelled'")).all())
     assert logged == {jobs[given]: kept for given, kept in shapes.items()}
+
+
+def test_a_job_whose_payload_holds_a_very_long_integer_shows_it(admin, engine, tenant):
+    """SQL written by hand can store an integer of more digits than Python converts: the
+    job's page, and the DLQ's, answered 500. The integer shows as its digits."""
+    digits = "7" * 5000
+    with engine.begin() as conn:
+        job = insert_job(conn, tenant_id=tenant, status="dlq")
+        conn.execute(text("UPDATE mdm.aa_job SET payload = CAST(:doc AS jsonb) WHERE id = :id"),
+                     {"doc": f'{{"n": {digits}}}', "id": job})
+    page = admin.get(f"/dashboard/jobs/{job}")
+    assert page.status_code == 200 and digits in page.text
+    assert admin.get("/dashboard/dlq").status_code == 200

@@ -11,12 +11,12 @@ from tests.factories import insert_job
 
 
 def test_an_unexpected_error_is_one_500_page_logged_once(admin, engine, tenant, caplog):
-    # A payload written by SQL with an integer of 5,000 digits: jsonb keeps it, Python
-    # refuses to read it (int_max_str_digits), so the job's page fails as nothing expects.
+    # A payload written by SQL nested 3,000 levels deep: jsonb keeps it, Python's decoder
+    # gives out (RecursionError), so the job's page fails as nothing expects.
     with engine.begin() as conn:
         job = insert_job(conn, tenant_id=tenant, status="dlq")
         conn.execute(text("UPDATE mdm.aa_job SET payload = CAST(:doc AS jsonb) WHERE id = :id"),
-                     {"doc": '{"n": ' + "9" * 5000 + "}", "id": job})
+                     {"doc": '{"n": ' + "[" * 3000 + "]" * 3000 + "}", "id": job})
     caplog.set_level(logging.INFO)
     failed = admin.get(f"/dashboard/jobs/{job}")
     assert failed.status_code == 500 and "Something went wrong" in failed.text

@@ -177,3 +177,18 @@ def test_jobs_cancel_by_filter_prints_the_count(worker_env, engine, tenant):
     assert out.stdout.strip() == "cancelled 3"
     bad = run(worker_env, "jobs", "cancel", "--kind", "nope", ok=False)
     assert bad.returncode != 0 and "kind" in bad.stderr
+
+
+def test_a_dead_job_whose_payload_holds_a_very_long_integer_is_listed(worker_env, engine,
+                                                                      tenant):
+    """SQL written by hand can store an integer of more digits than Python converts: `dlq
+    list` then failed for every dead job ("unexpected ValueError"). It shows as its digits."""
+    job_id = dead(engine, tenant)
+    digits = "7" * 5000
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE mdm.aa_job SET payload = CAST(:p AS jsonb) WHERE id = :id"),
+                     {"p": f'{{"n": {digits}}}', "id": job_id})
+    assert str(job_id) in run(worker_env, "dlq", "list").stdout
+    [listed] = json.loads(run(worker_env, "dlq", "list", "--json").stdout)
+    assert listed["payload"] == {"n": digits}
+    assert f'"n": "{digits}"' in run(worker_env, "jobs", "show", str(job_id)).stdout

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import UTC, datetime
+from decimal import Decimal
+
+import pytest
 
 from postrelay.core import jsontext
 
@@ -35,3 +38,15 @@ def test_a_value_json_has_no_type_for_goes_as_its_text() -> None:
 def test_an_integer_beyond_64_bits_is_written_as_it_is() -> None:
     rows = [{"asm_group_id": 2**70, "n": -(2**64)}]
     assert json.loads(jsontext.encode_rows(rows)) == rows
+
+
+def test_a_stored_integer_longer_than_python_converts_is_read_exact() -> None:
+    """jsonb keeps integers of any length; Python's conversion stops at 4,300 digits. The
+    driver's loader read such a row as a ValueError, failing every listing beside it."""
+    digits = "7" * 5000
+    value = jsontext.read_stored(f'{{"n": {digits}, "m": -{digits}, "small": 12}}'.encode())
+    assert value == {"n": Decimal(digits), "m": Decimal("-" + digits), "small": 12}
+    assert type(value["small"]) is int
+    assert jsontext.read_stored(b'{"a": [1, 2.5, "x"]}') == {"a": [1, 2.5, "x"]}
+    with pytest.raises(json.JSONDecodeError):
+        jsontext.read_stored(b'{"a": ')

@@ -1,17 +1,17 @@
-"""A payload jsonb stores and Python cannot read: SQL written by hand (another service's,
-in another language) can store an integer of more digits than Python converts, or nesting
-deeper than its decoder's recursion. One such row failed the whole claim after it had
-committed: it and the jobs claimed with it stayed `running`, and the rescuer handed them
-back to be claimed and fail again, for ever."""
+"""Rows that SQL written by hand (another service's, in another language, or an operator's)
+can hold and postrelay's own calls never write: they must not stop the worker."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
 from sqlalchemy import text
 
-from postrelay.queue import Registry
+from postrelay.queue import Registry, enqueue
 from postrelay.queue.model import Job
 from tests.factories import insert_job
-from tests.integration.worker_helpers import run_until
+from tests.integration.worker_helpers import as_awaitable, make_worker, run_until, wait_until
 
 HUGE_INTEGER = '{"n": ' + "7" * 5000 + "}"
 DEEP = '{"n": ' + "[" * 3000 + "]" * 3000 + "}"
@@ -19,6 +19,10 @@ DEEP = '{"n": ' + "[" * 3000 + "]" * 3000 + "}"
 
 async def test_a_payload_python_cannot_read_is_dead_lettered_and_the_rest_run(
         engine, async_engine, libpq, tenant):
+    """An integer of more digits than Python converts, or nesting deeper than its decoder's
+    recursion: one such row failed the whole claim after it had committed, so it and the
+    jobs claimed with it stayed `running`, and the rescuer handed them back to be claimed
+    and fail again, for ever."""
     registry = Registry()
     ran: list[Job] = []
 
@@ -61,3 +65,35 @@ def state(conn, job_id):
     """The row without its payload, which the driver cannot read either."""
     return conn.execute(text("SELECT status::text AS status, attempts, last_error "
                              "FROM mdm.aa_job WHERE id = :id"), {"id": job_id}).mappings().one()
+
+
+async def test_a_job_parked_at_infinity_does_not_stop_the_idle_worker_claiming(
+        engine, async_engine, libpq, tenant, caplog):
+    """available_at 'infinity' parks a job for good. An idle worker asks how soon the next
+    job is due, and the subtraction failed: every idle round was a failed claim, its backoff
+    growing, so new work waited for it."""
+    registry = Registry()
+    ran: list[Job] = []
+
+    @registry.handler("reindex")
+    async def reindex(job: Job) -> None:
+        ran.append(job)
+
+    with engine.begin() as conn:
+        parked = insert_job(conn, tenant_id=tenant)
+        conn.execute(text("UPDATE mdm.aa_job SET available_at = 'infinity' WHERE id = :id"),
+                     {"id": parked})
+    caplog.set_level(logging.INFO)
+    worker = make_worker(async_engine, libpq, registry)
+    await worker.start()
+    try:
+        await asyncio.sleep(1.0)  # idle rounds, each asking when the next job is due
+        with engine.begin() as conn:
+            fresh = enqueue(conn, "reindex", {"n": 1}, tenant_id=tenant)
+        await wait_until(lambda: as_awaitable([job.id for job in ran] == [fresh]))
+    finally:
+        await worker.stop()
+    assert [r.getMessage() for r in caplog.records
+            if "claim_failed" in r.getMessage()] == []
+    with engine.begin() as conn:
+        assert state(conn, parked)["status"] == "pending"

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from sqlalchemy import URL, Engine, MetaData, create_engine, make_url
 from sqlalchemy.dialects.postgresql import TIMESTAMP
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -26,8 +27,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from postrelay.core import jsontext
 from postrelay.core.errors import ConfigError
 from postrelay.core.settings import Settings
+from postrelay.core.timestamps import register_infinity
 
 SCHEMA = "mdm"
+# Before any engine exists: each copies the driver's adapters when it is made.
+register_infinity(psycopg.adapters)
 metadata = MetaData(schema=SCHEMA)
 # Every timestamp in the schema is `timestamptz`.
 TIMESTAMPTZ = TIMESTAMP(timezone=True)

@@ -147,3 +147,13 @@ def test_json_edge_cases_are_400_not_500(api, tenant, raw, field):
     response = api.post("/v1/functions/jobs", content=raw,
                         headers={"content-type": "application/json"})
     assert error(response, 400)["field"] == field
+
+
+def test_a_job_parked_at_infinity_reads_as_the_latest_time(api, engine, tenant):
+    """SQL written by hand parks a job at available_at 'infinity': its answer was a 500."""
+    with engine.begin() as conn:
+        job_id = insert_job(conn, tenant_id=tenant)
+        conn.execute(text("UPDATE mdm.aa_job SET available_at = 'infinity' WHERE id = :id"),
+                     {"id": job_id})
+    job = data(api.get(f"/v1/functions/jobs/{job_id}"))
+    assert job["scheduled_at"].startswith("9999-12-31T23:59:59")

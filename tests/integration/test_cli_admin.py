@@ -192,3 +192,20 @@ def test_a_dead_job_whose_payload_holds_a_very_long_integer_is_listed(worker_env
     [listed] = json.loads(run(worker_env, "dlq", "list", "--json").stdout)
     assert listed["payload"] == {"n": digits}
     assert f'"n": "{digits}"' in run(worker_env, "jobs", "show", str(job_id)).stdout
+
+
+def test_jobs_at_an_infinite_available_at_are_listed(worker_env, engine, tenant):
+    """SQL written by hand parks a job at available_at 'infinity' (or makes one due at
+    '-infinity'): the driver refused to read either, and `jobs list`, `jobs show` and
+    `status` failed for every job. They read as the latest and earliest times there are."""
+    with engine.begin() as conn:
+        parked, early = insert_job(conn, tenant_id=tenant), insert_job(conn, tenant_id=tenant)
+        for job_id, at in ((parked, "infinity"), (early, "-infinity")):
+            conn.execute(text("UPDATE mdm.aa_job SET available_at = CAST(:at AS timestamptz) "
+                              "WHERE id = :id"), {"at": at, "id": job_id})
+    listed = {j["id"]: j for j in json.loads(run(worker_env, "jobs", "list", "--json").stdout)}
+    assert listed[str(parked)]["available_at"].startswith("9999-12-31T23:59:59")
+    assert listed[str(early)]["available_at"].startswith("0001-01-01T00:00:00")
+    assert "9999-12-31 23:59:59Z" in run(worker_env, "jobs", "show", str(parked)).stdout
+    status = json.loads(run(worker_env, "status", "--json").stdout)
+    assert status["due_pending"] == 1 and status["oldest_due_age_secs"] is None

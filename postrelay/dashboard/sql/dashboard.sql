@@ -113,7 +113,9 @@ GROUP BY 1;
 -- name: job_pending_oldest
 -- The due backlog and how long its oldest job has waited, from ix_job_dispatch alone.
 SELECT count(*) AS due,
-       CAST(EXTRACT(EPOCH FROM now() - min(available_at)) AS float8) AS oldest_age_secs,
+       -- A job made due at '-infinity' by hand is counted, not aged: the subtraction fails.
+       CAST(EXTRACT(EPOCH FROM now() - min(available_at) FILTER (WHERE isfinite(available_at)))
+            AS float8) AS oldest_age_secs,
        date_trunc('minute', now()) AS this_minute
 FROM mdm.aa_job
 WHERE status = 'pending' AND available_at <= now()

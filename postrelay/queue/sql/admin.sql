@@ -21,7 +21,9 @@ GROUP BY tenant_id, job_kind, status;
 -- Pending jobs that are already due: the backlog workers have not caught up with yet.
 -- Jobs waiting for a later available_at (backoff, delay) are not late and do not count.
 SELECT count(*) AS due,
-       CAST(EXTRACT(EPOCH FROM now() - min(available_at)) AS float8) AS oldest_age_secs
+       -- A job made due at '-infinity' by hand is counted, not aged: the subtraction fails.
+       CAST(EXTRACT(EPOCH FROM now() - min(available_at) FILTER (WHERE isfinite(available_at)))
+            AS float8) AS oldest_age_secs
 FROM mdm.aa_job
 WHERE status = 'pending'
   AND available_at <= now()

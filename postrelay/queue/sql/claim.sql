@@ -436,11 +436,11 @@ SELECT set_config('synchronous_commit', 'off', true),
 -- an idle worker wakes exactly then instead of a poll interval later. Paused jobs do not
 -- count: a due but paused job would have the worker claim nothing in a tight loop; a
 -- resume wakes it (NOTIFY), or its poll does.
--- Two epochs subtracted, not two timestamps: a job parked at available_at 'infinity' (SQL
--- written by hand, "never") made the subtraction fail, and so every idle worker's claim;
--- its epoch is Infinity, and the worker waits for its poll.
-SELECT CAST(EXTRACT(EPOCH FROM min(available_at)) - EXTRACT(EPOCH FROM clock_timestamp())
-            AS float8) AS due_in
+-- Jobs at an infinite available_at (SQL written by hand: 'infinity' parks a job for good)
+-- are left out: the subtraction failed, and with it every idle worker's claim. One at
+-- '-infinity' is due, so the claim before this takes it.
+SELECT EXTRACT(EPOCH FROM min(available_at) FILTER (WHERE isfinite(available_at))
+                          - clock_timestamp())::float8 AS due_in
 FROM mdm.aa_job
 WHERE status = 'pending'
   AND (CAST(:tenant_ids AS uuid[]) IS NULL OR tenant_id = ANY(CAST(:tenant_ids AS uuid[])))

@@ -5,6 +5,10 @@ failed, the other rows with it. They are read as the latest and earliest datetim
 has (the psycopg documentation's own answer), in UTC.
 
     register_infinity(psycopg.adapters)   # once, before any connection is made
+
+Each loader wraps the one registered before it (psycopg's compiled one, when installed)
+rather than subclassing psycopg's pure-Python class: every timestamp the worker's claim
+reads goes through it.
 """
 
 from __future__ import annotations
@@ -12,34 +16,40 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from psycopg.adapt import AdaptersMap
-from psycopg.types.datetime import TimestamptzBinaryLoader, TimestamptzLoader
+from psycopg import abc
+from psycopg.adapt import AdaptersMap, Loader
+from psycopg.pq import Format
 
 LATEST = datetime.max.replace(tzinfo=UTC)
 EARLIEST = datetime.min.replace(tzinfo=UTC)
-# In binary, PostgreSQL's infinities are the int64 extremes (DT_NOBEGIN, DT_NOEND).
-BINARY_INFINITY = (2**63 - 1).to_bytes(8, "big", signed=True)
-BINARY_MINUS_INFINITY = (-(2**63)).to_bytes(8, "big", signed=True)
-
-
-class _TextLoader(TimestamptzLoader):
-    def load(self, data: Any) -> datetime:
-        if data == b"infinity":
-            return LATEST
-        if data == b"-infinity":
-            return EARLIEST
-        return super().load(data)
-
-
-class _BinaryLoader(TimestamptzBinaryLoader):
-    def load(self, data: Any) -> datetime:
-        if data == BINARY_INFINITY:
-            return LATEST
-        if data == BINARY_MINUS_INFINITY:
-            return EARLIEST
-        return super().load(data)
+# How the server writes each infinity: in text, and in binary as the int64 extremes.
+INFINITIES = {Format.TEXT: (b"infinity", b"-infinity"),
+              Format.BINARY: ((2**63 - 1).to_bytes(8, "big", signed=True),
+                              (-(2**63)).to_bytes(8, "big", signed=True))}
 
 
 def register_infinity(adapters: AdaptersMap) -> None:
-    adapters.register_loader("timestamptz", _TextLoader)
-    adapters.register_loader("timestamptz", _BinaryLoader)
+    oid = adapters.types["timestamptz"].oid
+    for fmt, (plus, minus) in INFINITIES.items():
+        finite = adapters.get_loader(oid, fmt)
+        assert finite is not None  # psycopg registers both formats of timestamptz
+        adapters.register_loader("timestamptz", _infinity_loader(finite, fmt, plus, minus))
+
+
+def _infinity_loader(finite: type[abc.Loader], fmt: Format, plus: bytes,
+                     minus: bytes) -> type[Loader]:
+    class InfinityLoader(Loader):
+        format = fmt
+
+        def __init__(self, oid: int, context: abc.AdaptContext | None = None) -> None:
+            super().__init__(oid, context)
+            self._finite = finite(oid, context)
+
+        def load(self, data: Any) -> datetime:
+            if data == plus:
+                return LATEST
+            if data == minus:
+                return EARLIEST
+            return self._finite.load(data)  # type: ignore[no-any-return]
+
+    return InfinityLoader

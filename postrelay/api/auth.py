@@ -55,7 +55,10 @@ def principal(
     """The FastAPI dependency every protected endpoint uses; 401 for no or a wrong key."""
     # `bearer` is declared for the OpenAPI document; the raw header is read below so that a
     # malformed Authorization header is refused rather than silently ignored.
-    key = _presented_key(apikey, request.headers.get("authorization"))
+    # Every value of both headers: a second `apikey` line (a proxy adding its own, say) must
+    # not go unread while the first one decides who is calling.
+    key = _presented_key(request.headers.getlist("apikey"),
+                         request.headers.getlist("authorization"))
     throttle: AuthThrottle = request.app.state.auth_throttle
     client = request.client.host if request.client else None
     refusal = throttle.check(client)
@@ -76,13 +79,12 @@ def principal(
     return Principal(f"api:key:{name}", tenant_id)
 
 
-def _presented_key(apikey: str | None, authorization: str | None) -> str:
+def _presented_key(apikeys: list[str], authorizations: list[str]) -> str:
     """The one key the request carries. Clients such as the seed's send the same key in
-    both headers; two different keys are refused, never resolved by picking one."""
-    keys = set()
-    if apikey:
-        keys.add(apikey)
-    if authorization is not None:
+    both headers; two different keys, in one header repeated or across both, are refused,
+    never resolved by picking one."""
+    keys = {apikey for apikey in apikeys if apikey}
+    for authorization in authorizations:
         scheme, _, credentials = authorization.strip().partition(" ")
         if scheme.lower() != "bearer" or not credentials.strip():
             raise _unauthorized("the Authorization header must be `Bearer <key>`")
@@ -91,7 +93,8 @@ def _presented_key(apikey: str | None, authorization: str | None) -> str:
         raise _unauthorized("no API key: send it as the `apikey` header or "
                             "`Authorization: Bearer <key>`")
     if len(keys) > 1:
-        raise _unauthorized("the apikey and Authorization headers carry different keys")
+        raise _unauthorized("the apikey and Authorization headers carry different keys "
+                            "(send one key, once)")
     return keys.pop()
 
 

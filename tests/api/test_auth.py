@@ -57,6 +57,19 @@ def test_a_second_header_with_another_key_is_refused(anonymous, authorization):
     assert "Authorization" in err["message"]
 
 
+@pytest.mark.parametrize("headers", [
+    [("apikey", SERVICE_KEY), ("apikey", "other")],
+    [("apikey", "other"), ("apikey", SERVICE_KEY)],
+    [("authorization", f"Bearer {SERVICE_KEY}"), ("authorization", "Bearer other")],
+    [("authorization", f"Bearer {SERVICE_KEY}"), ("authorization", "Basic x")],
+])
+def test_a_header_repeated_with_another_key_is_refused(anonymous, headers):
+    """The first value alone decided: the service-role key followed by any other passed."""
+    err = error(anonymous.get("/v1/functions/jobs", headers=headers), 401)
+    assert "apikey" in err["message"] or "Authorization" in err["message"]
+    data(anonymous.get("/v1/functions/jobs", headers=[("apikey", SERVICE_KEY)] * 2))
+
+
 def test_create_app_refuses_to_run_without_a_key(database_url):
     db = Database(url=sqlalchemy_url(database_url))
     for key in (None, "", "   "):

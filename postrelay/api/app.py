@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
 
 import postrelay
 from postrelay.access import auth_throttle, service_role_key
 from postrelay.api.bodylimit import BODY_ROOM, FEEDBACK_BODY_BYTES, BodyLimit
+from postrelay.api.common import query_checked
 from postrelay.api.errors import install_error_handlers
 from postrelay.api.metrics import metrics_registry
 from postrelay.api.routers import (
@@ -66,7 +67,11 @@ def create_app(settings: Settings, db: Database) -> FastAPI:
     # dlq before jobs: `/jobs/dlq` must match the DLQ route, not `/jobs/{id}`.
     for module in (health, metrics, dlq, cancel, jobs, cron, outbox, pauses, limits,
                    unsubscribe, feedback):
-        app.include_router(module.router)
+        # The admin resources refuse a query parameter they do not take; health, metrics
+        # and the links and webhooks others call are left to whatever their callers add.
+        checked = module in (dlq, cancel, jobs, cron, outbox, pauses, limits)
+        app.include_router(module.router,
+                           dependencies=[Depends(query_checked)] if checked else None)
     # Outermost, also for the dashboard mounted beside (postrelay/web.py): a body over the
     # limit is refused before any endpoint or form parser reads it.
     # SendGrid posts batches of up to 768 KB, whatever the payload limit.

@@ -5,10 +5,11 @@ from __future__ import annotations
 from typing import Annotated, Any
 from uuid import UUID
 
-from fastapi import Depends, Path
+from fastapi import Depends, Path, Request
+from fastapi.dependencies.models import Dependant
 from sqlalchemy import Engine
 
-from postrelay.api.auth import Principal, engine_of
+from postrelay.api.auth import Caller, Principal, engine_of
 from postrelay.api.errors import ApiError
 from postrelay.api.models import ErrorEnvelope
 from postrelay.queue import SYSTEM_TENANT_ID
@@ -45,3 +46,32 @@ def tenant_for_write(caller: Principal, given: UUID | None) -> UUID:
         raise ApiError(400, "tenantId: a tenant key can only act for its own tenant",
                        field="tenantId")
     return caller.tenant_id
+
+
+def query_checked(request: Request, caller: Caller) -> None:
+    """400 for a query parameter the endpoint does not take, or one given twice.
+
+    Read by FastAPI alone, `?state=dlq` (for `status`) or `?tenantId=` on the job list was
+    ignored and every job came back, and `?status=done&status=dlq` kept only the last value:
+    a filter silently dropped. As unknown body fields are refused, so are these. Takes the
+    caller so that a request without a key is a 401 before its query is looked at.
+    """
+    route = request.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    known = _query_names(dependant) if dependant is not None else frozenset()
+    seen: set[str] = set()
+    for name, _value in request.query_params.multi_items():
+        if name not in known:
+            takes = ", ".join(sorted(known)) if known else "none"
+            raise ApiError(400, f"{name}: not a query parameter of this endpoint "
+                                f"(it takes: {takes})", field=name)
+        if name in seen:
+            raise ApiError(400, f"{name}: given more than once; give it once", field=name)
+        seen.add(name)
+
+
+def _query_names(dependant: Dependant) -> frozenset[str]:
+    names = {param.alias for param in dependant.query_params}
+    for sub in dependant.dependencies:
+        names |= _query_names(sub)
+    return frozenset(names)

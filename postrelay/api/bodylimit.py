@@ -4,6 +4,11 @@ A payload is at most POSTRELAY_MAX_PAYLOAD_BYTES as JSON (core/limits.py); a bod
 larger by `BODY_ROOM` for the other fields around it. A declared Content-Length over the
 limit is answered 413 at once; a chunked body is counted as it arrives and stopped at the
 limit, so no endpoint ever buffers more than that.
+
+A body with a Content-Encoding (gzip, say) is refused with 415: nothing here decompresses,
+so it would reach the JSON parser as bytes and be refused as "not JSON", which misleads a
+client that did send application/json (and a limit counted on compressed bytes would not
+bound what a decompressor makes of them).
 """
 
 from __future__ import annotations
@@ -34,6 +39,12 @@ class BodyLimit:
         limit = next((size for prefix, size in self.wider.items()
                       if scope.get("path", "").startswith(prefix)), self.limit)
         declared = _content_length(scope)
+        coding = _content_encoding(scope)
+        # Only a body that is there: a GET that carries the header by habit has nothing to
+        # decode.
+        if coding is not None and (declared or _is_chunked(scope)):
+            await _refuse_encoding(scope, receive, send, coding)
+            return
         if declared is not None and declared > limit:
             await self._refuse(scope, receive, send, limit)
             return
@@ -70,6 +81,30 @@ class BodyLimit:
             f"request body: over the limit of {limit} bytes {why}",
             headers={"Connection": "close"})
         await response(scope, receive, send)
+
+
+async def _refuse_encoding(scope: dict[str, Any], receive: Any, send: Any,
+                           coding: str) -> None:
+    # RFC 9110 15.5.16: 415 for a content coding the server does not take, naming the ones
+    # it does in Accept-Encoding.
+    response = error_response(
+        415, "unsupported_media_type",
+        f"Content-Encoding: {coding!r} is not accepted; send the body uncompressed",
+        field="Content-Encoding", headers={"Accept-Encoding": "identity"})
+    await response(scope, receive, send)
+
+
+def _content_encoding(scope: dict[str, Any]) -> str | None:
+    """The request's content codings other than identity, or None."""
+    codings = [coding.strip() for name, value in scope.get("headers", ())
+               if name == b"content-encoding"
+               for coding in value.decode("latin-1").split(",")]
+    others = [coding for coding in codings if coding and coding.lower() != "identity"]
+    return ", ".join(others) if others else None
+
+
+def _is_chunked(scope: dict[str, Any]) -> bool:
+    return any(name == b"transfer-encoding" for name, _ in scope.get("headers", ()))
 
 
 def _content_length(scope: dict[str, Any]) -> int | None:

@@ -2,7 +2,8 @@
 
 400 bad input (the field named), 401 no or wrong key, 403 refused by a rule of what the
 caller may do (`kind_reserved`, `name_reserved`), 404 not found, 409 conflict, 413 a payload
-or a request body over POSTRELAY_MAX_PAYLOAD_BYTES, 429 too many failed authentication
+or a request body over POSTRELAY_MAX_PAYLOAD_BYTES, 415 a compressed body
+(Content-Encoding), 429 too many failed authentication
 attempts (with Retry-After). Bad input
 must never surface as a 500: validation errors from FastAPI and from postrelay's own
 checks both land here, and a database DataError (a value the database refused) is a 400 too.
@@ -34,7 +35,7 @@ JSON_RULE = "must be a JSON object in UTF-8, sent as Content-Type: application/j
 
 CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
          405: "method_not_allowed", 409: "conflict", 413: "payload_too_large",
-         429: "too_many_requests",
+         415: "unsupported_media_type", 429: "too_many_requests",
          503: "not_ready"}
 
 

@@ -1,7 +1,10 @@
 """Bodies that are not a JSON object, on every endpoint that takes one: 400 naming `body` and
-what the API wants (a JSON object, as application/json, in UTF-8), and nothing written."""
+what the API wants (a JSON object, as application/json, in UTF-8), and nothing written; a
+compressed body is 415 naming its Content-Encoding."""
 
 from __future__ import annotations
+
+import gzip
 
 import pytest
 from sqlalchemy import text
@@ -50,4 +53,41 @@ def test_a_body_not_in_utf8_is_400_naming_the_body(api, engine):
         problem = error(api.post("/v1/functions/jobs", content=body,
                                  headers={"content-type": "application/json"}), 400)
         assert problem["field"] == "body" and "UTF-8" in problem["message"], problem
+    assert nothing_written(engine)
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate", "br", "identity, gzip"])
+def test_a_compressed_body_is_415_naming_the_content_encoding(api, engine, coding):
+    """A gzip body sent as application/json was refused as "must be a JSON object in UTF-8,
+    sent as Content-Type: application/json", which is what the client had sent."""
+    compressed = gzip.compress(JOB)
+    response = api.post("/v1/functions/jobs", content=compressed,
+                        headers={"content-type": "application/json",
+                                 "content-encoding": coding})
+    problem = error(response, 415)
+    assert problem["code"] == "unsupported_media_type" and problem["field"] == "Content-Encoding"
+    assert problem["message"].startswith("Content-Encoding: ")
+    assert "send the body uncompressed" in problem["message"]
+    assert response.headers["accept-encoding"] == "identity"
+    assert nothing_written(engine)
+
+
+def test_an_identity_content_encoding_is_no_encoding(api, engine, tenant):
+    response = api.post("/v1/functions/jobs", content=JOB,
+                        headers={"content-type": "application/json",
+                                 "content-encoding": "identity"})
+    assert response.status_code == 201, response.text
+    # Without a body there is nothing to decode, whatever the header says.
+    response = api.get("/v1/functions/jobs", headers={"content-encoding": "gzip"})
+    assert response.status_code == 200, response.text
+
+
+def test_a_compressed_body_sent_in_chunks_is_415(api, engine):
+    def chunks():  # no Content-Length: Transfer-Encoding chunked
+        yield gzip.compress(JOB)
+
+    response = api.post("/v1/functions/jobs", content=chunks(),
+                        headers={"content-type": "application/json",
+                                 "content-encoding": "gzip"})
+    assert error(response, 415)["field"] == "Content-Encoding"
     assert nothing_written(engine)

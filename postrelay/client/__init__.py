@@ -8,8 +8,11 @@
 
 Methods return the answer's `data` (jobs and cron entries as dicts with the API's field
 names); an error answer raises `ApiError` with its `status`, `code` and `message` (and
-`retry_after`, in seconds, when the API or a proxy asks to wait). No answer at all (the
-connection refused, a timeout) raises `ApiConnectionError`, an `ApiError` whose status is 0.
+`retry_after`, in seconds, when the API or a proxy asks to wait); a redirect is not
+followed (the key would go along) but raised, naming where it points. No answer at all (the
+connection refused, a timeout, an answer that cannot be decoded) raises
+`ApiConnectionError`, an `ApiError` whose status is 0. A url that is not http(s) or a key no
+header can carry is a ValueError when the client is made.
 """
 
 from postrelay.client._async import AsyncClient

@@ -20,14 +20,14 @@ class AsyncClient:
 
     def __init__(self, url: str, key: str, *, timeout: float = 30.0,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
-        self._http = httpx.AsyncClient(base_url=url.rstrip("/"), headers=c.headers(key),
+        self._http = httpx.AsyncClient(base_url=c.base_url(url), headers=c.headers(key),
                                        timeout=timeout, transport=transport)
 
     async def _send(self, call: c.Call[T]) -> T:
         try:
             response = await self._http.request(call.method, call.path,
                                                 params=call.params or None, json=call.json)
-        except httpx.TransportError as exc:
+        except (httpx.TransportError, httpx.DecodingError) as exc:
             raise c.unanswered(call, self._http.base_url, exc) from exc
         return c.result(call, response)
 

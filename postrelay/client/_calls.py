@@ -42,8 +42,9 @@ class ApiError(PostrelayError):
 
 
 class ApiConnectionError(ApiError):
-    """No answer came, so `status` is 0: the connection failed (`code` connection_failed)
-    or the answer did not come in time (`code` timeout)."""
+    """No answer came, so `status` is 0: the connection failed (`code` connection_failed),
+    the answer did not come in time (`code` timeout), or it came but could not be read
+    (`code` unreadable_answer: its body did not decode as its Content-Encoding said)."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(0, code, message)
@@ -159,18 +160,36 @@ def result(call: Call[T], response: httpx.Response) -> T:
     retry_after = _retry_after(response.headers.get("retry-after"))
     error = body.get("error") if isinstance(body, dict) else None
     if isinstance(error, dict):
-        raise ApiError(response.status_code, str(error.get("code", "error")),
-                       str(error.get("message", "")), error.get("field"), retry_after)
+        code, message, field = error.get("code"), error.get("message"), error.get("field")
+        raise ApiError(response.status_code, code if isinstance(code, str) else "error",
+                       message if isinstance(message, str) else _no_envelope(response),
+                       field if isinstance(field, str) else None, retry_after)
+    if response.is_redirect:
+        # Not followed: the key travels in the apikey header, which httpx would send on to
+        # wherever the redirect points.
+        raise ApiError(response.status_code, "http_error",
+                       f"redirected to {response.headers.get('location') or '(no Location)'};"
+                       " the client follows no redirects: give it that URL instead",
+                       retry_after=retry_after)
     # Not our envelope (a proxy's error page, say): keep what there is to read.
-    raise ApiError(response.status_code, "http_error", response.text[:500],
+    raise ApiError(response.status_code, "http_error", _no_envelope(response),
                    retry_after=retry_after)
 
 
-def unanswered(call: Call[Any], url: httpx.URL, exc: httpx.TransportError) -> ApiConnectionError:
+def _no_envelope(response: httpx.Response) -> str:
+    """What an answer without our envelope says: its text, else its reason phrase."""
+    said = response.text.strip()[:500]
+    return said or f"{response.reason_phrase or 'no reason given'} (empty body)"
+
+
+def unanswered(call: Call[Any], url: httpx.URL, exc: httpx.RequestError) -> ApiConnectionError:
     """The error for a request that got no answer (connection refused, a name that does not
-    resolve, a timeout, a connection closed mid-answer)."""
+    resolve, a timeout, a connection closed mid-answer) or one that could not be read."""
     where = f"{call.method} {str(url).rstrip('/')}{call.path}"
     reason = str(exc) or type(exc).__name__
+    if isinstance(exc, httpx.DecodingError):  # the request went out and was answered
+        return ApiConnectionError("unreadable_answer", f"{where}: the answer could not be "
+                                  f"decoded ({reason}); it may have taken effect")
     if isinstance(exc, httpx.TimeoutException):
         # A read timeout comes after the request went out: the server may have done it.
         maybe = "; it may have taken effect" if isinstance(exc, httpx.ReadTimeout) else ""
@@ -192,6 +211,21 @@ def _retry_after(value: str | None) -> float | None:
         when = when if when.tzinfo is not None else when.replace(tzinfo=UTC)
         secs = (when - datetime.now(UTC)).total_seconds()
     return max(0.0, secs) if math.isfinite(secs) else None
+
+
+def base_url(url: str) -> str:
+    """The API's URL as the client uses it; ValueError for one it cannot send to."""
+    # Without this, "localhost:8000" failed only at the first request, as a connection
+    # error ("unsupported protocol 'localhost://'") that a caller's retry loop would retry.
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError) as exc:
+        raise ValueError(f"url: must be an http:// or https:// URL, such as "
+                         f"http://127.0.0.1:8000; got {url!r} ({exc})") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ValueError(f"url: must be an http:// or https:// URL, such as "
+                         f"http://127.0.0.1:8000; got {url!r}")
+    return url.rstrip("/")
 
 
 def headers(key: str) -> dict[str, str]:

@@ -17,18 +17,19 @@ T = TypeVar("T")
 
 class Client:
     """Talks to the API at `url` with `key` (service-role or tenant key); ValueError at once
-    for a key no header can carry (a line break left from the file it was read from)."""
+    for a url that is not http(s) (`localhost:8000`) or a key no header can carry (a line
+    break left from the file it was read from)."""
 
     def __init__(self, url: str, key: str, *, timeout: float = 30.0,
                  transport: httpx.BaseTransport | None = None) -> None:
-        self._http = httpx.Client(base_url=url.rstrip("/"), headers=c.headers(key),
+        self._http = httpx.Client(base_url=c.base_url(url), headers=c.headers(key),
                                   timeout=timeout, transport=transport)
 
     def _send(self, call: c.Call[T]) -> T:
         try:
             response = self._http.request(call.method, call.path, params=call.params or None,
                                           json=call.json)
-        except httpx.TransportError as exc:
+        except (httpx.TransportError, httpx.DecodingError) as exc:
             raise c.unanswered(call, self._http.base_url, exc) from exc
         return c.result(call, response)
 

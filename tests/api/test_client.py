@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import uuid
 from collections.abc import Iterator
@@ -185,3 +186,62 @@ def test_a_key_no_header_can_carry_is_refused_when_the_client_is_made(key):
         Client("http://127.0.0.1:1", key)
     with pytest.raises(ValueError, match="key: must be the API key alone"):
         AsyncClient("http://127.0.0.1:1", key)
+
+
+def both(url: str, call: str) -> list[ApiError]:
+    """What the sync and the async client raise for `call` (a method without arguments)."""
+
+    async def awaited() -> None:
+        async with AsyncClient(url, SERVICE_KEY) as api:
+            await getattr(api, call)()
+
+    raised: list[ApiError] = []
+    with Client(url, SERVICE_KEY) as api, pytest.raises(ApiError) as info:
+        getattr(api, call)()
+    raised.append(info.value)
+    with pytest.raises(ApiError) as info:
+        asyncio.run(awaited())
+    raised.append(info.value)
+    return raised
+
+
+def test_a_redirect_is_not_followed_but_named():
+    """A 308 to https:// read "308 http_error: " with nothing to say where it pointed."""
+    target = "https://api.example/v1/functions/jobs"
+    with answering(308, b"", {"Location": target}) as url:
+        for err in both(url, "list_jobs"):
+            assert (err.status, err.code) == (308, "http_error")
+            assert f"redirected to {target}" in err.message and "give it that URL" in err.message
+
+
+def test_an_empty_or_half_shaped_error_answer_still_says_something():
+    with answering(503, b"", {"Retry-After": "5"}) as url:
+        for err in both(url, "list_jobs"):
+            assert (err.status, err.retry_after) == (503, 5.0)
+            assert err.message == "Service Unavailable (empty body)"
+    half = b'{"data": null, "error": {"code": null, "message": null, "field": 3}}'
+    with answering(400, half, {"Content-Type": "application/json"}) as url:
+        for err in both(url, "list_jobs"):  # was "400 None: None"
+            assert (err.code, err.field) == ("error", None)
+            assert err.message == half.decode()
+
+
+def test_an_answer_that_does_not_decode_is_an_api_connection_error():
+    """A body that its Content-Encoding says is gzip but is not raised httpx's own
+    DecodingError, past every `except ApiError`."""
+    with answering(200, b"not gzip", {"Content-Encoding": "gzip",
+                                      "Content-Type": "application/json"}) as url:
+        for err in both(url, "requeue_dlq"):
+            assert isinstance(err, ApiConnectionError)
+            assert (err.status, err.code) == (0, "unreadable_answer")
+            assert "may have taken effect" in err.message
+
+
+@pytest.mark.parametrize("url", ["localhost:8000", "127.0.0.1:8000", "ftp://api.example",
+                                 "http://[::1", "", "http://"])
+def test_a_url_the_client_cannot_send_to_is_refused_when_the_client_is_made(url):
+    """"localhost:8000" failed only at the first request, as a connection error."""
+    with pytest.raises(ValueError, match="url: must be an http:// or https:// URL"):
+        Client(url, SERVICE_KEY)
+    with pytest.raises(ValueError, match="url: must be an http:// or https:// URL"):
+        AsyncClient(url, SERVICE_KEY)

@@ -12,6 +12,7 @@ checks both land here, and a database DataError (a value the database refused) i
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -32,6 +33,11 @@ from postrelay.core.limits import DEPTH_RULE
 from postrelay.core.telemetry import event
 
 JSON_RULE = "must be a JSON object in UTF-8, sent as Content-Type: application/json"
+# The rules postrelay's checks state name other fields in Python's spelling ("give at least
+# one of kind, tenant_id, ..."), which a body that sent `tenant_id` would have refused as
+# unknown. Only the snake_case names: `delay` is an English word as well.
+_API_NAMES_IN_RULE = re.compile(
+    r"\b(?:" + "|".join(re.escape(name) for name in API_FIELD_NAMES if "_" in name) + r")\b")
 
 CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
          405: "method_not_allowed", 409: "conflict", 413: "payload_too_large",
@@ -72,7 +78,8 @@ def install_error_handlers(app: FastAPI) -> None:
     def _validation(request: Request, exc: ValidationError) -> JSONResponse:
         field = API_FIELD_NAMES.get(exc.field, exc.field)
         status = 413 if isinstance(exc, PayloadTooLargeError) else 400
-        return error_response(status, CODES[status], f"{field}: {exc.rule}", field=field)
+        rule = _API_NAMES_IN_RULE.sub(lambda m: API_FIELD_NAMES[m.group(0)], exc.rule)
+        return error_response(status, CODES[status], f"{field}: {rule}", field=field)
 
     @app.exception_handler(RequestValidationError)
     def _request_validation(request: Request, exc: RequestValidationError) -> JSONResponse:

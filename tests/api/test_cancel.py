@@ -81,3 +81,17 @@ def test_a_template_no_text_column_can_hold_is_400_naming_it(api, engine, tenant
         assert answer["field"] == "template" and rule in answer["message"], answer
     with engine.connect() as conn:
         assert job_row(conn, job)["state"] == "pending"
+
+
+def test_a_rule_names_the_other_fields_as_the_body_spells_them(api, engine, tenant):
+    """"give at least one of kind, tenant_id, created_from, ..." named fields that a body
+    sending them would have had refused as unknown."""
+    err = error(api.post("/v1/functions/jobs/cancel", json={}), 400)
+    assert err["message"] == ("filter: give at least one of kind, tenantId, createdFrom, "
+                              "createdTo, eventId, template")
+    err = error(api.post("/v1/functions/jobs/cancel", json={
+        "kind": "reindex", "createdFrom": datetime.now(UTC).isoformat(),
+        "createdTo": "2000-01-01T00:00:00Z"}), 400)
+    assert err["message"] == "createdTo: must be later than createdFrom"
+    err = error(api.post("/v1/functions/pauses", json={}), 400)
+    assert err["message"] == "scope: give a kind, a tenantId, or both; or `all` for every job"

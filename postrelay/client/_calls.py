@@ -5,6 +5,7 @@ Shared by the sync and async clients, so the two can only differ in how they wai
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -89,9 +90,26 @@ def _id(value: UUID | str) -> str:
     return quote(str(value), safe="")
 
 
+# The API's names of the methods' arguments, to name an argument as the caller wrote it.
+_ARGUMENTS = {"delaySecs": "delay_secs", "maxAttempts": "max_attempts",
+              "idempotencyKey": "idempotency_key", "tenantId": "tenant_id"}
+
+
 def _body(**fields: Any) -> dict[str, Any]:
-    # Leave out what the caller did not give, so the server's defaults apply.
-    return {name: value for name, value in fields.items() if value is not None}
+    """The fields given (left out: not given, so the server's defaults apply); ValueError
+    naming the argument for a value JSON cannot carry, before anything is sent."""
+    given = {name: value for name, value in fields.items() if value is not None}
+    for name, value in given.items():
+        # httpx's own encoding would raise TypeError or ValueError naming no argument.
+        try:
+            json.dumps(value, allow_nan=False)
+        except RecursionError:
+            raise ValueError(f"{_ARGUMENTS.get(name, name)}: nested too deep to send as "
+                             "JSON") from None
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{_ARGUMENTS.get(name, name)}: must be JSON-serialisable "
+                             f"(str, int, finite float, bool, None, list, dict): {exc}") from None
+    return given
 
 
 def enqueue_job(kind: str, payload: Mapping[str, Any], *, delay_secs: float | None,

@@ -245,3 +245,17 @@ def test_a_url_the_client_cannot_send_to_is_refused_when_the_client_is_made(url)
         Client(url, SERVICE_KEY)
     with pytest.raises(ValueError, match="url: must be an http:// or https:// URL"):
         AsyncClient(url, SERVICE_KEY)
+
+
+@pytest.mark.parametrize(("call", "argument"), [
+    (lambda api: api.enqueue_job("reindex", {"at": datetime.now(UTC)}), "payload"),
+    (lambda api: api.enqueue_job("reindex", {"x": float("nan")}), "payload"),
+    (lambda api: api.enqueue_job("reindex", {}, delay_secs=float("inf")), "delay_secs"),
+    (lambda api: api.create_cron_job("c", "* * * * *", "reindex", {"ids": {1, 2}}), "payload"),
+])
+def test_a_value_json_cannot_carry_is_refused_naming_the_argument(call, argument):
+    """httpx's encoder raised TypeError or ValueError ("Object of type datetime is not JSON
+    serializable") naming no argument."""
+    with Client(f"http://127.0.0.1:{free_port()}", SERVICE_KEY) as api, \
+            pytest.raises(ValueError, match=f"^{argument}: must be JSON-serialisable"):
+        call(api)

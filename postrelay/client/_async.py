@@ -18,10 +18,10 @@ T = TypeVar("T")
 class AsyncClient:
     """`Client` for asyncio: `async with AsyncClient(url, key) as api: await api.get_job(id)`."""
 
-    def __init__(self, url: str, key: str, *, timeout: float = 30.0,
+    def __init__(self, url: str, key: str, *, timeout: float | None = 30.0,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         self._http = httpx.AsyncClient(base_url=c.base_url(url), headers=c.headers(key),
-                                       timeout=timeout, transport=transport)
+                                       timeout=c.timeout_secs(timeout), transport=transport)
 
     async def _send(self, call: c.Call[T]) -> T:
         try:

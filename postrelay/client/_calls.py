@@ -246,6 +246,20 @@ def base_url(url: str) -> str:
     return url.rstrip("/")
 
 
+def timeout_secs(value: float | None) -> float | None:
+    """The seconds to wait for each step of a request (None: for ever); ValueError for one
+    no socket can take."""
+    # 0 failed every request as connection_failed ("Operation now in progress"), which a
+    # retry loop retries for ever; -1, NaN and infinity failed there with the socket's words.
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"timeout: must be a number of seconds above 0 (or None: no "
+                         f"limit); got {value!r}")
+    return float(value)
+
+
 def headers(key: str) -> dict[str, str]:
     """The headers of every request; ValueError for a key no header can carry as it is."""
     # A key read from a file keeps its line break; httpx would refuse it only at the first

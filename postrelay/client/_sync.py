@@ -16,14 +16,15 @@ T = TypeVar("T")
 
 
 class Client:
-    """Talks to the API at `url` with `key` (service-role or tenant key); ValueError at once
-    for a url that is not http(s) (`localhost:8000`) or a key no header can carry (a line
-    break left from the file it was read from)."""
+    """Talks to the API at `url` with `key` (service-role or tenant key), waiting at most
+    `timeout` seconds for each step of a request (None: no limit). ValueError at once for a
+    url that is not http(s) (`localhost:8000`), a timeout that is not above 0, or a key no
+    header can carry (a line break left from the file it was read from)."""
 
-    def __init__(self, url: str, key: str, *, timeout: float = 30.0,
+    def __init__(self, url: str, key: str, *, timeout: float | None = 30.0,
                  transport: httpx.BaseTransport | None = None) -> None:
         self._http = httpx.Client(base_url=c.base_url(url), headers=c.headers(key),
-                                  timeout=timeout, transport=transport)
+                                  timeout=c.timeout_secs(timeout), transport=transport)
 
     def _send(self, call: c.Call[T]) -> T:
         try:

@@ -259,3 +259,18 @@ def test_a_value_json_cannot_carry_is_refused_naming_the_argument(call, argument
     with Client(f"http://127.0.0.1:{free_port()}", SERVICE_KEY) as api, \
             pytest.raises(ValueError, match=f"^{argument}: must be JSON-serialisable"):
         call(api)
+
+
+@pytest.mark.parametrize("timeout", [0, -1, float("nan"), float("inf"), True, "5"])
+def test_a_timeout_no_socket_can_take_is_refused_when_the_client_is_made(timeout):
+    """0 failed every request as connection_failed, which a retry loop retries for ever."""
+    for make in (Client, AsyncClient):
+        with pytest.raises(ValueError, match="timeout: must be a number of seconds above 0"):
+            make("http://127.0.0.1:1", SERVICE_KEY, timeout=timeout)
+
+
+def test_no_timeout_and_a_whole_number_of_seconds_are_taken():
+    with answering(200, b'{"data": []}', {"Content-Type": "application/json"}) as url:
+        for timeout in (None, 5, 0.5):
+            with Client(url, SERVICE_KEY, timeout=timeout) as api:
+                assert api.list_jobs() == []

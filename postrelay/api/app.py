@@ -12,7 +12,7 @@ from fastapi.openapi.utils import get_openapi
 import postrelay
 from postrelay.access import auth_throttle, service_role_key
 from postrelay.api.bodylimit import BODY_ROOM, FEEDBACK_BODY_BYTES, BodyLimit
-from postrelay.api.common import query_checked
+from postrelay.api.common import errors, query_checked
 from postrelay.api.errors import install_error_handlers
 from postrelay.api.metrics import metrics_registry
 from postrelay.api.routers import (
@@ -71,7 +71,8 @@ def create_app(settings: Settings, db: Database) -> FastAPI:
         # and the links and webhooks others call are left to whatever their callers add.
         checked = module in (dlq, cancel, jobs, cron, outbox, pauses, limits)
         app.include_router(module.router,
-                           dependencies=[Depends(query_checked)] if checked else None)
+                           dependencies=[Depends(query_checked)] if checked else None,
+                           responses=errors(400) if checked else None)
     # Outermost, also for the dashboard mounted beside (postrelay/web.py): a body over the
     # limit is refused before any endpoint or form parser reads it.
     # SendGrid posts batches of up to 768 KB, whatever the payload limit.

@@ -50,3 +50,10 @@ def test_the_parameters_an_endpoint_takes_still_work(api, engine, tenant, anonym
     assert data(api.post("/v1/functions/jobs/dlq/requeue?limit=10")) == {"requeued": 1}
     # Without a key the answer is a 401 whatever the query says.
     error(anonymous.get("/v1/functions/jobs?state=dlq"), 401)
+
+
+def test_the_openapi_document_says_every_admin_endpoint_can_answer_400(anonymous):
+    paths = anonymous.get("/openapi.json").json()["paths"]
+    for path in ("/v1/functions/cron", "/v1/functions/pauses", "/v1/functions/limits",
+                 "/v1/functions/outbox/status"):
+        assert "400" in paths[path]["get"]["responses"], path

@@ -32,11 +32,16 @@ def test_readyz_is_503_on_a_database_behind_head(server_url):
         assert "at migration 0002" in err["message"] and "postrelay migrate" in err["message"]
 
 
-def test_readyz_is_503_when_the_database_is_unreachable():
+def test_readyz_is_503_when_the_database_is_unreachable(caplog):
     # Port 9 on loopback (discard): nothing listens there, the connection is refused.
     with serve_database("postgresql://nobody@127.0.0.1:9/none", SERVICE_KEY) as base:
         err = error(httpx.get(f"{base}/readyz", timeout=30), 503)
         assert err["code"] == "not_ready" and "database not ready" in err["message"]
+    # The driver's words named the database's address to anyone who asked, without a key;
+    # they go to the log.
+    assert "127.0.0.1" not in err["message"] and "port 9" not in err["message"]
+    logged = [r for r in caplog.records if getattr(r, "event", None) == "postrelay.api.not_ready"]
+    assert logged and "port 9" in logged[0].fields["reason"], logged
 
 
 def test_metrics_in_prometheus_format(api, engine, tenant):

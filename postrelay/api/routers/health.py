@@ -3,6 +3,8 @@ for orchestrators. Both are unauthenticated and reveal nothing about jobs."""
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import SQLAlchemyError
@@ -11,6 +13,7 @@ from postrelay.api.common import Db, errors
 from postrelay.api.errors import error_response
 from postrelay.api.models import Envelope, Health, Readiness
 from postrelay.core.sqlfiles import load_queries
+from postrelay.core.telemetry import event
 
 HEALTH_SQL = load_queries("postrelay.api", "sql/health.sql")
 
@@ -32,8 +35,12 @@ def readyz(request: Request, engine: Db) -> Envelope[Readiness] | JSONResponse:
             revision = conn.execute(HEALTH_SQL["migration_revision"]).scalar()
     except SQLAlchemyError as exc:
         # Unreachable, or not migrated at all (no version table): either way, not ready.
+        # The driver's words name the database's host, port and user (and whether its
+        # password was refused): the log's, not an answer to anyone without a key.
         reason = str(getattr(exc, "orig", None) or exc).splitlines()[0]
-        return error_response(503, "not_ready", f"database not ready: {reason}")
+        event("postrelay.api.not_ready", logging.WARNING, reason=reason)
+        return error_response(503, "not_ready", "database not ready: it cannot be reached "
+                                                "or read (the server log says why)")
     if revision != head:
         return error_response(
             503, "not_ready",

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 from uuid import UUID
 
 from fastapi import Depends, Path, Request
 from fastapi.dependencies.models import Dependant
+from pydantic import BeforeValidator
 from sqlalchemy import Engine
 
 from postrelay.api.auth import Caller, Principal, engine_of
@@ -16,6 +18,22 @@ from postrelay.queue import SYSTEM_TENANT_ID
 
 Db = Annotated[Engine, Depends(engine_of)]
 JobId = Annotated[UUID, Path(alias="id", description="The job's id.")]
+
+
+_DIGITS = re.compile(r"-?[0-9]+")  # a sign, so that -1 is told the endpoint's range
+
+
+def _digits(value: Any) -> Any:
+    # pydantic reads "1.0", "1_000", "+5" and " 5 " as whole numbers; a count in a URL is
+    # plain digits, as the bodies' counts are strict JSON integers.
+    if isinstance(value, str) and not _DIGITS.fullmatch(value):
+        raise ValueError(f"must be a whole number in plain digits, such as 50; got {value!r}")
+    return value
+
+
+# For a count in the query string: `Annotated[int, Query(ge=..., le=...), DIGITS]`. After
+# the Query, so that its bounds stay in the OpenAPI document as minimum and maximum.
+DIGITS = BeforeValidator(_digits)
 
 _DESCRIPTIONS = {
     400: "Bad input; `error.field` names it.",

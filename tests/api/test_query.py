@@ -57,3 +57,24 @@ def test_the_openapi_document_says_every_admin_endpoint_can_answer_400(anonymous
     for path in ("/v1/functions/cron", "/v1/functions/pauses", "/v1/functions/limits",
                  "/v1/functions/outbox/status"):
         assert "400" in paths[path]["get"]["responses"], path
+
+
+@pytest.mark.parametrize("path", ["/v1/functions/jobs", "/v1/functions/jobs/dlq"])
+@pytest.mark.parametrize("limit", ["1.0", "1_0", "+5", " 5", "", "٥"])
+def test_a_limit_not_in_plain_digits_is_400(api, tenant, path, limit):
+    """"1_0" listed 10 jobs and "1.0" one: pydantic's reading of a string as a number."""
+    err = error(api.get(path, params={"limit": limit}), 400)
+    assert err["field"] == "limit"
+    assert err["message"].startswith("limit: must be a whole number in plain digits"), err
+
+
+def test_a_requeue_limit_not_in_plain_digits_requeues_nothing(api, engine, tenant):
+    with engine.begin() as conn:
+        insert_job(conn, tenant_id=tenant, status="dlq")
+    err = error(api.post("/v1/functions/jobs/dlq/requeue", params={"limit": "1_0"}), 400)
+    assert err["field"] == "limit"
+    assert data(api.get("/v1/functions/jobs/dlq"))[0]["status"] == "dlq"
+    # A number out of range is told the range, as before.
+    err = error(api.get("/v1/functions/jobs", params={"limit": "-1"}), 400)
+    assert err["message"] == "limit: Input should be greater than or equal to 1"
+    assert len(data(api.get("/v1/functions/jobs/dlq", params={"limit": "050"}))) == 1

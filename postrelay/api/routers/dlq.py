@@ -11,7 +11,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from postrelay.api.auth import Caller
-from postrelay.api.common import Db, JobId, errors
+from postrelay.api.common import DIGITS, Db, JobId, errors
 from postrelay.api.models import Discarded, Envelope, JobOut, Requeued
 from postrelay.queue import (
     LIST_LIMIT_MAX,
@@ -29,7 +29,7 @@ router = APIRouter(prefix="/v1/functions/jobs", tags=["dlq"])
 def list_dlq(
     caller: Caller,
     engine: Db,
-    limit: Annotated[int, Query(ge=1, le=LIST_LIMIT_MAX)] = 50,
+    limit: Annotated[int, Query(ge=1, le=LIST_LIMIT_MAX), DIGITS] = 50,
 ) -> Envelope[list[JobOut]]:
     """Dead jobs, the most recently dead-lettered first."""
     with engine.begin() as conn:
@@ -41,7 +41,7 @@ def list_dlq(
 def requeue_dlq(
     caller: Caller,
     engine: Db,
-    limit: Annotated[int, Query(ge=1, le=REQUEUE_LIMIT_MAX)] = REQUEUE_LIMIT_MAX,
+    limit: Annotated[int, Query(ge=1, le=REQUEUE_LIMIT_MAX), DIGITS] = REQUEUE_LIMIT_MAX,
 ) -> Envelope[Requeued]:
     """Send dead jobs back to `pending` (oldest deaths first, at most 1000 per call),
     attempts kept. Call again while the count equals the limit to drain a larger DLQ."""

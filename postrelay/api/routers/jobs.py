@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query, Request
 # postrelay.queue.enqueue, which the layer contracts would read as a reach-in.
 import postrelay.queue as pq
 from postrelay.api.auth import Caller
-from postrelay.api.common import Db, JobId, errors, tenant_for_write
+from postrelay.api.common import DIGITS, Db, JobId, errors, tenant_for_write
 from postrelay.api.models import EnqueueBody, Envelope, JobOut, JobStatus
 from postrelay.core.errors import NotFoundError
 from postrelay.queue import LIST_LIMIT_MAX, check_kind, job_get, job_list
@@ -50,7 +50,7 @@ def list_jobs(
     caller: Caller,
     engine: Db,
     status: Annotated[JobStatus | None, Query(description="Only jobs in this status.")] = None,
-    limit: Annotated[int, Query(ge=1, le=LIST_LIMIT_MAX)] = 50,
+    limit: Annotated[int, Query(ge=1, le=LIST_LIMIT_MAX), DIGITS] = 50,
 ) -> Envelope[list[JobOut]]:
     """Jobs, newest first; `limit` between 1 and 500 (default 50)."""
     with engine.begin() as conn:

@@ -101,7 +101,10 @@ def _presented_key(apikeys: list[str], authorizations: list[str]) -> str:
 def service_role(caller: Annotated[Principal, Depends(principal)]) -> Principal:
     """Like `principal`, but only the service-role key passes (installation-wide data)."""
     if not caller.is_service_role:
-        raise _unauthorized("this endpoint needs the service-role key")
+        # 403, not 401 (RFC 9110 15.5.4): the key is right and not revoked, only not enough;
+        # a 401 with WWW-Authenticate told the client to check or replace a key that works.
+        raise ApiError(403, "this endpoint needs the service-role key; a tenant key sees "
+                            "only its own tenant", code="service_role_required")
     return caller
 
 

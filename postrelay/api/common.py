@@ -39,7 +39,7 @@ _DESCRIPTIONS = {
     400: "Bad input; `error.field` names it.",
     401: "No key, or a wrong or revoked one.",
     403: "Refused by a rule of what this key may do; `error.code` names it "
-         "(`kind_reserved`, `name_reserved`).",
+         "(`kind_reserved`, `name_reserved`, `service_role_required`).",
     404: "Not found (or another tenant's).",
     409: "Conflicts with existing state.",
     503: "Not ready.",

@@ -150,8 +150,14 @@ def test_a_tenant_key_sees_and_changes_only_its_cron_entries(api, acme_client, t
     assert "theirs" in [e["name"] for e in data(api.get("/v1/functions/cron"))]
 
 
-def test_metrics_need_the_service_role_key(acme_client):
-    error(acme_client.get("/metrics"), 401)
+def test_metrics_need_the_service_role_key(acme_client, anonymous):
+    """A tenant key is right, only not enough: 403, not the 401 (with WWW-Authenticate) that
+    told its client to check or replace a key that works."""
+    response = acme_client.get("/metrics")
+    err = error(response, 403)
+    assert err["code"] == "service_role_required" and "service-role key" in err["message"]
+    assert "www-authenticate" not in response.headers
+    error(anonymous.get("/metrics"), 401)
 
 
 def test_a_revoked_key_stops_working_at_once(acme_client, engine, tenant):

@@ -100,7 +100,7 @@ WALK: dict[tuple[str, str], Probe] = {
     # is not one of this installation's (or no links set up) reaches nobody's data.
     ("GET", "/u/{token}"): lambda w: one(w.api.get(f"/u/{w.b.tenant}"), {400, 404}),
     ("POST", "/u/{token}"): lambda w: one(w.api.post(f"/u/{w.b.tenant}"), {400, 404}),
-    ("GET", "/metrics"): lambda w: one(w.api.get("/metrics"), {401}),  # every tenant's counts
+    ("GET", "/metrics"): lambda w: one(w.api.get("/metrics"), {403}),  # every tenant's counts
     # Provider webhooks: no API key, the provider's signature or password is the authority,
     # and the answer is counts only. Not configured here: 404 whatever the request says
     # about B's message (tests/feedback/test_webhook_*.py cover them configured).

@@ -17,7 +17,7 @@ router = APIRouter(tags=["metrics"])
     response_class=Response,
     responses={200: {"description": "Prometheus text format.",
                      "content": {"text/plain": {"schema": {"type": "string"}}}},
-               **errors(401)},
+               **errors(401, 403)},
 )
 def metrics(request: Request, caller: ServiceRole) -> Response:
     """Jobs by status and kind, due backlog and its age, DLQ size; read at scrape time."""

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar
 from uuid import UUID
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from postrelay.access import MaxAttempts, Priority
 from postrelay.queue import MAX_DELAY_SECS, CronEntry, JobView
@@ -34,7 +34,17 @@ def _no_nul(value: Any) -> Any:
     return value
 
 
+def _time_text(value: Any) -> Any:
+    # pydantic reads a number as seconds since 1970, so `"since": -1073741825` replayed the
+    # outbox from 1936; the schema says an ISO 8601 string.
+    if value is not None and not isinstance(value, str | datetime):
+        raise ValueError("must be a time as ISO 8601 text, such as 2026-12-07T08:00:00Z")
+    return value
+
+
 Text = Annotated[str, Field(min_length=1, max_length=1000), AfterValidator(_no_nul)]
+# A time in a body: ISO 8601 text only.
+Moment = Annotated[datetime, BeforeValidator(_time_text)]
 Payload = Annotated[dict[str, Any], AfterValidator(_no_nul)]
 DelaySecs = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0, le=MAX_DELAY_SECS)]
 
@@ -259,8 +269,8 @@ class ReplayBody(_Body):
     the range may be left out. A time without a zone is UTC."""
 
     event_id: UUID | None = Field(default=None, alias="eventId")
-    since: datetime | None = None
-    until: datetime | None = None
+    since: Moment | None = None
+    until: Moment | None = None
 
 
 class Replayed(BaseModel):

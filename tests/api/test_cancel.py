@@ -95,3 +95,17 @@ def test_a_rule_names_the_other_fields_as_the_body_spells_them(api, engine, tena
     assert err["message"] == "createdTo: must be later than createdFrom"
     err = error(api.post("/v1/functions/pauses", json={}), 400)
     assert err["message"] == "scope: give a kind, a tenantId, or both; or `all` for every job"
+
+
+def test_a_number_is_not_a_time(api, engine, tenant):
+    """pydantic read a number as seconds since 1970: `createdTo: 0` cancelled every job made
+    before 1970, and a large one every job there is."""
+    with engine.begin() as conn:
+        job = insert_job(conn, tenant_id=tenant)
+    for body in ({"kind": "reindex", "createdTo": 99999999999},
+                 {"kind": "reindex", "createdFrom": 0}):
+        err = error(api.post("/v1/functions/jobs/cancel", json=body), 400)
+        assert err["field"] == next(iter(set(body) - {"kind"}))
+        assert "ISO 8601 text" in err["message"]
+    with engine.begin() as conn:
+        assert job_row(conn, job)["state"] == "pending"

@@ -184,6 +184,9 @@ async def test_replay_a_dead_event_and_a_time_range(api, engine, async_engine, t
      ({"eventId": str(uuid.UUID(int=1)), "since": "2026-01-01T00:00:00Z"}, "eventId"),
      ({"since": "2026-02-01T00:00:00Z", "until": "2026-01-01T00:00:00Z"}, "until"),
      ({"since": "yesterday"}, "since"),
+     # A number was read as seconds since 1970 and replayed the outbox from then.
+     ({"since": -1073741825, "until": -634}, "since"),
+     ({"until": 1764000000}, "until"),
      ({"event_id": str(uuid.UUID(int=1))}, "event_id")],
 )
 def test_replay_bad_input_names_the_field(api, tenant, body, field):

@@ -4,7 +4,6 @@ Included before the jobs router (app.py)."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from uuid import UUID
 
 from fastapi import APIRouter
@@ -13,7 +12,7 @@ from pydantic import BaseModel, Field
 from postrelay.api.auth import Caller
 from postrelay.api.common import Db, JobId, errors
 from postrelay.api.errors import ApiError
-from postrelay.api.models import Envelope, _Body
+from postrelay.api.models import Envelope, Moment, _Body
 from postrelay.orchestrator import cancel_job, cancel_jobs
 from postrelay.queue import CANCEL_LIMIT_MAX
 
@@ -24,8 +23,8 @@ class CancelBody(_Body):
     kind: str | None = Field(default=None, description="Only jobs of this kind.")
     tenant_id: UUID | None = Field(default=None, alias="tenantId",
                                    description="Only this tenant's jobs (service role).")
-    created_from: datetime | None = Field(default=None, alias="createdFrom")
-    created_to: datetime | None = Field(default=None, alias="createdTo")
+    created_from: Moment | None = Field(default=None, alias="createdFrom")
+    created_to: Moment | None = Field(default=None, alias="createdTo")
     event_id: UUID | None = Field(default=None, alias="eventId",
                                   description="Only jobs made from this outbox event.")
     template: str | None = Field(default=None,

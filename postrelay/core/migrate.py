@@ -21,13 +21,18 @@ from sqlalchemy import URL, create_engine, pool
 
 import postrelay
 from postrelay.core.db import SCHEMA, sqlalchemy_url, with_connect_timeout
-from postrelay.core.errors import ConfigError, PostrelayError, ValidationError
+from postrelay.core.errors import ConfigError, ConflictError, PostrelayError, ValidationError
 from postrelay.core.telemetry import event
 
 VERSION_TABLE = "alembic_version_postrelay"
 # Any constant works; it only has to be the same in every migrating process.
 MIGRATION_LOCK_KEY = 0x706F_7374_7265  # "postre"
 _KIND_NAME = re.compile(r"[a-z][a-z0-9_]{0,62}")
+# Where a migration defines job kinds: the seed's CREATE TYPE (its list may span several
+# string literals) and each `kinds add` migration's ADD VALUE.
+_KIND_DEFINED = re.compile(r"mdm\.job_kind\s+(?:AS\s+ENUM\s*\(([^)]*)\)"
+                           r"|ADD\s+VALUE\s+(?:IF\s+NOT\s+EXISTS\s+)?('[a-z0-9_]+'))")
+_QUOTED = re.compile(r"'([a-z0-9_]+)'")
 _RELATIVE = re.compile(r"[+-]\d+")
 
 
@@ -200,6 +205,11 @@ def write_kind_migration(name: str, directory: Path | None = None) -> Path:
         locations = dict.fromkeys([shipped, version_path])  # once each, in order
         cfg.set_main_option("version_locations", os.pathsep.join(locations))
     script = scripts(cfg)
+    defined_in = _kind_defined_in(script, name)
+    if defined_in is not None:
+        # A second migration would add nothing (IF NOT EXISTS); say so instead of writing it.
+        raise ConflictError(f"job kind {name!r} already exists: {defined_in} defines it; "
+                            "no migration written")
     revision = script.generate_revision(
         util.rev_id(),
         f"add job kind {name}",
@@ -210,3 +220,13 @@ def write_kind_migration(name: str, directory: Path | None = None) -> Path:
     )
     assert revision is not None
     return Path(revision.path)
+
+
+def _kind_defined_in(script: ScriptDirectory, name: str) -> str | None:
+    """The migration file in `script`'s history that defines job kind `name`, if any."""
+    for revision in script.walk_revisions():
+        source = Path(revision.path).read_text(encoding="utf-8")
+        for enum, added in _KIND_DEFINED.findall(source):
+            if name in _QUOTED.findall(enum or added):
+                return revision.path
+    return None

@@ -214,3 +214,25 @@ def test_kinds_add_refuses_a_bad_name(migrations_copy: Path, tmp_path: Path, nam
     assert "lower-case letters, digits and underscores" in result.stderr
     assert list(tmp_path.glob("*.py")) == []
     assert sorted((migrations_copy / "versions").glob("*.py")) == shipped
+
+
+# A kind the history already defines got a second, empty migration (ADD VALUE IF NOT
+# EXISTS did nothing), and the operator learned nothing of the mistake.
+@pytest.mark.parametrize("twice", [False, True], ids=["seed kind", "kind added before"])
+def test_kinds_add_refuses_a_kind_that_exists(
+    migrations_copy: Path, tmp_path: Path, twice: bool
+) -> None:
+    env = base_env(POSTRELAY_MIGRATIONS_DIR=str(migrations_copy))
+    name = "pdf_render" if twice else "email_send"
+    if twice:
+        first = run("kinds", "add", name, "--dir", str(tmp_path), env=env)
+        assert first.returncode == 0, first.stderr
+    before = sorted(tmp_path.glob("*.py"))
+    shipped = sorted((migrations_copy / "versions").glob("*.py"))
+
+    result = run("kinds", "add", name, "--dir", str(tmp_path), env=env)
+    assert result.returncode == 1, result.stderr
+    assert f"job kind {name!r} already exists" in result.stderr
+    assert (before[0].name if twice else "0001_queue_core.py") in result.stderr
+    assert sorted(tmp_path.glob("*.py")) == before
+    assert sorted((migrations_copy / "versions").glob("*.py")) == shipped

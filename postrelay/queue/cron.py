@@ -36,6 +36,12 @@ SCHEDULE_FORMAT = (
     "'second minute hour day month weekday' (e.g. '*/10 * * * * *'), in UTC"
 )
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+# The six stored fields: name, first and last value, and the names croniter also takes.
+_FIELDS = (("second", 0, 59, ()), ("minute", 0, 59, ()), ("hour", 0, 23, ()),
+           ("day", 1, 31, ()),
+           ("month", 1, 12, ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP",
+                             "OCT", "NOV", "DEC")),
+           ("weekday", 0, 6, ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,11 +82,46 @@ def normalize_schedule(schedule: str) -> str:
     normalized = " ".join(fields)
     if not croniter.is_valid(normalized, second_at_beginning=True):
         raise ValidationError("schedule", f"{text!r} is not a valid schedule; " + SCHEDULE_FORMAT)
+    for value, field in zip(fields, _FIELDS, strict=True):
+        _check_steps(value, *field)
     try:  # valid field by field, yet maybe never due (30 February)
         croniter(normalized, datetime.now(UTC), second_at_beginning=True).get_next(datetime)
     except CroniterError:
         raise ValidationError("schedule", f"{text!r} never fires; " + SCHEDULE_FORMAT) from None
     return normalized
+
+
+def _check_steps(value: str, name: str, first: int, last: int, names: tuple[str, ...]) -> None:
+    """Refuse a step wider than its range. croniter reads `*/99` in the minute field as
+    minute 0 alone, so the entry fired hourly where every 99 minutes was written (which no
+    cron can do); robfig/cron and Vixie cron likewise check each field's values."""
+    for part in value.split(","):
+        base, slash, step = part.partition("/")
+        if not slash or not step.isdigit():
+            continue
+        start, dash, end = base.partition("-")
+        low: int | None = first
+        high: int | None = last
+        if base not in ("*", "?"):
+            low = _field_value(start, names, first)
+            high = _field_value(end, names, first) if dash else last
+        if low is None or high is None:
+            continue  # a form croniter checked and this reading does not know (L, W)
+        # A range may wrap (22-6 hours: 22 to 23, then 0 to 6), as croniter reads it.
+        width = high - low if low <= high else high - low + last - first + 1
+        if int(step) > max(width, 1):
+            raise ValidationError(
+                "schedule", f"{part!r} in the {name} field: a step must be at most "
+                            f"{max(width, 1)} (the width of {low}-{high}); a larger one "
+                            f"selects {low} alone")
+
+
+def _field_value(text: str, names: tuple[str, ...], first: int) -> int | None:
+    if text.isdigit():
+        return int(text)
+    upper = text.upper()
+    # The first name is the field's first value: SUN = 0, JAN = 1.
+    return names.index(upper) + first if upper in names else None
 
 
 def slots_between(

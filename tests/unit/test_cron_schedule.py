@@ -55,3 +55,33 @@ def test_a_slot_exactly_now_is_due() -> None:
     schedule = normalize_schedule("*/5 * * * * *")
     assert slots_between(schedule, at("2026-11-30T00:00:00"), at("2026-11-30T00:00:05")) == (
         at("2026-11-30T00:00:05"), at("2026-11-30T00:00:10"))
+
+
+# croniter takes a step past the field's range as "the first value only": `*/99` in the
+# minute field fired hourly at :00, `*/25` hours daily at midnight -- never what was
+# written, and no cron can repeat every 99 minutes. Refused, naming the field and the rule.
+@pytest.mark.parametrize(("schedule", "field", "most"), [
+    ("*/99 * * * *", "minute", 59),
+    ("0 */25 * * *", "hour", 23),
+    ("*/60 * * * * *", "second", 59),
+    ("0 0 */31 * *", "day", 30),
+    ("0 0 1 */12 *", "month", 11),
+    ("0 0 * * */7", "weekday", 6),
+    ("5-10/6 * * * *", "minute", 5),
+    ("0 1/40 * * *", "hour", 22),
+    ("0 0 * JAN-MAR/3 *", "month", 2),
+    ("0,*/70 * * * *", "minute", 59),
+])
+def test_a_step_past_the_fields_range_is_refused(schedule: str, field: str, most: int) -> None:
+    with pytest.raises(ValidationError) as info:
+        normalize_schedule(schedule)
+    message = str(info.value)
+    assert info.value.field == "schedule"
+    assert f"{field} field" in message and f"at most {most}" in message, message
+
+
+@pytest.mark.parametrize("schedule", ["*/59 * * * *", "0 */23 * * *", "0 0 */30 * *",
+                                      "0 0 1 */11 *", "0 0 * * */6", "5-10/5 * * * *",
+                                      "0 22-6/2 * * *", "0 0 * * MON-FRI/2", "0 0 L * *"])
+def test_steps_within_the_range_are_kept(schedule: str) -> None:
+    assert normalize_schedule(schedule).endswith(schedule)

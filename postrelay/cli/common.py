@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import getpass
 import os
 import socket
@@ -70,3 +71,37 @@ def actor() -> str:
     except (KeyError, OSError):  # no passwd entry, as in some containers
         user = str(os.getuid())
     return f"cli:{user}@{socket.gethostname()}"
+
+
+def check_listen(host: str, port: int, host_name: str, port_name: str, *,
+                 reuse_port: bool = False) -> None:
+    """Bind (without listening) where a server is about to listen, and raise ConfigError
+    naming the options when it cannot: a port taken is one line and exit 2 before anything
+    starts, not an error from every process of a set. An empty host: every address."""
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM,
+                                   flags=socket.AI_PASSIVE)
+        for family, kind, proto, _, address in infos:
+            with socket.socket(family, kind, proto) as probe:
+                # What asyncio sets on the listener, so the probe fails where it would.
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if reuse_port:
+                    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+                if family == socket.AF_INET6:
+                    probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                probe.bind(address)
+    except OSError as exc:
+        raise cannot_listen(exc, host, port, host_name, port_name) from None
+
+
+def cannot_listen(exc: OSError, host: str, port: int, host_name: str,
+                  port_name: str) -> ConfigError:
+    """The ConfigError for a listener that could not start on host:port."""
+    if isinstance(exc, socket.gaierror):
+        return ConfigError(f"{host_name}: cannot listen on {host!r}: {exc.strerror}")
+    # asyncio's own text ("error while attempting to bind on address ...") repeats the
+    # address; the errno's name says what went wrong.
+    reason = (os.strerror(exc.errno) if exc.errno is not None and exc.errno in errno.errorcode
+              else str(exc))
+    where = f"[{host}]" if ":" in host else (host or "*")
+    return ConfigError(f"{host_name} and {port_name}: cannot listen on {where}:{port}: {reason}")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import ssl
 import sys
 import threading
@@ -17,6 +16,8 @@ from sqlalchemy.pool import NullPool
 
 from postrelay.cli.boundary import fail
 from postrelay.cli.common import (
+    cannot_listen,
+    check_listen,
     database,
     require_migrated,
     settings_or_exit,
@@ -45,6 +46,7 @@ from postrelay.orchestrator import (
     messages,
 )
 
+_LISTEN_NAMES = ("--host (POSTRELAY_INBOUND_HOST)", "--port (POSTRELAY_INBOUND_PORT)")
 EX_TEMPFAIL = 75  # sysexits.h: a temporary failure, the caller should try again later
 feedback_app = typer.Typer(help="Delivery feedback: bounces, complaints, delivery reports.",
                            no_args_is_help=True)
@@ -139,6 +141,11 @@ def inbound(
             _feedback_settings(settings, need_domain=True)
             _tls(settings)
             UnsubscribeLinks.from_settings(settings)
+            check_listen(settings.inbound_host if host is None else host,
+                         settings.inbound_port if port is None else port, *_LISTEN_NAMES,
+                         reuse_port=True)
+            with database(settings) as db:  # unreachable or not migrated: said once too
+                require_migrated(db)
         raise typer.Exit(_receivers(host, port, processes))
     with user_errors(), database(settings) as db:
         return_path, policy = _feedback_settings(settings, need_domain=True)
@@ -181,9 +188,10 @@ def inbound(
                            + (f"; {waiting} accepted before, waiting to be recorded"
                               if waiting else ""))
                 stop.wait()
-        except socket.gaierror as exc:  # the listener's address names no host
-            raise ConfigError(f"--host (POSTRELAY_INBOUND_HOST): cannot listen on "
-                              f"{config.host!r}: {exc.strerror}") from None
+        except OSError as exc:  # an address that names no host, a port taken
+            if exc.errno is None:  # not the socket's: aiosmtpd's start-up timeout
+                raise
+            raise cannot_listen(exc, config.host, config.port, *_LISTEN_NAMES) from None
 
 
 def _receivers(host: str | None, port: int | None, processes: int) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -99,6 +100,22 @@ def test_a_host_that_names_no_address_is_refused_by_name(worker_env):
                    host=None, code=2)
     assert line.startswith("error: --host (POSTRELAY_INBOUND_HOST): cannot listen on "
                            "'no-such-host.invalid'"), line
+
+
+def test_a_port_taken_is_refused_naming_the_address(worker_env):
+    """asyncio's "error while attempting to bind on address ('127.0.0.1', 25): address
+    already in use", exit 1, named neither the option nor the setting."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        done = subprocess.run([str(POSTRELAY), "inbound", "--host", "127.0.0.1", "--port",
+                               str(port)], env=receiver_env(worker_env), capture_output=True,
+                              text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == "", (done.stdout, done.stderr)
+    assert done.stderr.splitlines() == [
+        "error: --host (POSTRELAY_INBOUND_HOST) and --port (POSTRELAY_INBOUND_PORT): cannot "
+        f"listen on 127.0.0.1:{port}: Address already in use"], done.stderr
 
 
 def test_a_certificate_it_cannot_load_is_refused_naming_the_settings(worker_env, tmp_path):

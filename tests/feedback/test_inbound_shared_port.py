@@ -98,7 +98,7 @@ async def test_the_processes_share_the_port_and_record_what_each_took(
         plain = subprocess.run([str(POSTRELAY), "inbound", "--host", "127.0.0.1", "--port",
                                 str(port)], env=receiver_env(worker_env),
                                capture_output=True, text=True, timeout=60)
-        assert plain.returncode == 1 and "address already in use" in plain.stderr, plain
+        assert plain.returncode == 2 and "Address already in use" in plain.stderr, plain
 
         parent.send_signal(signal.SIGTERM)
         assert parent.wait(timeout=60) == 0, out.read_text()
@@ -124,13 +124,13 @@ async def test_a_receiver_that_dies_ends_the_set_and_frees_the_port(worker_env, 
         probe.listen()
 
 
-def refused_set(env: dict[str, str]) -> str:
+def refused_set(env: dict[str, str], port: int | None = None, code: int = 2) -> str:
     """The one line `postrelay inbound --processes 3` prints when a setting is bad; it
-    exits 2 before any process starts."""
+    exits `code` (2: a bad setting) before any process starts."""
     done = subprocess.run([str(POSTRELAY), "inbound", "--host", "127.0.0.1", "--port",
-                           str(free_ports(1)[0]), "--processes", "3"],
+                           str(port or free_ports(1)[0]), "--processes", "3"],
                           env=env, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2 and done.stdout == "", (done.stdout, done.stderr)
+    assert done.returncode == code and done.stdout == "", (done.stdout, done.stderr)
     (line,) = done.stderr.splitlines()
     return line
 
@@ -152,3 +152,22 @@ def test_a_certificate_the_set_cannot_load_is_refused_once_before_any_process_st
 def test_a_public_url_the_set_cannot_link_to_is_refused_once(worker_env):
     line = refused_set(receiver_env(worker_env, POSTRELAY_PUBLIC_URL="ftp://mail.example"))
     assert line.startswith("error: POSTRELAY_PUBLIC_URL: must be https://"), line
+
+
+def test_a_port_taken_is_refused_once_before_any_process_starts(worker_env):
+    """Each process found the port taken: the same asyncio line N times, a log line that
+    a process had ended, and exit 1."""
+    with socket.socket() as holder:  # another server, not a receiver sharing the port
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        line = refused_set(receiver_env(worker_env), port=port)
+    assert line == ("error: --host (POSTRELAY_INBOUND_HOST) and --port "
+                    f"(POSTRELAY_INBOUND_PORT): cannot listen on 127.0.0.1:{port}: "
+                    "Address already in use"), line
+
+
+def test_a_database_the_set_cannot_reach_is_refused_once(worker_env):
+    line = refused_set(receiver_env(
+        worker_env, POSTRELAY_DATABASE_URL="postgresql://u:s3cret@127.0.0.1:1/nope"), code=1)
+    assert line.startswith("error: cannot reach the database") and "s3cret" not in line

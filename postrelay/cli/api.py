@@ -6,7 +6,7 @@ import socket
 
 import typer
 
-from postrelay.cli.common import database, settings_or_exit, transaction
+from postrelay.cli.common import check_listen, database, settings_or_exit, transaction
 from postrelay.cli.output import echo, print_json, table
 from postrelay.cli.root import app
 from postrelay.core.errors import ConfigError
@@ -33,6 +33,8 @@ def api_command(
         # Checked before touching the database: refusing to start must be quick and clear.
         service_role_key(settings)
         _check_host(host, port)
+        if port:  # 0: a free port the system picks
+            check_listen(host, port, "--host", "--port")
     except ConfigError as exc:
         echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

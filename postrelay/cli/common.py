@@ -92,6 +92,8 @@ def check_listen(host: str, port: int, host_name: str, port_name: str, *,
                 probe.bind(address)
     except OSError as exc:
         raise cannot_listen(exc, host, port, host_name, port_name) from None
+    except UnicodeError:  # a label longer than 63 characters, as the idna codec says
+        raise ConfigError(f"{host_name}: cannot listen on {host!r}: not a host name") from None
 
 
 def cannot_listen(exc: OSError, host: str, port: int, host_name: str,

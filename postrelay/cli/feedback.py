@@ -157,6 +157,7 @@ def inbound(
                                tls=_tls(settings),
                                unsubscribe=UnsubscribeLinks.from_settings(settings),
                                reuse_port=reuse_port)
+        check_listen(config.host, config.port, *_LISTEN_NAMES, reuse_port=reuse_port)
         # Refused, as the worker and the relay are, when the database cannot be reached or
         # is not migrated: a receiver listening anyway would answer every message 451,
         # with only its log to say why. Once it runs, an outage is ridden out (451: the

@@ -78,6 +78,21 @@ def test_a_host_that_names_no_address_is_refused_by_name(worker_env, host):
     assert len(result.stderr.splitlines()) == 1
 
 
+def test_a_port_taken_is_refused_naming_the_address(worker_env):
+    """uvicorn started the app, logged "[Errno 98] error while attempting to bind on address
+    ('127.0.0.1', 8000): address already in use" among its lines, and exited 3."""
+    env = {**worker_env, "POSTRELAY_SERVICE_ROLE_KEY": CLI_KEY}
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        result = run(env, "api", "--host", "127.0.0.1", "--port", str(port))
+    assert result.returncode == 2 and result.stdout == "", result.stdout
+    assert result.stderr.splitlines() == [
+        f"error: --host and --port: cannot listen on 127.0.0.1:{port}: Address already in use"
+    ], result.stderr
+
+
 def test_api_serves_on_host_and_port(worker_env, clean_db):
     proc, base = serving({**worker_env, "POSTRELAY_SERVICE_ROLE_KEY": CLI_KEY})
     try:

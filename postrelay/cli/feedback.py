@@ -75,10 +75,11 @@ def feedback_ingest(
                 return_path, policy = _feedback_settings(settings, need_domain=False)
                 links = UnsubscribeLinks.from_settings(settings)
                 engine = db.sync_engine()
-                for mail in messages(files, unseen_only=seen):
+                for mail in messages(files, unseen_only=seen,
+                                     max_bytes=settings.inbound_max_bytes):
                     done = ingest(engine, mail.raw, envelope_to=to, return_path=return_path,
                                   policy=policy, max_bytes=settings.inbound_max_bytes,
-                                  unsubscribe=links)
+                                  unsubscribe=links, cut=mail.cut)
                     for recorded in done:
                         typer.echo(f"{mail.name}: {_summary(recorded)}")
                     if not done:

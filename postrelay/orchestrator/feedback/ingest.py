@@ -22,6 +22,7 @@ from pathlib import Path
 from sqlalchemy import Engine
 
 from postrelay.core.errors import ValidationError
+from postrelay.orchestrator.feedback.cut import Cut, read_bounded
 from postrelay.orchestrator.feedback.mailto import mailto_unsubscribe
 from postrelay.orchestrator.feedback.model import Feedback, Recorded, SuppressionPolicy
 from postrelay.orchestrator.feedback.parse import parse_mail
@@ -46,11 +47,15 @@ class Incoming:
     name: str
     raw: bytes
     maildir_file: Path | None = None
+    cut: Cut | None = None  # stdin past max_bytes: `raw` is its head (cut.py)
 
 
-def messages(paths: Sequence[str], *, unseen_only: bool = False) -> Iterator[Incoming]:
+def messages(paths: Sequence[str], *, unseen_only: bool = False,
+             max_bytes: int | None = None) -> Iterator[Incoming]:
     """Each message in `paths`; `-` reads stdin (one message, or an mbox when it starts with
     a From_ line). With `unseen_only`, a Maildir gives only its messages not flagged seen.
+    Stdin past `max_bytes` is one message whose head alone is kept, as the receiver keeps
+    no more than that of a message either (an mbox that large is read as a file).
     A path that is missing or not readable, a folder that is not a Maildir, and `-` given
     twice or with stdin closed are refused before any is read."""
     if paths.count("-") > 1:  # the second would read nothing, and say "empty"
@@ -69,7 +74,11 @@ def messages(paths: Sequence[str], *, unseen_only: bool = False) -> Iterator[Inc
                 _check_path(os.path.join(given, sub), path / sub, write=unseen_only)
     for given in paths:
         if given == "-":
-            yield from _split("stdin", sys.stdin.buffer.read())
+            if max_bytes is None:
+                yield from _split("stdin", sys.stdin.buffer.read())
+                continue
+            raw, cut = read_bounded(sys.stdin.buffer, max_bytes)
+            yield from _split("stdin", raw) if cut is None else [Incoming("stdin", raw, cut=cut)]
             continue
         path = Path(given)
         if path.is_dir():
@@ -159,25 +168,28 @@ def _separates(raw: bytes, at: int) -> bool:
 def ingest(engine: Engine, raw: bytes, *, envelope_to: Sequence[str] = (),
            return_path: ReturnPath | None, policy: SuppressionPolicy,
            max_bytes: int | None = None,
-           unsubscribe: UnsubscribeLinks | None = None) -> list[Recorded]:
+           unsubscribe: UnsubscribeLinks | None = None,
+           cut: Cut | None = None) -> list[Recorded]:
     """Parse one message and record each report it holds, in one transaction. Empty
     input (an empty file, an mbox emptied after it was read, nothing on stdin) is no
-    message: nothing is recorded, and [] is returned."""
-    if not raw.strip():
+    message: nothing is recorded, and [] is returned. `cut`: `raw` is the head of a message
+    past `max_bytes` (messages() reads stdin so)."""
+    if cut is None and not raw.strip():
         return []
     reports = read_mail(raw, envelope_to=envelope_to, return_path=return_path,
-                        max_bytes=max_bytes, unsubscribe=unsubscribe)
+                        max_bytes=max_bytes, unsubscribe=unsubscribe, cut=cut)
     with engine.begin() as conn:
         return record_many(conn, reports, policy)
 
 
 def read_mail(raw: bytes, *, envelope_to: Sequence[str] = (),
               return_path: ReturnPath | None, max_bytes: int | None = None,
-              unsubscribe: UnsubscribeLinks | None = None) -> list[Feedback]:
+              unsubscribe: UnsubscribeLinks | None = None,
+              cut: Cut | None = None) -> list[Feedback]:
     """The reports one message holds: a `mailto:` unsubscribe, else what parse_mail reads."""
-    if max_bytes is None or len(raw) <= max_bytes:
+    if cut is None and (max_bytes is None or len(raw) <= max_bytes):
         found = mailto_unsubscribe(raw, envelope_to, unsubscribe)
         if found is not None:
             return [found]
     return parse_mail(raw, envelope_to=envelope_to, return_path=return_path,
-                      max_bytes=max_bytes)
+                      max_bytes=max_bytes, cut=cut)

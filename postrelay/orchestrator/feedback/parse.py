@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from email.message import Message
 from email.utils import collapse_rfc2231_value, parseaddr
 
+from postrelay.orchestrator.feedback.cut import HEAD_BYTES, Cut
 from postrelay.orchestrator.feedback.detectors import flufl_failures, other_failures
 from postrelay.orchestrator.feedback.dsn import dsn_in_text, dsn_reports
 from postrelay.orchestrator.feedback.keys import Keys
@@ -60,12 +61,15 @@ MAIL_SYSTEM = ("mailer-daemon", "postmaster")
 
 def parse_mail(raw: bytes, *, envelope_to: Sequence[str] = (),
                return_path: ReturnPath | None = None, source: str = "mail",
-               max_bytes: int | None = None) -> list[Feedback]:
-    """Every report `raw` holds (one per recipient of a DSN), at least one."""
-    if max_bytes is not None and len(raw) > max_bytes:
-        head = raw[:64 * 1024].split(b"\r\n\r\n", 1)[0].split(b"\n\n", 1)[0]
-        return [_unparsed(_message(head), source, _digest(raw), envelope_to, return_path,
-                          f"{len(raw)} bytes, over the {max_bytes}-byte limit; headers kept")]
+               max_bytes: int | None = None, cut: Cut | None = None) -> list[Feedback]:
+    """Every report `raw` holds (one per recipient of a DSN), at least one. With `cut`,
+    `raw` is only the head of a message past `max_bytes` (cut.py)."""
+    size = len(raw) if cut is None else cut.size
+    if max_bytes is not None and size > max_bytes:
+        head = raw[:HEAD_BYTES].split(b"\r\n\r\n", 1)[0].split(b"\n\n", 1)[0]
+        return [_unparsed(_message(head), source, _digest(raw) if cut is None else cut.digest,
+                          envelope_to, return_path,
+                          f"{size} bytes, over the {max_bytes}-byte limit; headers kept")]
     event_id = None
     try:
         # A report's outline when it has one: the parts classification reads, unparsed the
@@ -229,7 +233,7 @@ def _unparsed(msg: Message | None, source: str, event_id: str, envelope_to: Sequ
 def _digest(raw: bytes) -> str:
     """The id of a message without a Message-ID: the same for the same message, whichever
     line ends it came with (SMTP's CRLF, a file's LF) and whatever blank lines follow it
-    (an mbox's separator)."""
+    (an mbox's separator). cut.StreamDigest reads it in pieces: the two must agree."""
     return hashlib.sha256(raw.replace(b"\r\n", b"\n").rstrip(b"\n")).hexdigest()
 
 

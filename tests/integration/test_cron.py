@@ -192,3 +192,23 @@ async def test_a_broken_entry_does_not_stop_the_others(engine, async_engine, ten
                      {"t": tenant})
     fired = await CronScheduler(async_engine).run_once(utcnow() + timedelta(seconds=2))
     assert "fine" in [f.name for f in fired]
+
+
+async def test_a_worker_whose_clock_runs_ahead_fires_nothing_early(
+        engine, async_engine, tenant, monkeypatch):
+    """Each scheduler read the time off its own host: one whose clock ran a year ahead
+    fired the yearly slot at once and moved last_run a year on, so no scheduler on a
+    right clock fired it until then. Slots are due by the database's clock, which every
+    worker shares (as the claim's available_at is)."""
+    with engine.begin() as conn:
+        cron_create(conn, "new-year", "0 0 1 1 *", "reindex", {}, tenant_id=tenant)
+    ahead = utcnow() + timedelta(days=400)
+    monkeypatch.setattr("postrelay.queue.maintenance.scheduler.utcnow", lambda: ahead,
+                        raising=False)
+    monkeypatch.setattr("postrelay.core.clock.utcnow", lambda: ahead)
+    fired = await CronScheduler(async_engine).run_once()
+    assert "new-year" not in [f.name for f in fired]
+    assert cron_jobs(engine) == []
+    with engine.connect() as conn:
+        (entry,) = cron_list(conn, tenant_id=tenant)
+    assert entry.last_run is None

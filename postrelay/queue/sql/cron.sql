@@ -61,8 +61,11 @@ WITH deleted AS (
 SELECT id FROM deleted;
 
 -- name: cron_schedule_all
--- What the scheduler needs to find due slots; cheap enough to read every tick.
-SELECT id, schedule, created_at, last_run FROM mdm.aa_cron_entry;
+-- What the scheduler needs to find due slots; cheap enough to read every tick. The time is
+-- the database's: every worker reads the same clock, so one whose host clock runs ahead
+-- cannot fire a slot early and hold it back from the others until its time comes.
+SELECT id, schedule, created_at, last_run, statement_timestamp() AS now
+FROM mdm.aa_cron_entry;
 
 -- name: cron_claim_slot
 -- Take one slot of one entry. The row lock makes a second scheduler wait here, then see

@@ -28,7 +28,7 @@ from postrelay.core import jsontext
 from postrelay.core.dbcall import driver_fetch, psycopg_beneath
 from postrelay.core.errors import ValidationError
 from postrelay.core.ids import new_uuids
-from postrelay.core.limits import max_payload_bytes
+from postrelay.core.limits import max_payload_bytes, storable
 from postrelay.core.listener import Listener
 from postrelay.core.service import ErrorBackoff, ServiceLoop, until_woken
 from postrelay.core.telemetry import event as log_event
@@ -46,6 +46,7 @@ from postrelay.relay.queries import OUTBOX_SQL
 from postrelay.relay.routing import Event, RouteRegistry
 
 OUTBOX_CHANNEL = "postrelay_outbox"
+ERROR_CHARS = 4096  # of a failed routing's error, kept in the event's last_error
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +144,7 @@ class Relay:
             try:
                 jobs = self._jobs_for(event, max_bytes)
             except Exception as exc:  # isolate the event; the batch goes on
-                failures[event.id] = f"{type(exc).__name__}: {exc}"[:4096]
+                failures[event.id] = _failure_text(exc)
                 continue
             plans.append(_Plan(event, jobs, any(ordered for _, _, ordered in jobs)))
         return plans, failures
@@ -161,6 +162,11 @@ class Relay:
                     raise ValidationError(
                         "key", f"route {route.name!r} asked for two jobs named {name!r}: "
                                "each job of an event needs its own key")
+                if not isinstance(request.ordered, bool):
+                    # Written to a boolean column beside the batch's other links: anything
+                    # else failed the whole batch, again at every retry.
+                    raise ValidationError("ordered", f"must be True or False, got "
+                                                     f"{request.ordered!r} (route {name!r})")
                 try:
                     job = validated_job(
                         request.kind, request.payload, event.tenant_id, request.priority,
@@ -273,6 +279,18 @@ class Relay:
             self._idle = self.config.poll_min_secs  # ordered events wait on their aggregate
         wait, self._idle = self._idle, min(self._idle * 2, self.config.poll_max_secs)
         return wait
+
+
+def _failure_text(exc: Exception) -> str:
+    """The error an event's failed routing records: storable (a route's message may hold a
+    NUL or a lone surrogate, which would fail the batch's write of every failure), and
+    never raising (an exception whose str() fails), so that one event's failure cannot
+    stall the events behind it."""
+    try:
+        message = str(exc)
+    except Exception:
+        message = "<exception str() failed>"
+    return storable(f"{type(exc).__name__}: {message}"[:ERROR_CHARS])
 
 
 def _event(row: tuple[Any, ...]) -> Event:

@@ -1,0 +1,58 @@
+"""Routes that fail in odd ways: each failure stays with its own event, visible as its
+last_error, and the events beside it are relayed in the same batch."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import text
+
+from postrelay.relay import Event, JobRequest, Relay, RouteRegistry, emit
+
+
+@pytest.fixture
+def outbox_clean(clean_db):
+    """clean_db empties the outbox tables too."""
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no words for it")
+
+
+def odd_routes() -> RouteRegistry:
+    routes = RouteRegistry()
+
+    @routes.route("order.placed", name="odd")
+    def odd(event: Event) -> JobRequest:
+        match event.payload["n"]:
+            case 1:
+                raise ValueError("a NUL \x00 in the message")
+            case 2:
+                raise ValueError("a byte that was not UTF-8: \udcff")
+            case 3:
+                raise Unprintable()
+            case 4:
+                return JobRequest("reindex", {}, ordered=None)  # type: ignore[arg-type]
+        return JobRequest("reindex", {"n": event.payload["n"]})
+
+    return routes
+
+
+async def test_a_route_failing_oddly_fails_only_its_event(engine, async_engine, tenant,
+                                                          outbox_clean):
+    """An error the database cannot store (a NUL, a lone surrogate), one whose str()
+    raises, or a request whose `ordered` is not a bool failed the whole batch, again at
+    every retry: the relay stalled on every event behind it."""
+    with engine.begin() as conn:
+        ids = [emit(conn, "order.placed", {"n": n}, tenant_id=tenant, aggregate_type="order",
+                    aggregate_id=n) for n in range(6)]
+    result = await Relay(async_engine, odd_routes()).run_once()
+    assert (result.handled, result.jobs, result.failed) == (2, 2, 4)
+    with engine.connect() as conn:
+        errors = dict(conn.execute(text(
+            "SELECT id, last_error FROM mdm.aa_outbox_event WHERE handled_at IS NULL")).all())
+    assert set(errors) == set(ids[1:5])
+    assert errors[ids[1]] == "ValueError: a NUL \ufffd in the message"
+    assert errors[ids[2]] == "ValueError: a byte that was not UTF-8: \ufffd"
+    assert errors[ids[3]] == "Unprintable: <exception str() failed>"
+    assert "ordered: must be True or False" in errors[ids[4]]

@@ -51,6 +51,11 @@ ERROR_CHARS = 4096  # of a failed routing's error, kept in the event's last_erro
 
 @dataclass(frozen=True, slots=True)
 class RelayConfig:
+    """The relay's settings, checked as they are made with the bounds of the
+    POSTRELAY_RELAY_* settings: unchecked, a batch size of 0 claimed nothing while every
+    empty batch counted as full, so the relay spun against the database and relayed no
+    event; a poll interval of 0 or NaN spun or broke its waits."""
+
     batch_size: int = 500
     max_attempts: int = 10
     poll_min_secs: float = 0.05  # adaptive polling: from this when busy...
@@ -58,6 +63,32 @@ class RelayConfig:
     listen: bool = True
     # Batches in flight at once while there is a backlog (1: one after another).
     concurrency: int = 3
+
+    def __post_init__(self) -> None:
+        _whole("batch_size", self.batch_size, MAX_BATCH_SIZE)
+        _whole("max_attempts", self.max_attempts, MAX_ATTEMPTS)
+        _whole("concurrency", self.concurrency, MAX_CONCURRENCY)
+        for name in ("poll_min_secs", "poll_max_secs"):
+            value = getattr(self, name)
+            if (isinstance(value, bool) or not isinstance(value, int | float)
+                    or not 0 < value <= MAX_POLL_SECS):  # NaN fails the comparison
+                raise ValueError(f"{name}: must be a number of seconds, more than 0 and at "
+                                 f"most {MAX_POLL_SECS:g}, got {value!r}")
+        if self.poll_max_secs < self.poll_min_secs:
+            raise ValueError(f"poll_max_secs: must be at least poll_min_secs "
+                             f"({self.poll_min_secs:g}), got {self.poll_max_secs:g}")
+
+
+# The bounds of POSTRELAY_RELAY_BATCH_SIZE, _MAX_ATTEMPTS and _CONCURRENCY (core/settings.py).
+MAX_BATCH_SIZE = 10_000
+MAX_ATTEMPTS = 1_000_000
+MAX_CONCURRENCY = 32
+MAX_POLL_SECS = 3600.0
+
+
+def _whole(name: str, value: object, maximum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
+        raise ValueError(f"{name}: must be a whole number from 1 to {maximum}, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from typing import Any
 from uuid import UUID
 
 from postrelay.core.errors import ValidationError
+from postrelay.core.limits import MAX_NAME_CHARS, checked_text
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +86,21 @@ class RouteRegistry:
         self._matching: dict[str, list[Route]] = {}
 
     def add(self, event_type: str, fn: RouteFn, *, name: str | None = None) -> Route:
+        """Register `fn` for `event_type` (exact, or a glob). Refused here, by name: what
+        would otherwise fail at routing time, every matching event (or, for an event type
+        that is not text, every event) until parked as dead, or the relay's whole batch."""
+        if not isinstance(event_type, str) or not event_type:
+            raise ValidationError("event_type", "a route needs an event type or pattern, "
+                                                f"as a non-empty string; got {event_type!r}")
+        checked_text(event_type, "event_type", MAX_NAME_CHARS)
+        if not callable(fn):
+            raise ValidationError("fn", f"a route must be a function of the event; got {fn!r}")
+        if name is not None and (not isinstance(name, str) or not name):
+            raise ValidationError("name", f"must be a non-empty string; got {name!r}")
         route_name = name or getattr(fn, "__qualname__", None) or repr(fn)
-        if not event_type:
-            raise ValidationError("event_type", "a route needs an event type or pattern")
+        # The name is stored with each delivery link and is part of each job's idempotency
+        # key (with the event id and the request's key), which has a length limit too.
+        checked_text(route_name, "name", MAX_NAME_CHARS)
         if route_name in self._routes:
             raise ValidationError("name", f"a route named {route_name!r} is registered already")
         self._routes[route_name] = Route(route_name, event_type, fn)
@@ -95,6 +108,12 @@ class RouteRegistry:
         return self._routes[route_name]
 
     def route(self, event_type: str, *, name: str | None = None) -> Callable[[RouteFn], RouteFn]:
+        if callable(event_type):
+            # `@route` without its argument would make the function the event type and
+            # replace it with the decorator, registering nothing and saying nothing.
+            raise ValidationError("event_type", "@route needs the event type it routes: "
+                                                "@route(\"order.placed\")")
+
         def decorate(fn: RouteFn) -> RouteFn:
             self.add(event_type, fn, name=name)
             return fn

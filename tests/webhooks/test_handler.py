@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import socket
 import time
+import tracemalloc
+import zlib
 from email.utils import formatdate
 
 import pytest
@@ -159,6 +161,34 @@ async def test_redirects_are_not_followed(engine, async_engine, setup, receiver)
     with pytest.raises(PermanentError, match="HTTP 302"):
         await handler_for(async_engine)(dispatch_job(tenant, event_id, endpoint_id))
     assert [r.path for r in receiver.requests] == ["/hook"]
+
+
+def deflate_bomb(megabytes: int) -> bytes:
+    """`megabytes` MiB of zeros, deflated to about a thousandth of that."""
+    z = zlib.compressobj(9)
+    zeros = bytes(1 << 20)
+    return b"".join(z.compress(zeros) for _ in range(megabytes)) + z.flush()
+
+
+async def test_a_compressed_answer_is_not_inflated(engine, async_engine, setup, receiver):
+    """A receiver's answer was decompressed to keep its first 2 KB: a few hundred KB of
+    deflated zeros made each delivery hold tens of megabytes at once, so an endpoint
+    could run a worker out of memory. Deliveries ask for no compression, and the body is
+    kept as it arrived."""
+    tenant, event_id, endpoint_id = setup
+    receiver.program(Answer(500, {"Content-Encoding": "deflate"}, deflate_bomb(256)))
+    tracemalloc.start()
+    try:
+        with pytest.raises(WebhookDeliveryError, match="HTTP 500"):
+            await handler_for(async_engine)(dispatch_job(tenant, event_id, endpoint_id))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20
+    (request,) = receiver.requests
+    assert request.headers["accept-encoding"] == "identity"
+    (attempt,) = attempts_of(engine, endpoint_id)
+    assert attempt["status_code"] == 500 and len(attempt["response_body"]) <= 2048
 
 
 async def test_connection_refused_is_retried_and_recorded(engine, async_engine, wh_tenant):

@@ -62,7 +62,9 @@ def outbox_replay_command(
     until: datetime | None = typer.Option(None, "--until", help="Created before (UTC)."),
     tenant: str | None = typer.Option(None, "--tenant", help="Only this tenant's events."),
 ) -> None:
-    """Re-relay one event or a time range; jobs that exist are not created twice."""
+    """Re-relay one event or a time range; jobs that exist are not created twice.
+
+    Webhook deliveries that stopped unsent (their endpoint disabled) are made again."""
     from postrelay.relay import outbox_replay
 
     with transaction() as conn:

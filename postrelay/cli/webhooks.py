@@ -79,7 +79,9 @@ def webhooks_disable(
 
 @webhooks_app.command("enable")
 def webhooks_enable(endpoint_id: str = typer.Argument(...)) -> None:
-    """Deliver to an endpoint again (events from now on)."""
+    """Deliver to an endpoint again (events from now on).
+
+    `postrelay outbox replay --since ...` then sends what it missed while disabled."""
     with transaction() as conn:
         webhook_enable(conn, endpoint_id)
     echo(f"enabled {endpoint_id}")

@@ -89,7 +89,8 @@ def outbox_replay(
     tenant_id: UUID | str | None = None,
 ) -> int:
     """Hand one event, or every event created in [since, until), back to the relay; returns
-    how many. Jobs that still exist are not created again (their delivery links)."""
+    how many. Jobs that still exist are not created again (their delivery links), but for
+    webhook deliveries that stopped unsent (`failed`: the endpoint was disabled or gone)."""
     if event_id is None and since is None and until is None:
         raise ValidationError("event_id", "give an event id or a time range (since/until)")
     if event_id is not None and (since is not None or until is not None):

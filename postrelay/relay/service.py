@@ -4,7 +4,8 @@ Each batch is one transaction: claim unhandled events (FOR UPDATE SKIP LOCKED, o
 first), ask the routes which jobs each needs, link each (event, route) to its job, insert
 the jobs whose link is new, and mark the events handled. A crash before commit leaves
 everything as it was; a replay finds the links there and creates nothing (unless
-retention has deleted a link's job: then that job is made again).
+retention has deleted a link's job, or it is a webhook delivery that stopped unsent: then
+that job is made again).
 
 Under a backlog, up to `concurrency` batches are in flight at once, each in its own
 transaction: one batch's routing runs in Python while another's writes run in PostgreSQL.

@@ -54,7 +54,8 @@ def get_outbox_event(event_id: EventId, caller: Caller, engine: Db) -> Envelope[
 @router.post("/replay", response_model=Envelope[Replayed], responses=errors(400, 401, 404))
 def replay_outbox(body: ReplayBody, caller: Caller, engine: Db) -> Envelope[Replayed]:
     """Hand one event (`eventId`) or a time range (`since`/`until`) back to the relay.
-    Jobs that still exist are not created again. An unknown `eventId` (or another
+    Jobs that still exist are not created again, but for webhook deliveries that stopped
+    unsent while their endpoint was disabled. An unknown `eventId` (or another
     tenant's) is 404; a range that matches nothing replays 0."""
     since, until = _utc(body.since), _utc(body.until)
     with engine.begin() as conn:

@@ -75,15 +75,22 @@ SELECT set_config('plan_cache_mode', current_setting('postrelay.plan_cache_mode'
 -- Link each (event, route) to the job the relay is about to make for it, before making it:
 -- the link's uniqueness is what keeps a replayed event from making a second job (the
 -- relay's idempotency keys are not in job_idempotency_uk: queue/sql/job.sql). A link that
--- exists keeps its job, unless retention has deleted that job: then the link takes the new
--- one. Returns the ids of the jobs to make: those whose link is new or was taken over.
+-- exists keeps its job, unless retention has deleted that job, or it is a webhook delivery
+-- that stopped unsent (outbox_dispatch, `failed`: its endpoint was disabled, removed or
+-- gone when it ran): then the link takes the new one, so that a replay after `webhooks
+-- enable` delivers what the endpoint missed. Conflicts come only from replays: a first
+-- relay of an event pays nothing for this. Returns the ids of the jobs to make: those
+-- whose link is new or was taken over.
 WITH linked AS (
     INSERT INTO mdm.aa_outbox_delivery AS d (event_id, route, job_id, ordered)
     SELECT * FROM unnest(CAST(:event_ids AS uuid[]), CAST(:routes AS text[]),
                          CAST(:job_ids AS uuid[]), CAST(:ordered AS boolean[]))
     ON CONFLICT (event_id, route) DO UPDATE
         SET job_id = EXCLUDED.job_id, ordered = EXCLUDED.ordered
-        WHERE NOT EXISTS (SELECT FROM mdm.aa_job j WHERE j.id = d.job_id)
+        WHERE NOT EXISTS (
+            SELECT FROM mdm.aa_job j
+            WHERE j.id = d.job_id
+              AND NOT (j.job_kind = 'outbox_dispatch' AND j.status = 'failed'))
     RETURNING d.job_id
 )
 SELECT ARRAY(SELECT job_id FROM linked) AS job_ids;

@@ -154,7 +154,9 @@ def webhook_enable(
 def webhook_enable(
     conn: AnyConnection, endpoint_id: UUID | str, *, tenant_id: UUID | str | None = None
 ) -> WebhookEndpoint | Awaitable[WebhookEndpoint]:
-    """Deliver to the endpoint again (events from now on; nothing missed is replayed)."""
+    """Deliver to the endpoint again, events from now on. What it missed while disabled
+    (its deliveries stopped unsent, and events with no delivery for it) is delivered by
+    replaying those events (`outbox_replay`, `postrelay outbox replay --since ...`)."""
     return _set_enabled(conn, endpoint_id, True, None, tenant_id)
 
 

@@ -166,9 +166,15 @@ async def emit_many_async(
 
 
 def _validated_specs(events: Iterable[EventSpec], created_by: str | None) -> list[dict[str, Any]]:
+    # One EventSpec, or a string (an iterable of letters), is a call that forgot the list.
+    if isinstance(events, EventSpec | str | bytes | Mapping) or not isinstance(events, Iterable):
+        raise ValidationError("events", "must be a list (or any iterable) of EventSpec, got "
+                                        f"{type(events).__name__}")
     rows = []
     max_bytes = max_payload_bytes()  # once per batch: the environment is slow to ask
     for i, e in enumerate(events):
+        if not isinstance(e, EventSpec):
+            raise ValidationError(f"events[{i}]", f"must be an EventSpec, got {type(e).__name__}")
         try:
             rows.append(_validated(e.event_type, e.payload, e.tenant_id, e.aggregate_type,
                                    e.aggregate_id, e.headers, created_by, max_bytes))

@@ -135,3 +135,21 @@ def test_emit_many_with_an_unknown_tenant_writes_nothing(engine, tenant, clean_d
         assert info.value.field == "tenant_id" and str(unknown) in info.value.rule
         assert conn.execute(text("SELECT count(*) FROM mdm.aa_outbox_event")).scalar() == 0
         conn.rollback()
+
+
+@pytest.mark.parametrize(("events", "field"), [
+    # A dict or a tuple where an EventSpec goes was "'dict' object has no attribute
+    # 'event_type'"; one EventSpec where a list goes, "'EventSpec' object is not iterable".
+    ([{"event_type": "order.placed", "payload": {}}], "events[0]"),
+    (["order.placed"], "events[0]"),
+    (None, "events"),
+    ("order.placed", "events"),
+])
+def test_emit_many_of_something_else_than_event_specs_names_it(engine, tenant, clean_db,
+                                                               events, field):
+    if events is None:
+        events = EventSpec("order.placed", {}, tenant, "order", 1)
+    with engine.begin() as conn, pytest.raises(ValidationError) as info:
+        emit_many(conn, events)
+    assert info.value.field == field and "EventSpec" in info.value.rule
+    assert scalar(engine, "SELECT count(*) FROM mdm.aa_outbox_event") == 0

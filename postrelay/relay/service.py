@@ -175,7 +175,11 @@ class Relay:
         for event in events:
             try:
                 jobs = self._jobs_for(event, max_bytes)
-            except Exception as exc:  # isolate the event; the batch goes on
+            # Isolate the event; the batch goes on. BaseException too: routes are plain
+            # synchronous code, so a SystemExit, KeyboardInterrupt or CancelledError here is
+            # the route's own (signals reach the relay through the loop's handlers), and
+            # left to rise it ended the process at this event, restart after restart.
+            except BaseException as exc:
                 failures[event.id] = _failure_text(exc)
                 continue
             plans.append(_Plan(event, jobs, any(ordered for _, _, ordered in jobs)))
@@ -313,7 +317,7 @@ class Relay:
         return wait
 
 
-def _failure_text(exc: Exception) -> str:
+def _failure_text(exc: BaseException) -> str:
     """The error an event's failed routing records: storable (a route's message may hold a
     NUL or a lone surrogate, which would fail the batch's write of every failure), and
     never raising (an exception whose str() fails), so that one event's failure cannot

@@ -3,6 +3,8 @@ last_error, and the events beside it are relayed in the same batch."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from sqlalchemy import text
 
@@ -56,3 +58,34 @@ async def test_a_route_failing_oddly_fails_only_its_event(engine, async_engine, 
     assert errors[ids[2]] == "ValueError: a byte that was not UTF-8: \ufffd"
     assert errors[ids[3]] == "Unprintable: <exception str() failed>"
     assert "ordered: must be True or False" in errors[ids[4]]
+
+
+class OwnBaseException(BaseException):
+    """A library's BaseException of its own, as some use for control flow."""
+
+
+async def test_a_route_that_exits_fails_only_its_event(engine, async_engine, tenant,
+                                                       outbox_clean):
+    """A route that called sys.exit() (or raised another BaseException) ended the relay
+    process, with exit code 3 and not a line logged; restarted, it met the same event
+    first and exited again, so no event behind it was ever relayed."""
+    routes = RouteRegistry()
+
+    @routes.route("order.placed", name="exits")
+    def exits(event: Event) -> JobRequest:
+        match event.payload["n"]:
+            case 1:
+                sys.exit(3)
+            case 2:
+                raise OwnBaseException("stop everything")
+        return JobRequest("reindex", {"n": event.payload["n"]})
+
+    with engine.begin() as conn:
+        ids = [emit(conn, "order.placed", {"n": n}, tenant_id=tenant, aggregate_type="order",
+                    aggregate_id=n) for n in range(4)]
+    result = await Relay(async_engine, routes).run_once()
+    assert (result.handled, result.jobs, result.failed) == (2, 2, 2)
+    with engine.connect() as conn:
+        errors = dict(conn.execute(text(
+            "SELECT id, last_error FROM mdm.aa_outbox_event WHERE handled_at IS NULL")).all())
+    assert errors == {ids[1]: "SystemExit: 3", ids[2]: "OwnBaseException: stop everything"}

@@ -62,7 +62,7 @@ async def test_one_job_per_matching_endpoint_with_deterministic_keys(engine, asy
 
 
 async def test_an_unloaded_or_stale_directory_refuses_to_route(engine, async_engine, wh_tenant):
-    directory = EndpointDirectory(async_engine, max_stale_secs=0.05)
+    directory = EndpointDirectory(async_engine, refresh_secs=0.05, max_stale_secs=0.05)
     with pytest.raises(DirectoryNotReady, match="not loaded"):
         directory.matching(wh_tenant, "order.placed")
     await directory.run_once()

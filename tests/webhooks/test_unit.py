@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import math
 from datetime import UTC, datetime
 
 import pytest
 
 from postrelay.core.errors import ValidationError
-from postrelay.relay.webhooks import signing
+from postrelay.relay.webhooks import EndpointDirectory, signing, webhook_handler
 from postrelay.relay.webhooks.endpoints import _event_types, validate_url
 from postrelay.relay.webhooks.handler import message_body
 from postrelay.relay.webhooks.netguard import is_public
@@ -222,3 +223,27 @@ def test_good_urls_and_event_type_filters() -> None:
         _event_types("order.*")  # type: ignore[arg-type]
     with pytest.raises(ValidationError):
         _event_types(["has space"])
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"refresh_secs": 0}, "refresh_secs"),  # reloaded without pause
+    ({"refresh_secs": math.nan}, "refresh_secs"),
+    ({"max_stale_secs": -1}, "max_stale_secs"),
+    # Older than allowed between two good reloads: every event failed, then died.
+    ({"refresh_secs": 5.0, "max_stale_secs": 2.0}, "max_stale_secs"),
+])
+def test_an_endpoint_directory_that_could_not_route_is_refused(kwargs, field) -> None:
+    with pytest.raises(ValueError, match=f"^{field}: must be "):
+        EndpointDirectory(None, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"timeout_secs": math.nan}, "timeout_secs"),  # passed `<= 0`, broke every deadline
+    ({"timeout_secs": math.inf}, "timeout_secs"),
+    ({"timeout_secs": 0}, "timeout_secs"),
+    ({"retry_after_cap_secs": -1.0}, "retry_after_cap_secs"),  # a negative wait
+    ({"retry_after_cap_secs": math.nan}, "retry_after_cap_secs"),
+])
+def test_a_webhook_handler_with_odd_limits_is_refused(kwargs, field) -> None:
+    with pytest.raises(ValueError, match=f"^{field}: must be "):
+        webhook_handler(None, **kwargs)  # type: ignore[arg-type]

@@ -58,6 +58,13 @@ class EndpointDirectory:
         refresh_secs: float = 1.0,
         max_stale_secs: float = 30.0,
     ) -> None:
+        _positive_secs("refresh_secs", refresh_secs)
+        _positive_secs("max_stale_secs", max_stale_secs)
+        if max_stale_secs < refresh_secs:
+            # Between two good reloads the snapshot would count as too old: every event
+            # the webhook route sees (every event: it matches "*") would fail, then die.
+            raise ValueError(f"max_stale_secs: must be at least refresh_secs "
+                             f"({refresh_secs:g}), got {max_stale_secs:g}")
         self.engine = engine
         self.refresh_secs = refresh_secs
         self.max_stale_secs = max_stale_secs
@@ -110,3 +117,12 @@ class EndpointDirectory:
         await self._loop.stop()
         if self._listener is not None:
             await self._listener.stop()
+
+
+def _positive_secs(name: str, value: object) -> None:
+    """A finite number of seconds above 0: a refresh of 0 reloaded without pause, NaN
+    broke the loop's waits."""
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or not 0 < value < float("inf")):  # NaN fails the comparison
+        raise ValueError(f"{name}: must be a number of seconds, more than 0 and finite, "
+                         f"got {value!r}")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -94,8 +95,14 @@ def webhook_handler(
     `clock` gives the unix time for webhook-timestamp (tests pass their own). A 429 or 503
     throttles the endpoint's deliveries for every worker by `throttle` (default:
     ThrottlePolicy()); the delivery itself is retried as any other."""
-    if timeout_secs <= 0:
-        raise ValueError("timeout_secs must be positive")
+    # NaN passed `<= 0` and broke every delivery's deadline; a negative cap turned every
+    # Retry-After into a negative wait, so a receiver asking for time was hammered.
+    if not _finite(timeout_secs) or not timeout_secs > 0:
+        raise ValueError(f"timeout_secs: must be a number of seconds, more than 0 and "
+                         f"finite, got {timeout_secs!r}")
+    if not _finite(retry_after_cap_secs) or not retry_after_cap_secs >= 0:
+        raise ValueError(f"retry_after_cap_secs: must be a number of seconds, 0 or more "
+                         f"and finite, got {retry_after_cap_secs!r}")
     policy = throttle or ThrottlePolicy()
 
     async def outbox_dispatch(job: Job) -> None:
@@ -295,6 +302,11 @@ def _check_deliverable(job: Job, row: RowMapping, event_id: UUID,
         raise PermanentError(f"outbox event {event_id} no longer exists (retention?)")
     if not row["event_tenant_id"] == row["endpoint_tenant_id"] == job.tenant_id:
         raise PermanentError("the event, the endpoint and the job belong to different tenants")
+
+
+def _finite(value: object) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value))
 
 
 def _describe(exc: BaseException, timeout_secs: float) -> str:

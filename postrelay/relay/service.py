@@ -153,8 +153,9 @@ class Relay:
                                       {"batch": self.config.batch_size})
             if not rows:
                 return BatchResult(0, 0, 0, 0)
-            events = [_event(row) for row in rows]
-            plans, failures = self._plan(events)
+            events, unreadable = _events(rows)
+            plans, failures = self._plan([e for e in events if e.id not in unreadable])
+            failures.update(unreadable)
             if not self._kinds.issuperset(job["kind"] for p in plans for _, job, _ in p.jobs):
                 # First batch, or a kind added by a migration since: look again once.
                 self._kinds = frozenset(await job_kinds_async(conn))
@@ -329,13 +330,24 @@ def _failure_text(exc: BaseException) -> str:
     return storable(f"{type(exc).__name__}: {message}"[:ERROR_CHARS])
 
 
-def _event(row: tuple[Any, ...]) -> Event:
-    """An Event from an outbox_claim_batch row, whose payload and headers are JSON text."""
-    (event_id, tenant_id, aggregate_type, aggregate_id, event_type, payload, headers,
-     created_at, attempts, seq) = row
-    return Event(
-        id=event_id, tenant_id=tenant_id, aggregate_type=aggregate_type,
-        aggregate_id=aggregate_id, event_type=event_type, payload=jsontext.decode(payload),
-        headers={} if headers is None else jsontext.decode(headers), created_at=created_at,
-        attempts=attempts, seq=seq,
-    )
+def _events(rows: list[Any]) -> tuple[list[Event], dict[Any, str]]:
+    """The Events of outbox_claim_batch rows, and why each whose payload or headers Python
+    cannot read could not be routed. jsonb holds integers longer than Python converts, and
+    nesting deeper than its decoder's recursion; SQL written by hand (another service's, in
+    its own transaction) can store them. Raised here, one such event failed every batch it
+    was claimed in, and the relay relayed nothing behind it."""
+    events, unreadable = [], {}
+    for row in rows:
+        (event_id, tenant_id, aggregate_type, aggregate_id, event_type, payload, headers,
+         created_at, attempts, seq) = row
+        try:
+            payload, headers = jsontext.decode(payload), \
+                {} if headers is None else jsontext.decode(headers)
+        except (ValueError, RecursionError) as exc:
+            unreadable[event_id] = f"the event's payload or headers cannot be read: {exc!r}"
+            payload, headers = {}, {}
+        events.append(Event(
+            id=event_id, tenant_id=tenant_id, aggregate_type=aggregate_type,
+            aggregate_id=aggregate_id, event_type=event_type, payload=payload,
+            headers=headers, created_at=created_at, attempts=attempts, seq=seq))
+    return events, unreadable

@@ -89,3 +89,29 @@ async def test_a_route_that_exits_fails_only_its_event(engine, async_engine, ten
         errors = dict(conn.execute(text(
             "SELECT id, last_error FROM mdm.aa_outbox_event WHERE handled_at IS NULL")).all())
     assert errors == {ids[1]: "SystemExit: 3", ids[2]: "OwnBaseException: stop everything"}
+
+
+async def test_an_event_python_cannot_read_fails_only_itself(engine, async_engine, tenant,
+                                                              outbox_clean):
+    """An integer longer than Python converts, or nesting deeper than its decoder goes,
+    which SQL written by hand can put in an event's payload or headers: reading the batch
+    raised, so every batch that claimed the event failed and the relay relayed nothing."""
+    with engine.begin() as conn:
+        ids = [emit(conn, "order.placed", {"n": n}, tenant_id=tenant, aggregate_type="order",
+                    aggregate_id=n) for n in (10, 11, 12)]
+        conn.execute(text("UPDATE mdm.aa_outbox_event SET payload = CAST(:p AS jsonb) "
+                          "WHERE id = :id"), {"p": '{"n": ' + "7" * 5000 + "}", "id": ids[0]})
+        conn.execute(text("UPDATE mdm.aa_outbox_event SET headers = CAST(:h AS jsonb) "
+                          "WHERE id = :id"), {"h": '{"h": ' + "[" * 3000 + "]" * 3000 + "}",
+                                              "id": ids[1]})
+    result = await Relay(async_engine, odd_routes()).run_once()
+    assert (result.handled, result.jobs, result.failed) == (1, 1, 2)
+    with engine.connect() as conn:
+        rows = {row.id: row for row in conn.execute(text(
+            "SELECT id, handled_at, attempts, last_error FROM mdm.aa_outbox_event"))}
+    assert rows[ids[2]].handled_at is not None
+    for failed in ids[:2]:
+        assert rows[failed].handled_at is None and rows[failed].attempts == 1
+        assert "payload or headers cannot be read" in rows[failed].last_error
+    assert "4300 digits" in rows[ids[0]].last_error
+    assert "RecursionError" in rows[ids[1]].last_error

@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psycopg
-from sqlalchemy import URL, Engine, MetaData, create_engine, make_url
+from sqlalchemy import URL, Engine, MetaData, create_engine, event, make_url
 from sqlalchemy.dialects.postgresql import TIMESTAMP
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -30,8 +29,6 @@ from postrelay.core.settings import Settings
 from postrelay.core.timestamps import register_infinity
 
 SCHEMA = "mdm"
-# Before any engine exists: each copies the driver's adapters when it is made.
-register_infinity(psycopg.adapters)
 metadata = MetaData(schema=SCHEMA)
 # Every timestamp in the schema is `timestamptz`.
 TIMESTAMPTZ = TIMESTAMP(timezone=True)
@@ -114,6 +111,10 @@ class Database:
 
     def sync_engine(self, **kwargs: Any) -> Engine:
         engine = create_engine(self.url, **self._engine_kwargs(kwargs))
+        # The CLI's, the API's and the dashboard's: they list rows that SQL written by hand
+        # may have set to infinity. Not the async engines of the worker's and the relay's
+        # loops, whose every timestamp read would pay for the check.
+        event.listen(engine, "connect", _read_infinity)
         self._engines.append(engine)
         return engine
 
@@ -144,6 +145,10 @@ class Database:
             else:
                 engine.dispose()
         self._engines.clear()
+
+
+def _read_infinity(connection: Any, _record: Any) -> None:
+    register_infinity(connection.adapters)
 
 
 def open_database(settings: Settings) -> Database:

@@ -71,7 +71,8 @@ async def test_a_job_parked_at_infinity_does_not_stop_the_idle_worker_claiming(
         engine, async_engine, libpq, tenant, caplog):
     """available_at 'infinity' parks a job for good. An idle worker asks how soon the next
     job is due, and the subtraction failed: every idle round was a failed claim, its backoff
-    growing, so new work waited for it."""
+    growing, so new work waited for it. A job at '-infinity' (due at once) is claimed and
+    runs: the driver cannot read that time, so it reads as the job's creation."""
     registry = Registry()
     ran: list[Job] = []
 
@@ -80,17 +81,20 @@ async def test_a_job_parked_at_infinity_does_not_stop_the_idle_worker_claiming(
         ran.append(job)
 
     with engine.begin() as conn:
-        parked = insert_job(conn, tenant_id=tenant)
-        conn.execute(text("UPDATE mdm.aa_job SET available_at = 'infinity' WHERE id = :id"),
-                     {"id": parked})
+        parked, early = insert_job(conn, tenant_id=tenant), insert_job(conn, tenant_id=tenant)
+        for job_id, at in ((parked, "infinity"), (early, "-infinity")):
+            conn.execute(text("UPDATE mdm.aa_job SET available_at = CAST(:at AS timestamptz) "
+                              "WHERE id = :id"), {"at": at, "id": job_id})
     caplog.set_level(logging.INFO)
     worker = make_worker(async_engine, libpq, registry)
     await worker.start()
     try:
+        await wait_until(lambda: as_awaitable([job.id for job in ran] == [early]))
+        assert ran[0].available_at == ran[0].created_at
         await asyncio.sleep(1.0)  # idle rounds, each asking when the next job is due
         with engine.begin() as conn:
             fresh = enqueue(conn, "reindex", {"n": 1}, tenant_id=tenant)
-        await wait_until(lambda: as_awaitable([job.id for job in ran] == [fresh]))
+        await wait_until(lambda: as_awaitable([job.id for job in ran] == [early, fresh]))
     finally:
         await worker.stop()
     assert [r.getMessage() for r in caplog.records

@@ -76,8 +76,10 @@ WHERE j.id = ANY(ARRAY(SELECT id FROM candidate))
 -- The payload comes as JSON text, which the worker decodes for half what psycopg's jsonb
 -- loader costs.
 RETURNING j.id, j.tenant_id, j.job_kind::text AS kind, CAST(j.payload AS text) AS payload,
-          j.priority, j.attempts, j.max_attempts, j.available_at, j.claimed_at, j.created_at,
-          j.idempotency_key;
+          j.priority, j.attempts, j.max_attempts,
+          -- '-infinity' (SQL by hand: due at once) has no Python datetime: read as its creation.
+          CASE WHEN isfinite(j.available_at) THEN j.available_at ELSE j.created_at END,
+          j.claimed_at, j.created_at, j.idempotency_key;
 
 -- name: job_claim_fair
 -- job_claim with the claim shared out across tenants (POSTRELAY_FAIR_CLAIMING, on by
@@ -242,8 +244,10 @@ UPDATE mdm.aa_job j
 SET status = 'running', claimed_by = :worker, claimed_at = now(), attempts = j.attempts + 1
 WHERE j.id = ANY(ARRAY(SELECT id FROM picks UNION ALL SELECT id FROM rest))
 RETURNING j.id, j.tenant_id, j.job_kind::text AS kind, CAST(j.payload AS text) AS payload,
-          j.priority, j.attempts, j.max_attempts, j.available_at, j.claimed_at, j.created_at,
-          j.idempotency_key;
+          j.priority, j.attempts, j.max_attempts,
+          -- '-infinity' (SQL by hand: due at once) has no Python datetime: read as its creation.
+          CASE WHEN isfinite(j.available_at) THEN j.available_at ELSE j.created_at END,
+          j.claimed_at, j.created_at, j.idempotency_key;
 
 -- name: job_limit_kinds
 -- The kinds that have a limit or a throttled destination (sql/throttles.sql): a worker asks
@@ -417,8 +421,10 @@ SET status = 'running', claimed_by = :worker, claimed_at = (SELECT now FROM cloc
     attempts = j.attempts + 1
 WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
 RETURNING j.id, j.tenant_id, j.job_kind::text AS kind, CAST(j.payload AS text) AS payload,
-          j.priority, j.attempts, j.max_attempts, j.available_at, j.claimed_at, j.created_at,
-          j.idempotency_key;
+          j.priority, j.attempts, j.max_attempts,
+          -- '-infinity' (SQL by hand: due at once) has no Python datetime: read as its creation.
+          CASE WHEN isfinite(j.available_at) THEN j.available_at ELSE j.created_at END,
+          j.claimed_at, j.created_at, j.idempotency_key;
 
 -- name: job_claim_local_settings
 -- The claim connection's settings (queue/claimer.py says why each is there) for one claim's

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Coroutine
 from typing import Any, overload
 from uuid import UUID
@@ -41,7 +42,12 @@ async def ensure_tenant_async(conn: AsyncAnyConnection, name: str) -> UUID:
 def _checked_name(name: str) -> str:
     if not isinstance(name, str) or not name.strip():
         raise ValidationError("name", "a tenant name must be a non-empty string")
-    return checked_text(name.strip(), "name", MAX_NAME_CHARS)
+    name = checked_text(name.strip(), "name", MAX_NAME_CHARS)
+    # A name is typed as `--tenant NAME` and shown in one table cell.
+    if not name.isprintable() and any(unicodedata.category(c) == "Cc" for c in name):
+        raise ValidationError("name", "must not contain control characters (a line break, "
+                                      "a tab, a terminal escape)")
+    return name
 
 
 def _ensure_steps(name: str) -> Steps[UUID]:

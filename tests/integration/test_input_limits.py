@@ -151,10 +151,14 @@ def test_enqueue_refuses_out_of_range_numbers_and_unstorable_keys(engine, tenant
     ("a\x00b", "must not contain the NUL character"),
     ("x\ud800y", "unpaired surrogate"),
     ("y" * 256, "must be at most 255 characters, got 256"),
+    ("acme\nglobex", "must not contain control characters"),
+    ("acme\tcorp", "must not contain control characters"),
+    ("acme\x1b[31m", "must not contain control characters"),
 ])
 def test_ensure_tenant_refuses_a_name_a_text_column_cannot_hold(engine, name, rule):
     """A NUL ended in the driver's DataError, a lone surrogate in a UnicodeEncodeError; a
-    name of any length was taken."""
+    name of any length was taken. A line break or a terminal escape made a tenant that the
+    lists showed as two lines, or escaped, and `--tenant` could hardly name."""
     refused_and_usable(engine, lambda c: ensure_tenant(c, name), "name", rule)
 
 

@@ -231,7 +231,8 @@ async def job_complete_many(
 
 
 async def job_rescue_stale(
-    conn: AsyncConnection, *, now: datetime, lease_secs: float, limit: int, actor: str
+    conn: AsyncConnection, *, now: datetime | None, lease_secs: float, limit: int,
+    actor: str
 ) -> list[tuple[UUID, str]]:
     result = await conn.execute(
         JOB_SQL["job_rescue_stale"],
@@ -308,7 +309,8 @@ async def worker_delete(conn: AsyncConnection, *, id: str) -> None:
     await conn.execute(JOB_SQL["worker_delete"], {"id": id})
 
 
-async def worker_delete_dead(conn: AsyncConnection, *, now: datetime, lease_secs: float) -> int:
+async def worker_delete_dead(conn: AsyncConnection, *, now: datetime | None,
+                             lease_secs: float) -> int:
     result = await conn.execute(JOB_SQL["worker_delete_dead"],
                                 {"now": now, "lease_secs": lease_secs})
     return result.rowcount

@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import text
 
+from postrelay.core import clock
 from postrelay.core.clock import utcnow
 from postrelay.queue import queries
 from postrelay.queue.maintenance import Maintenance, Rescuer
@@ -146,3 +147,35 @@ async def test_only_one_process_leads_maintenance(engine, async_engine, clean_db
     await a.stop()  # releases the lease
     assert await b.run_once() is True
     await b.stop()
+
+
+@pytest.mark.parametrize("skew", [timedelta(hours=1), -timedelta(hours=1)],
+                         ids=["host_clock_fast", "host_clock_slow"])
+async def test_rescue_reads_the_database_clock_not_the_hosts(engine, async_engine, tenant,
+                                                             monkeypatch, skew):
+    """Claims and heartbeats carry the database's time; a leader on a host whose clock is
+    off must neither take a live worker's jobs (fast) nor leave a dead one's (slow)."""
+    real = clock.datetime
+
+    class SkewedClock(real):  # this host's clock, off by `skew`
+        @classmethod
+        def now(cls, tz=None):
+            return real.now(tz) + skew
+
+    async with async_engine.begin() as conn:
+        await queries.worker_register(conn, id="host/4/alive", host="host", pid=4, tenants=None,
+                                      kinds=None, concurrency=1)
+    with engine.begin() as conn:
+        db_now = conn.execute(text("SELECT now()")).scalar_one()
+        live = insert_job(conn, tenant_id=tenant, status="running", attempts=1,
+                          claimed_by="host/4/alive", claimed_at=db_now - timedelta(seconds=5))
+        dead = insert_job(conn, tenant_id=tenant, status="running", attempts=1,
+                          claimed_by="host/5/dead", claimed_at=db_now - timedelta(seconds=500))
+    monkeypatch.setattr(clock, "datetime", SkewedClock)
+    result = await Rescuer(async_engine, lease_secs=LEASE, actor="test").run_once()
+    assert (result.pending, result.workers_pruned) == (1, 0)
+    with engine.connect() as conn:
+        assert job_row(conn, live)["state"] == "running"
+        assert job_row(conn, dead)["state"] == "pending"
+        assert conn.execute(text("SELECT count(*) FROM mdm.aa_worker "
+                                 "WHERE id = 'host/4/alive'")).scalar_one() == 1

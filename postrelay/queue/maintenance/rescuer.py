@@ -9,7 +9,6 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from postrelay.core.clock import utcnow
 from postrelay.core.telemetry import event
 from postrelay.queue import queries
 
@@ -30,7 +29,8 @@ class Rescuer:
         self.actor = actor
 
     async def run_once(self, now: datetime | None = None) -> RescueResult:
-        now = now or utcnow()
+        """Rescue as of `now` (tests pass it), else the database's clock: the one claims
+        and heartbeats are written with, whatever this host's clock says."""
         pending = dlq = 0
         while True:
             async with self.engine.begin() as conn:

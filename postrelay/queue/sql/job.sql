@@ -181,25 +181,30 @@ SELECT set_config('synchronous_commit', 'off', true);
 -- A running job whose claim is older than the lease and whose worker has stopped
 -- heartbeating was lost with its worker: back to pending, or to the DLQ when that claim
 -- was its last attempt. A live worker keeps beating, so its long jobs stay put.
-WITH stale AS (
+-- :now is the database's clock unless a test passes one: claimed_at and heartbeat_at are
+-- written by it, and a leader whose host clock ran ahead by more than the lease would
+-- otherwise take the jobs of every live worker (and run them twice).
+WITH clock AS MATERIALIZED (
+    SELECT COALESCE(CAST(:now AS timestamptz), now()) AS now
+), stale AS (
     SELECT j.id
-    FROM mdm.aa_job j
+    FROM mdm.aa_job j, clock c
     WHERE j.status = 'running'
-      AND j.claimed_at < CAST(:now AS timestamptz) - make_interval(secs => :lease_secs)
+      AND j.claimed_at < c.now - make_interval(secs => :lease_secs)
       AND NOT EXISTS (
           SELECT 1 FROM mdm.aa_worker w
           WHERE w.id = j.claimed_by
-            AND w.heartbeat_at >= CAST(:now AS timestamptz) - make_interval(secs => :lease_secs)
+            AND w.heartbeat_at >= c.now - make_interval(secs => :lease_secs)
       )
     ORDER BY j.claimed_at
     LIMIT :limit
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF j SKIP LOCKED
 ), rescued AS (
     UPDATE mdm.aa_job j
     SET status = CAST(CASE WHEN j.attempts >= j.max_attempts THEN 'dlq' ELSE 'pending' END
                       AS mdm.job_status),
-        available_at = CAST(:now AS timestamptz),
-        completed_at = CASE WHEN j.attempts >= j.max_attempts THEN CAST(:now AS timestamptz) END,
+        available_at = (SELECT now FROM clock),
+        completed_at = CASE WHEN j.attempts >= j.max_attempts THEN (SELECT now FROM clock) END,
         last_error = 'lease expired: worker ' || coalesce(j.claimed_by, '?')
                      || ' stopped heartbeating; claimed at ' || j.claimed_at::text
     FROM stale
@@ -267,8 +272,10 @@ UPDATE mdm.aa_worker SET heartbeat_at = now() WHERE id = :id;
 DELETE FROM mdm.aa_worker WHERE id = :id;
 
 -- name: worker_delete_dead
+-- :now as in job_rescue_stale: the database's clock unless a test passes one.
 DELETE FROM mdm.aa_worker
-WHERE heartbeat_at < CAST(:now AS timestamptz) - make_interval(secs => :lease_secs);
+WHERE heartbeat_at < COALESCE(CAST(:now AS timestamptz), now())
+                     - make_interval(secs => :lease_secs);
 
 -- name: lease_acquire
 -- Take or renew the named lease; a row comes back only to the holder.

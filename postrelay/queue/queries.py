@@ -335,6 +335,11 @@ async def leader_try_lock(conn: psycopg.AsyncConnection[Any], *, key: int) -> bo
     return bool(locked)
 
 
+def leader_idle_timeout(*, secs: float) -> TextClause:
+    """The session setting of the leader's lock connection (HeldConnection runs it once)."""
+    return JOB_SQL["leader_idle_timeout"].bindparams(timeout_ms=max(1, round(secs * 1000)))
+
+
 async def leader_unlock(conn: psycopg.AsyncConnection[Any], *, key: int) -> None:
     await driver_fetch(conn, JOB_SQL["leader_unlock"], {"key": key})
 

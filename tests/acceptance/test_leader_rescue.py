@@ -6,6 +6,7 @@ rounds follow the job lease (4 s here, against a configured interval of 30 s).""
 from __future__ import annotations
 
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -86,3 +87,39 @@ def test_job_of_a_sigkilled_maintenance_leader_is_rescued_within_lease_plus_five
     assert f"/{survivor.pid}/" in row["claimed_by"]
     # Leadership moved to the survivor.
     assert lease_holder(engine) == registered(engine, survivor)[survivor.pid]
+
+
+def test_a_sigstopped_leader_hands_over_and_its_job_is_rescued_and_done_once(
+    workers: WorkerPool, engine, tenant, marks: Path, mode_env: dict[str, str]
+):
+    """A leader that stops without dying keeps its connection open: the lock (or the row
+    lease) must still move, its job must be rescued and done by the survivor, and once
+    resumed it must not lead again beside the new leader."""
+    leader = workers.start(app="tests.acceptance.apps.steps", env=mode_env)
+    leader_id = wait_registered(engine, leader)[leader.pid]
+    wait_for(lambda: lease_holder(engine) == leader_id, what="the first worker to lead")
+    with engine.begin() as conn:
+        job_id = enqueue(conn, "reindex", {"dir": str(marks), "hang_on_attempts": [1]},
+                         tenant_id=tenant)
+    wait_for(lambda: starts(marks, job_id), what="the leader to start the job")
+    survivor = workers.start(app="tests.acceptance.apps.steps", env=mode_env)
+    survivor_id = wait_registered(engine, survivor)[survivor.pid]
+
+    leader.send(signal.SIGSTOP)
+    stopped_at = db_now(engine)
+    try:
+        wait_for(lambda: job_state(engine, job_id)[0] == "done", timeout=BOUND_SECS + 20,
+                 what="the stopped leader's job to be rescued and done")
+        took = (db_now(engine) - stopped_at).total_seconds()
+        assert took <= BOUND_SECS, f"done {took:.1f} s after the stop"
+        assert lease_holder(engine) == survivor_id
+    finally:
+        leader.send(signal.SIGCONT)
+    time.sleep(3 * 1.0)  # a few of the resumed worker's rounds (1 s each with this lease)
+    assert leader.alive
+    assert lease_holder(engine) == survivor_id  # the resumed worker follows
+    with engine.connect() as conn:
+        row = job_row(conn, job_id)
+    assert (row["state"], row["attempts"]) == ("done", 2)
+    assert starts(marks, job_id) == [(1, leader.pid), (2, survivor.pid)]
+    assert [a for a, _ in audit_actions(engine, job_id)] == ["job_rescued"]

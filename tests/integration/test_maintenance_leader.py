@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import time
 
-import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -58,9 +57,29 @@ async def test_leadership_moves_as_soon_as_the_leaders_connection_drops(engine, 
         await _until(lambda: not lock_holders(engine))
         assert await b.run_once() is True  # the next round, not after the row's TTL
         assert lease_row(engine) == "b"
-        with pytest.raises(Exception):  # noqa: B017 - the dead connection's error, any
-            await a.run_once()
-        assert await a.run_once() is False  # reconnected; b holds the lock now
+        assert await a.run_once() is False  # reconnected at once; b holds the lock now
+    finally:
+        await a.stop()
+        await b.stop()
+
+
+async def test_a_leader_that_stalls_without_dying_loses_the_lock_within_its_rounds(
+    engine, async_engine, clean_db,
+):
+    """SIGSTOP, a frozen VM: the leader's connection stays open, but the server closes it
+    once it has idled for LEASE_ROUNDS rounds, and the lock goes with it."""
+    interval = 0.3
+    a, b = keeper(async_engine, "a", interval), keeper(async_engine, "b", interval)
+    try:
+        assert await a.run_once() is True
+        assert await b.run_once() is False
+        stalled = time.monotonic()  # `a` is not asked again for a while
+        while not await b.run_once():
+            assert time.monotonic() - stalled < interval * LEASE_ROUNDS + 2.0, "never led"
+            await asyncio.sleep(interval / 3)
+        assert lease_row(engine) == "b"
+        assert await a.run_once() is False  # back: it finds b leading, and says so quietly
+        assert await b.run_once() is True
     finally:
         await a.stop()
         await b.stop()

@@ -5,11 +5,16 @@ take the lead, every round.
 
 On a direct connection leadership is a session-level advisory lock, held on a connection of
 the leader's own: PostgreSQL frees it the moment that connection drops, so when the leader
-dies, even by SIGKILL, the next follower's round takes over. Behind a transaction pooler
-there is no session to hold a lock in; there leadership is the `maintenance` row lease,
-renewed every round and good for LEASE_ROUNDS rounds: a dead leader's lease runs out
-within three rounds and a follower takes over in the fourth. Either way the leader is
-named in mdm.aa_lease (the lock holder overwrites the row), for operators to see.
+dies, even by SIGKILL, the next follower's round takes over. A leader that stops without
+dying (SIGSTOP, a frozen VM) keeps its connection open; the server closes it, and frees
+the lock, once it has sat idle for LEASE_ROUNDS rounds, as the row lease below would run
+out. A leader that comes back finds its connection gone and leads no more.
+
+Behind a transaction pooler there is no session to hold a lock in; there leadership is
+the `maintenance` row lease, renewed every round and good for LEASE_ROUNDS rounds: a dead
+leader's lease runs out within three rounds and a follower takes over in the fourth.
+Either way the leader is named in mdm.aa_lease (the lock holder overwrites the row), for
+operators to see.
 
 How soon a dead worker's jobs are rescued: a job becomes stale one job lease after its
 claim and its worker's last heartbeat, so within a job lease of the death, and the leader
@@ -73,7 +78,8 @@ class Maintenance:
         self.flow = flow or FlowKeeper(engine)
         self.rollups = tuple(rollups)
         # The connection that holds the leader's lock; None behind a pooler (row lease).
-        self._lock = None if behind_pooler(engine) else HeldConnection(engine)
+        idle = queries.leader_idle_timeout(secs=interval_secs * LEASE_ROUNDS)
+        self._lock = None if behind_pooler(engine) else HeldConnection(engine, (idle,))
         self._locked = False
         self._loop = periodic("maintenance", self.run_once, interval_secs)
 
@@ -93,8 +99,19 @@ class Maintenance:
             async with self.engine.begin() as conn:
                 return await queries.lease_acquire(
                     conn, name=LEASE_NAME, holder=self.holder, ttl_secs=ttl)
+        was_locked = self._locked
         try:
-            async with self._lock.use() as conn:
+            return await self._take_lock(self._lock, ttl)
+        except Exception:
+            if not was_locked:
+                raise
+            # The server closed the lock's connection after a round (or a stop) longer
+            # than the idle timeout, and freed the lock: try for it again, on a new one.
+            return await self._take_lock(self._lock, ttl)
+
+    async def _take_lock(self, lock: HeldConnection, ttl: float) -> bool:
+        try:
+            async with lock.use() as conn:
                 if not self._locked:
                     self._locked = await queries.leader_try_lock(conn, key=LEADER_LOCK_KEY)
                 if self._locked:

@@ -300,6 +300,13 @@ SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at;
 -- transaction pooler, which has no sessions to hold it in.
 SELECT pg_try_advisory_lock(:key);
 
+-- name: leader_idle_timeout
+-- The lock's connection is closed by the server once it has been idle this long: a leader
+-- that stops leading without dying (SIGSTOP, a frozen VM, a blocked event loop) keeps its
+-- connection open, and without this its lock too, and nobody rescues anything until it
+-- comes back. The leader uses the connection every round, so only a missed round lets it go.
+SELECT set_config('idle_session_timeout', CAST(:timeout_ms AS text), false);
+
 -- name: leader_unlock
 -- A leader that stops hands the lock over at once: closing its connection frees the lock
 -- too, but only once the server has seen the connection go.

@@ -179,3 +179,21 @@ async def test_rescue_reads_the_database_clock_not_the_hosts(engine, async_engin
         assert job_row(conn, dead)["state"] == "pending"
         assert conn.execute(text("SELECT count(*) FROM mdm.aa_worker "
                                  "WHERE id = 'host/4/alive'")).scalar_one() == 1
+
+
+async def test_a_hand_written_running_row_without_a_claim_time_is_rescued(engine, async_engine,
+                                                                        tenant):
+    """`UPDATE ... SET status = 'running'` by hand leaves no claim time and maybe no worker:
+    no worker holds the job and no claim takes it, so only the rescuer can bring it back."""
+    with engine.begin() as conn:
+        unclaimed = insert_job(conn, tenant_id=tenant, status="running", attempts=0)
+        last = insert_job(conn, tenant_id=tenant, status="running", attempts=3, max_attempts=3,
+                          claimed_by="host/6/gone")
+    result = await Rescuer(async_engine, lease_secs=LEASE, actor="test").run_once()
+    assert (result.pending, result.dlq) == (1, 1)
+    with engine.connect() as conn:
+        row = job_row(conn, unclaimed)
+        assert row["state"] == "pending" and "lease expired" in row["last_error"]
+        assert [a["action"] for a in audit_rows(conn, unclaimed)] == ["job_rescued"]
+        assert job_row(conn, last)["state"] == "dlq"
+        assert [a["action"] for a in audit_rows(conn, last)] == ["job_dlq"]

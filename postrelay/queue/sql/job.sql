@@ -190,7 +190,8 @@ WITH clock AS MATERIALIZED (
     SELECT j.id
     FROM mdm.aa_job j, clock c
     WHERE j.status = 'running'
-      AND j.claimed_at < c.now - make_interval(secs => :lease_secs)
+      -- No claim time: a row set running by hand, which no worker holds.
+      AND (j.claimed_at < c.now - make_interval(secs => :lease_secs) OR j.claimed_at IS NULL)
       AND NOT EXISTS (
           SELECT 1 FROM mdm.aa_worker w
           WHERE w.id = j.claimed_by
@@ -206,7 +207,8 @@ WITH clock AS MATERIALIZED (
         available_at = (SELECT now FROM clock),
         completed_at = CASE WHEN j.attempts >= j.max_attempts THEN (SELECT now FROM clock) END,
         last_error = 'lease expired: worker ' || coalesce(j.claimed_by, '?')
-                     || ' stopped heartbeating; claimed at ' || j.claimed_at::text
+                     || ' stopped heartbeating; claimed at '
+                     || coalesce(j.claimed_at::text, '?')
     FROM stale
     WHERE j.id = stale.id
     RETURNING j.id, j.tenant_id, j.job_kind, j.status, j.attempts, j.claimed_by, j.claimed_at,

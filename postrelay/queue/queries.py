@@ -241,6 +241,11 @@ async def job_rescue_stale(
     return [(row[0], row[1]) for row in result.fetchall()]
 
 
+async def database_now(conn: AsyncConnection) -> datetime:
+    result = await conn.execute(JOB_SQL["database_now"])
+    return cast(datetime, result.scalar_one())
+
+
 async def job_delete_done_before(conn: AsyncConnection, *, before: datetime, batch: int) -> int:
     result = await conn.execute(JOB_SQL["job_delete_done_before"],
                                 {"before": before, "batch": batch})

@@ -197,3 +197,28 @@ async def test_a_hand_written_running_row_without_a_claim_time_is_rescued(engine
         assert [a["action"] for a in audit_rows(conn, unclaimed)] == ["job_rescued"]
         assert job_row(conn, last)["state"] == "dlq"
         assert [a["action"] for a in audit_rows(conn, last)] == ["job_dlq"]
+
+
+async def test_retention_measures_its_window_on_the_database_clock(engine, async_engine, tenant,
+                                                                   monkeypatch):
+    """completed_at is the database's time: a worker whose host clock runs a month fast
+    must not delete the jobs done yesterday under a 14-day window."""
+    real = clock.datetime
+
+    class MonthFast(real):
+        @classmethod
+        def now(cls, tz=None):
+            return real.now(tz) + timedelta(days=30)
+
+    with engine.begin() as conn:
+        db_now = conn.execute(text("SELECT now()")).scalar_one()
+        yesterday = insert_job(conn, tenant_id=tenant, status="done",
+                               completed_at=db_now - timedelta(days=1))
+        old = insert_job(conn, tenant_id=tenant, status="done",
+                         completed_at=db_now - timedelta(days=15))
+    monkeypatch.setattr(clock, "datetime", MonthFast)
+    now = db_now
+    handler = cleanup_handler(async_engine, default_days=14)
+    await handler(Job(old, tenant, "cleanup_jobs", {}, 100, 1, 3, now, now, now, None))
+    with engine.connect() as conn:
+        assert set(conn.execute(text("SELECT id FROM mdm.aa_job")).scalars()) == {yesterday}

@@ -16,7 +16,6 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from postrelay.core.clock import utcnow
 from postrelay.core.telemetry import event
 from postrelay.queue import queries
 from postrelay.queue.model import Job
@@ -113,7 +112,8 @@ def cleanup_handler(
         if ignored:
             event("postrelay.retention.payload_ignored", logging.WARNING, job_id=str(job.id),
                   fields=ignored, reason="the window comes from the settings")
-        before = utcnow() - timedelta(days=cleaner.default_days)
+        async with engine.connect() as conn:  # rows carry the database's time, not ours
+            before = await queries.database_now(conn) - timedelta(days=cleaner.default_days)
         deleted = await delete_in_batches(engine, cleaner.delete_batch, before)
         event("postrelay.retention.deleted", target=target, deleted=deleted,
               before=before.isoformat())

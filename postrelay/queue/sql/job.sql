@@ -225,6 +225,11 @@ WITH clock AS MATERIALIZED (
 )
 SELECT id, status::text AS status FROM rescued;
 
+-- name: database_now
+-- The database's clock, which completed_at and created_at are written with: retention
+-- windows are measured on it, whatever the clock of the worker's host says.
+SELECT now();
+
 -- name: job_delete_done_before
 -- Retention: one bounded batch of old done jobs. DLQ, failed and pending rows are never
 -- touched. SKIP LOCKED keeps two cleaners from waiting on each other.

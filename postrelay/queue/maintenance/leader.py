@@ -44,6 +44,10 @@ LEASE_NAME = "maintenance"
 LEADER_LOCK_KEY = 0x706F_7374_6D61  # "postma"
 LEASE_ROUNDS = 3  # a row lease outlives this many missed rounds, so leadership does not flap
 ROUNDS_PER_JOB_LEASE = 4
+# The lock's connection outlives a stall of LEASE_ROUNDS rounds, but never less than this:
+# a round itself takes some milliseconds, and a lease of a fraction of a second would make
+# the lock go between every two rounds.
+MIN_LOCK_IDLE_SECS = 1.0
 
 
 class Rollup(Protocol):
@@ -78,7 +82,8 @@ class Maintenance:
         self.flow = flow or FlowKeeper(engine)
         self.rollups = tuple(rollups)
         # The connection that holds the leader's lock; None behind a pooler (row lease).
-        idle = queries.leader_idle_timeout(secs=interval_secs * LEASE_ROUNDS)
+        idle = queries.leader_idle_timeout(
+            secs=max(interval_secs * LEASE_ROUNDS, MIN_LOCK_IDLE_SECS))
         self._lock = None if behind_pooler(engine) else HeldConnection(engine, (idle,))
         self._locked = False
         self._loop = periodic("maintenance", self.run_once, interval_secs)

@@ -5,6 +5,7 @@ and however many leaders run them."""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from datetime import datetime, timedelta
 
@@ -21,6 +22,7 @@ from postrelay.queue.maintenance.rollup import (
     KEEP,
     MARGIN,
     MAX_MINUTES_PER_ROUND,
+    ROLLUP_SQL,
     RollupResult,
 )
 from postrelay.queue.model import Job
@@ -189,6 +191,24 @@ async def test_rounds_again_and_leaders_racing_count_each_minute_once(
     assert tally(engine) == counted
     assert page(engine, None) == expected[None]
 
+
+
+async def test_a_leader_stalled_inside_its_round_does_not_hold_the_next_one_for_good(
+        engine, async_engine: AsyncEngine, tenant):
+    """A leader stopped (SIGSTOP, a frozen VM) between the mark and its commit keeps the
+    mark's lock; the next leader's round, and with it every later rescue, waited behind it
+    until the stalled process came back. The stalled transaction now ends itself."""
+    add_done(engine, tenant, *spread(db_now(engine)))
+    stalled = engine.connect()
+    try:
+        stalled.execute(ROLLUP_SQL["job_done_rollup_mark"], {"now": None, "margin_secs": 15.0})
+        started = time.monotonic()
+        result = await asyncio.wait_for(DoneRollup(async_engine).run_once(), timeout=20)
+        assert result.minutes == MAX_MINUTES_PER_ROUND
+        assert time.monotonic() - started < 15
+    finally:
+        stalled.invalidate()
+        stalled.close()
 
 
 async def test_catch_up_covers_the_last_hour_a_round_at_a_time_and_old_tallies_go(

@@ -342,13 +342,15 @@ WHERE j.id = ANY(CAST(:ids AS uuid[]))
 -- round's cutoff: the start of the hour `margin_secs` ago. A log row's created_at is its
 -- attempt's start and the row commits when the attempt ends, so an hour is tallied only
 -- once it ended more than the margin ago. A second leader racing this one waits here and
--- then reads the mark the first one moved.
+-- then reads the mark the first one moved. A leader stalled inside the round lets the lock
+-- go after 5 s idle, as in job_done_rollup_mark (queue/sql/rollup.sql).
 INSERT INTO mdm.aa_email_hour_rollup (id) VALUES (true)
 ON CONFLICT (id) DO UPDATE SET until = mdm.aa_email_hour_rollup.until
 RETURNING until,
           date_trunc('hour', COALESCE(CAST(:now AS timestamptz), now())
                              - make_interval(secs => CAST(:margin_secs AS float8)),
-                     'UTC') AS cutoff;
+                     'UTC') AS cutoff,
+          set_config('idle_in_transaction_session_timeout', '5s', true) AS stall_limit;
 
 -- name: email_hour_rollup_tally
 -- Tallies the log rows created in [start, end), whole hours, through ix_email_log_status_time

@@ -8,12 +8,16 @@
 -- the round's cutoff: the start of the minute `margin_secs` ago. A minute is tallied only
 -- once it ended more than the margin ago, so a completion whose transaction commits late
 -- (its completed_at is the transaction's start) is still counted. A second leader racing
--- this one waits here and then reads the mark the first one moved.
+-- this one waits here and then reads the mark the first one moved. A leader that stalls
+-- inside the round (SIGSTOP, a frozen VM) would keep the lock, and the next leader's round
+-- would wait behind it for good, its rescues with it: the round's transaction ends itself
+-- once it has been idle for 5 s (its statements follow each other within milliseconds).
 INSERT INTO mdm.aa_job_done_rollup (id) VALUES (true)
 ON CONFLICT (id) DO UPDATE SET until = mdm.aa_job_done_rollup.until
 RETURNING until,
           date_trunc('minute', COALESCE(CAST(:now AS timestamptz), now())
-                               - make_interval(secs => CAST(:margin_secs AS float8))) AS cutoff;
+                               - make_interval(secs => CAST(:margin_secs AS float8))) AS cutoff,
+          set_config('idle_in_transaction_session_timeout', '5s', true) AS stall_limit;
 
 -- name: job_done_rollup_tally
 -- Tallies the done jobs completed in [start, end), whole minutes, through

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
@@ -222,3 +223,26 @@ async def test_retention_measures_its_window_on_the_database_clock(engine, async
     await handler(Job(old, tenant, "cleanup_jobs", {}, 100, 1, 3, now, now, now, None))
     with engine.connect() as conn:
         assert set(conn.execute(text("SELECT id FROM mdm.aa_job")).scalars()) == {yesterday}
+
+
+async def test_a_rescue_stalled_before_its_commit_lets_its_jobs_go(engine, async_engine, tenant):
+    """A leader stopped between its rescue and the commit keeps the rows locked: other
+    rescues skip them and no claim sees them pending. The transaction ends itself."""
+    with engine.begin() as conn:
+        job_id = insert_job(conn, tenant_id=tenant, status="running", attempts=1,
+                            claimed_by="host/7/dead", claimed_at=utcnow() - timedelta(hours=1))
+    stalled = engine.connect()
+    try:
+        stalled.execute(queries.JOB_SQL["job_rescue_stale"],
+                        {"now": None, "lease_secs": LEASE, "limit": 10, "actor": "stalled"})
+        rescuer = Rescuer(async_engine, lease_secs=LEASE, actor="test")
+        assert (await rescuer.run_once()).pending == 0  # locked by the stalled leader
+        await asyncio.sleep(6)
+        assert (await rescuer.run_once()).pending == 1
+    finally:
+        stalled.invalidate()
+        stalled.close()
+    with engine.connect() as conn:
+        assert job_row(conn, job_id)["state"] == "pending"
+        assert [(a["action"], a["actor"]) for a in audit_rows(conn, job_id)] == [
+            ("job_rescued", "test")]

@@ -183,9 +183,12 @@ SELECT set_config('synchronous_commit', 'off', true);
 -- was its last attempt. A live worker keeps beating, so its long jobs stay put.
 -- :now is the database's clock unless a test passes one: claimed_at and heartbeat_at are
 -- written by it, and a leader whose host clock ran ahead by more than the lease would
--- otherwise take the jobs of every live worker (and run them twice).
+-- otherwise take the jobs of every live worker (and run them twice). A leader stalled
+-- before its commit (SIGSTOP, a frozen VM) would keep the rows locked, out of every other
+-- rescue and claim: the transaction ends itself once idle for 5 s.
 WITH clock AS MATERIALIZED (
-    SELECT COALESCE(CAST(:now AS timestamptz), now()) AS now
+    SELECT COALESCE(CAST(:now AS timestamptz), now()) AS now,
+           set_config('idle_in_transaction_session_timeout', '5s', true) AS stall_limit
 ), stale AS (
     SELECT j.id
     FROM mdm.aa_job j, clock c

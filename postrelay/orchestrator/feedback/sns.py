@@ -73,7 +73,7 @@ class SnsVerifier:
                 self._verify_tls = ssl.create_default_context(cafile=str(ca_file))
             except (OSError, ssl.SSLError) as exc:
                 raise ConfigError(f"POSTRELAY_FEEDBACK_SES_CA_FILE: {exc}") from None
-        self._cache: dict[str, rsa.RSAPublicKey] = {}
+        self._cache: dict[str, tuple[rsa.RSAPublicKey, datetime]] = {}
         self._lock = threading.Lock()
 
     def verify(self, message: Mapping[str, Any]) -> None:
@@ -106,56 +106,72 @@ class SnsVerifier:
         from an allowed host."""
         url = field(message, "SubscribeURL", str, "")
         self._allowed(url, "SubscribeURL")
-        try:
-            response = httpx.get(url, timeout=FETCH_TIMEOUT_SECS, verify=self._verify_tls,
-                                 follow_redirects=False)
-            response.raise_for_status()
-        except httpx.HTTPError as exc:
-            raise WebhookUnavailableError(f"confirming the subscription failed: {exc}") \
-                from None
+        self._get(url, "SubscribeURL", "confirming the subscription", read=False)
 
     def _fetched(self, url: str) -> rsa.RSAPublicKey:
         self._allowed(url, "SigningCertURL")
         if not urlsplit(url).path.endswith(".pem"):  # as SNS names its certificates
             raise WebhookAuthError("SigningCertURL is not a .pem certificate's")
         with self._lock:
-            if url in self._cache:
-                return self._cache[url]
+            cached = self._cache.get(url)
+            if cached is not None and datetime.now(UTC) <= cached[1]:
+                return cached[0]
+            # Expired since it was fetched: fetched again, and refused unless SNS serves a
+            # certificate valid now at that URL (a cached one was used for ever).
+            self._cache.pop(url, None)
+        pem = self._get(url, "SigningCertURL", "fetching the signing certificate")
         try:
-            response = httpx.get(url, timeout=FETCH_TIMEOUT_SECS, verify=self._verify_tls,
-                                 follow_redirects=False)
-            response.raise_for_status()
-        except httpx.HTTPError as exc:
-            raise WebhookUnavailableError(f"fetching the signing certificate failed: {exc}") \
-                from None
-        if len(response.content) > MAX_CERT_BYTES:
-            raise WebhookAuthError("the signing certificate is too large")
-        try:
-            key = _public_key(response.content)
+            key, not_after = _public_key(pem)
         except ConfigError as exc:
             raise WebhookAuthError(str(exc)) from None
         with self._lock:
             if len(self._cache) >= CACHE_SIZE:  # SNS rotates certificates rarely
                 self._cache.pop(next(iter(self._cache)))
-            self._cache[url] = key
+            self._cache[url] = (key, not_after)
         return key
 
+    def _get(self, url: str, name: str, doing: str, *, read: bool = True) -> bytes:
+        """The body at `url` (when `read`), at most MAX_CERT_BYTES of it: read as it comes,
+        so that an answer without end is refused rather than held in memory until the
+        connection drops. WebhookUnavailableError when the host cannot answer now."""
+        body = bytearray()
+        try:
+            with httpx.stream("GET", url, timeout=FETCH_TIMEOUT_SECS, verify=self._verify_tls,
+                              follow_redirects=False) as response:
+                response.raise_for_status()
+                for chunk in response.iter_bytes() if read else ():
+                    body += chunk
+                    if len(body) > MAX_CERT_BYTES:
+                        raise WebhookAuthError(f"{name}: the answer is larger than "
+                                               f"{MAX_CERT_BYTES} bytes")
+        except httpx.InvalidURL:  # a URL the client cannot send, from whoever made it
+            raise WebhookAuthError(f"{name} is not a URL that can be fetched") from None
+        except httpx.HTTPError as exc:
+            raise WebhookUnavailableError(f"{doing} failed: {exc}") from None
+        return bytes(body)
+
     def _allowed(self, url: str, name: str) -> None:
-        parts = urlsplit(url)
-        if parts.scheme != "https" or not self._hosts.fullmatch(parts.hostname or "") \
-                or parts.username or parts.password:
-            raise WebhookAuthError(f"{name} is not an https URL on an allowed host "
+        refused = WebhookAuthError(f"{name} is not an https URL on an allowed host "
                                    "(POSTRELAY_FEEDBACK_SES_CERT_HOSTS)")
+        try:
+            parts = urlsplit(url)
+            port = parts.port  # ValueError when out of range or not a number
+        except ValueError:  # `https://[abc/`: no URL at all, from whoever sent it
+            raise refused from None
+        if parts.scheme != "https" or not self._hosts.fullmatch(parts.hostname or "") \
+                or parts.username or parts.password or port == 0:
+            raise refused
 
 
 def _pinned(path: Path) -> rsa.RSAPublicKey:
     try:
-        return _public_key(path.read_bytes())
+        return _public_key(path.read_bytes())[0]
     except (OSError, ConfigError) as exc:
         raise ConfigError(f"POSTRELAY_FEEDBACK_SES_CERT_FILE: {exc}") from None
 
 
-def _public_key(pem: bytes) -> rsa.RSAPublicKey:
+def _public_key(pem: bytes) -> tuple[rsa.RSAPublicKey, datetime]:
+    """The certificate's RSA key, and the time it is valid until."""
     try:
         cert = x509.load_pem_x509_certificate(pem)
     except ValueError as exc:
@@ -167,4 +183,4 @@ def _public_key(pem: bytes) -> rsa.RSAPublicKey:
     key = cert.public_key()
     if not isinstance(key, rsa.RSAPublicKey):
         raise ConfigError("the SNS signing certificate's key is not RSA")
-    return key
+    return key, cert.not_valid_after_utc

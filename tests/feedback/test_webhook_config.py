@@ -50,6 +50,9 @@ def test_the_settings_that_turn_each_on():
     ({"feedback_sendgrid_public_key": base64.b64encode(b"\x30\x03junk").decode()},
      "SENDGRID_PUBLIC_KEY"),
     ({"feedback_ses_topic_arns": TOPIC, "feedback_ses_cert_hosts": "sns(["}, "CERT_HOSTS"),
+    # Set but empty: no host allowed, every message refused once the API ran.
+    ({"feedback_ses_topic_arns": TOPIC, "feedback_ses_cert_hosts": ""}, "CERT_HOSTS: empty"),
+    ({"feedback_ses_topic_arns": TOPIC, "feedback_ses_cert_hosts": " "}, "CERT_HOSTS: empty"),
     ({"feedback_ses_topic_arns": TOPIC, "feedback_ses_cert_file": "/nonexistent.pem"},
      "CERT_FILE"),
     ({"feedback_ses_topic_arns": TOPIC, "feedback_ses_ca_file": "/nonexistent.pem"},

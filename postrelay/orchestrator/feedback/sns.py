@@ -60,6 +60,11 @@ class SnsVerifier:
                  pinned_cert: Path | None = None, ca_file: Path | None = None) -> None:
         if not topics:
             raise ConfigError("POSTRELAY_FEEDBACK_SES_TOPIC_ARNS: at least one topic ARN")
+        if not host_pattern.strip():
+            # Set but empty (`VAR=` in a compose file): it allowed no host, and every
+            # message was refused once running, the subscription handshake with them.
+            raise ConfigError("POSTRELAY_FEEDBACK_SES_CERT_HOSTS: empty, so no host would "
+                              "be allowed; unset it for SNS's own hosts")
         try:
             self._hosts = re.compile(host_pattern, re.IGNORECASE)
         except re.error as exc:

@@ -174,14 +174,21 @@ def _lifted(tenant: str | None, address: str | None, limit: int, as_json: bool) 
 def emails_unsuppress(
     address: str = typer.Argument(..., help="The address to send to again."),
     tenant: str = typer.Option(..., "--tenant", help="The tenant id."),
-    category: str = typer.Option("", "--category", help="Lift the address's unsubscribe "
-                                 "from this category instead (it subscribed again)."),
+    category: str | None = typer.Option(None, "--category", help="Lift the address's "
+                                        "unsubscribe from this category instead (it "
+                                        "subscribed again)."),
 ) -> None:
     """Lift a suppression: the address gets this tenant's mail again.
 
     Without --category, what stops all of its mail (a bounce, a complaint) is lifted;
     its unsubscribes from single categories stay until named."""
     with transaction() as conn:
+        if category is not None and not category.strip():
+            # `--category "$C"` with C unset lifted the bounce or complaint that stops all
+            # of the address's mail, where one category's unsubscribe was meant.
+            raise ValidationError("category", "must name a category, not be empty (leave "
+                                              "--category out to lift what stops all mail)")
+        category = category or ""
         others = suppression_remove(conn, address, tenant_id=tenant, actor=actor(),
                                     category=category)
     what = f"{category.strip()} mail" if category.strip() else "mail"

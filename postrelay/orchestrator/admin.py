@@ -113,6 +113,9 @@ def suppression_remove(conn: Connection, address: str, *, tenant_id: UUID | str,
     wanted = address_filter("address", address)
     if not wanted:
         raise ValidationError("address", "name the address whose suppression to lift")
+    if category and not category.strip():  # blank is no category: '' would lift them all
+        raise ValidationError("category", "must name a category, or be '' for what stops "
+                                          "all mail")
     category = checked_text(category.strip(), "category")
     checked_text(actor, "actor")
     lifted, others = feedback_queries.email_suppression_lift(

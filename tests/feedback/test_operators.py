@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 from sqlalchemy import text
 
 from postrelay.orchestrator.feedback import Feedback, record_feedback
@@ -158,6 +159,32 @@ def test_an_empty_tenant_or_since_is_refused_not_taken_for_no_filter(engine, ten
         shown = subprocess.run([POSTRELAY, "feedback", "list", option, ""], env=worker_env,
                                capture_output=True, text=True, timeout=60)
         assert (shown.returncode, shown.stdout, shown.stderr) == (1, "", message + "\n")
+
+
+def test_an_empty_category_lifts_nothing_rather_than_every_suppression(engine, tenant, look,
+                                                                       worker_env):
+    """`unsuppress --category "$C"` with C unset lifted the complaint that stops all of the
+    address's mail, where one category's unsubscribe was meant: mail to a complainer."""
+    from postrelay.core.errors import ValidationError
+    from postrelay.orchestrator import suppression_remove
+
+    with engine.begin() as conn:
+        record_feedback(conn, Feedback(kind="complaint", source="postmark", recipient=ANN,
+                                       tenant_id=tenant, vouched=True, source_event_id="c-1"))
+        record_feedback(conn, Feedback(kind="unsubscribe", source="one-click", recipient=ANN,
+                                       tenant_id=tenant, category="news", vouched=True,
+                                       source_event_id="u-1"))
+    before = set(look.suppressed(tenant))
+    for category in ("", " "):
+        done = subprocess.run([POSTRELAY, "emails", "unsuppress", ANN, "--tenant", str(tenant),
+                               "--category", category], env=worker_env, capture_output=True,
+                              text=True, timeout=60)
+        assert (done.returncode, done.stdout) == (1, ""), done.stderr
+        assert done.stderr.startswith("error: category: must name a category")
+    with engine.begin() as conn, pytest.raises(ValidationError, match="category"):
+        suppression_remove(conn, ANN, tenant_id=tenant, actor="app", category="  ")
+    assert set(look.suppressed(tenant)) == before == {(ANN, ""), (ANN, "news")}
+    assert look.rows("SELECT * FROM mdm.aa_email_suppression_audit") == []
 
 
 def test_rates_per_tenant_over_24_hours_and_7_days(engine, tenant, other_tenant, look):

@@ -38,6 +38,8 @@ def test_the_settings_that_turn_each_on():
                feedback_postmark_password="a-long-webhook-password",
                feedback_sendgrid_public_key=der)
     assert on.sns is not None and on.sns.topics == {TOPIC}
+    china, fifo = "arn:aws-cn:sns:cn-north-1:123456789012:f", f"{TOPIC}.fifo"
+    assert hooks(feedback_ses_topic_arns=f"{china},{fifo}").sns.topics == {china, fifo}
     assert on.postmark is not None and on.sendgrid is not None
     assert hooks(feedback_sendgrid_public_key=pem).sendgrid is not None
 
@@ -49,6 +51,10 @@ def test_the_settings_that_turn_each_on():
     ({"feedback_sendgrid_public_key": "not a key"}, "SENDGRID_PUBLIC_KEY"),
     ({"feedback_sendgrid_public_key": base64.b64encode(b"\x30\x03junk").decode()},
      "SENDGRID_PUBLIC_KEY"),
+    # The topic's name, or its URL, where its ARN belongs: no message would ever match.
+    ({"feedback_ses_topic_arns": "ses-feedback"}, "TOPIC_ARNS: 'ses-feedback' is not"),
+    ({"feedback_ses_topic_arns": f"{TOPIC}, https://sns.us-west-2.amazonaws.com/x"},
+     "TOPIC_ARNS: 'https://"),
     ({"feedback_ses_topic_arns": TOPIC, "feedback_ses_cert_hosts": "sns(["}, "CERT_HOSTS"),
     # Set but empty: no host allowed, every message refused once the API ran.
     ({"feedback_ses_topic_arns": TOPIC, "feedback_ses_cert_hosts": ""}, "CERT_HOSTS: empty"),

@@ -50,6 +50,8 @@ SIGNED = {
                                 "TopicArn", "Type"),
 }
 HASHES = {"1": hashes.SHA1, "2": hashes.SHA256}
+# A topic's ARN as SNS writes it in TopicArn: `arn:<partition>:sns:<region>:<account>:<name>`.
+TOPIC_ARN = re.compile(r"arn:[a-z-]+:sns:[a-z0-9-]+:\d+:[\w.-]+")
 CACHE_SIZE = 32
 FETCH_TIMEOUT_SECS = 10.0
 MAX_CERT_BYTES = 64 * 1024
@@ -60,6 +62,12 @@ class SnsVerifier:
                  pinned_cert: Path | None = None, ca_file: Path | None = None) -> None:
         if not topics:
             raise ConfigError("POSTRELAY_FEEDBACK_SES_TOPIC_ARNS: at least one topic ARN")
+        for topic in sorted(topics):
+            if not TOPIC_ARN.fullmatch(topic):
+                # The topic's name alone (`ses-feedback`) matched no TopicArn: every
+                # message and the subscription handshake were refused once running.
+                raise ConfigError(f"POSTRELAY_FEEDBACK_SES_TOPIC_ARNS: {topic!r} is not a "
+                                  "topic ARN (arn:aws:sns:<region>:<account>:<name>)")
         if not host_pattern.strip():
             # Set but empty (`VAR=` in a compose file): it allowed no host, and every
             # message was refused once running, the subscription handshake with them.

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 from uuid import UUID
 
@@ -185,7 +186,13 @@ class _Row:
             detail["tenant_gone"] = str(tenant_id)
             if match is not None:
                 detail["claimed_log_id"] = str(match["id"])
-            return cls(feedback, None, recipient, None, False, False, detail)
+            row = cls(feedback, None, recipient, None, False, False, detail)
+            if feedback.vouched:
+                # Each click on a signed link has an id of its own, and no suppression can
+                # stand for a deleted tenant to leave the next one out: every click was a
+                # row. Named by the link alone, the first is kept and the rest are it.
+                row.dedupe_key = replace(feedback, source_event_id="tenant-gone").dedupe_key()
+            return row
         # A report names a message postrelay sent to this recipient, or an unsubscribe
         # token postrelay signed names the recipient: only then may it suppress. Anything
         # else may be forged, and is recorded for an operator without effect on the address.

@@ -31,6 +31,7 @@ from postrelay.core.limits import (
     MAX_PAYLOAD_BYTES_ENV,
     NUL_RULE,
     SURROGATE_RULE,
+    depth_rule,
     storable,
 )
 
@@ -54,8 +55,6 @@ _GOOD_ESCAPES = re.compile(r"\\\\|\\ud[89ab][0-9a-f]{2}\\ud[c-f][0-9a-f]{2}")
 # A string, or a run of anything that is neither a bracket nor a quote.
 _NOT_BRACKETS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[^\[\]{}"]+')
 _SQUARE = str.maketrans("{}", "[]")
-# A text this short cannot nest deeper than the limit: each level takes two characters.
-_SHALLOW_CHARS = 2 * MAX_DEPTH + 1
 
 
 def encode(value: Any) -> str:
@@ -105,15 +104,16 @@ def _int_or_decimal(digits: str) -> int | Decimal:
         else Decimal(digits)
 
 
-def encode_document(value: Any, field: str, max_bytes: int) -> str:
+def encode_document(value: Any, field: str, max_bytes: int,
+                    max_depth: int = MAX_DEPTH) -> str:
     """`value` as compact JSON for a jsonb column, or ValidationError naming `field` (and
     the path inside it) and the rule: JSON-serialisable, finite numbers, no NUL, no unpaired
-    surrogate, at most `MAX_DEPTH` levels, at most `max_bytes` bytes
+    surrogate, at most `max_depth` levels, at most `max_bytes` bytes
     (PayloadTooLargeError)."""
     try:
         text = _ENCODER.encode(value)
     except RecursionError:  # hundreds of levels: the encoder's own recursion gave out
-        raise ValidationError(field, DEPTH_RULE) from None
+        raise ValidationError(field, depth_rule(max_depth)) from None
     except (TypeError, ValueError) as exc:
         raise ValidationError(field, f"must be JSON-serialisable: {exc}") from None
     if len(text) > max_bytes:  # ASCII only: characters are bytes
@@ -123,9 +123,10 @@ def encode_document(value: Any, field: str, max_bytes: int) -> str:
     if rule := _bad_escape(text):
         path = _find_string(value, lambda s: _bad_escape(_ENCODER.encode(s)) is not None)
         raise ValidationError(field + (path or ""), rule)
-    if (len(text) > _SHALLOW_CHARS and text.count("[") + text.count("{") > MAX_DEPTH
-            and _deeper_than(text, MAX_DEPTH)):
-        raise ValidationError(field, DEPTH_RULE)
+    # A text of at most 2 * max_depth + 1 characters cannot nest deeper: a level takes two.
+    if (len(text) > 2 * max_depth + 1 and text.count("[") + text.count("{") > max_depth
+            and _deeper_than(text, max_depth)):
+        raise ValidationError(field, depth_rule(max_depth))
     return text
 
 

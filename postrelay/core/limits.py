@@ -11,6 +11,10 @@ transaction stays usable (a value the server refuses aborts the whole transactio
   postrelay sends it: compact, with every non-ASCII character as a `\\uXXXX` escape. The
   default is 256 KiB; `POSTRELAY_MAX_PAYLOAD_BYTES` changes it.
 - A document nests at most `MAX_DEPTH` levels of objects and arrays.
+- A job the outbox relay makes from an event may be larger by `ROUTE_ROOM_BYTES` and deeper
+  by `ROUTE_ROOM_DEPTH`: its route wraps the event's payload (an `email_send` job carries it
+  as its `context`, beside the addresses), and an event that passed the limit when emitted
+  must not then fail every routing attempt, and die with its webhooks, for the wrapper.
 - Keys that PostgreSQL indexes (idempotency keys, aggregate types and ids) are short enough
   for a btree entry (at most 2,704 bytes) even when every character takes 4 bytes in UTF-8.
 """
@@ -31,12 +35,21 @@ MAX_MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
 # Far deeper than any real payload, far below the interpreter's recursion limit (the JSON
 # encoder and decoder recurse once per level).
 MAX_DEPTH = 64
+# The wrapper a route may put around an event's payload (see above); as the HTTP API's body
+# is allowed 64 KiB around the payload it carries.
+ROUTE_ROOM_BYTES = 64 * 1024
+ROUTE_ROOM_DEPTH = 4
 MAX_KEY_CHARS = 512  # idempotency keys: 512 x 4 bytes fits the unique index
 MAX_NAME_CHARS = 255  # event types, aggregate types and ids
 
 NUL_RULE = "must not contain the NUL character (U+0000): PostgreSQL cannot store it"
 SURROGATE_RULE = "must not contain an unpaired surrogate (U+D800-U+DFFF): it has no UTF-8 form"
 DEPTH_RULE = f"must not nest objects and arrays more than {MAX_DEPTH} levels deep"
+
+
+def depth_rule(max_depth: int) -> str:
+    return DEPTH_RULE if max_depth == MAX_DEPTH else \
+        f"must not nest objects and arrays more than {max_depth} levels deep"
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")  # a NUL or a surrogate
 
 

@@ -19,7 +19,7 @@ from uuid import UUID
 from postrelay.core import jsontext
 from postrelay.core.clock import utcnow
 from postrelay.core.errors import ValidationError
-from postrelay.core.limits import MAX_KEY_CHARS, checked_text, max_payload_bytes
+from postrelay.core.limits import MAX_DEPTH, MAX_KEY_CHARS, checked_text, max_payload_bytes
 from postrelay.core.settings import environment_settings
 
 SMALLINT_MIN, SMALLINT_MAX = -32768, 32767
@@ -87,13 +87,15 @@ def validated_job(
     *,
     index: int | None = None,
     max_bytes: int | None = None,
+    max_depth: int = MAX_DEPTH,
     relay_key: bool = False,
 ) -> ValidatedJob:
     """One job's fields checked and in the form the inserts take (the payload as JSON
     text); a broken rule raises ValidationError naming the field (`jobs[i].field` with
     `index`). Everything PostgreSQL would refuse is refused here (core/limits.py), so a
     ValidationError leaves the caller's transaction usable. `max_bytes`: the payload size
-    limit, read from POSTRELAY_MAX_PAYLOAD_BYTES when None. `relay_key`: the key is the
+    limit, read from POSTRELAY_MAX_PAYLOAD_BYTES when None; `max_depth` its nesting limit.
+    `relay_key`: the key is the
     outbox relay's own, which alone may start with `outbox:`."""
 
     def field_name(name: str) -> str:
@@ -110,7 +112,8 @@ def validated_job(
         )
     try:
         payload_json = jsontext.encode_document(
-            payload, "payload", max_payload_bytes() if max_bytes is None else max_bytes)
+            payload, "payload", max_payload_bytes() if max_bytes is None else max_bytes,
+            max_depth)
     except ValidationError as exc:  # named here, not up front: the f-string costs per job
         raise type(exc)(field_name(exc.field), exc.rule) from None
     if tenant_id is None:

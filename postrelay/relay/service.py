@@ -29,7 +29,13 @@ from postrelay.core import jsontext
 from postrelay.core.dbcall import driver_fetch, psycopg_beneath
 from postrelay.core.errors import ValidationError
 from postrelay.core.ids import new_uuids
-from postrelay.core.limits import max_payload_bytes, storable
+from postrelay.core.limits import (
+    MAX_DEPTH,
+    ROUTE_ROOM_BYTES,
+    ROUTE_ROOM_DEPTH,
+    max_payload_bytes,
+    storable,
+)
 from postrelay.core.listener import Listener
 from postrelay.core.service import ErrorBackoff, ServiceLoop, until_woken
 from postrelay.core.telemetry import event as log_event
@@ -208,8 +214,10 @@ class Relay:
                     job = validated_job(
                         request.kind, request.payload, event.tenant_id, request.priority,
                         request.delay, None, request.max_attempts,
-                        f"{RELAY_KEY_PREFIX}{event.id}:{name}", max_bytes=max_bytes,
-                        relay_key=True)
+                        f"{RELAY_KEY_PREFIX}{event.id}:{name}",
+                        # Room for the route's wrapper around a payload at the limit.
+                        max_bytes=max_bytes + ROUTE_ROOM_BYTES,
+                        max_depth=MAX_DEPTH + ROUTE_ROOM_DEPTH, relay_key=True)
                 except ValidationError as exc:
                     raise ValidationError(
                         exc.field, f"{exc.rule} (route {name!r} asked for an invalid job)"

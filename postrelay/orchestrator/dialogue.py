@@ -81,6 +81,9 @@ class Dialogue(asyncio.Protocol):
         self._replies: deque[SMTPResponse] = deque()
         self._owed: deque[bytes] = deque()  # the commands not yet answered, in order
         self._in_data = False  # a 354 was read and the message not sent
+        # The message went (after DATA's 354, or as a BDAT chunk) and its final reply is
+        # not read yet: lost now, the server may have taken it.
+        self.message_pending = False
         self._lost: Exception | None = None
         self._waiter: asyncio.Future[None] | None = None
 
@@ -121,6 +124,7 @@ class Dialogue(asyncio.Protocol):
         self._send(message_data(message))
         self._in_data = False
         self._owed.append(b".")
+        self.message_pending = True
 
     def write_chunked(self, *commands: bytes, message: bytes) -> None:
         """Send `commands` and then the whole message as one `BDAT <size> LAST` chunk
@@ -130,6 +134,7 @@ class Dialogue(asyncio.Protocol):
                    + b"BDAT %d LAST\r\n" % len(data) + data)
         self._owed.extend(commands)
         self._owed.append(b"BDAT")
+        self.message_pending = True
 
     async def read(self) -> SMTPResponse:
         """The reply to the oldest command that owes one; raises aiosmtplib's
@@ -141,6 +146,8 @@ class Dialogue(asyncio.Protocol):
         response = self._replies.popleft()
         command = self._owed.popleft()
         self._in_data = command == b"DATA" and response.code == 354
+        if command in (b".", b"BDAT"):
+            self.message_pending = False
         return response
 
     async def reset(self) -> bool:

@@ -16,7 +16,9 @@ One attempt, in order:
    in the message's) are left out; when none is left, nothing is sent.
 4. Hand the message to the SMTP pool. A 421/454 throttles the email_send kind for every
    worker (queue/throttles.py) before the job is retried as any transient failure is.
-   Stopped meanwhile (a timeout, a cancel, a shutdown), the attempt is logged `unknown`.
+   Stopped meanwhile (a timeout, a cancel, a shutdown), or left without the server's answer
+   once the message went (the connection dropped, the reply timed out), the attempt is
+   logged `unknown`, and the next one follows the template's policy.
 5. Record the outcome with `record_with_outcome`: it commits in the same transaction as
    the job's next state, so the log and the job never disagree.
 """
@@ -52,6 +54,7 @@ from postrelay.orchestrator.message import (
     message_id_for,
 )
 from postrelay.orchestrator.replies import (
+    SmtpAnswerLost,
     SmtpAuthFailed,
     SmtpError,
     SmtpPaused,
@@ -265,6 +268,12 @@ class EmailSender:
                        error="stopped while handing the message to the SMTP server (a "
                              "timeout, a cancel or a shutdown): whether it was accepted "
                              "is not known")
+            raise
+        except SmtpAnswerLost as exc:
+            # The message went and the reply did not come back: as unknown as a stop is,
+            # so a template that holds on an unknown outcome is not sent twice by a retry.
+            results.update(refusals(exc.refused))
+            log.record("unknown", recipient_results=results, error=str(exc))
             raise
         except SmtpError as exc:
             results.update(refusals(exc.refused))

@@ -1,6 +1,6 @@
 """What an SMTP server said, and the errors the pool raises: `Reply` (code, enhanced status
 code, text), the queue id of a 250 reply, `Delivery`, and `SmtpError` with its leaves —
-`SmtpTransient` (retry later), `SmtpPermanent` (dead-letter), `SmtpThrottled`,
+`SmtpTransient` (retry later), `SmtpAnswerLost`, `SmtpPermanent` (dead-letter), `SmtpThrottled`,
 `SmtpAuthFailed` and `SmtpPaused`. `classify` maps an aiosmtplib error at a stage to one."""
 
 from __future__ import annotations
@@ -176,6 +176,12 @@ class SmtpError(PostrelayError):
 
 class SmtpTransient(SmtpError):
     """4xx, connection lost, timeout, TLS or connection trouble: retry later."""
+
+
+class SmtpAnswerLost(SmtpTransient):
+    """The message went to the server (after DATA's 354, or as a BDAT chunk) and no answer
+    came back (the connection dropped, the reply timed out or could not be read): the
+    server may have accepted it. The attempt's outcome is unknown."""
 
 
 class SmtpPermanent(SmtpError):

@@ -11,7 +11,8 @@ DATA in one write when the server offers PIPELINING, and the message in that wri
 one BDAT chunk, when it offers CHUNKING as well (Postfix since 3.4, Exchange, Gmail).
 
 Failures are `SmtpError`s that say where they happened (`stage`) and what the server replied:
-`SmtpTransient` (retry later), `SmtpPermanent` (dead-letter). After a 421/454 the pool waits
+`SmtpTransient` (retry later), `SmtpPermanent` (dead-letter); `SmtpAnswerLost` when the
+message went and no answer came back (it may have been accepted). After a 421/454 the pool waits
 before its next send; after an authentication failure it refuses to send for a while.
 """
 
@@ -37,6 +38,7 @@ from postrelay.orchestrator.dialogue import Dialogue, envelope_address
 from postrelay.orchestrator.replies import (
     Delivery,
     Reply,
+    SmtpAnswerLost,
     SmtpAuthFailed,
     SmtpError,
     SmtpPaused,
@@ -163,10 +165,16 @@ class SmtpPool:
                                             reused=reused)
             keep = True
             return delivery
-        except SmtpError:
+        except SmtpError as exc:
+            # Lost or timed out once the message had gone: the server may have taken it.
+            lost = dialogue.message_pending and exc.reply is None
             # The server replied, so the dialogue can be brought back in step and reused;
             # reset says when it cannot (lost, timed out, or mid-DATA).
             keep = dialogue.is_connected and await dialogue.reset()
+            if lost:
+                raise SmtpAnswerLost(
+                    f"{exc}, after the message was handed over: whether the server accepted "
+                    "it is not known", stage=exc.stage, refused=exc.refused) from exc
             raise
         finally:
             # Also reached on cancellation (keep is False): a half-done dialogue is discarded.

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from postrelay.orchestrator import SmtpConfig, SmtpPool
-from postrelay.orchestrator.transport import SmtpPermanent, SmtpTransient
+from postrelay.orchestrator.transport import SmtpAnswerLost, SmtpPermanent, SmtpTransient
 from tests.orchestrator.smtp_helpers import SENDER
 
 ANN = "ann@acme.example"
@@ -185,5 +185,6 @@ async def test_a_chunk_lost_without_a_reply_is_not_sent_again_on_a_fresh_connect
         await pool.close()
 
     assert caught.value.stage == "mail" and caught.value.reply is None
+    assert isinstance(caught.value, SmtpAnswerLost)  # the chunk went: it may be taken
     assert [rcpts for rcpts, _ in server.messages] == [[ANN], [BOB]]
     assert server.connections == 1

@@ -17,6 +17,7 @@ from postrelay.core.errors import PostrelayError
 from postrelay.orchestrator.dialogue import PLAIN_ADDRESS
 from postrelay.orchestrator.transport import (
     Reply,
+    SmtpAnswerLost,
     SmtpAuthFailed,
     SmtpConfig,
     SmtpPaused,
@@ -218,7 +219,7 @@ async def test_connection_lost_after_data_is_transient_and_not_retried(make_sink
     sink = make_sink({"crash@*": drop_after_data()})
     pool = make_pool(sink)
 
-    with pytest.raises(SmtpTransient) as caught:
+    with pytest.raises(SmtpAnswerLost) as caught:  # an SmtpTransient: the job retries
         await pool.send(SENDER, ["crash@acme.example"], message())
 
     assert caught.value.stage == "data" and caught.value.reply is None
@@ -237,6 +238,7 @@ async def test_slow_reply_beyond_timeout_is_transient(make_sink, make_pool):
         await pool.send(SENDER, ["slow@acme.example"], message())
 
     assert caught.value.stage == "rcpt" and caught.value.reply is None
+    assert not isinstance(caught.value, SmtpAnswerLost)  # the message had not gone
     assert "timed out" in str(caught.value)
     await pool.send(SENDER, [ANN], message())
     assert pool.connections_opened == 2

@@ -9,7 +9,7 @@ from sqlalchemy import text
 
 from postrelay.orchestrator.attempts import attempt_log_id
 from postrelay.queue.maintenance.rescuer import Rescuer
-from postrelay.testing import slow
+from postrelay.testing import drop_after_data, slow
 from tests.orchestrator.conftest import eventually
 
 
@@ -98,3 +98,28 @@ async def test_an_outcome_lost_with_the_server_is_unknown_when_the_worker_hands_
     rows = rig.log(job_id)
     assert [r["status"] for r in rows] == ["unknown", "sent"]
     assert rows[0]["id"] == attempt_log_id(job_id, claimed_at)
+
+
+async def test_a_connection_dropped_after_the_message_went_holds_a_held_template(
+        rig, tenant, sink):
+    """The server kept the message and hung up before answering: the answer is lost, not
+    refused. Logged `deferred`, the retry sent a second invoice although the template
+    holds on an unknown outcome; logged `unknown`, the retry holds it for an operator."""
+    from postrelay.queue.admin import dlq_retry
+
+    sink.handler.rules = [("billing@example.com", drop_after_data())]
+    job_id = rig.enqueue(tenant, to=["billing@example.com"], template="invoice")
+    await rig.start()
+    await rig.settle(job_id)
+    assert rig.job(job_id)["status"] == "dlq"
+    assert "held for an operator" in rig.job(job_id)["last_error"]
+    [row] = rig.log(job_id)
+    assert row["status"] == "unknown" and "not known" in row["error"]
+    assert sink.handler.count_for("billing@example.com") == 1
+
+    sink.handler.rules = []
+    with rig.engine.begin() as conn:
+        dlq_retry(conn, job_id, actor="operator")
+    await rig.settle(job_id)
+    assert rig.job(job_id)["status"] == "done"
+    assert [r["status"] for r in rig.log(job_id)] == ["unknown", "sent"]

@@ -28,6 +28,7 @@ from email.utils import format_datetime, formataddr
 from typing import Any
 
 from postrelay.core.errors import ValidationError
+from postrelay.core.limits import SURROGATE_RULE
 from postrelay.orchestrator.addresses import check_header_value
 from postrelay.orchestrator.templates import Rendered
 
@@ -341,7 +342,14 @@ def _text_part(body: str, subtype: str) -> Message:
     part["MIME-Version"] = "1.0"
     part["Content-Type"] = f'text/{subtype}; charset="utf-8"'
     part["Content-Transfer-Encoding"] = "quoted-printable"
-    part.set_payload(UTF8.body_encode(body))
+    try:
+        encoded = UTF8.body_encode(body)
+    except UnicodeEncodeError:
+        # A lone surrogate (a Jinja escape such as "\udc80" renders one): bad input, named,
+        # not an error the worker would take for a passing one and retry until dead.
+        raise ValidationError("text" if subtype == "plain" else subtype,
+                              SURROGATE_RULE) from None
+    part.set_payload(encoded)
     return part
 
 

@@ -359,3 +359,25 @@ async def test_an_unfoldable_header_fails_the_job_as_bad_input_never_as_a_bounce
     assert row["smtp_code"] is None and row["recipient_results"] is None
     assert rig.suppressed(tenant) == {}
     assert sink.handler.received == [] and sink.connections == 0
+
+
+async def test_a_body_a_template_renders_with_a_lone_surrogate_fails_once_with_a_log_row(
+        rig, tenant, sink):
+    """A Jinja escape (`"\\udc80"`) renders a character UTF-8 has no form for: encoding the
+    body raised UnicodeEncodeError, which the worker took for a passing failure, retried
+    until dead with no log row. It is bad input, named, like a subject's."""
+    from tests.orchestrator.conftest import write_template
+
+    write_template(rig.templates, "lone_text", "Hi", 'a {{ "\\udc80" }} b\n')
+    write_template(rig.templates, "lone_html", "Hi", "fine\n", '<p>{{ "\\ud800" }}</p>')
+    text_job = rig.enqueue(tenant, template="lone_text")
+    html_job = rig.enqueue(tenant, template="lone_html")
+    await rig.start()
+    await rig.settle(text_job, html_job)
+    for job_id, field in ((text_job, "text"), (html_job, "html")):
+        job = rig.job(job_id)
+        assert job["status"] == "dlq" and job["attempts"] == 1
+        [row] = rig.log(job_id)
+        assert row["status"] == "failed" and row["error"].startswith(f"{field}: ")
+        assert "surrogate" in row["error"]
+    assert sink.handler.received == []

@@ -44,7 +44,12 @@ from postrelay.orchestrator.attempts import SENT, SendCheck
 from postrelay.orchestrator.claimed import ClaimedJobs, Ready
 from postrelay.orchestrator.feedback.unsubscribe import UnsubscribeLinks
 from postrelay.orchestrator.feedback.verp import ReturnPath
-from postrelay.orchestrator.job import EMAIL_KIND, EmailJob, check_bulk_recipients
+from postrelay.orchestrator.job import (
+    EMAIL_KIND,
+    EmailJob,
+    check_bulk_recipients,
+    check_routed,
+)
 from postrelay.orchestrator.logrow import LogRow, refusals, suppress_refused
 from postrelay.orchestrator.message import (
     build_message,
@@ -137,6 +142,7 @@ class EmailSender:
         """What a run needs of the job alone, strictly (raises ValidationError): its payload,
         addresses and Message-ID, and the envelope recipients, lower-cased."""
         spec = EmailJob.from_payload(job.payload)
+        check_routed(job.payload)
         sender, to, cc, bcc, reply_to = self._addresses(spec)
         message_id = self._message_id(job, sender)  # a bad Message-ID domain: refused
         parsed = _Parsed(spec, sender, to, cc, bcc, reply_to, message_id)

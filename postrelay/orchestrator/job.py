@@ -98,6 +98,26 @@ class EmailJob:
         )
 
 
+UNROUTABLE = "unroutable"  # the payload key of a message its route could not address
+
+
+def unroutable_payload(message: EmailJob, exc: ValidationError) -> dict[str, Any]:
+    """The payload of a message whose route found no usable recipients in its event (a
+    missing path, nothing, a value of the wrong type): `check_routed` fails its job with
+    the reason, in the email log."""
+    return message.to_payload() | {UNROUTABLE: {"field": exc.field, "rule": exc.rule}}
+
+
+def check_routed(payload: Mapping[str, Any]) -> None:
+    """Raise the ValidationError the route met, for a message it could not address."""
+    unroutable = payload.get(UNROUTABLE)
+    if unroutable is None:
+        return
+    if not isinstance(unroutable, Mapping):
+        raise ValidationError(UNROUTABLE, "the route could not address this message")
+    raise ValidationError(str(unroutable.get("field", "to")), str(unroutable.get("rule", "")))
+
+
 def _event_id(value: object) -> UUID | None:
     """The event a message was made from. Not a UUID, it raised ValueError (or
     AttributeError), which the worker took for a passing failure: the job was retried

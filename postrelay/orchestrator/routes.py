@@ -15,6 +15,11 @@ into the payload, a literal address (anything with an `@`), or a function of the
 The template's context is the event's payload, plus `event` (its id, type, aggregate and
 time) unless the payload has a key of that name.
 
+An event whose payload gives a route no usable recipients (the path is missing, it holds
+nothing, or not an address or a list of them) still gets that route's job, under the key
+`unroutable`: it fails at once with the reason in the email log, and the event's other
+routes and webhooks go on. A replay of the event after the route is fixed sends the mail.
+
 `unsubscribe=True` marks the route's mail bulk, as `unsubscribe = true` in a template's
 template.toml does: each message carries List-Unsubscribe and List-Unsubscribe-Post (RFC
 8058) with a signed token for its recipient and category (the route's `category`, else the
@@ -32,7 +37,14 @@ from uuid import UUID
 
 from postrelay.core.errors import ValidationError
 from postrelay.orchestrator.addresses import parse_address
-from postrelay.orchestrator.job import EMAIL_KIND, EmailJob, check_category, check_unsubscribe
+from postrelay.orchestrator.job import (
+    EMAIL_KIND,
+    UNROUTABLE,
+    EmailJob,
+    check_category,
+    check_unsubscribe,
+    unroutable_payload,
+)
 from postrelay.relay import Event, JobRequest, Route, RouteRegistry, default_routes
 
 Recipients = str | Sequence[str] | Callable[[Event], str | Sequence[str] | None] | None
@@ -75,19 +87,31 @@ def email_route(
     def route(event: Event) -> list[JobRequest]:
         if only is not None and event.tenant_id not in only:
             return []
-        recipients = _resolve(to, event, "to")
-        if not recipients:
-            raise ValidationError("to", f"event {event.id} names no recipient for {template!r}")
+        try:
+            recipients = _resolve(to, event, "to")
+            if not recipients:
+                raise ValidationError("to", f"event {event.id} names no recipient for "
+                                            f"{template!r}")
+            common = {
+                "cc": _resolve(cc, event, "cc"), "bcc": _resolve(bcc, event, "bcc"),
+                "reply_to": _resolve(reply_to, event, "reply_to"),
+            }
+        except ValidationError as exc:
+            # Raised here, the event was retried until dead, and its webhooks and other
+            # routes' jobs with it. Its message fails by itself instead, with the reason in
+            # the email log (the handler reads it). Under a key of its own: once the route
+            # is fixed, a replay of the event makes the real message.
+            return [JobRequest(
+                EMAIL_KIND, unroutable_payload(EmailJob(
+                    template=template, to=(), context=template_context(event), sender=sender,
+                    category=category, event_id=event.id, unsubscribe=unsubscribe), exc),
+                priority=priority, max_attempts=max_attempts, key=UNROUTABLE)]
         # Parsed only where each address may get a message of its own: every event passes here.
         unique = _each_mailbox_once(recipients) if split or unsubscribe else []
         # Bulk mail to one address keeps the key it had before bulk routes split.
         one_each = split or (unsubscribe and len(unique) > 1)
         groups = [(str(n), (addr,)) for n, addr in unique] if one_each else [
             (None, recipients)]
-        common = {
-            "cc": _resolve(cc, event, "cc"), "bcc": _resolve(bcc, event, "bcc"),
-            "reply_to": _resolve(reply_to, event, "reply_to"),
-        }
         return [
             JobRequest(
                 EMAIL_KIND,

@@ -84,20 +84,24 @@ async def test_routes_turn_events_into_one_job_per_message_exactly_once(
 async def test_an_event_without_the_recipient_path_is_isolated_not_lost(
     engine, async_engine, tenant, clean_db
 ):
+    """Its message alone fails (tests/orchestrator/test_route_recipients.py); once the
+    route is fixed, a replay of the event makes the message."""
     routes = RouteRegistry()
-    email_route("user.signed_up", template="welcome", to="user.email", routes=routes)
-    with engine.begin() as conn:
-        bad = emit(conn, "user.signed_up", {"user": {"name": "No Mail"}}, tenant_id=tenant,
-                   aggregate_type="user", aggregate_id="x")
-    good = signed_up(engine, tenant, "ann@example.com")
+    email_route("user.signed_up", template="welcome", to="user.mail", routes=routes)
+    bad = signed_up(engine, tenant, "ann@example.com")
     result = await Relay(async_engine, routes).run_once()
-    assert (result.handled, result.failed) == (1, 1)
-    with engine.connect() as conn:
-        error = conn.execute(text("SELECT last_error FROM mdm.aa_outbox_event WHERE id = :i"),
-                             {"i": bad}).scalar_one()
-        handled = conn.execute(text("SELECT handled_at FROM mdm.aa_outbox_event WHERE id = :i"),
-                               {"i": good}).scalar_one()
-    assert "user.email" in error and handled is not None
+    assert (result.handled, result.failed) == (1, 0)
+    [job] = email_jobs(engine)
+    assert job["idempotency_key"] == f"outbox:{bad}:email:welcome:unroutable"
+    assert job["payload"]["unroutable"] == {
+        "field": "to", "rule": "the event payload has no 'user.mail'"}
+
+    fixed = RouteRegistry()
+    email_route("user.signed_up", template="welcome", to="user.email", routes=fixed)
+    with engine.begin() as conn:
+        assert outbox_replay(conn, event_id=bad) == 1
+    assert (await Relay(async_engine, fixed).run_once()).jobs == 1
+    assert [j["payload"]["to"] for j in email_jobs(engine)] == [["ann@example.com"], []]
 
 
 def test_a_route_needs_a_template_and_recipients():
@@ -112,8 +116,9 @@ def test_a_route_needs_a_template_and_recipients():
     [route] = routes.matching("x")
     event = Event(__import__("uuid").uuid4(), __import__("uuid").uuid4(), "a", "1", "x", {}, {},
                   datetime.now(UTC), 0, 1)
-    with pytest.raises(ValidationError, match="must resolve to an address"):
-        route.requests(event)
+    # The event's data: its message fails by itself (test_route_recipients.py).
+    [request] = route.requests(event)
+    assert "must resolve to an address" in request.payload["unroutable"]["rule"]
 
 
 @pytest.mark.parametrize("marks", [{"split": True}, {"unsubscribe": True}])

@@ -16,9 +16,10 @@ The template's context is the event's payload, plus `event` (its id, type, aggre
 time) unless the payload has a key of that name.
 
 An event whose payload gives a route no usable recipients (the path is missing, it holds
-nothing, or not an address or a list of them) still gets that route's job, under the key
-`unroutable`: it fails at once with the reason in the email log, and the event's other
-routes and webhooks go on. A replay of the event after the route is fixed sends the mail.
+nothing, or not an address or a list of them; the route's function raised) still gets
+that route's job, under the key `unroutable`: it fails at once with the reason in the
+email log, and the event's other routes and webhooks go on. A replay of the event after
+the route is fixed sends the mail.
 
 `unsubscribe=True` marks the route's mail bulk, as `unsubscribe = true` in a template's
 template.toml does: each message carries List-Unsubscribe and List-Unsubscribe-Post (RFC
@@ -165,7 +166,11 @@ def _resolve(spec: Recipients, event: Event, field: str) -> tuple[str, ...]:
     if spec is None:
         return ()
     if callable(spec):
-        value: Any = spec(event)
+        try:
+            value: Any = spec(event)
+        except Exception as exc:  # a KeyError of `e.payload["billing"]`: the event's data
+            raise ValidationError(field, f"the route's function raised "
+                                         f"{type(exc).__name__}: {exc}") from exc
     elif isinstance(spec, str):
         value = spec if "@" in spec else _lookup(event.payload, spec, field)
     else:

@@ -28,12 +28,15 @@ def _kinds(engine) -> dict[str, Any]:
     ({"user": {"name": "Ann", "email": 42}}, {}, "to", "got int"),
     ({"user": {"name": "Ann", "email": "ann@example.com"}, "boss": 7},
      {"cc": "boss"}, "cc", "got int"),
+    # As the README's own example reads an invoice's billing contacts.
+    ({"user": {"name": "Ann"}}, {"to": lambda e: e.payload["billing"]["emails"]}, "to",
+     "raised KeyError: 'billing'"),
 ])
 async def test_an_event_naming_no_recipient_fails_only_its_message_with_a_log_row(
         engine, async_engine, tenant, clean_db, rig, payload, route, field, words):
     routes = RouteRegistry()
-    email_route("user.signed_up", template="welcome", to="user.email", sender=SENDER,
-                routes=routes, **route)
+    route = {"to": "user.email", **route}
+    email_route("user.signed_up", template="welcome", sender=SENDER, routes=routes, **route)
     routes.add("user.signed_up", lambda e: JobRequest("cleanup_jobs", {}), name="other")
     with engine.begin() as conn:
         event_id = emit(conn, "user.signed_up", payload, tenant_id=tenant,

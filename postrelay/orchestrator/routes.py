@@ -46,6 +46,8 @@ from postrelay.orchestrator.job import (
     check_unsubscribe,
     unroutable_payload,
 )
+from postrelay.orchestrator.templates import check_template_name
+from postrelay.queue import INT_MAX, SMALLINT_MAX, SMALLINT_MIN
 from postrelay.relay import Event, JobRequest, Route, RouteRegistry, default_routes
 
 Recipients = str | Sequence[str] | Callable[[Event], str | Sequence[str] | None] | None
@@ -83,7 +85,8 @@ def email_route(
         if unsubscribe and given is not None:
             raise ValidationError(field, "a bulk route (unsubscribe=True) sends each address "
                                          "its own message: its link names who unsubscribes")
-    only = frozenset(UUID(str(t)) for t in tenants) if tenants is not None else None
+    only = _check_options(template, sender, priority, max_attempts, tenants, split,
+                          {"to": to, "cc": cc, "bcc": bcc, "reply_to": reply_to})
 
     def route(event: Event) -> list[JobRequest]:
         if only is not None and event.tenant_id not in only:
@@ -128,6 +131,44 @@ def email_route(
 
     return (routes if routes is not None else default_routes).add(
         event_type, route, name=name or f"email:{template}")
+
+
+def _check_options(template: object, sender: object, priority: object, max_attempts: object,
+                   tenants: Iterable[UUID | str] | None, split: object,
+                   recipients: dict[str, Recipients]) -> frozenset[UUID] | None:
+    """What the route will give every job, checked when it is registered: accepted, a bad
+    one failed every matching event at run time (retried until dead, its webhooks with it)
+    or every message it made. Returns the tenants as UUIDs (None: every tenant)."""
+    check_template_name(template)
+    if sender is not None:
+        if not isinstance(sender, str):
+            raise ValidationError("sender", f"must be an address, not {sender!r}")
+        parse_address(sender, field="sender")
+    for field, spec in recipients.items():  # literal addresses; paths and functions run later
+        literal = [spec] if isinstance(spec, str) and "@" in spec else \
+            spec if isinstance(spec, list | tuple) else []
+        for i, value in enumerate(literal):
+            if not isinstance(value, str):
+                raise ValidationError(f"{field}[{i}]", f"must be an address, not {value!r}")
+            parse_address(value, field=field if isinstance(spec, str) else f"{field}[{i}]")
+    if isinstance(priority, bool) or not isinstance(priority, int) \
+            or not SMALLINT_MIN <= priority <= SMALLINT_MAX:
+        raise ValidationError("priority", f"must be an integer between {SMALLINT_MIN} and "
+                                          f"{SMALLINT_MAX}, got {priority!r}")
+    if max_attempts is not None and (isinstance(max_attempts, bool) or not isinstance(
+            max_attempts, int) or not 1 <= max_attempts <= INT_MAX):
+        raise ValidationError("max_attempts", f"must be an integer between 1 and {INT_MAX}, "
+                                              f"got {max_attempts!r}")
+    if not isinstance(split, bool):
+        raise ValidationError("split", f"must be True or False, not {split!r}")
+    if tenants is None:
+        return None
+    if isinstance(tenants, str | UUID):
+        raise ValidationError("tenants", "must be a list of tenant ids, not one id")
+    try:
+        return frozenset(UUID(str(t)) for t in tenants)
+    except (TypeError, ValueError):
+        raise ValidationError("tenants", f"must be tenant ids (UUIDs), got {tenants!r}") from None
 
 
 def template_context(event: Event) -> dict[str, Any]:

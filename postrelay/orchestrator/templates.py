@@ -169,13 +169,7 @@ class Templates:
             lstrip_blocks=True)
 
     def _resolve(self, name: str, tenant_keys: Sequence[str]) -> dict[str, Path]:
-        if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name \
-                or name == TENANTS:
-            raise ValidationError("template", f"{name!r} is not a template name (letters, "
-                                              "digits, '_', '-', '.'; no path)")
-        if len(name) > NAME_MAX:  # ASCII: as many bytes as characters
-            raise ValidationError("template", f"must be at most {NAME_MAX} characters (a "
-                                              f"folder name), got {len(name)}")
+        check_template_name(name)
         # A tenant key that cannot be a folder name (a '/' in a tenant's name) just has no
         # overrides: it must not reach outside the templates folder.
         folders = [self.root / TENANTS / key / name for key in tenant_keys if _safe_key(key)]
@@ -258,6 +252,17 @@ class Templates:
             return path.relative_to(self.root).as_posix()
         except ValueError:
             return str(path)
+
+
+def check_template_name(name: object) -> None:
+    """Raise ValidationError (`template`) unless `name` can name a template's folder."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name \
+            or name == TENANTS:
+        raise ValidationError("template", f"{name!r} is not a template name (letters, "
+                                          "digits, '_', '-', '.'; no path)")
+    if len(name) > NAME_MAX:  # ASCII: as many bytes as characters
+        raise ValidationError("template", f"must be at most {NAME_MAX} characters (a "
+                                          f"folder name), got {len(name)}")
 
 
 def _safe_key(key: str) -> bool:

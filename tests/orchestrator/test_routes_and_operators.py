@@ -121,6 +121,35 @@ def test_a_route_needs_a_template_and_recipients():
     assert "must resolve to an address" in request.payload["unroutable"]["rule"]
 
 
+@pytest.mark.parametrize(("options", "field"), [
+    ({"template": 7}, "template"),
+    ({"template": "../secrets"}, "template"),
+    ({"template": "x" * 300}, "template"),
+    ({"sender": "not an address"}, "sender"),
+    ({"sender": "Acme <noreply@acme.example>\r\nBcc: all@evil.example"}, "sender"),
+    ({"to": "nobody@"}, "to"),
+    ({"to": ["ann@example.com", "not an address"]}, "to[1]"),
+    ({"cc": "a@b@c"}, "cc"),
+    ({"reply_to": ["ok@example.com", 7]}, "reply_to[1]"),
+    ({"priority": 100_000}, "priority"),
+    ({"priority": "high"}, "priority"),
+    ({"max_attempts": 0}, "max_attempts"),
+    ({"tenants": ["acme"]}, "tenants"),
+    ({"tenants": "01a24f8f-c3a4-7b70-a654-d6e2b322fcb3"}, "tenants"),
+    ({"split": "yes"}, "split"),
+])
+def test_a_route_option_no_job_could_carry_is_refused_when_registered(options, field):
+    """Accepted, a bad one failed every matching event at run time (retried until dead,
+    its webhooks with it: a priority outside smallint, max_attempts 0) or every message
+    the route made (a sender or a literal address that is not one)."""
+    from postrelay.core.errors import ValidationError
+
+    given = {"template": "welcome", "to": "user.email", **options}
+    with pytest.raises(ValidationError) as caught:
+        email_route("x", routes=RouteRegistry(), **given)
+    assert caught.value.field == field
+
+
 @pytest.mark.parametrize("marks", [{"split": True}, {"unsubscribe": True}])
 def test_a_mailbox_named_twice_gets_one_message_when_each_address_gets_its_own(marks):
     """A list naming one mailbox twice (the same address, or it in another case) sent it

@@ -68,7 +68,7 @@ from postrelay.orchestrator.replies import (
 )
 from postrelay.orchestrator.sending import SendCheckBatcher
 from postrelay.orchestrator.templates import TemplateError, Templates
-from postrelay.orchestrator.transport import SmtpPool
+from postrelay.orchestrator.transport import SendProgress, SmtpPool
 from postrelay.queue import (
     Job,
     PermanentError,
@@ -265,9 +265,18 @@ class EmailSender:
         # MAIL FROM only: bounces come back naming this attempt's log row; From is unchanged.
         envelope_from = (self.return_path.address(UUID(log.row["id"])) if self.return_path
                          else sender.addr_spec)
+        progress = SendProgress()
         try:
-            delivery = await self.pool.send(envelope_from, live, data)
+            delivery = await self.pool.send(envelope_from, live, data, progress)
         except asyncio.CancelledError:
+            if not progress.began:
+                # Still waiting for a connection or a throttle: nothing reached a server,
+                # so the outcome is known, and a template that holds on unknown ones
+                # must not wait for an operator over it.
+                log.record("deferred", recipient_results=results,
+                           error="stopped (a timeout, a cancel or a shutdown) before the "
+                                 "message was handed to the SMTP server: not sent")
+                raise
             # A timeout, a cancel or a shutdown while the pool had the message: the server
             # may have accepted it, and nothing else would say so.
             log.record("unknown", recipient_results=results,

@@ -94,6 +94,17 @@ class SmtpConfig:
         )
 
 
+class SendProgress:
+    """How far one `send` got: `began` once its first command was written to a server.
+    Before that (waiting for a free connection or a throttle, connecting), a stop cannot
+    have left the message with the server."""
+
+    __slots__ = ("began",)
+
+    def __init__(self) -> None:
+        self.began = False
+
+
 class _StaleConnection(Exception):
     """A reused connection turned out dead before MAIL FROM was accepted."""
 
@@ -124,11 +135,13 @@ class SmtpPool:
         """Seconds left of the pause after an authentication failure (0.0: not paused)."""
         return max(0.0, self._paused_until - self._clock())
 
-    async def send(self, sender: str, recipients: Sequence[str], message: bytes) -> Delivery:
+    async def send(self, sender: str, recipients: Sequence[str], message: bytes,
+                   progress: SendProgress | None = None) -> Delivery:
         """Deliver `message` (RFC 5322 bytes) to `recipients` in one SMTP transaction.
 
         Returns when the server accepted it for at least one recipient (`Delivery.refused`
         holds the others); raises an `SmtpError` otherwise. Never retried once DATA began.
+        `progress.began` tells a caller stopped meanwhile whether the transaction began.
         """
         _check_addresses(sender, recipients)
         self._check_can_send()
@@ -137,11 +150,13 @@ class SmtpPool:
             self._check_can_send()  # the wait may have been long: closed or paused since?
             try:
                 try:
-                    return await self._attempt(sender, recipients, message, reuse=True)
+                    return await self._attempt(sender, recipients, message, progress,
+                                               reuse=True)
                 except _StaleConnection:
                     # Nothing was accepted yet, so sending on a fresh connection is safe.
                     event("postrelay.smtp.reconnect", logging.DEBUG, host=self.config.host)
-                    return await self._attempt(sender, recipients, message, reuse=False)
+                    return await self._attempt(sender, recipients, message, progress,
+                                               reuse=False)
             except SmtpError as exc:
                 self._react(exc)
                 raise
@@ -153,13 +168,16 @@ class SmtpPool:
         await asyncio.gather(*(dialogue.quit() for dialogue in idle))
 
     async def _attempt(
-        self, sender: str, recipients: Sequence[str], message: bytes, *, reuse: bool
+        self, sender: str, recipients: Sequence[str], message: bytes,
+        progress: SendProgress | None, *, reuse: bool
     ) -> Delivery:
         dialogue = self._take_idle() if reuse else None
         reused = dialogue is not None
         if dialogue is None:
             dialogue = await self._connect()
         keep = False
+        if progress is not None:
+            progress.began = True  # MAIL FROM goes next, without another wait
         try:
             delivery = await self._transact(dialogue, sender, recipients, message,
                                             reused=reused)

@@ -123,3 +123,28 @@ async def test_a_connection_dropped_after_the_message_went_holds_a_held_template
     await rig.settle(job_id)
     assert rig.job(job_id)["status"] == "done"
     assert [r["status"] for r in rig.log(job_id)] == ["unknown", "sent"]
+
+
+async def test_a_message_stopped_while_waiting_for_a_connection_is_not_unknown(
+        rig, tenant, sink):
+    """With one connection, busy with a slow server, the second message waits for it. A
+    shutdown then stopped it before anything went, but it was logged `unknown`, and its
+    template (which holds on an unknown outcome) waited for an operator in the DLQ."""
+    from postrelay.orchestrator import SmtpConfig, SmtpPool
+
+    await rig.pool.close()
+    rig.pool = SmtpPool(SmtpConfig(host=sink.host, port=sink.port, pool_size=1,
+                                   timeout_secs=5.0))
+    busy = rig.enqueue(tenant, to=["slow@example.com"])
+    waiting = rig.enqueue(tenant, to=["billing@example.com"], template="invoice")
+    await stop_during_data(rig, "slow@example.com", busy)
+    assert rig.job(waiting)["status"] == "pending"
+    [row] = rig.log(waiting)
+    assert row["status"] == "deferred" and "not sent" in row["error"]
+    assert [r["status"] for r in rig.log(busy)] == ["unknown"]
+
+    await rig.start()
+    await rig.settle(busy, waiting)
+    assert rig.job(waiting)["status"] == "done"  # sent, not held for an operator
+    assert [r["status"] for r in rig.log(waiting)] == ["deferred", "sent"]
+    assert sink.handler.count_for("billing@example.com") == 1

@@ -32,7 +32,7 @@ route stays transactional, and no unsubscribe stops it, whatever its category.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -220,7 +220,9 @@ def _resolve(spec: Recipients, event: Event, field: str) -> tuple[str, ...]:
         return ()
     if isinstance(value, str):
         return (value,)
-    if isinstance(value, Iterable) and all(isinstance(v, str) for v in value):
+    # Not a mapping: `to="user"` (for "user.email") read the object's keys as addresses.
+    if isinstance(value, Iterable) and not isinstance(value, Mapping) \
+            and all(isinstance(v, str) for v in value):
         return tuple(value)
     raise ValidationError(field, f"must resolve to an address or a list of addresses, "
                                  f"got {type(value).__name__}")

@@ -28,6 +28,9 @@ def _kinds(engine) -> dict[str, Any]:
     ({"user": {"name": "Ann", "email": 42}}, {}, "to", "got int"),
     ({"user": {"name": "Ann", "email": "ann@example.com"}, "boss": 7},
      {"cc": "boss"}, "cc", "got int"),
+    # The object, not its `email`: its keys were taken for addresses.
+    ({"user": {"name": "Ann", "email": "ann@example.com"}}, {"to": "user"}, "to",
+     "got dict"),
     # As the README's own example reads an invoice's billing contacts.
     ({"user": {"name": "Ann"}}, {"to": lambda e: e.payload["billing"]["emails"]}, "to",
      "raised KeyError: 'billing'"),

@@ -50,6 +50,8 @@ DEPTH_RULE = f"must not nest objects and arrays more than {MAX_DEPTH} levels dee
 def depth_rule(max_depth: int) -> str:
     return DEPTH_RULE if max_depth == MAX_DEPTH else \
         f"must not nest objects and arrays more than {max_depth} levels deep"
+
+
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")  # a NUL or a surrogate
 
 

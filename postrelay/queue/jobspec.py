@@ -95,8 +95,7 @@ def validated_job(
     `index`). Everything PostgreSQL would refuse is refused here (core/limits.py), so a
     ValidationError leaves the caller's transaction usable. `max_bytes`: the payload size
     limit, read from POSTRELAY_MAX_PAYLOAD_BYTES when None; `max_depth` its nesting limit.
-    `relay_key`: the key is the
-    outbox relay's own, which alone may start with `outbox:`."""
+    `relay_key`: the key is the outbox relay's own, which alone may start with `outbox:`."""
 
     def field_name(name: str) -> str:
         return name if index is None else f"jobs[{index}].{name}"

@@ -39,7 +39,11 @@ def _common() -> dict:
 
 
 def run_migrations_offline() -> None:
-    context.configure(url=sqlalchemy_url(_url()), literal_binds=True, **_common())
+    # The named paramstyle leaves a `%` in the SQL as written: psycopg's default (pyformat)
+    # printed it doubled, and psql ran `LIKE 'outbox:%%'` as given, so the idempotency
+    # index's predicate no longer matched the one enqueue's ON CONFLICT names.
+    context.configure(url=sqlalchemy_url(_url()), literal_binds=True,
+                      dialect_opts={"paramstyle": "named"}, **_common())
     with context.begin_transaction():
         context.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
         context.run_migrations()

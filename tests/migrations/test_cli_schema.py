@@ -19,6 +19,7 @@ from sqlalchemy import Connection, create_engine, text
 
 from postrelay.core.db import sqlalchemy_url
 from postrelay.core.migrate import MIGRATION_LOCK_KEY, head_revision, migrations_dir
+from postrelay.queue import enqueue
 from tests.migrations import SEED_KINDS, current_revision, enum_labels, throwaway_database
 
 # Every test here runs `postrelay migrate` or `postrelay kinds add` as a process.
@@ -27,6 +28,7 @@ POSTRELAY = Path(sys.executable).parent / "postrelay"
 TIMEOUT = 120
 # A port nothing listens on: any attempt to connect fails at once.
 UNREACHABLE_URL = "postgresql://x@127.0.0.1:1/none"
+SYSTEM_TENANT = "00000000-0000-0000-0000-000000000000"
 
 
 def run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -138,6 +140,59 @@ def test_migrate_sql_prints_ddl_without_touching_a_database() -> None:
     assert "CREATE TYPE mdm.job_kind" in result.stdout
     assert re.search(r"CREATE TABLE mdm\.aa_job \(", result.stdout)
     assert result.stdout.rstrip().endswith("COMMIT;")
+
+
+def schema_definitions(url: str) -> set[str]:
+    """Every index, constraint, function and trigger of `mdm` as PostgreSQL prints it."""
+    eng = create_engine(sqlalchemy_url(url))
+    try:
+        with eng.connect() as conn:
+            return set(conn.execute(text("""
+                SELECT indexdef FROM pg_indexes WHERE schemaname = 'mdm'
+                UNION ALL
+                SELECT conname || ' ' || pg_get_constraintdef(c.oid) FROM pg_constraint c
+                WHERE connamespace = 'mdm'::regnamespace
+                UNION ALL
+                SELECT pg_get_functiondef(p.oid) FROM pg_proc p
+                WHERE pronamespace = 'mdm'::regnamespace
+                UNION ALL
+                SELECT pg_get_triggerdef(t.oid) FROM pg_trigger t JOIN pg_class r
+                  ON r.oid = t.tgrelid WHERE r.relnamespace = 'mdm'::regnamespace
+                  AND NOT t.tgisinternal""")).scalars())
+    finally:
+        eng.dispose()
+
+
+@pytest.mark.skipif(shutil.which("psql") is None, reason="needs psql")
+def test_migrate_sql_run_in_psql_makes_the_schema_migrate_makes(
+    fresh_url: str, server_url: str
+) -> None:
+    """A DBA's path: the printed SQL, run by psql, must build what `migrate` builds. Its `%`
+    came out doubled (`LIKE 'outbox:%%'`), so the idempotency index's predicate no longer
+    matched the one enqueue names in ON CONFLICT, and every enqueue failed."""
+    script = run("migrate", "--sql", env=base_env(POSTRELAY_DATABASE_URL=UNREACHABLE_URL))
+    assert script.returncode == 0, script.stderr
+    with throwaway_database(server_url) as by_psql:
+        applied = subprocess.run(
+            ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d",
+             by_psql.replace("postgresql+psycopg://", "postgresql://", 1)],
+            input=script.stdout, capture_output=True, text=True, timeout=TIMEOUT,
+        )
+        assert applied.returncode == 0, applied.stderr
+        assert run("migrate", env=base_env(POSTRELAY_DATABASE_URL=fresh_url)).returncode == 0
+        assert db_state(by_psql) == db_state(fresh_url)
+        assert schema_definitions(by_psql) == schema_definitions(fresh_url)
+        # And it takes work: enqueue names the idempotency index in its ON CONFLICT.
+        eng = create_engine(sqlalchemy_url(by_psql))
+        try:
+            with eng.begin() as conn:
+                first = enqueue(conn, SEED_KINDS[0], {}, tenant_id=SYSTEM_TENANT,
+                                idempotency_key="once")
+                again = enqueue(conn, SEED_KINDS[0], {}, tenant_id=SYSTEM_TENANT,
+                                idempotency_key="once")
+            assert first == again
+        finally:
+            eng.dispose()
 
 
 # --- kinds add ------------------------------------------------------------------------------

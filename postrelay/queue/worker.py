@@ -165,6 +165,9 @@ class Worker:
         if self._claiming is not None:
             self._claiming.cancel()
             await asyncio.gather(self._claiming, return_exceptions=True)
+        # What a claim in flight at the stop brought in while the runs had their grace:
+        # held, it would stay `running` under a gone worker until the lease ran out.
+        self._hand_back_held()
         await self.heartbeat.stop()
         await self.cancel_check.stop()
         await self._claim_conn.close()
@@ -234,8 +237,10 @@ class Worker:
                 self.metrics.claimed_batch(jobs)
             self.registry.announce(jobs)
             claimed_at = time.monotonic()
+            # A claim in flight when the stop began starts nothing: stop() hands it back.
+            starting = not self._stopping.is_set()
             for job in jobs:
-                if len(self._running) < self.config.concurrency:
+                if starting and len(self._running) < self.config.concurrency:
                     self._spawn(job)
                 else:
                     self._ahead.append((job, claimed_at))

@@ -199,3 +199,49 @@ async def test_a_held_job_never_starts_after_the_hold_limit_when_a_slot_frees_la
 
 def gauge(metrics: WorkerMetrics, name: str) -> float | None:
     return metrics.registry.get_sample_value(name)
+
+
+async def test_jobs_a_claim_in_flight_brings_during_stop_are_handed_back(
+        engine, async_engine, libpq, tenant):
+    """A claim still waiting on the database when the stop began returned its jobs while the
+    running one had its grace: held for a slot after the held jobs had been handed back, they
+    stayed `running` under a worker that had gone, until the lease ran out (`postrelay demo`
+    interrupted with Ctrl-C left them so)."""
+    registry = Registry()
+    started = asyncio.Event()
+
+    @registry.handler("reindex")
+    async def quick_or_stuck(job: Job) -> None:
+        if job.payload["stuck"]:
+            started.set()
+            await asyncio.sleep(3600)
+
+    worker = make_worker(async_engine, libpq, registry, concurrency=1, grace_secs=1.0,
+                         poll_interval_secs=30)
+    await worker.start()
+    stopping = None
+    try:
+        with engine.begin() as conn:  # short runs teach the worker to claim ahead
+            enqueue_many(conn, [JobSpec("reindex", {"stuck": False}, tenant)] * 50)
+        await wait_until(lambda: as_awaitable(count_status(engine, "done") == 50))
+        with engine.begin() as conn:
+            enqueue_many(conn, [JobSpec("reindex", {"stuck": True}, tenant)])
+        await asyncio.wait_for(started.wait(), 10)
+        with engine.begin() as conn:  # no wake-up: the worker claims them when told below
+            late = enqueue_many(conn, [JobSpec("reindex", {"stuck": False}, tenant)] * 5,
+                                notify=False)
+        with engine.connect() as holder, engine.connect() as watcher:
+            holder.execute(text("LOCK TABLE mdm.aa_job IN EXCLUSIVE MODE"))
+            worker._wake.set()  # claim now: it waits on the lock
+            await wait_until(lambda: as_awaitable(watcher.execute(text(
+                "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = "
+                "'mdm.aa_job'::regclass")).scalar_one() > 0))
+            stopping = asyncio.create_task(worker.stop())
+            await asyncio.sleep(0.2)  # the stop waits for the stuck run's grace
+            holder.rollback()  # the claim goes through
+    finally:
+        await (stopping if stopping is not None else worker.stop())
+    assert count_status(engine, "running") == 0
+    for job_id in late:  # pending again, or run during the grace: never left claimed
+        attempts, status = job_row_attempts(engine, job_id)
+        assert (attempts, status) in {(0, "pending"), (1, "done")}

@@ -1,9 +1,13 @@
 """The README's first command: `postrelay demo` runs the whole flow — jobs, outbox events,
 relay, worker, SMTP — until everything settles, and reports it."""
 
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+from sqlalchemy import text
 
 from postrelay.core.migrate import upgrade
 from tests.migrations import pretend_migrated_by_a_newer_postrelay, throwaway_database
@@ -50,6 +54,34 @@ def test_demo_runs_the_whole_flow_to_settled_and_reports(worker_env, clean_db, t
     again = run_demo(env)
     assert "email log by outcome: failed=1, partial=3, sent=13, suppressed=5" in again
     assert "feedback after the SMTP handoff (1):" in again
+
+
+def test_demo_interrupted_halfway_leaves_nothing_claimed_and_runs_again(
+        worker_env, clean_db, engine, tmp_path):
+    """Ctrl-C while the worker runs: the demo stops (exit 130, no traceback), hands back
+    what it had claimed instead of leaving it `running` for a lease, and runs again."""
+    env = {**worker_env, "POSTRELAY_EMBEDDED_DATA_DIR": str(tmp_path / "pgdata")}
+    demo = subprocess.Popen([POSTRELAY, "demo"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert demo.stdout is not None
+        for line in demo.stdout:
+            if line.startswith("enqueued"):  # the relay and the worker start now
+                break
+        time.sleep(0.3)
+        demo.send_signal(signal.SIGINT)
+        _, stderr = demo.communicate(timeout=60)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.communicate()
+    assert demo.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    with engine.connect() as conn:
+        assert conn.execute(text(
+            "SELECT count(*) FROM mdm.aa_job WHERE status = 'running'")).scalar_one() == 0
+    again = run_demo(env)
+    assert "jobs by status: pending=0, running=0, " in again
 
 
 def test_demo_on_a_database_a_newer_postrelay_migrated_says_so(worker_env, server_url):

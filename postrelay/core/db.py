@@ -173,4 +173,16 @@ def _embedded_dir(data_dir: Path) -> Path:
     except OSError as exc:
         raise ConfigError(f"{EMBEDDED_DIR_SETTING}: cannot make {exc.filename or path}: "
                           f"{exc.strerror or exc}") from None
+    # initdb takes only a new or empty folder: other files there made it fail with a page
+    # of its output and "unexpected CalledProcessError".
+    try:
+        foreign = (path.is_dir() and not (path / "PG_VERSION").exists()
+                   and any(path.iterdir()))
+    except OSError as exc:
+        raise ConfigError(f"{EMBEDDED_DIR_SETTING}: cannot read {path}: "
+                          f"{exc.strerror or exc}") from None
+    if foreign:
+        raise ConfigError(f"{EMBEDDED_DIR_SETTING}: {path} holds other files and no "
+                          "PostgreSQL data; give a new or empty folder, or an embedded "
+                          "PostgreSQL's data folder")
     return path

@@ -174,6 +174,21 @@ def test_an_embedded_data_dir_that_is_a_file_is_a_bad_setting(worker_env, tmp_pa
         assert line == f"error: POSTRELAY_EMBEDDED_DATA_DIR: {afile} is a file, not a directory"
 
 
+def test_an_embedded_data_dir_holding_other_files_is_a_bad_setting(worker_env, tmp_path):
+    """initdb refused the folder: its page of output, then "unexpected CalledProcessError"
+    naming the initdb command line."""
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "todo.txt").write_text("mine\n")
+    env = {k: v for k, v in worker_env.items() if k != "POSTRELAY_DATABASE_URL"}
+    done = run({**env, "POSTRELAY_EMBEDDED_DATA_DIR": str(folder)}, "tenants", "list", ok=False)
+    assert one_line_error(done, code=2) == (
+        f"error: POSTRELAY_EMBEDDED_DATA_DIR: {folder} holds other files and no PostgreSQL "
+        "data; give a new or empty folder, or an embedded PostgreSQL's data folder")
+    assert done.stdout == ""
+    assert [p.name for p in folder.iterdir()] == ["todo.txt"]  # left as it was
+
+
 @pytest.mark.parametrize("command", ["worker", "relay"])
 @pytest.mark.parametrize(("app", "rule"), [
     ("nosuchmod", "cannot be imported: no module named 'nosuchmod'"),

@@ -72,13 +72,24 @@ def max_payload_bytes() -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise ConfigError(
-            f"{MAX_PAYLOAD_BYTES_ENV}: must be a whole number of bytes, got {raw!r}"
-        ) from None
+        value = _as_the_settings_read_it(raw)
     if not MIN_MAX_PAYLOAD_BYTES <= value <= MAX_MAX_PAYLOAD_BYTES:
         raise ConfigError(f"{MAX_PAYLOAD_BYTES_ENV}: must be between {MIN_MAX_PAYLOAD_BYTES} "
                           f"and {MAX_MAX_PAYLOAD_BYTES}, got {value}")
     return value
+
+
+def _as_the_settings_read_it(raw: str) -> int:
+    """`raw` read as the settings read it at start (`300000.0` included): a value they took
+    failed every write of the process otherwise."""
+    import pydantic  # only for the spellings int() does not take
+
+    try:
+        return pydantic.TypeAdapter(int).validate_python(raw)
+    except pydantic.ValidationError:
+        raise ConfigError(
+            f"{MAX_PAYLOAD_BYTES_ENV}: must be a whole number of bytes, got {raw!r}"
+        ) from None
 
 
 def checked_text(value: str, field: str, max_chars: int | None = None) -> str:

@@ -137,3 +137,22 @@ def test_an_at_sign_left_in_a_password_is_named_not_taken_for_the_host():
     assert "hunt" not in str(caught.value)
     encoded = load_settings(database_url="postgresql://app:hunt%40r2@db.internal:5432/prod")
     assert encoded.database_url == "postgresql://app:hunt%40r2@db.internal:5432/prod"
+
+
+@pytest.mark.parametrize("value", ["300000", " 300000 ", "300_000", "+300000", "300000.0",
+                                   "300000.5", "3e5", "0x10000", "1023", "nonsense"])
+def test_the_payload_cap_is_read_alike_at_start_and_at_each_write(monkeypatch, value):
+    """Each write reads POSTRELAY_MAX_PAYLOAD_BYTES itself. "300000.0" passed the check at
+    start, then failed every enqueue and emit of the process with a ConfigError."""
+    from postrelay.core.limits import max_payload_bytes
+
+    monkeypatch.setenv("POSTRELAY_MAX_PAYLOAD_BYTES", value)
+    try:
+        at_start: int | None = load_settings().max_payload_bytes
+    except ConfigError:
+        at_start = None
+    try:
+        at_write: int | None = max_payload_bytes()
+    except ConfigError:
+        at_write = None
+    assert at_write == at_start

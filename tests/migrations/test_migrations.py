@@ -14,7 +14,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError
 
-from postrelay.core.migrate import VERSION_TABLE, downgrade, head_revision, upgrade
+from postrelay.core.migrate import VERSION_TABLE, downgrade, head_revision, scripts, upgrade
 from tests.migrations import SEED_KINDS, current_revision, enum_labels, schema_diff
 
 SYSTEM_TENANT = uuid.UUID(int=0)
@@ -58,6 +58,51 @@ def test_downgrade_to_base_and_upgrade_again(empty_url: str, empty_engine: Engin
         assert current_revision(conn) == head_revision()
         assert enum_labels(conn, "job_kind") == SEED_KINDS
         assert schema_diff(conn) == []
+
+
+# Every definition in `mdm` that a migration makes (the version table aside).
+_DEFINITIONS = text("""
+    WITH mdm AS (SELECT oid FROM pg_namespace WHERE nspname = 'mdm')
+    SELECT 'index ' || indexdef FROM pg_indexes WHERE schemaname = 'mdm'
+    UNION ALL SELECT 'constraint ' || conrelid::regclass || ' ' || conname || ' '
+                     || pg_get_constraintdef(c.oid)
+      FROM pg_constraint c WHERE connamespace = (SELECT oid FROM mdm)
+    UNION ALL SELECT 'function ' || pg_get_functiondef(p.oid)
+      FROM pg_proc p WHERE pronamespace = (SELECT oid FROM mdm)
+    UNION ALL SELECT 'trigger ' || pg_get_triggerdef(t.oid)
+      FROM pg_trigger t JOIN pg_class r ON r.oid = t.tgrelid
+      WHERE r.relnamespace = (SELECT oid FROM mdm) AND NOT t.tgisinternal
+    UNION ALL SELECT 'column ' || table_name || '.' || column_name || ' ' || data_type || ' '
+                     || is_nullable || ' ' || coalesce(column_default, '')
+      FROM information_schema.columns WHERE table_schema = 'mdm'
+    UNION ALL SELECT 'enum ' || t.typname || ' '
+                     || string_agg(e.enumlabel, ',' ORDER BY e.enumsortorder)
+      FROM pg_type t JOIN pg_enum e ON e.enumtypid = t.oid
+      WHERE t.typnamespace = (SELECT oid FROM mdm) GROUP BY t.typname
+""")
+
+
+def _definitions(engine: Engine) -> set[str]:
+    with engine.connect() as conn:
+        return {d for d in conn.execute(_DEFINITIONS).scalars() if VERSION_TABLE not in d}
+
+
+def test_each_downgrade_restores_what_its_upgrade_found(
+    empty_url: str, empty_engine: Engine
+) -> None:
+    """Up one migration at a time from nothing, then down one at a time: each step down
+    leaves the schema as the step up found it. Migration 0007 took the email statuses from
+    the code, so a database made at 0012 already took 0013's `cancelled`, which 0013's
+    downgrade then took away."""
+    revisions = [r.revision for r in reversed(list(scripts().walk_revisions()))]
+    found: list[set[str]] = []
+    for revision in revisions:
+        found.append(_definitions(empty_engine))
+        upgrade(empty_url, revision)
+    for revision, before in zip(reversed(revisions), reversed(found), strict=True):
+        downgrade(empty_url, "-1")
+        after = _definitions(empty_engine)
+        assert (sorted(after - before), sorted(before - after)) == ([], []), revision
 
 
 def test_upgrade_twice_is_a_no_op(empty_url: str, empty_engine: Engine) -> None:

@@ -101,11 +101,19 @@ def upgrade(
 ) -> None:
     """Bring the database to `revision`. With `sql=True`, print the SQL instead.
     SchemaRevisionError, with nothing run, for a database a newer postrelay migrated."""
-    scripts()
+    script = scripts()
     if not sql:
         connect_args = with_connect_timeout(url, connect_args)
-        database_revision(url, connect_args)  # alembic would say only "Can't locate"
+        current = database_revision(url, connect_args)  # alembic would say only "Can't locate"
+        if _RELATIVE.fullmatch(revision) and int(revision) >= _steps_to_head(script, current):
+            # Past the newest migration: alembic's "didn't produce N migrations". Stop at
+            # it, as a target the database is already past leaves it where it is.
+            revision = "head"
     command.upgrade(alembic_config(url, connect_args=connect_args), revision, sql=sql)
+
+
+def _steps_to_head(script: ScriptDirectory, current: str | None) -> int:
+    return len(list(script.iterate_revisions("heads", current or "base")))
 
 
 def check_target(revision: str, *, sql: bool = False) -> None:

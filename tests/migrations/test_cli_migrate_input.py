@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import create_engine
 
 from postrelay.core.db import sqlalchemy_url
-from postrelay.core.migrate import head_revision, migrations_dir, upgrade
+from postrelay.core.migrate import head_revision, migrations_dir, scripts, upgrade
 from tests.migrations import (
     current_revision,
     pretend_migrated_by_a_newer_postrelay,
@@ -71,6 +71,26 @@ def test_migrate_prints_the_revision_reached_not_the_target(server_url):
         assert run("migrate", "--revision", "0005", env=env).stdout == "database at revision 0010\n"
         assert run("migrate", "--revision", "+1", env=env).stdout == "database at revision 0011\n"
         assert revision_of(url) == "0011"
+
+
+def test_a_relative_target_past_the_newest_migration_stops_at_it(server_url):
+    """`+1` on a database at head was "unexpected CommandError: Relative revision +1 didn't
+    produce 1 migrations", exit 1: like a target the database is past, it now does what
+    there is to do and says where the database is."""
+    head = head_revision()
+    assert head is not None
+    before = scripts().get_revision(head).down_revision
+    assert isinstance(before, str)
+    with throwaway_database(server_url) as url:
+        env = base_env(POSTRELAY_DATABASE_URL=url)
+        assert run("migrate", "--revision", before, env=env).returncode == 0
+        done = run("migrate", "--revision", "+3", env=env)
+        assert (done.returncode, done.stdout) == (0, f"database at revision {head}\n"), \
+            done.stderr
+        done = run("migrate", "--revision", "+1", env=env)
+        assert (done.returncode, done.stdout) == (0, f"database at revision {head}\n"), \
+            done.stderr
+        assert revision_of(url) == head
 
 
 def test_a_database_a_newer_postrelay_migrated_is_left_alone_with_what_to_do(server_url):

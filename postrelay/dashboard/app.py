@@ -131,11 +131,7 @@ def _install_error_pages(app: FastAPI) -> None:
     def _database_down(request: Request, exc: Exception) -> HTMLResponse:
         event("postrelay.dashboard.database_unavailable", logging.WARNING,
               path=request.url.path, error=_first_line(exc))
-        response = render(request, "error.html", {
-            "status": 503, "title": "Database unavailable", "message": DATABASE_DOWN},
-            status=503)
-        response.headers["Retry-After"] = str(RETRY_AFTER_SECS)
-        return response
+        return _unavailable(request, "Database unavailable", DATABASE_DOWN)
 
     for unavailable in (OperationalError, InterfaceError, PoolTimeoutError):
         app.add_exception_handler(unavailable, _database_down)
@@ -148,11 +144,7 @@ def _install_error_pages(app: FastAPI) -> None:
             raise exc
         event("postrelay.dashboard.database_not_migrated", logging.WARNING,
               path=request.url.path, error=_first_line(exc))
-        response = render(request, "error.html", {
-            "status": 503, "title": "Database not migrated", "message": NOT_MIGRATED},
-            status=503)
-        response.headers["Retry-After"] = str(RETRY_AFTER_SECS)
-        return response
+        return _unavailable(request, "Database not migrated", NOT_MIGRATED)
 
 
 class UnexpectedErrors:
@@ -207,6 +199,14 @@ def _error_page(request: Request, status: int, title: str, message: str) -> HTML
         user = None
     return render(request, "error.html", {"status": status, "title": title,
                                           "message": message}, user=user, status=status)
+
+
+def _unavailable(request: Request, title: str, message: str) -> HTMLResponse:
+    """A 503 page: the database, not the request, is what failed; try again shortly."""
+    response = render(request, "error.html", {"status": 503, "title": title,
+                                              "message": message}, status=503)
+    response.headers["Retry-After"] = str(RETRY_AFTER_SECS)
+    return response
 
 
 def _first_line(exc: BaseException) -> str:

@@ -159,13 +159,6 @@ def dlq_matching(conn: Connection, *, tenant_id: UUID | None, kind: str | None,
     }).all()
 
 
-def dlq_ids_matching(conn: Connection, *, tenant_id: UUID | None, kind: str | None,
-                     since: datetime | None, until: datetime | None, limit: int) -> list[UUID]:
-    return list(conn.execute(DASHBOARD_SQL["dlq_ids_matching"], {
-        "tenant_id": tenant_id, "kind": kind, "since": since, "until": until, "limit": limit,
-    }).scalars())
-
-
 def dlq_count(conn: Connection, *, tenant_id: UUID | None, kind: str | None,
               since: datetime | None, until: datetime | None) -> int:
     return int(conn.execute(DASHBOARD_SQL["dlq_count_matching"], {

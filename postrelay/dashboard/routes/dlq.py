@@ -67,11 +67,10 @@ def dlq_confirm(request: Request, user: CurrentUser, engine: Db, form: Form) -> 
     with engine.begin() as conn:
         if matching:
             where = _where(user, filters, job_kinds(conn))
-            ids = queries.dlq_ids_matching(conn, limit=REQUEUE_LIMIT_MAX, **where)
-            sample = queries.dlq_matching(conn, limit=10, **where)
+            rows = queries.dlq_matching(conn, limit=REQUEUE_LIMIT_MAX, **where)
         else:
             rows = queries.dlq_by_ids(conn, _ids(form), user.tenant_id)
-            ids, sample = [r.id for r in rows], rows[:10]
+        ids, sample = [r.id for r in rows], rows[:10]
         count = len(ids)
         tenants = tenant_names(conn, user)
     if count == 0:  # nothing to confirm: say why (the page works without its script)

@@ -271,19 +271,6 @@ WHERE status = 'dlq'
 ORDER BY completed_at DESC, id DESC
 LIMIT :limit;
 
--- name: dlq_ids_matching
--- The ids of the jobs "all matching this filter" stands for, in dlq_list_matching's order:
--- the confirmation carries them, and the action applies to those jobs only.
-SELECT id
-FROM mdm.aa_job
-WHERE status = 'dlq'
-  AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
-  AND (CAST(:kind AS text) IS NULL OR job_kind = CAST(CAST(:kind AS text) AS mdm.job_kind))
-  AND (CAST(:since AS timestamptz) IS NULL OR completed_at >= CAST(:since AS timestamptz))
-  AND (CAST(:until AS timestamptz) IS NULL OR completed_at < CAST(:until AS timestamptz))
-ORDER BY completed_at DESC, id DESC
-LIMIT :limit;
-
 -- name: dlq_count_matching
 SELECT count(*)
 FROM mdm.aa_job

@@ -37,6 +37,7 @@ from typing import Any
 from uuid import UUID
 
 from postrelay.core.errors import ValidationError
+from postrelay.core.limits import MAX_MAX_PAYLOAD_BYTES
 from postrelay.orchestrator.addresses import parse_address
 from postrelay.orchestrator.job import (
     EMAIL_KIND,
@@ -47,7 +48,7 @@ from postrelay.orchestrator.job import (
     unroutable_payload,
 )
 from postrelay.orchestrator.templates import check_template_name
-from postrelay.queue import INT_MAX, SMALLINT_MAX, SMALLINT_MIN
+from postrelay.queue import validated_job
 from postrelay.relay import Event, JobRequest, Route, RouteRegistry, default_routes
 
 Recipients = str | Sequence[str] | Callable[[Event], str | Sequence[str] | None] | None
@@ -151,14 +152,11 @@ def _check_options(template: object, sender: object, priority: object, max_attem
             if not isinstance(value, str):
                 raise ValidationError(f"{field}[{i}]", f"must be an address, not {value!r}")
             parse_address(value, field=field if isinstance(spec, str) else f"{field}[{i}]")
-    if isinstance(priority, bool) or not isinstance(priority, int) \
-            or not SMALLINT_MIN <= priority <= SMALLINT_MAX:
-        raise ValidationError("priority", f"must be an integer between {SMALLINT_MIN} and "
-                                          f"{SMALLINT_MAX}, got {priority!r}")
-    if max_attempts is not None and (isinstance(max_attempts, bool) or not isinstance(
-            max_attempts, int) or not 1 <= max_attempts <= INT_MAX):
-        raise ValidationError("max_attempts", f"must be an integer between 1 and {INT_MAX}, "
-                                              f"got {max_attempts!r}")
+    # The relay checks each job a route makes; a stand-in job checks the route's part of
+    # it (priority, max_attempts) now, by the same rules. None: the settings' default.
+    validated_job(EMAIL_KIND, {}, UUID(int=0), priority, None, None,  # type: ignore[arg-type]
+                  1 if max_attempts is None else max_attempts, None,  # type: ignore[arg-type]
+                  max_bytes=MAX_MAX_PAYLOAD_BYTES)
     if not isinstance(split, bool):
         raise ValidationError("split", f"must be True or False, not {split!r}")
     if tenants is None:

@@ -47,6 +47,13 @@ MAX_DAYS = 100 * 365
 MAX_SECS = MAX_DAYS * 86_400
 
 
+# Bounds that the configs built in code (queue/workerconfig.py, relay/service.py) share.
+MAX_WORKER_CONCURRENCY = 10_000
+MAX_RELAY_BATCH_SIZE = 10_000
+MAX_RELAY_CONCURRENCY = 32
+MAX_RELAY_ATTEMPTS = 1_000_000
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True,
                                       allow_inf_nan=False)
@@ -68,7 +75,7 @@ class Settings(BaseSettings):
     audit_retention_days: float | None = Field(default=None, gt=0, le=MAX_DAYS)
     job_timeout_secs: float | None = Field(default=None, gt=0, le=MAX_SECS)
 
-    worker_concurrency: int = Field(default=10, ge=1, le=10_000)
+    worker_concurrency: int = Field(default=10, ge=1, le=MAX_WORKER_CONCURRENCY)
     worker_grace_secs: float = Field(default=30.0, ge=0, le=MAX_SECS)
     worker_poll_interval_secs: float = Field(default=1.0, gt=0, le=MAX_SECS)
     # A worker with short jobs claims ahead of its free slots what it would start within
@@ -90,13 +97,13 @@ class Settings(BaseSettings):
     cron_interval_secs: float = Field(default=1.0, gt=0, le=MAX_SECS)
 
     outbox_retention_days: float = Field(default=7.0, gt=0, le=MAX_DAYS)
-    relay_batch_size: int = Field(default=500, ge=1, le=10_000)
+    relay_batch_size: int = Field(default=500, ge=1, le=MAX_RELAY_BATCH_SIZE)
     # Batches in flight at once while there is a backlog.
-    relay_concurrency: int = Field(default=3, ge=1, le=32)
+    relay_concurrency: int = Field(default=3, ge=1, le=MAX_RELAY_CONCURRENCY)
     # Failed routing attempts before an outbox event is parked as dead. Bounded as job
     # attempts are: the relay compares it as a PostgreSQL integer, and past that range the
     # failure of an event could not be recorded at all (integer out of range).
-    relay_max_attempts: int = Field(default=10, ge=1, le=1_000_000)
+    relay_max_attempts: int = Field(default=10, ge=1, le=MAX_RELAY_ATTEMPTS)
 
     # LISTEN/NOTIFY wake-ups; off whenever `pooler` is "transaction".
     notify: bool = True

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from uuid import UUID
 
-MAX_CONCURRENCY = 10_000  # as POSTRELAY_WORKER_CONCURRENCY
+from postrelay.core.settings import MAX_WORKER_CONCURRENCY
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,9 +34,9 @@ class WorkerConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.concurrency, bool) or not isinstance(self.concurrency, int) \
-                or not 1 <= self.concurrency <= MAX_CONCURRENCY:
+                or not 1 <= self.concurrency <= MAX_WORKER_CONCURRENCY:
             raise ValueError(f"concurrency: must be a whole number from 1 to "
-                             f"{MAX_CONCURRENCY}, got {self.concurrency!r}")
+                             f"{MAX_WORKER_CONCURRENCY}, got {self.concurrency!r}")
         _seconds("poll_interval_secs", self.poll_interval_secs, zero=False)
         _seconds("lease_secs", self.lease_secs, zero=False)
         _seconds("grace_secs", self.grace_secs, zero=True)

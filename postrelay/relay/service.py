@@ -38,6 +38,11 @@ from postrelay.core.limits import (
 )
 from postrelay.core.listener import Listener
 from postrelay.core.service import ErrorBackoff, ServiceLoop, until_woken
+from postrelay.core.settings import (
+    MAX_RELAY_ATTEMPTS,
+    MAX_RELAY_BATCH_SIZE,
+    MAX_RELAY_CONCURRENCY,
+)
 from postrelay.core.telemetry import event as log_event
 from postrelay.queue import (
     RELAY_KEY_PREFIX,
@@ -72,9 +77,9 @@ class RelayConfig:
     concurrency: int = 3
 
     def __post_init__(self) -> None:
-        _whole("batch_size", self.batch_size, MAX_BATCH_SIZE)
-        _whole("max_attempts", self.max_attempts, MAX_ATTEMPTS)
-        _whole("concurrency", self.concurrency, MAX_CONCURRENCY)
+        _whole("batch_size", self.batch_size, MAX_RELAY_BATCH_SIZE)
+        _whole("max_attempts", self.max_attempts, MAX_RELAY_ATTEMPTS)
+        _whole("concurrency", self.concurrency, MAX_RELAY_CONCURRENCY)
         for name in ("poll_min_secs", "poll_max_secs"):
             value = getattr(self, name)
             if (isinstance(value, bool) or not isinstance(value, int | float)
@@ -86,10 +91,6 @@ class RelayConfig:
                              f"({self.poll_min_secs:g}), got {self.poll_max_secs:g}")
 
 
-# The bounds of POSTRELAY_RELAY_BATCH_SIZE, _MAX_ATTEMPTS and _CONCURRENCY (core/settings.py).
-MAX_BATCH_SIZE = 10_000
-MAX_ATTEMPTS = 1_000_000
-MAX_CONCURRENCY = 32
 MAX_POLL_SECS = 3600.0
 
 

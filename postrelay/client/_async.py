@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
 from uuid import UUID
@@ -10,7 +11,16 @@ from uuid import UUID
 import httpx
 
 from postrelay.client import _calls as c
-from postrelay.client._calls import CronEntry, Job
+from postrelay.client._calls import (
+    CancelledJob,
+    CronEntry,
+    Job,
+    Limit,
+    OutboxEvent,
+    OutboxStatus,
+    Pause,
+    Throttle,
+)
 
 T = TypeVar("T")
 
@@ -80,6 +90,88 @@ class AsyncClient:
         """Delete a cron entry by name (the service-role key: `tenant_id` picks the tenant
         when several have the name); ApiError 404 if unknown."""
         await self._send(c.delete_cron_job(name, tenant_id))
+
+    async def cancel_job(self, job_id: UUID | str) -> CancelledJob:
+        """Cancel a pending, scheduled or running job: it becomes `failed`, and a running
+        one's handler is cancelled within a second. Returns its `id` and what it `was`;
+        ApiError 409 if it already finished, 404 if missing (or another tenant's)."""
+        return await self._send(c.cancel_job(job_id))
+
+    async def cancel_jobs(self, *, kind: str | None = None,
+                          tenant_id: UUID | str | None = None,
+                          created_from: datetime | str | None = None,
+                          created_to: datetime | str | None = None,
+                          event_id: UUID | str | None = None, template: str | None = None,
+                          limit: int | None = None) -> int:
+        """Cancel up to `limit` (1-1000, default 1000) pending or running jobs matching every
+        filter given, oldest first; returns how many. At least one filter (else ApiError
+        400); `created_from`/`created_to` bound the creation time, `event_id` picks the jobs
+        of an outbox event, `template` the email_send jobs of a template. A tenant key
+        cancels its own tenant's jobs only. Call again while the count equals the limit."""
+        return await self._send(c.cancel_jobs(
+            kind=kind, tenant_id=tenant_id, created_from=created_from, created_to=created_to,
+            event_id=event_id, template=template, limit=limit))
+
+    async def list_pauses(self) -> list[Pause]:
+        """What is paused, oldest first (a tenant key: its own pauses and the
+        installation-wide ones), with `pausedBy` and `pausedAt`."""
+        return await self._send(c.list_pauses())
+
+    async def pause(self, kind: str | None = None, tenant_id: UUID | str | None = None, *,
+                    everything: bool = False) -> Pause:
+        """Stop workers claiming the jobs of a kind, a tenant, a kind within a tenant, or
+        every job (`everything`, service role); running jobs finish. Returns the pause: the
+        one made before, with who made it and since when, if it was paused already."""
+        return await self._send(c.pause(kind, tenant_id, everything))
+
+    async def resume(self, kind: str | None = None, tenant_id: UUID | str | None = None, *,
+                     everything: bool = False) -> Pause:
+        """Lift the pause of exactly this scope; returns the pause lifted. ApiError 404 if it
+        is not paused, 403 `operator_pause` for a tenant key and a pause the operator made."""
+        return await self._send(c.resume(kind, tenant_id, everything))
+
+    async def list_limits(self) -> list[Limit]:
+        """Every rate and concurrency limit (a tenant key: its own and the kind-wide ones)."""
+        return await self._send(c.list_limits())
+
+    async def list_throttles(self) -> list[Throttle]:
+        """The destinations throttled now after refusing work (SMTP 421/454, HTTP 429/503),
+        as the limits' answer lists them (a tenant key: its own and the shared SMTP server)."""
+        return await self._send(c.list_throttles())
+
+    async def set_limit(self, kind: str, *, rate: str | float | None = None,
+                        burst: int | None = None, concurrency: int | None = None,
+                        key: str | None = None, tenant_id: UUID | str | None = None) -> Limit:
+        """Set (or replace) the limit of a kind, optionally within a tenant: a `rate` (`14/s`,
+        `1000/min`, or a number per second) with a `burst` and/or a `concurrency` cap,
+        optionally per value of the payload field `key`; returns it. ApiError 403
+        (`operator_limit`, `kind_wide_limit`) for a tenant key and the operator's limits."""
+        return await self._send(c.set_limit(kind, rate=rate, burst=burst,
+                                            concurrency=concurrency, key=key,
+                                            tenant_id=tenant_id))
+
+    async def remove_limit(self, kind: str, tenant_id: UUID | str | None = None) -> Limit:
+        """Remove the limit of exactly this kind (and tenant); returns it. ApiError 404 if
+        there is none, 403 `operator_limit` for a tenant key and a limit the operator set."""
+        return await self._send(c.remove_limit(kind, tenant_id))
+
+    async def get_outbox_status(self) -> OutboxStatus:
+        """The relay's backlog, lag (`lag_secs`), handled, retrying and dead counts, and the
+        20 most recent dead events (a tenant key: its tenant's events only)."""
+        return await self._send(c.get_outbox_status())
+
+    async def get_outbox_event(self, event_id: UUID | str) -> OutboxEvent:
+        """One outbox event, its relay state and every job it produced; ApiError 404 if
+        missing (or another tenant's)."""
+        return await self._send(c.get_outbox_event(event_id))
+
+    async def replay_outbox(self, event_id: UUID | str | None = None, *,
+                            since: datetime | str | None = None,
+                            until: datetime | str | None = None) -> int:
+        """Hand one event, or every event created in [`since`, `until`), back to the relay;
+        returns how many. Jobs that still exist are not made again. ApiError 404 for an
+        unknown `event_id` (or another tenant's); a time without a zone is UTC."""
+        return await self._send(c.replay_outbox(event_id, since, until))
 
     async def aclose(self) -> None:
         await self._http.aclose()

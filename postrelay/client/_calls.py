@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 from urllib.parse import quote
 from uuid import UUID
 
@@ -21,11 +21,22 @@ from postrelay.core.errors import PostrelayError
 
 JOBS = "/v1/functions/jobs"
 CRON = "/v1/functions/cron"
+PAUSES = "/v1/functions/pauses"
+LIMITS = "/v1/functions/limits"
+OUTBOX = "/v1/functions/outbox"
 
 T = TypeVar("T")
-# A job and a cron entry as the API returns them: JSON objects with the API's field names.
+# What the API returns, as JSON objects with its field names: snake_case for jobs, cron
+# entries and the outbox (`tenant_id`), camelCase for pauses, limits and throttles
+# (`tenantId`), as the API's answers spell them.
 Job = dict[str, Any]
 CronEntry = dict[str, Any]
+CancelledJob = dict[str, Any]  # id, and `was`: the status it had (pending, running)
+Pause = dict[str, Any]
+Limit = dict[str, Any]
+Throttle = dict[str, Any]  # a destination throttled now, after it refused work
+OutboxStatus = dict[str, Any]
+OutboxEvent = dict[str, Any]
 
 
 class ApiError(PostrelayError):
@@ -53,14 +64,15 @@ class ApiConnectionError(ApiError):
 
 @dataclass(frozen=True, slots=True)
 class Call(Generic[T]):
-    """One request, and `pick`: the value of the answer's `data`, or ValueError when the
-    data is not of the shape the call expects."""
+    """One request, and `pick`: the value of the part of the answer it `reads` (its `data`,
+    or its `meta`), or ValueError when that is not of the shape the call expects."""
 
     method: str
     path: str
     pick: Callable[[Any], T]
     params: dict[str, Any] = field(default_factory=dict)
     json: dict[str, Any] | None = None
+    reads: Literal["data", "meta"] = "data"
 
 
 def _object(data: Any) -> dict[str, Any]:
@@ -79,20 +91,40 @@ def _nothing(data: Any) -> None:
     return None
 
 
-def _requeued(data: Any) -> int:
-    count = _object(data)["requeued"]
-    if isinstance(count, bool) or not isinstance(count, int):  # int() would round 1.7, or fail
-        raise ValueError(f"requeued: expected a whole number, got {count!r}")
-    return count
+def _count(name: str) -> Callable[[Any], int]:
+    """The pick of an answer `{name: N}`: N, a whole number."""
+
+    def pick(data: Any) -> int:
+        count = _object(data)[name]
+        if isinstance(count, bool) or not isinstance(count, int):  # int() would round 1.7
+            raise ValueError(f"{name}: expected a whole number, got {count!r}")
+        return count
+
+    return pick
+
+
+def _throttles(meta: Any) -> list[Throttle]:
+    return _objects(_object(meta)["throttled"])
 
 
 def _id(value: UUID | str) -> str:
     return quote(str(value), safe="")
 
 
+def _uuid(value: UUID | str | None) -> str | None:
+    return str(value) if value is not None else None
+
+
+def _time(value: datetime | str | None) -> str | None:
+    """A time as the API reads it: ISO 8601 text (one without a zone is sent as it is)."""
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
 # The API's names of the methods' arguments, to name an argument as the caller wrote it.
 _ARGUMENTS = {"delaySecs": "delay_secs", "maxAttempts": "max_attempts",
-              "idempotencyKey": "idempotency_key", "tenantId": "tenant_id"}
+              "idempotencyKey": "idempotency_key", "tenantId": "tenant_id",
+              "createdFrom": "created_from", "createdTo": "created_to",
+              "eventId": "event_id", "all": "everything"}
 
 
 def _body(**fields: Any) -> dict[str, Any]:
@@ -118,7 +150,7 @@ def enqueue_job(kind: str, payload: Mapping[str, Any], *, delay_secs: float | No
     return Call("POST", JOBS, _object, json=_body(
         kind=kind, payload=dict(payload), delaySecs=delay_secs, maxAttempts=max_attempts,
         priority=priority, idempotencyKey=idempotency_key,
-        tenantId=str(tenant_id) if tenant_id is not None else None))
+        tenantId=_uuid(tenant_id)))
 
 
 def get_job(job_id: UUID | str) -> Call[Job]:
@@ -138,7 +170,7 @@ def retry_job(job_id: UUID | str) -> Call[Job]:
 
 
 def requeue_dlq(limit: int | None) -> Call[int]:
-    return Call("POST", f"{JOBS}/dlq/requeue", _requeued, params=_body(limit=limit))
+    return Call("POST", f"{JOBS}/dlq/requeue", _count("requeued"), params=_body(limit=limit))
 
 
 def discard_job(job_id: UUID | str) -> Call[None]:
@@ -150,8 +182,7 @@ def create_cron_job(name: str, schedule: str, kind: str, payload: Mapping[str, A
                     max_attempts: int | None) -> Call[CronEntry]:
     return Call("POST", CRON, _object, json=_body(
         name=name, schedule=schedule, kind=kind, payload=dict(payload or {}),
-        tenantId=str(tenant_id) if tenant_id is not None else None, priority=priority,
-        maxAttempts=max_attempts))
+        tenantId=_uuid(tenant_id), priority=priority, maxAttempts=max_attempts))
 
 
 def list_cron_jobs() -> Call[list[CronEntry]]:
@@ -160,7 +191,73 @@ def list_cron_jobs() -> Call[list[CronEntry]]:
 
 def delete_cron_job(name: str, tenant_id: UUID | str | None) -> Call[None]:
     return Call("DELETE", f"{CRON}/{_id(name)}", _nothing,
-                params=_body(tenantId=str(tenant_id) if tenant_id is not None else None))
+                params=_body(tenantId=_uuid(tenant_id)))
+
+
+def cancel_job(job_id: UUID | str) -> Call[CancelledJob]:
+    return Call("POST", f"{JOBS}/{_id(job_id)}/cancel", _object)
+
+
+def cancel_jobs(*, kind: str | None, tenant_id: UUID | str | None,
+                created_from: datetime | str | None, created_to: datetime | str | None,
+                event_id: UUID | str | None, template: str | None,
+                limit: int | None) -> Call[int]:
+    return Call("POST", f"{JOBS}/cancel", _count("cancelled"), json=_body(
+        kind=kind, tenantId=_uuid(tenant_id), createdFrom=_time(created_from),
+        createdTo=_time(created_to), eventId=_uuid(event_id), template=template, limit=limit))
+
+
+def list_pauses() -> Call[list[Pause]]:
+    return Call("GET", PAUSES, _objects)
+
+
+def _scope(kind: str | None, tenant_id: UUID | str | None, everything: bool) -> dict[str, Any]:
+    # `all` is sent only when asked for: false is the API's default.
+    return _body(kind=kind, tenantId=_uuid(tenant_id), all=everything or None)
+
+
+def pause(kind: str | None, tenant_id: UUID | str | None, everything: bool) -> Call[Pause]:
+    return Call("POST", PAUSES, _object, json=_scope(kind, tenant_id, everything))
+
+
+def resume(kind: str | None, tenant_id: UUID | str | None, everything: bool) -> Call[Pause]:
+    return Call("POST", f"{PAUSES}/resume", _object, json=_scope(kind, tenant_id, everything))
+
+
+def list_limits() -> Call[list[Limit]]:
+    return Call("GET", LIMITS, _objects)
+
+
+def list_throttles() -> Call[list[Throttle]]:
+    # The same answer as list_limits: the API lists the throttled destinations in its meta.
+    return Call("GET", LIMITS, _throttles, reads="meta")
+
+
+def set_limit(kind: str, *, rate: str | float | None, burst: int | None,
+              concurrency: int | None, key: str | None,
+              tenant_id: UUID | str | None) -> Call[Limit]:
+    return Call("POST", LIMITS, _object, json=_body(
+        kind=kind, tenantId=_uuid(tenant_id), rate=rate, burst=burst, concurrency=concurrency,
+        key=key))
+
+
+def remove_limit(kind: str, tenant_id: UUID | str | None) -> Call[Limit]:
+    return Call("POST", f"{LIMITS}/remove", _object,
+                json=_body(kind=kind, tenantId=_uuid(tenant_id)))
+
+
+def get_outbox_status() -> Call[OutboxStatus]:
+    return Call("GET", f"{OUTBOX}/status", _object)
+
+
+def get_outbox_event(event_id: UUID | str) -> Call[OutboxEvent]:
+    return Call("GET", f"{OUTBOX}/events/{_id(event_id)}", _object)
+
+
+def replay_outbox(event_id: UUID | str | None, since: datetime | str | None,
+                  until: datetime | str | None) -> Call[int]:
+    return Call("POST", f"{OUTBOX}/replay", _count("replayed"), json=_body(
+        eventId=_uuid(event_id), since=_time(since), until=_time(until)))
 
 
 def result(call: Call[T], response: httpx.Response) -> T:
@@ -172,7 +269,7 @@ def result(call: Call[T], response: httpx.Response) -> T:
         body = None
     if response.is_success and isinstance(body, dict) and "data" in body:
         try:
-            return call.pick(body["data"])
+            return call.pick(body[call.reads])
         except (ValueError, KeyError, TypeError) as exc:
             raise ApiError(response.status_code, "unexpected_answer", str(exc)) from None
     retry_after = _retry_after(response.headers.get("retry-after"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 from uuid import UUID
 
 import httpx
@@ -58,30 +58,35 @@ class Client:
         return self._send(c.get_job(job_id))
 
     def list_jobs(self, status: str | None = None, limit: int = 50) -> list[Job]:
-        """Jobs, newest first; `limit` 1-500."""
+        """Jobs, newest first: `status` pending, running, done, failed or dlq (None: any);
+        `limit` 1-500."""
         return self._send(c.list_jobs(status, limit))
 
     def list_dlq(self, limit: int = 50) -> list[Job]:
-        """Dead jobs, the most recently dead-lettered first."""
+        """Dead jobs, the most recently dead-lettered first; `limit` 1-500."""
         return self._send(c.list_dlq(limit))
 
     def retry_job(self, job_id: UUID | str) -> Job:
-        """Give a dead job one more attempt (attempts kept); returns it."""
+        """Give a dead job one more attempt (attempts kept); returns it. ApiError 404 if it
+        is not in the DLQ (or another tenant's)."""
         return self._send(c.retry_job(job_id))
 
     def requeue_dlq(self, limit: int | None = None) -> int:
-        """Requeue dead jobs (at most 1000 per call); returns how many."""
+        """Requeue up to `limit` (1-1000, default 1000) dead jobs, the oldest deaths first,
+        attempts kept; returns how many. Call again while the count equals the limit."""
         return self._send(c.requeue_dlq(limit))
 
     def discard_job(self, job_id: UUID | str) -> None:
-        """Delete one dead job."""
+        """Delete one dead job; ApiError 404 if it is not in the DLQ (or another
+        tenant's)."""
         self._send(c.discard_job(job_id))
 
     def create_cron_job(self, name: str, schedule: str, kind: str,
                         payload: Mapping[str, Any] | None = None,
                         tenant_id: UUID | str | None = None, *, priority: int | None = None,
                         max_attempts: int | None = None) -> CronEntry:
-        """Create a cron entry; returns it (schedule as stored, 6 fields)."""
+        """Create a cron entry; returns it (schedule as stored, 6 fields). ApiError 409 if
+        the tenant has an entry of that name."""
         return self._send(c.create_cron_job(
             name, schedule, kind, payload, tenant_id, priority, max_attempts))
 
@@ -175,9 +180,10 @@ class Client:
         return self._send(c.replay_outbox(event_id, since, until))
 
     def close(self) -> None:
+        """Close the client's connections (leaving its `with` or `async with` block does it)."""
         self._http.close()
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,

@@ -22,6 +22,7 @@ from sqlalchemy.exc import DataError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from postrelay.access import API_FIELD_NAMES
+from postrelay.api.bodies import RepeatedKeyError
 from postrelay.core.errors import (
     ConflictError,
     ForbiddenError,
@@ -112,6 +113,9 @@ def install_error_handlers(app: FastAPI) -> None:
             return error_response(400, CODES[400], f"body: {DEPTH_RULE}", field="body")
         if isinstance(exc.__cause__, UnicodeDecodeError):  # bytes that are no JSON encoding
             return error_response(400, CODES[400], f"body: {JSON_RULE}", field="body")
+        if isinstance(exc.__cause__, RepeatedKeyError):  # bodies.py: a key given twice
+            return error_response(400, CODES[400], str(exc.__cause__),
+                                  field=exc.__cause__.field)
         code = CODES.get(exc.status_code, "error")
         return error_response(exc.status_code, code, str(exc.detail),
                               headers=getattr(exc, "headers", None))

@@ -10,13 +10,14 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from postrelay.api.auth import Caller
+from postrelay.api.bodies import JsonBodyRoute
 from postrelay.api.common import Db, JobId, errors
 from postrelay.api.errors import ApiError
 from postrelay.api.models import Envelope, Moment, _Body
 from postrelay.orchestrator import cancel_job, cancel_jobs
 from postrelay.queue import CANCEL_LIMIT_MAX
 
-router = APIRouter(prefix="/v1/functions/jobs", tags=["jobs"])
+router = APIRouter(prefix="/v1/functions/jobs", tags=["jobs"], route_class=JsonBodyRoute)
 
 
 class CancelBody(_Body):

@@ -9,13 +9,14 @@ from uuid import UUID
 from fastapi import APIRouter, Query
 
 from postrelay.api.auth import Caller
+from postrelay.api.bodies import JsonBodyRoute
 from postrelay.api.common import Db, errors, tenant_for_write
 from postrelay.api.models import CronBody, CronDeleted, CronOut, Envelope
 from postrelay.core.errors import NotFoundError
 from postrelay.core.telemetry import event
 from postrelay.queue import check_kind, cron_create, cron_delete, cron_list
 
-router = APIRouter(prefix="/v1/functions/cron", tags=["cron"])
+router = APIRouter(prefix="/v1/functions/cron", tags=["cron"], route_class=JsonBodyRoute)
 
 
 @router.post("", status_code=201, response_model=Envelope[CronOut],

@@ -11,6 +11,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from postrelay.api.auth import Caller
+from postrelay.api.bodies import JsonBodyRoute
 from postrelay.api.common import DIGITS, Db, JobId, errors
 from postrelay.api.models import Discarded, Envelope, JobOut, Requeued
 from postrelay.queue import (
@@ -22,7 +23,7 @@ from postrelay.queue import (
     dlq_retry,
 )
 
-router = APIRouter(prefix="/v1/functions/jobs", tags=["dlq"])
+router = APIRouter(prefix="/v1/functions/jobs", tags=["dlq"], route_class=JsonBodyRoute)
 
 
 @router.get("/dlq", response_model=Envelope[list[JobOut]], responses=errors(400, 401))

@@ -10,12 +10,13 @@ from fastapi import APIRouter, Query, Request
 # postrelay.queue.enqueue, which the layer contracts would read as a reach-in.
 import postrelay.queue as pq
 from postrelay.api.auth import Caller
+from postrelay.api.bodies import JsonBodyRoute
 from postrelay.api.common import DIGITS, Db, JobId, errors, tenant_for_write
 from postrelay.api.models import EnqueueBody, Envelope, JobOut, JobStatus
 from postrelay.core.errors import NotFoundError
 from postrelay.queue import LIST_LIMIT_MAX, check_kind, job_get, job_list
 
-router = APIRouter(prefix="/v1/functions/jobs", tags=["jobs"])
+router = APIRouter(prefix="/v1/functions/jobs", tags=["jobs"], route_class=JsonBodyRoute)
 
 
 @router.post("", status_code=201, response_model=Envelope[JobOut],

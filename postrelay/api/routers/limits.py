@@ -13,12 +13,13 @@ from pydantic import BaseModel, BeforeValidator, Field
 
 from postrelay.access import check_limit_change
 from postrelay.api.auth import Caller, Principal
+from postrelay.api.bodies import JsonBodyRoute
 from postrelay.api.common import Db, errors
 from postrelay.api.errors import ApiError
 from postrelay.api.models import Envelope, _Body
 from postrelay.queue import Limit, Throttle, limit_list, limit_remove, limit_set, throttle_list
 
-router = APIRouter(prefix="/v1/functions/limits", tags=["limits"])
+router = APIRouter(prefix="/v1/functions/limits", tags=["limits"], route_class=JsonBodyRoute)
 
 
 def _not_a_bool(value: Any) -> Any:

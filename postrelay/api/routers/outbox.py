@@ -14,6 +14,7 @@ from uuid import UUID
 from fastapi import APIRouter, Path
 
 from postrelay.api.auth import Caller
+from postrelay.api.bodies import JsonBodyRoute
 from postrelay.api.common import Db, errors
 from postrelay.api.models import (
     Envelope,
@@ -26,7 +27,7 @@ from postrelay.core.errors import NotFoundError
 from postrelay.core.telemetry import event
 from postrelay.relay import outbox_event_get, outbox_replay, outbox_status
 
-router = APIRouter(prefix="/v1/functions/outbox", tags=["outbox"])
+router = APIRouter(prefix="/v1/functions/outbox", tags=["outbox"], route_class=JsonBodyRoute)
 
 EventId = Annotated[UUID, Path(alias="id", description="The outbox event's id.")]
 

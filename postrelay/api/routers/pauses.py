@@ -11,12 +11,13 @@ from pydantic import BaseModel, Field
 
 from postrelay.access import check_resume
 from postrelay.api.auth import Caller, Principal
+from postrelay.api.bodies import JsonBodyRoute
 from postrelay.api.common import Db, errors
 from postrelay.api.errors import ApiError
 from postrelay.api.models import Envelope, _Body
 from postrelay.queue import Pause, pause, pause_list, resume
 
-router = APIRouter(prefix="/v1/functions/pauses", tags=["pauses"])
+router = APIRouter(prefix="/v1/functions/pauses", tags=["pauses"], route_class=JsonBodyRoute)
 
 
 class PauseBody(_Body):

@@ -190,12 +190,21 @@ class Settings(BaseSettings):
         r"sns\.[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d{1,2}\.amazonaws\.com(\.cn)?"
     feedback_ses_cert_file: Path | None = None
     feedback_ses_ca_file: Path | None = None
+    # An SNS message whose signed Timestamp (when SNS took it) is further than this from the
+    # API host's clock, either way, is refused as a replay. SNS resends a message as it was
+    # signed, and an HTTP/S delivery policy retries for at most 3600 s (a hard limit;
+    # the default policy 3 times, 20 s apart): twice that leaves an hour for jitter, slow
+    # deliveries and a host clock that is off.
+    feedback_ses_tolerance_secs: float = Field(default=7200.0, gt=0, le=86_400)
     # Postmark: the user name and password of the webhook URL's basic authentication.
     feedback_postmark_username: str | None = None
     feedback_postmark_password: SecretStr | None = None
     # SendGrid: the Event Webhook's verification key (base64 DER, as SendGrid shows it,
     # or PEM).
     feedback_sendgrid_public_key: str | None = None
+    # A batch whose signed timestamp header is further than this from the API host's clock,
+    # either way, is refused as a replay (as Stripe's and Svix's receivers do, at 5 minutes).
+    feedback_sendgrid_tolerance_secs: float = Field(default=300.0, gt=0, le=86_400)
 
     # The largest JSON document (payload, headers) a write accepts, and with some room the
     # largest request body the HTTP API reads (core/limits.py).

@@ -81,8 +81,9 @@ def test_a_pinned_certificate_must_be_an_rsa_certificate(tmp_path):
 
 
 def _sns() -> SnsVerifier:
-    return SnsVerifier({TOPIC}, host_pattern=Settings(
-        feedback_ses_topic_arns=TOPIC).feedback_ses_cert_hosts)
+    settings = Settings(feedback_ses_topic_arns=TOPIC)
+    return SnsVerifier({TOPIC}, tolerance_secs=settings.feedback_ses_tolerance_secs,
+                       host_pattern=settings.feedback_ses_cert_hosts)
 
 
 @pytest.mark.parametrize("host", [

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 import uuid
 
 import httpx
@@ -24,9 +25,15 @@ PUBLIC = base64.b64encode(KEY.public_key().public_bytes(
 ANN, BOB = "ann@example.com", "bob@example.com"
 
 
+def now(offset: float = 0) -> str:
+    """A timestamp header `offset` seconds from now, as SendGrid writes it."""
+    return str(int(time.time() + offset))
+
+
 def signed(events: object, key: ec.EllipticCurvePrivateKey = KEY,
-           stamp: str = "1700000000") -> dict[str, object]:
+           stamp: str | None = None) -> dict[str, object]:
     body = json.dumps(events).encode()
+    stamp = now() if stamp is None else stamp
     signature = key.sign(stamp.encode() + body, ec.ECDSA(hashes.SHA256()))
     return {"content": body, "headers": {"Content-Type": "application/json",
                                          SIG: base64.b64encode(signature).decode(),
@@ -90,7 +97,7 @@ def test_a_signed_batch_is_matched_recorded_and_retried_without_effect(client, e
     assert sorted(e["event_type"] for e in look.events()) == [
         "email.bounced", "email.complained", "email.delivered"]
     before = (look.feedback(), look.events())
-    again = client.post(URL, **signed(events, stamp="1700000060"))  # SendGrid's retry
+    again = client.post(URL, **signed(events, stamp=now(60)))  # SendGrid's retry
     assert again.json()["data"] == {"recorded": 0, "duplicates": 4, "matched": 4,
                                     "ignored": 2}
     assert (look.feedback(), look.events()) == before
@@ -265,7 +272,7 @@ def test_a_wrong_signature_is_401_and_writes_nothing(client, engine, tenant, loo
     good = signed(events)
     forged = signed(events, key=ec.generate_private_key(ec.SECP256R1()))
     tampered = {**good, "content": good["content"].replace(b"5.1.1", b"5.1.2")}
-    restamped = {**good, "headers": {**good["headers"], STAMP: "1700000001"}}
+    restamped = {**good, "headers": {**good["headers"], STAMP: now(1)}}
     unsigned = {"content": good["content"], "headers": {"Content-Type": "application/json"}}
     for attempt in (forged, tampered, restamped, unsigned):
         answer = client.post(URL, **attempt)
@@ -298,10 +305,10 @@ def test_a_malformed_batch_is_400_naming_the_field_and_nothing_is_half_written(
 
 
 def test_not_valid_json_is_400(client, look):
-    body = b"[{not json"
-    signature = KEY.sign(b"1700000000" + body, ec.ECDSA(hashes.SHA256()))
+    body, stamp = b"[{not json", now()
+    signature = KEY.sign(stamp.encode() + body, ec.ECDSA(hashes.SHA256()))
     answer = client.post(URL, content=body, headers={
-        SIG: base64.b64encode(signature).decode(), STAMP: "1700000000"})
+        SIG: base64.b64encode(signature).decode(), STAMP: stamp})
     assert answer.status_code == 400 and answer.json()["error"]["field"] == "body"
 
 
@@ -310,9 +317,10 @@ def deep_batch(category: bytes, n: int) -> dict[str, object]:
     body = (b'[{"email": "ann@example.com", "event": "delivered", "sg_event_id": "ok-%d"}, '
             b'{"email": "ann@example.com", "event": "delivered", "sg_event_id": "deep-%d", '
             b'"category": %s}]' % (n, n, category))
-    signature = KEY.sign(b"1700000000" + body, ec.ECDSA(hashes.SHA256()))
+    stamp = now()
+    signature = KEY.sign(stamp.encode() + body, ec.ECDSA(hashes.SHA256()))
     return {"content": body, "headers": {SIG: base64.b64encode(signature).decode(),
-                                         STAMP: "1700000000"}}
+                                         STAMP: stamp}}
 
 
 @pytest.mark.parametrize("levels", [63, 985])

@@ -12,6 +12,7 @@ import ssl
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -42,11 +43,17 @@ SIGNED = {"Notification": ("Message", "MessageId", "Subject", "Timestamp", "Topi
                                        "Token", "TopicArn", "Type")}
 
 
+def sns_time(offset: float = 0) -> str:
+    """A Timestamp `offset` seconds from now, as SNS writes it."""
+    moment = datetime.now(UTC) + timedelta(seconds=offset)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
 def sns(kind: str, message: str, *, cert_url: str, version: str = "1", key: Any = SIGNER_KEY,
         topic: str = TOPIC, **extra: str) -> dict[str, str]:
     """An SNS message to an HTTP endpoint, signed as SNS signs it."""
     found = {"Type": kind, "MessageId": str(uuid.uuid4()), "TopicArn": topic,
-             "Message": message, "Timestamp": "2024-01-01T00:00:00.000Z",
+             "Message": message, "Timestamp": sns_time(),
              "SignatureVersion": version, "SigningCertURL": cert_url, **extra}
     text = "".join(f"{name}\n{found[name]}\n" for name in SIGNED[kind] if name in found)
     digest = hashes.SHA1() if version == "1" else hashes.SHA256()

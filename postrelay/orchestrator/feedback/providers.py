@@ -35,12 +35,15 @@ class ProviderWebhooks:
     def from_settings(cls, settings: Settings) -> ProviderWebhooks:
         topics = {t.strip() for t in (settings.feedback_ses_topic_arns or "").split(",")
                   if t.strip()}
-        sns = SnsVerifier(topics, host_pattern=settings.feedback_ses_cert_hosts,
+        sns = SnsVerifier(topics, tolerance_secs=settings.feedback_ses_tolerance_secs,
+                          host_pattern=settings.feedback_ses_cert_hosts,
                           pinned_cert=settings.feedback_ses_cert_file,
                           ca_file=settings.feedback_ses_ca_file) if topics else None
-        return cls(sns=sns, postmark=_postmark(settings),
-                   sendgrid=SendgridVerifier(settings.feedback_sendgrid_public_key)
-                   if settings.feedback_sendgrid_public_key else None,
+        sendgrid = SendgridVerifier(
+            settings.feedback_sendgrid_public_key,
+            tolerance_secs=settings.feedback_sendgrid_tolerance_secs,
+        ) if settings.feedback_sendgrid_public_key else None
+        return cls(sns=sns, postmark=_postmark(settings), sendgrid=sendgrid,
                    policy=SuppressionPolicy.from_settings(settings))
 
 

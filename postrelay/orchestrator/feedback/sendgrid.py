@@ -1,11 +1,14 @@
 """SendGrid's Event Webhook: signed batches of events, read into `Feedback`.
 
-    verifier = SendgridVerifier(public_key)     # the key SendGrid shows for the webhook
-    verifier.verify(body, signature, timestamp) # WebhookAuthError unless SendGrid signed it
+    verifier = SendgridVerifier(public_key, tolerance_secs=300)  # the key SendGrid shows
+    verifier.verify(body, signature, timestamp)  # WebhookAuthError unless SendGrid signed
+                                                 # it, within 300 s of this host's clock
     reports, ignored = sendgrid_reports(json.loads(body))
 
 SendGrid signs the timestamp header followed by the raw body with ECDSA (P-256, SHA-256);
-the signature and the key travel base64-encoded (the key as DER, or PEM).
+the signature and the key travel base64-encoded (the key as DER, or PEM). A timestamp
+further from this host's clock than the tolerance, either way, is refused: a signed batch
+captured once would otherwise be taken whenever it is replayed.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import binascii
 import hashlib
 import json
 import re
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -26,11 +30,21 @@ from cryptography.hazmat.primitives.serialization import load_der_public_key, lo
 
 from postrelay.core.errors import ConfigError, ValidationError
 from postrelay.orchestrator.feedback.model import Feedback, bounce_kind
-from postrelay.orchestrator.feedback.webhook import WebhookAuthError, field, obj, short, status_of
+from postrelay.orchestrator.feedback.webhook import (
+    WebhookAuthError,
+    check_fresh,
+    field,
+    obj,
+    short,
+    status_of,
+)
 
 SIGNATURE_HEADER = "X-Twilio-Email-Event-Webhook-Signature"
 TIMESTAMP_HEADER = "X-Twilio-Email-Event-Webhook-Timestamp"
 MAX_EVENTS = 10_000
+# SendGrid's timestamp header: whole seconds since 1970 (a fraction taken too).
+UNIX_TIME = re.compile(r"[0-9]{1,12}(?:\.[0-9]{1,9})?")
+TOLERANCE_SETTING = "POSTRELAY_FEEDBACK_SENDGRID_TOLERANCE_SECS"
 # What SendGrid appends to the X-Message-Id in sg_message_id: `.filterdrecv-…` (older) or
 # `.recvd-…` (current).
 SG_SUFFIX = re.compile(r"\.(?:filter|recvd)")
@@ -51,15 +65,24 @@ ADDRESS_CLASSIFICATIONS = (None, "Invalid Address")
 
 
 class SendgridVerifier:
-    def __init__(self, public_key: str) -> None:
+    def __init__(self, public_key: str, *, tolerance_secs: float) -> None:
         key = _load_key(public_key.strip())
         if not isinstance(key, ec.EllipticCurvePublicKey):
             raise ConfigError("POSTRELAY_FEEDBACK_SENDGRID_PUBLIC_KEY: not an ECDSA public key")
         self._key = key
+        self.tolerance_secs = tolerance_secs
 
-    def verify(self, body: bytes, signature: str | None, timestamp: str | None) -> None:
+    def verify(self, body: bytes, signature: str | None, timestamp: str | None, *,
+               now: float | None = None) -> None:
+        """WebhookAuthError unless SendGrid signed `timestamp` + `body` with the configured
+        key, and `timestamp` is within the tolerance of `now` (this host's clock)."""
         if not signature or not timestamp:
             raise WebhookAuthError(f"{SIGNATURE_HEADER} and {TIMESTAMP_HEADER} are required")
+        if not UNIX_TIME.fullmatch(timestamp):
+            raise WebhookAuthError(f"{TIMESTAMP_HEADER} is not a Unix time in seconds")
+        # Before the signature: a replay is refused without the cost of an ECDSA check.
+        check_fresh(TIMESTAMP_HEADER, float(timestamp), time.time() if now is None else now,
+                    self.tolerance_secs, TOLERANCE_SETTING)
         try:
             raw = base64.b64decode(signature, validate=True)
             self._key.verify(raw, timestamp.encode() + body, ec.ECDSA(hashes.SHA256()))

@@ -1,15 +1,20 @@
 """Amazon SNS messages to an HTTPS endpoint: signature verification and the subscription
 handshake.
 
-    sns = SnsVerifier(topics={"arn:aws:sns:eu-west-1:123456789012:ses-feedback"})
-    sns.verify(message)      # WebhookAuthError unless SNS signed it, for one of our topics
+    sns = SnsVerifier(topics={"arn:aws:sns:eu-west-1:123456789012:ses-feedback"},
+                      tolerance_secs=7200)
+    sns.verify(message)      # WebhookAuthError unless SNS signed it, for one of our topics,
+                             # with a Timestamp within 7200 s of this host's clock
     sns.confirm(message)     # a SubscriptionConfirmation: fetch its SubscribeURL
 
 The signature (SignatureVersion 1: RSA with SHA-1, 2: with SHA-256) is checked with the
 certificate at SigningCertURL, fetched only over HTTPS from a host the pattern allows
 (default `sns.<region>.amazonaws.com`) and cached, or with a certificate pinned from a local
 file. A valid signature proves only that SNS sent the message, and anyone can have SNS send
-to this endpoint from a topic of their own: the topic must be one of ours too.
+to this endpoint from a topic of their own: the topic must be one of ours too. A message
+whose Timestamp (when SNS took it, signed, and the same in every retry) is further from this
+host's clock than the tolerance is refused: a captured message would otherwise be taken
+whenever it is replayed.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import binascii
 import re
 import ssl
 import threading
+import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,7 +41,9 @@ from postrelay.core.errors import ConfigError, ValidationError
 from postrelay.orchestrator.feedback.webhook import (
     WebhookAuthError,
     WebhookUnavailableError,
+    check_fresh,
     field,
+    iso_time,
 )
 
 # `sns.<region>.amazonaws.com`: a region's shape (us-east-1, cn-north-1, us-gov-west-1),
@@ -53,13 +61,15 @@ HASHES = {"1": hashes.SHA1, "2": hashes.SHA256}
 # A topic's ARN as SNS writes it in TopicArn: `arn:<partition>:sns:<region>:<account>:<name>`.
 TOPIC_ARN = re.compile(r"arn:[a-z-]+:sns:[a-z0-9-]+:\d+:[\w.-]+")
 CACHE_SIZE = 32
+TOLERANCE_SETTING = "POSTRELAY_FEEDBACK_SES_TOLERANCE_SECS"
 FETCH_TIMEOUT_SECS = 10.0
 MAX_CERT_BYTES = 64 * 1024
 
 
 class SnsVerifier:
-    def __init__(self, topics: set[str], *, host_pattern: str = DEFAULT_HOSTS,
-                 pinned_cert: Path | None = None, ca_file: Path | None = None) -> None:
+    def __init__(self, topics: set[str], *, tolerance_secs: float,
+                 host_pattern: str = DEFAULT_HOSTS, pinned_cert: Path | None = None,
+                 ca_file: Path | None = None) -> None:
         if not topics:
             raise ConfigError("POSTRELAY_FEEDBACK_SES_TOPIC_ARNS: at least one topic ARN")
         for topic in sorted(topics):
@@ -79,6 +89,7 @@ class SnsVerifier:
             raise ConfigError(f"POSTRELAY_FEEDBACK_SES_CERT_HOSTS: not a pattern: {exc}") \
                 from None
         self.topics = frozenset(topics)
+        self.tolerance_secs = tolerance_secs
         self._pinned = _pinned(pinned_cert) if pinned_cert else None
         self._verify_tls: ssl.SSLContext | bool = True
         if ca_file is not None:
@@ -89,9 +100,10 @@ class SnsVerifier:
         self._cache: dict[str, tuple[rsa.RSAPublicKey, datetime]] = {}
         self._lock = threading.Lock()
 
-    def verify(self, message: Mapping[str, Any]) -> None:
-        """WebhookAuthError unless `message` is signed by SNS and from one of our topics;
-        ValidationError naming the field for a message that is not an SNS message."""
+    def verify(self, message: Mapping[str, Any], *, now: float | None = None) -> None:
+        """WebhookAuthError unless `message` is signed by SNS, from one of our topics, and
+        its Timestamp within the tolerance of `now` (this host's clock); ValidationError
+        naming the field for a message that is not an SNS message."""
         kind = field(message, "Type", str, "")
         if kind not in SIGNED:
             raise ValidationError("Type", f"must be one of {', '.join(SIGNED)}")
@@ -102,6 +114,12 @@ class SnsVerifier:
             raise WebhookAuthError("TopicArn is not one of POSTRELAY_FEEDBACK_SES_TOPIC_ARNS")
         for name in SIGNED[kind]:
             field(message, name, str, "", required=name != "Subject")
+        # Signed with the rest, and the same in every retry of a delivery. Before the
+        # signature: a replay is refused without fetching a certificate or an RSA check.
+        signed_at = iso_time(message["Timestamp"], "Timestamp")
+        assert signed_at is not None  # a required field
+        check_fresh("Timestamp", signed_at.timestamp(), time.time() if now is None else now,
+                    self.tolerance_secs, TOLERANCE_SETTING)
         signed = "".join(f"{name}\n{message[name]}\n" for name in SIGNED[kind]
                          if message.get(name) is not None)
         try:

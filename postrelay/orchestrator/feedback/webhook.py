@@ -38,6 +38,19 @@ class WebhookUnavailableError(PostrelayError):
     answered 503, so the provider retries."""
 
 
+def check_fresh(name: str, signed_at: float, now: float, tolerance_secs: float,
+                setting: str) -> None:
+    """WebhookAuthError unless `signed_at` (seconds since 1970: the time a provider signed
+    with the request) is within `tolerance_secs` of `now`, either way: a signed request
+    captured once is otherwise taken again whenever it is replayed."""
+    age = now - signed_at
+    if abs(age) <= tolerance_secs:
+        return
+    how = f"{age:.0f} s old" if age > 0 else f"{-age:.0f} s ahead of this host's clock"
+    raise WebhookAuthError(f"{name} is {how}, more than the {tolerance_secs:g} s allowed "
+                           f"({setting}): a replayed request, or a clock that is off")
+
+
 def record_batch(engine: Engine, reports: Sequence[Feedback],
                  policy: SuppressionPolicy) -> list[Recorded]:
     """Record every report of one webhook delivery in one transaction: all or nothing, and

@@ -203,8 +203,10 @@ class Settings(BaseSettings):
     # or PEM).
     feedback_sendgrid_public_key: str | None = None
     # A batch whose signed timestamp header is further than this from the API host's clock,
-    # either way, is refused as a replay (as Stripe's and Svix's receivers do, at 5 minutes).
-    feedback_sendgrid_tolerance_secs: float = Field(default=300.0, gt=0, le=86_400)
+    # either way, is refused as a replay. SendGrid retries a delivery for up to 24 hours and
+    # does not say whether a retry is signed anew: a day and an hour refuses none of them
+    # (a replay inside it records nothing new: each event is recorded once, by its id).
+    feedback_sendgrid_tolerance_secs: float = Field(default=90_000.0, gt=0, le=604_800)
 
     # The largest JSON document (payload, headers) a write accepts, and with some room the
     # largest request body the HTTP API reads (core/limits.py).

@@ -29,6 +29,10 @@ RETURNING id, name, tenant_id, created_at, revoked_at;
 -- name: api_key_find_active
 -- By hash: the key is 256 random bits, so an index lookup on its hash reveals nothing that
 -- a timing attack could use (the caller still compares the hash in constant time).
+-- A key bound to the system tenant (SYSTEM_TENANT_ID) is no key: its rows are postrelay's
+-- own (retention, maintenance). api_key_create refuses to make one, but one made before it
+-- did, or written by hand, would still pause or cancel retention for every tenant.
 SELECT name, tenant_id, key_hash
 FROM mdm.aa_api_key
-WHERE key_hash = :key_hash AND revoked_at IS NULL;
+WHERE key_hash = :key_hash AND revoked_at IS NULL
+  AND tenant_id <> CAST('00000000-0000-0000-0000-000000000000' AS uuid);

@@ -8,17 +8,20 @@
 -- with its real filters and indexes.
 
 -- name: api_key_find_by_hash
--- Sign-in with a tenant key: the session remembers the key's id, never the key.
+-- Sign-in with a tenant key: the session remembers the key's id, never the key. A key
+-- bound to the system tenant opens nothing (access/sql/api_key.sql, api_key_find_active).
 SELECT id, name, tenant_id, key_hash
 FROM mdm.aa_api_key
-WHERE key_hash = :key_hash AND revoked_at IS NULL;
+WHERE key_hash = :key_hash AND revoked_at IS NULL
+  AND tenant_id <> CAST('00000000-0000-0000-0000-000000000000' AS uuid);
 
 -- name: api_key_get_active
 -- Every request of a tenant session: a revoked (or deleted) key ends the session at once.
 SELECT k.name, k.tenant_id, t.name AS tenant_name
 FROM mdm.aa_api_key k
 JOIN mdm.aa_tenant t ON t.id = k.tenant_id
-WHERE k.id = :id AND k.revoked_at IS NULL;
+WHERE k.id = :id AND k.revoked_at IS NULL
+  AND k.tenant_id <> CAST('00000000-0000-0000-0000-000000000000' AS uuid);
 
 -- name: job_count_live
 -- Jobs not done, by (tenant, kind, status): the overview's breakdowns, summed up in Python.

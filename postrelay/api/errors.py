@@ -4,7 +4,7 @@
 caller may do (`kind_reserved`, `name_reserved`), 404 not found, 409 conflict, 413 a payload
 or a request body over POSTRELAY_MAX_PAYLOAD_BYTES, 415 a compressed body
 (Content-Encoding), 429 too many failed authentication
-attempts (with Retry-After). Bad input
+attempts (with Retry-After), 503 a database that is unreachable or not migrated. Bad input
 must never surface as a 500: validation errors from FastAPI and from postrelay's own
 checks both land here, and a database DataError (a value the database refused) is a 400 too.
 """
@@ -18,7 +18,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import DataError
+from psycopg import errors as pg_errors
+from sqlalchemy.exc import DataError, InterfaceError, OperationalError, ProgrammingError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from postrelay.access import API_FIELD_NAMES
@@ -39,6 +41,12 @@ JSON_RULE = "must be a JSON object in UTF-8, sent as Content-Type: application/j
 # unknown. Only the snake_case names: `delay` is an English word as well.
 _API_NAMES_IN_RULE = re.compile(
     r"\b(?:" + "|".join(re.escape(name) for name in API_FIELD_NAMES if "_" in name) + r")\b")
+
+# What a database behind the code's migrations answers (as the dashboard and the CLI read it).
+SCHEMA_MISSING = (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName,
+                  pg_errors.UndefinedColumn, pg_errors.UndefinedObject,
+                  pg_errors.UndefinedFunction)
+RETRY_AFTER_SECS = 5
 
 CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
          405: "method_not_allowed", 409: "conflict", 413: "payload_too_large",
@@ -120,10 +128,39 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(exc.status_code, code, str(exc.detail),
                               headers=getattr(exc, "headers", None))
 
+    # The database down, restarting or too slow (or the pool exhausted), or behind the
+    # code's migrations: a 503 that says which, logged as one line. The catch-all below
+    # answered 500 "internal error" and Starlette logged a traceback for each request; a
+    # tenant key, which is looked up in the database, met it even on /metrics. The driver's
+    # words (the database's address, the missing table) go to the log only.
+    def _database_down(request: Request, exc: Exception) -> JSONResponse:
+        event("postrelay.api.database_unavailable", logging.WARNING,
+              path=request.url.path, error=_first_line(exc))
+        return error_response(503, CODES[503], "database unavailable: it cannot be reached "
+                              "or did not answer in time; try again shortly (the server log "
+                              "says why)", headers={"Retry-After": str(RETRY_AFTER_SECS)})
+
+    for unavailable in (OperationalError, InterfaceError, PoolTimeoutError):
+        app.add_exception_handler(unavailable, _database_down)
+
+    @app.exception_handler(ProgrammingError)
+    def _not_migrated(request: Request, exc: ProgrammingError) -> JSONResponse:
+        if not isinstance(exc.orig, SCHEMA_MISSING):
+            raise exc  # a bug, not the schema: the 500 below, with its traceback
+        event("postrelay.api.database_not_migrated", logging.WARNING,
+              path=request.url.path, error=_first_line(exc))
+        return error_response(503, CODES[503], "database not migrated: a table or column "
+                              "this version reads is missing; run `postrelay migrate` (the "
+                              "server log says which)")
+
     @app.exception_handler(Exception)
     def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         event("postrelay.api.error", logging.ERROR, path=request.url.path, error=repr(exc))
         return error_response(500, "internal_error", "internal error (see the server log)")
+
+
+def _first_line(exc: Exception) -> str:
+    return str(getattr(exc, "orig", None) or exc).splitlines()[0]
 
 
 def _describe(err: Any, content_type: str | None) -> tuple[str, str]:

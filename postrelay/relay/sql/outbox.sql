@@ -120,9 +120,12 @@ WHERE e.id = ANY(CAST(:ids AS uuid[])) AND e.id = f.id
 RETURNING e.id, e.dead_at IS NOT NULL AS dead;
 
 -- name: outbox_status
+-- An event created at ±infinity (written by hand) is counted, not aged: `now() - infinity`
+-- is an error, which failed /metrics and `outbox status` as a whole (as job_pending_due).
 SELECT count(*) FILTER (WHERE handled_at IS NULL AND dead_at IS NULL) AS backlog,
        EXTRACT(EPOCH FROM now() - min(created_at)
-               FILTER (WHERE handled_at IS NULL AND dead_at IS NULL))::float8 AS lag_secs,
+               FILTER (WHERE handled_at IS NULL AND dead_at IS NULL
+                         AND isfinite(created_at)))::float8 AS lag_secs,
        count(*) FILTER (WHERE dead_at IS NOT NULL) AS dead,
        count(*) FILTER (WHERE handled_at IS NOT NULL) AS handled,
        count(*) FILTER (WHERE attempts > 0 AND handled_at IS NULL AND dead_at IS NULL)

@@ -18,13 +18,13 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from psycopg import errors as pg_errors
 from sqlalchemy.exc import DataError, InterfaceError, OperationalError, ProgrammingError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from postrelay.access import API_FIELD_NAMES
 from postrelay.api.bodies import RepeatedKeyError
+from postrelay.core.db import SCHEMA_MISSING
 from postrelay.core.errors import (
     ConflictError,
     ForbiddenError,
@@ -42,10 +42,6 @@ JSON_RULE = "must be a JSON object in UTF-8, sent as Content-Type: application/j
 _API_NAMES_IN_RULE = re.compile(
     r"\b(?:" + "|".join(re.escape(name) for name in API_FIELD_NAMES if "_" in name) + r")\b")
 
-# What a database behind the code's migrations answers (as the dashboard and the CLI read it).
-SCHEMA_MISSING = (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName,
-                  pg_errors.UndefinedColumn, pg_errors.UndefinedObject,
-                  pg_errors.UndefinedFunction)
 RETRY_AFTER_SECS = 5
 
 CODES = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",

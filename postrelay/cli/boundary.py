@@ -71,14 +71,15 @@ def describe(exc: BaseException) -> tuple[int, str]:
 def _database_message(exc: DBAPIError) -> str:
     import psycopg
 
+    from postrelay.core.db import SCHEMA_MISSING
+
     orig = exc.orig
     detail = _first_line(orig if orig is not None else exc)
     if isinstance(orig, psycopg.OperationalError) or exc.connection_invalidated:
         return f"cannot reach the database: {detail}"
     # A table, column or type the code's queries name is missing: a database behind the
     # code's migrations (a missing column said only "column l.delivery does not exist").
-    if isinstance(orig, psycopg.errors.UndefinedTable | psycopg.errors.InvalidSchemaName
-                  | psycopg.errors.UndefinedColumn | psycopg.errors.UndefinedObject):
+    if isinstance(orig, SCHEMA_MISSING):
         return f"database: {detail} (run `postrelay migrate`)"
     if isinstance(orig, psycopg.DataError):
         return f"invalid value: {detail}"

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from psycopg import errors as pg_errors
 from sqlalchemy import URL, Engine, MetaData, create_engine, event, make_url
 from sqlalchemy.dialects.postgresql import TIMESTAMP
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -27,6 +28,13 @@ from postrelay.core import jsontext
 from postrelay.core.errors import ConfigError
 from postrelay.core.settings import Settings
 from postrelay.core.timestamps import register_infinity
+
+# What a database behind the code's migrations answers: a schema, table, column, type or
+# function the code's statements name is missing (the API, the dashboard and the CLI then
+# say `postrelay migrate`).
+SCHEMA_MISSING = (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName,
+                  pg_errors.UndefinedColumn, pg_errors.UndefinedObject,
+                  pg_errors.UndefinedFunction)
 
 SCHEMA = "mdm"
 metadata = MetaData(schema=SCHEMA)

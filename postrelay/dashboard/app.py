@@ -12,7 +12,6 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
-from psycopg import errors as pg_errors
 from sqlalchemy.exc import InterfaceError, OperationalError, ProgrammingError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.concurrency import run_in_threadpool
@@ -20,7 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from postrelay.access import AuthThrottle, auth_throttle, service_role_key
-from postrelay.core.db import Database
+from postrelay.core.db import SCHEMA_MISSING, Database
 from postrelay.core.errors import (
     ConflictError,
     ForbiddenError,
@@ -43,10 +42,6 @@ from postrelay.dashboard.web import (
 from postrelay.orchestrator import Templates
 
 FRAGMENT_HEADER = "x-dashboard-fragment"
-# What a database behind the code's migrations answers (as the CLI reads it: cli/boundary.py).
-SCHEMA_MISSING = (pg_errors.UndefinedTable, pg_errors.InvalidSchemaName,
-                  pg_errors.UndefinedColumn, pg_errors.UndefinedObject,
-                  pg_errors.UndefinedFunction)
 DATABASE_DOWN = ("The database cannot be reached, or did not answer in time. Try again in "
                  "a moment; the details are in the server's log.")
 RETRY_AFTER_SECS = 5

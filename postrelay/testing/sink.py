@@ -261,7 +261,8 @@ class SmtpSink:
     serves implicit TLS instead. `auth` (user -> password) requires AUTH; the dict is kept as
     `credentials` and read at each attempt, so a test may change it while the sink runs.
     `connections` counts the SMTP sessions opened by clients. `pipelining=False` leaves
-    PIPELINING out of the EHLO reply, so that clients wait for each reply.
+    PIPELINING out of the EHLO reply, so that clients wait for each reply. `server_class`
+    runs each session on a subclass of aiosmtpd's `SMTP` (one that misbehaves, say).
     """
 
     host = "127.0.0.1"
@@ -278,8 +279,10 @@ class SmtpSink:
         maildir: Path | None = None,
         idle_timeout_secs: float = 300.0,
         pipelining: bool = True,
+        server_class: type[SMTP] = SMTP,
     ) -> None:
         self.handler = handler or ScriptedHandler()
+        self.server_class = server_class
         self.handler.pipelining = pipelining
         if maildir is not None:
             self.handler.maildir = maildir
@@ -371,7 +374,7 @@ class _Controller(Controller):
         super().__init__(handler, **kwargs)
 
     def factory(self) -> SMTP:
-        session: SMTP = super().factory()  # type: ignore[no-untyped-call]
+        session = self._sink.server_class(self.handler, **self.SMTP_kwargs)
         self._sink._opened(session)  # runs on the server's thread, one call per connection
         return session
 

@@ -37,6 +37,7 @@ PLAIN_ADDRESS = re.compile(
 _LINE_ENDINGS = re.compile(rb"\r\n|\n|\r(?!\n)")
 _LEADING_DOT = re.compile(rb"(?m)^\.")
 _MAX_REPLY_BYTES = 64 * 1024  # a reply longer than this is not SMTP
+_SHOWN = 300  # of a garbled reply, the bytes its error quotes
 
 
 def envelope_address(address: str, *, utf8: bool) -> bytes:
@@ -71,10 +72,11 @@ class Dialogue(asyncio.Protocol):
     """The commands and replies of one SMTP connection, after its setup."""
 
     def __init__(self, transport: asyncio.Transport, *, pipelining: bool, smtputf8: bool,
-                 timeout_secs: float, chunking: bool = False) -> None:
+                 timeout_secs: float, chunking: bool = False, eightbitmime: bool = True) -> None:
         self.pipelining = pipelining
         self.chunking = chunking
         self.smtputf8 = smtputf8
+        self.eightbitmime = eightbitmime
         self._transport = transport
         self._timeout = timeout_secs
         self._buffer = bytearray()
@@ -91,14 +93,16 @@ class Dialogue(asyncio.Protocol):
     def take_over(cls, smtp: aiosmtplib.SMTP, *, timeout_secs: float,
                   chunking: bool = True) -> Dialogue:
         """Take the connection of `smtp`, which is set up and idle; `smtp` is done with.
-        `chunking=False`: never BDAT, even where the server offers it."""
+        `chunking=False`: never BDAT, even where the server offers it. After HELO (a server
+        that does not know EHLO) the server offers no extension, and none is used."""
         transport = cast("asyncio.Transport | None", smtp.transport)
         if transport is None or transport.is_closing():
             raise aiosmtplib.SMTPServerDisconnected("Connection lost")
         pipelining = smtp.supports_extension("pipelining")
         dialogue = cls(transport, pipelining=pipelining,
                        smtputf8=smtp.supports_extension("smtputf8"), timeout_secs=timeout_secs,
-                       chunking=chunking and pipelining and smtp.supports_extension("chunking"))
+                       chunking=chunking and pipelining and smtp.supports_extension("chunking"),
+                       eightbitmime=smtp.supports_extension("8bitmime"))
         transport.set_protocol(dialogue)
         return dialogue
 
@@ -112,6 +116,9 @@ class Dialogue(asyncio.Protocol):
         421 at any moment before it closes), so the next reply answers the next command."""
         return self.is_connected and not self._owed and not self._replies
 
+    # A write on a connection already lost sends nothing, and raises nothing: the loss is
+    # what the read of its reply reports, at the stage of the command that was not sent.
+
     def write(self, *commands: bytes) -> None:
         """Send `commands` (without their CRLF) in one write; each owes a reply."""
         self._send(b"".join(c + b"\r\n" for c in commands))
@@ -121,20 +128,19 @@ class Dialogue(asyncio.Protocol):
         """Send the message after DATA's 354; it owes the final reply."""
         if not self._in_data:
             raise RuntimeError("the message goes only after a 354 reply to DATA")
-        self._send(message_data(message))
         self._in_data = False
         self._owed.append(b".")
-        self.message_pending = True
+        # Pending only once it went: a message never written cannot have been accepted.
+        self.message_pending = self._send(message_data(message))
 
     def write_chunked(self, *commands: bytes, message: bytes) -> None:
         """Send `commands` and then the whole message as one `BDAT <size> LAST` chunk
         (RFC 3030), in one write; each command and the chunk owe a reply."""
         data = message_lines(message)
-        self._send(b"".join(c + b"\r\n" for c in commands)
-                   + b"BDAT %d LAST\r\n" % len(data) + data)
         self._owed.extend(commands)
         self._owed.append(b"BDAT")
-        self.message_pending = True
+        self.message_pending = self._send(b"".join(c + b"\r\n" for c in commands)
+                                          + b"BDAT %d LAST\r\n" % len(data) + data)
 
     async def read(self) -> SMTPResponse:
         """The reply to the oldest command that owes one; raises aiosmtplib's
@@ -206,10 +212,13 @@ class Dialogue(asyncio.Protocol):
 
     # internals
 
-    def _send(self, data: bytes) -> None:
+    def _send(self, data: bytes) -> bool:
+        """Write `data`; False, writing nothing, when the connection is lost (or closed)."""
         if not self.is_connected:
-            raise aiosmtplib.SMTPServerDisconnected("Connection lost")
+            self._lose(aiosmtplib.SMTPServerDisconnected("Connection lost"))
+            return False
         self._transport.write(data)
+        return True
 
     async def _wait_for_reply(self) -> None:
         loop = asyncio.get_running_loop()
@@ -234,15 +243,36 @@ class Dialogue(asyncio.Protocol):
 
     def _parse_reply(self) -> SMTPResponse | None:
         """One complete reply off the front of the buffer (its lines joined), or None."""
-        start, lines = 0, []
+        end = self._buffer.find(b"\n")
+        if end == -1:
+            return None
+        line = bytes(self._buffer[:end + 1])
+        if not line[:3].isdigit() or line[3:4] not in (b" ", b"-", b"\r", b"\n"):
+            raise _malformed(line)
+        if line[3:4] == b"-":
+            return self._parse_multiline()
+        del self._buffer[:end + 1]
+        text = line[4:].strip(b" \t\r\n").decode("utf-8", "surrogateescape")
+        return SMTPResponse(int(line[:3]), text)
+
+    def _parse_multiline(self) -> SMTPResponse | None:
+        """A reply of several lines, read with the code of its last, or None while it is
+        not all in. RFC 5321 4.2.1 gives each line the same code: lines whose codes are of
+        different classes (`250-Ok` then `554 Rejected`) say yes and no at once, and such a
+        reply is garbled, not taken for either."""
+        start, lines, classes = 0, [], set()
         while (end := self._buffer.find(b"\n", start)) != -1:
             line = bytes(self._buffer[start:end + 1])
             start = end + 1
             if not line[:3].isdigit() or line[3:4] not in (b" ", b"-", b"\r", b"\n"):
-                raise aiosmtplib.SMTPResponseException(
-                    -1, f"Malformed SMTP response line: {line!r}")
+                raise _malformed(line)
             lines.append(line[4:].strip(b" \t\r\n"))
+            classes.add(line[:1])
             if line[3:4] != b"-":
+                if len(classes) > 1:
+                    raise aiosmtplib.SMTPResponseException(
+                        -1, "Malformed SMTP response: its lines' codes disagree: "
+                        f"{bytes(self._buffer[:min(start, _SHOWN)])!r}")
                 del self._buffer[:start]
                 text = b"\n".join(lines).decode("utf-8", "surrogateescape")
                 return SMTPResponse(int(line[:3]), text)
@@ -256,3 +286,8 @@ class Dialogue(asyncio.Protocol):
     def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
+
+
+def _malformed(line: bytes) -> aiosmtplib.SMTPResponseException:
+    return aiosmtplib.SMTPResponseException(
+        -1, f"Malformed SMTP response line: {line[:_SHOWN]!r}")

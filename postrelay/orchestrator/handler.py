@@ -17,8 +17,10 @@ One attempt, in order:
 4. Hand the message to the SMTP pool. A 421/454 throttles the email_send kind for every
    worker (queue/throttles.py) before the job is retried as any transient failure is.
    Stopped meanwhile (a timeout, a cancel, a shutdown), or left without the server's answer
-   once the message went (the connection dropped, the reply timed out), the attempt is
-   logged `unknown`, and the next one follows the template's policy.
+   once the message went (the connection dropped, the reply timed out, or said neither yes
+   nor no), the attempt is logged `unknown`, and the next one follows the template's
+   policy. A server that cannot be used as configured (it speaks only HELO, and STARTTLS or
+   AUTH is required) fails the job unsent, logged `failed`.
 5. Record the outcome with `record_with_outcome`: it commits in the same transaction as
    the job's next state, so the log and the job never disagree.
 """
@@ -61,6 +63,7 @@ from postrelay.orchestrator.message import (
 from postrelay.orchestrator.replies import (
     SmtpAnswerLost,
     SmtpAuthFailed,
+    SmtpConfigError,
     SmtpError,
     SmtpPaused,
     SmtpPermanent,
@@ -290,6 +293,13 @@ class EmailSender:
             results.update(refusals(exc.refused))
             log.record("unknown", recipient_results=results, error=str(exc))
             raise
+        except SmtpConfigError as exc:
+            # The server cannot be used as the settings say (it speaks only HELO, and they
+            # require STARTTLS or AUTH): nothing was sent, and the message was refused by
+            # no one. Not attempted, as bad input is; a retry from the DLQ once the settings
+            # or the server are fixed sends it.
+            log.record("failed", reply=exc.reply, recipient_results=results, error=str(exc))
+            raise PermanentError(str(exc)) from None
         except SmtpError as exc:
             results.update(refusals(exc.refused))
             status = "bounced" if isinstance(exc, SmtpPermanent) else "deferred"

@@ -1,7 +1,8 @@
 """What an SMTP server said, and the errors the pool raises: `Reply` (code, enhanced status
-code, text), the queue id of a 250 reply, `Delivery`, and `SmtpError` with its leaves —
-`SmtpTransient` (retry later), `SmtpAnswerLost`, `SmtpPermanent` (dead-letter), `SmtpThrottled`,
-`SmtpAuthFailed` and `SmtpPaused`. `classify` maps an aiosmtplib error at a stage to one."""
+code, text), the queue id of a 2xx reply, `Delivery`, and `SmtpError` with its leaves —
+`SmtpTransient` (retry later), `SmtpAnswerLost`, `SmtpPermanent` (dead-letter), `SmtpConfigError`,
+`SmtpThrottled`, `SmtpAuthFailed` and `SmtpPaused`. `classify` maps an aiosmtplib error at a
+stage to one."""
 
 from __future__ import annotations
 
@@ -64,16 +65,21 @@ _NO_MAILBOX = re.compile(
 _NOT_THE_MAILBOX = re.compile(r"sender|mail from|\bdata\b|spam|block|polic|reputation|"
                               r"blacklist")
 _REPLY_CODE = re.compile(r"^\d{3}[ -]")
-# Conservative on purpose: a wrong queue id is worse than none.
+# Conservative on purpose: a wrong queue id is worse than none. And at most 128 characters
+# (the longest known, SES's, has about 60): the log's queue_id is indexed, and PostgreSQL
+# refuses an index entry of more than 2704 bytes, which would leave a sent message's log
+# row unwritten.
 _QUEUE_ID_FORMS = (
     # Postfix, Mailpit, Haraka, many others: "Ok: queued as 4F3A2B"
-    re.compile(r"\bqueued as:?\s+<?([A-Za-z0-9][\w.@-]*?)>?\.?(?:\s|$)", re.IGNORECASE),
+    re.compile(r"\bqueued as:?\s+<?([A-Za-z0-9][\w.@-]{0,127}?)>?\.?(?:\s|$)",
+               re.IGNORECASE),
     # Exim: "OK id=1tABCD-000123-XY"
-    re.compile(r"^OK\s+id=([A-Za-z0-9][\w.-]*)\s*$", re.IGNORECASE),
+    re.compile(r"^OK\s+id=([A-Za-z0-9][\w.-]{0,127})\s*$", re.IGNORECASE),
     # Sendmail: "4BXYZ123 Message accepted for delivery"
-    re.compile(r"^([A-Za-z0-9]{8,})\s+Message accepted for delivery", re.IGNORECASE),
+    re.compile(r"^([A-Za-z0-9]{8,128})\s+Message accepted for delivery", re.IGNORECASE),
     # Amazon SES: "Ok 0100018c8f2f1a2b-3c4d5e6f-0000-0000" (a bare "Ok <word>" is not enough)
-    re.compile(r"^Ok\s+([0-9a-f]{16,}(?:-[0-9a-f]+)+)\s*$", re.IGNORECASE),
+    re.compile(r"^Ok\s+(?=[0-9a-f-]{1,128}\s*$)([0-9a-f]{16,}(?:-[0-9a-f]+)+)\s*$",
+               re.IGNORECASE),
 )
 
 
@@ -180,12 +186,19 @@ class SmtpTransient(SmtpError):
 
 class SmtpAnswerLost(SmtpTransient):
     """The message went to the server (after DATA's 354, or as a BDAT chunk) and no answer
-    came back (the connection dropped, the reply timed out or could not be read): the
-    server may have accepted it. The attempt's outcome is unknown."""
+    came back (the connection dropped, the reply timed out or could not be read), or one
+    that is neither a success nor a refusal (a 1xx or 3xx): the server may have accepted
+    it. The attempt's outcome is unknown."""
 
 
 class SmtpPermanent(SmtpError):
     """5xx to this message or its envelope: dead-letter it."""
+
+
+class SmtpConfigError(SmtpPermanent):
+    """The server cannot be used as configured (STARTTLS or AUTH is required, and it speaks
+    only HELO, which offers neither): nothing was sent, and no retry changes that until the
+    settings or the server do. `reply` is the server's refusal of EHLO."""
 
 
 class SmtpThrottled(SmtpTransient):

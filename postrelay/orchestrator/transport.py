@@ -5,14 +5,16 @@
     delivery.queue_id, delivery.refused    # "4F3A2B", {} (refusals of a partial delivery)
     await pool.close()
 
-aiosmtplib connects, says EHLO, starts TLS and logs in; each message then goes through the
-connection's `Dialogue` (orchestrator/dialogue.py), which sends MAIL FROM, the RCPT TOs and
-DATA in one write when the server offers PIPELINING, and the message in that write too, as
-one BDAT chunk, when it offers CHUNKING as well (Postfix since 3.4, Exchange, Gmail).
+aiosmtplib connects, says EHLO (HELO to a server that does not know EHLO: then no extension
+is used), starts TLS and logs in; each message then goes through the connection's `Dialogue`
+(orchestrator/dialogue.py), which sends MAIL FROM, the RCPT TOs and DATA in one write when the
+server offers PIPELINING, and the message in that write too, as one BDAT chunk, when it
+offers CHUNKING as well (Postfix since 3.4, Exchange, Gmail). Any 2xx reply is a success.
 
 Failures are `SmtpError`s that say where they happened (`stage`) and what the server replied:
 `SmtpTransient` (retry later), `SmtpPermanent` (dead-letter); `SmtpAnswerLost` when the
-message went and no answer came back (it may have been accepted). After a 421/454 the pool waits
+message went and no answer came back, or none that says yes or no (it may have been accepted);
+`SmtpConfigError` when the server cannot be used as configured. After a 421/454 the pool waits
 before its next send; after an authentication failure it refuses to send for a while.
 """
 
@@ -30,6 +32,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal, TypeVar
 
 import aiosmtplib
+from aiosmtplib import SMTPResponse
 from pydantic import SecretStr
 
 from postrelay.core.errors import ConfigError, PostrelayError, ValidationError
@@ -40,6 +43,7 @@ from postrelay.orchestrator.replies import (
     Reply,
     SmtpAnswerLost,
     SmtpAuthFailed,
+    SmtpConfigError,
     SmtpError,
     SmtpPaused,
     SmtpPermanent,
@@ -55,7 +59,12 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 Security = Literal["none", "starttls", "tls"]
-_ACCEPTED_RCPT = (aiosmtplib.SMTPStatus.completed, aiosmtplib.SMTPStatus.will_forward)
+_OK = 250  # the usual positive reply; any 2yz is one (RFC 5321 4.2.1)
+_START_INPUT = 354
+# What a server that does not know EHLO answers it (command unrecognized, not implemented):
+# RFC 5321 4.1.1.1 has the client fall back to HELO. Not 501 (a bad argument), 421 (closing)
+# nor 550 or 554 (a refusal of the client), which HELO would meet as well.
+_EHLO_UNKNOWN = frozenset({500, 502})
 
 
 @dataclass(frozen=True)
@@ -220,7 +229,9 @@ class SmtpPool:
         )
         try:
             await _step("connect", smtp.connect())
-            await _step("connect", smtp.ehlo())
+            ehlo_refused = await _greet(smtp)
+            if ehlo_refused is not None:
+                _check_plain_session(cfg, ehlo_refused)
             if cfg.security == "starttls":
                 # Required, not opportunistic: never fall back to plain text.
                 if not smtp.supports_extension("starttls"):
@@ -238,13 +249,15 @@ class SmtpPool:
         except BaseException as exc:
             smtp.close()
             if isinstance(exc, SmtpError):
-                event("postrelay.smtp.connect_failed", logging.WARNING, host=cfg.host,
-                      port=cfg.port, stage=exc.stage, error=str(exc))
+                level = logging.ERROR if isinstance(exc, SmtpConfigError) else logging.WARNING
+                event("postrelay.smtp.connect_failed", level, host=cfg.host, port=cfg.port,
+                      stage=exc.stage, error=str(exc))
             raise
         self.connections_opened += 1
         event("postrelay.smtp.connected", logging.DEBUG, host=cfg.host, port=cfg.port,
-              security=cfg.security, pipelining=dialogue.pipelining,
-              chunking=dialogue.chunking, open=self.connections_opened)
+              security=cfg.security, esmtp=ehlo_refused is None,
+              pipelining=dialogue.pipelining, chunking=dialogue.chunking,
+              open=self.connections_opened)
         return dialogue
 
     async def _transact(
@@ -260,6 +273,10 @@ class SmtpPool:
         closed is retried on a fresh one only when the message cannot have gone: it went
         with DATA, or the server's 421 refused it."""
         utf8 = _needs_smtputf8(dialogue, sender, recipients)
+        if not dialogue.eightbitmime and not message.isascii():
+            # Sent as it is, its 8-bit bytes may be cut to 7 on the way (RFC 6152).
+            raise SmtpPermanent("mail: the message has 8-bit bytes, which need 8BITMIME, "
+                                "which the server lacks", stage="mail")
         parameters = b" SMTPUTF8" if utf8 else b""
         mail = b"MAIL FROM:" + envelope_address(sender, utf8=utf8) + parameters
         rcpts = [b"RCPT TO:" + envelope_address(r, utf8=utf8) for r in recipients]
@@ -271,9 +288,8 @@ class SmtpPool:
             else:
                 dialogue.write(*([mail, *rcpts, b"DATA"] if ahead else [mail]))
             mail_reply = await _step("mail", dialogue.read())
-            if mail_reply.code != aiosmtplib.SMTPStatus.completed:
-                raise classify(aiosmtplib.SMTPSenderRefused(
-                    mail_reply.code, mail_reply.message, sender), "mail")
+            if mail_reply.code != _OK and not 200 <= mail_reply.code < 300:
+                raise _not_positive(dialogue, mail_reply, "mail")
         except SmtpTransient as exc:
             # The server closed the idle connection (or said 421 while closing it) while it
             # sat in the pool: not a verdict on this message. But a message sent as BDAT
@@ -288,10 +304,17 @@ class SmtpPool:
         for rcpt, command in zip(recipients, rcpts, strict=True):
             if not ahead:
                 dialogue.write(command)
-            response = await _step("rcpt", dialogue.read(), refused)
-            if response.code in _ACCEPTED_RCPT:
+            try:
+                response = await _step("rcpt", dialogue.read(), refused)
+            except SmtpTransient as exc:
+                if (closed_by := _closed_by(stop, exc)) is not None:
+                    raise closed_by from exc
+                raise
+            if 200 <= response.code < 300:
                 accepted.append(rcpt)
                 continue
+            if not 400 <= response.code < 600:  # no verdict on the recipient: out of step
+                raise _not_positive(dialogue, response, "rcpt", refused)
             refused[rcpt] = Reply.parse(response.code, response.message)
             error = classify(aiosmtplib.SMTPRecipientRefused(
                 response.code, response.message, rcpt), "rcpt", refused)
@@ -311,15 +334,18 @@ class SmtpPool:
             if not ahead:
                 dialogue.write(b"DATA")
             start = await _step("data", dialogue.read(), refused)
-            if start.code != aiosmtplib.SMTPStatus.start_input:
-                raise classify(aiosmtplib.SMTPDataError(start.code, start.message), "data",
-                               refused)
+            if start.code != _START_INPUT:
+                raise _not_positive(dialogue, start, "data", refused)
             # From here the server may hold the message: never retried here.
             dialogue.write_message(message)
-        response = await _step("data", dialogue.read(), refused)
-        if response.code != aiosmtplib.SMTPStatus.completed:
-            raise classify(aiosmtplib.SMTPDataError(response.code, response.message), "data",
-                           refused)
+        try:
+            response = await _step("data", dialogue.read(), refused)
+        except SmtpTransient as exc:
+            if (closed_by := _closed_by(stop, exc)) is not None:
+                raise closed_by from exc
+            raise
+        if response.code != _OK and not 200 <= response.code < 300:
+            raise _not_positive(dialogue, response, "data", refused, message_went=True)
         if stop is not None:
             self._react(stop)  # sent to some; the rest wait out the throttle or the pause
         self.messages_sent += 1
@@ -364,6 +390,66 @@ async def _step(stage: Stage, op: Awaitable[_T],
         return await op
     except (aiosmtplib.SMTPException, OSError) as exc:
         raise classify(exc, stage, refused) from exc
+
+
+async def _greet(smtp: aiosmtplib.SMTP) -> Reply | None:
+    """EHLO; or, where the server does not know it, HELO, and a session without extensions
+    (RFC 5321 4.1.1.1). Returns the server's refusal of EHLO then, None after an EHLO."""
+    try:
+        await smtp.ehlo()
+        return None
+    except aiosmtplib.SMTPHeloError as exc:
+        if exc.code not in _EHLO_UNKNOWN or not smtp.is_connected:
+            raise classify(exc, "connect") from exc
+        refusal = Reply.parse(exc.code, exc.message)
+    except (aiosmtplib.SMTPException, OSError) as exc:
+        raise classify(exc, "connect") from exc
+    await _step("connect", smtp.helo())
+    return refusal
+
+
+def _check_plain_session(cfg: SmtpConfig, ehlo_refused: Reply) -> None:
+    """A HELO session offers neither STARTTLS nor AUTH. Where the settings require one, the
+    server cannot be used as they say: never in clear text, and never without the login
+    the relay may need to take the mail; no retry changes that."""
+    said = f"the server refused EHLO ({ehlo_refused}) and speaks only HELO, which offers"
+    if cfg.security == "starttls":
+        raise SmtpConfigError(
+            f"tls: {said} no STARTTLS: POSTRELAY_SMTP_SECURITY=starttls cannot be met, and "
+            "nothing is sent in clear text", stage="tls", reply=ehlo_refused)
+    if cfg.username is not None:
+        raise SmtpConfigError(
+            f"auth: {said} no AUTH: POSTRELAY_SMTP_USERNAME is set, and the server cannot "
+            "log it in", stage="auth", reply=ehlo_refused)
+
+
+def _not_positive(dialogue: Dialogue, response: SMTPResponse, stage: Stage,
+                  refused: dict[str, Reply] | None = None, *,
+                  message_went: bool = False) -> SmtpError:
+    """The error for a reply that is not the positive one due: a refusal (4xx, 5xx), or a
+    reply that is no verdict (a 1xx or 3xx where a final reply is due, a 2xx to DATA, a
+    code of no class). After one of those the dialogue is out of step and is closed; if it
+    answered the message, the server may have taken it."""
+    if 400 <= response.code < 600:
+        return classify(aiosmtplib.SMTPResponseException(response.code, response.message),
+                        stage, refused)
+    dialogue.close()
+    said = f"{stage}: the server answered {Reply.parse(response.code, response.message)}, " \
+           "which is neither a success nor a refusal"
+    if message_went:
+        return SmtpAnswerLost(f"{said}, after the message was handed over: whether the "
+                              "server accepted it is not known", stage=stage, refused=refused)
+    return SmtpTransient(said, stage=stage, refused=refused)
+
+
+def _closed_by(stop: SmtpError | None, lost: SmtpTransient) -> SmtpThrottled | None:
+    """With the message sent as BDAT, a recipient's 421 when the connection was then lost
+    (or a reply could not be read): the 421 said the server was closing the connection, so
+    the loss is that close, and the 421 is its answer (it did not take the message)."""
+    if isinstance(stop, SmtpThrottled) and stop.reply is not None and \
+            stop.reply.code == 421 and lost.reply is None:
+        return stop
+    return None
 
 
 def _needs_smtputf8(dialogue: Dialogue, sender: str, recipients: Sequence[str]) -> bool:

@@ -14,7 +14,12 @@ from collections.abc import AsyncIterator
 import pytest
 
 from postrelay.orchestrator import SmtpConfig, SmtpPool
-from postrelay.orchestrator.transport import SmtpAnswerLost, SmtpPermanent, SmtpTransient
+from postrelay.orchestrator.transport import (
+    SmtpAnswerLost,
+    SmtpPermanent,
+    SmtpThrottled,
+    SmtpTransient,
+)
 from tests.orchestrator.smtp_helpers import SENDER
 
 ANN = "ann@acme.example"
@@ -32,6 +37,7 @@ class ChunkingServer:
         self.refuse = refuse or {}
         self.chunking = chunking
         self.vanish_after = 0  # > 0: after that many chunks, hang up without replying
+        self.taken = b"250 2.0.0 OK: queued as Q1"  # the reply to a chunk it takes
         self.commands: list[bytes] = []
         self.messages: list[tuple[list[str], bytes]] = []
         self.connections = 0
@@ -71,12 +77,15 @@ class ChunkingServer:
             elif verb == b"BDAT":
                 size = int(line.split()[1])
                 data = await reader.readexactly(size)
+                closing = [n for n, reply in enumerate(held) if reply.startswith(b"421")]
+                if closing:  # a 421 closes the connection (RFC 5321 3.8): nothing is taken
+                    writer.write(b"".join(reply + b"\r\n" for reply in held[:closing[0] + 1]))
+                    break
                 if rcpts:
                     self.messages.append((rcpts, data))
                 if self.vanish_after and len(self.messages) == self.vanish_after:
                     break  # taken, and the connection lost before any reply
-                held.append(b"250 2.0.0 OK: queued as Q1" if rcpts
-                            else b"554 5.5.1 Error: no valid recipients")
+                held.append(self.taken if rcpts else b"554 5.5.1 Error: no valid recipients")
                 writer.write(b"".join(reply + b"\r\n" for reply in held))
                 held = []
             elif verb == b"DATA":
@@ -188,3 +197,54 @@ async def test_a_chunk_lost_without_a_reply_is_not_sent_again_on_a_fresh_connect
     assert isinstance(caught.value, SmtpAnswerLost)  # the chunk went: it may be taken
     assert [rcpts for rcpts, _ in server.messages] == [[ANN], [BOB]]
     assert server.connections == 1
+
+
+@pytest.mark.parametrize("taken", [b"251 2.0.0 Forwarded", b"200"])
+async def test_any_2xx_to_the_chunk_is_a_delivery(servers, taken):
+    server = ChunkingServer()
+    server.taken = taken
+    pool = await pool_to(servers, server)
+    try:
+        delivery = await pool.send(SENDER, [ANN], MESSAGE)
+        await pool.send(SENDER, [BOB], MESSAGE)
+    finally:
+        await pool.close()
+
+    assert delivery.accepted == (ANN,) and delivery.reply.code == int(taken[:3])
+    assert len(server.messages) == 2 and server.connections == 1
+
+
+async def test_a_3xx_to_the_chunk_leaves_its_outcome_unknown(servers):
+    server = ChunkingServer()
+    server.taken = b"354 Go on"
+    pool = await pool_to(servers, server)
+    try:
+        with pytest.raises(SmtpAnswerLost) as caught:
+            await pool.send(SENDER, [ANN], MESSAGE)
+        server.taken = b"250 2.0.0 OK: queued as Q1"
+        await pool.send(SENDER, [BOB], MESSAGE)
+    finally:
+        await pool.close()
+
+    assert caught.value.stage == "data" and "354" in str(caught.value)
+    assert server.connections == 2  # out of step: not reused
+
+
+async def test_a_421_to_a_recipient_then_the_close_is_a_throttle_not_an_unknown_outcome(
+        servers):
+    """The chunk went with the commands, and the server said 421 to the second recipient,
+    then closed the connection as a 421 says it will: it took nothing. Read as a lost
+    answer, the outcome was unknown, and a template that holds on one waited for an
+    operator."""
+    server = ChunkingServer(refuse={BOB: b"421 4.3.2 Shutting down"})
+    pool = await pool_to(servers, server, throttle_secs=0.05)
+    try:
+        with pytest.raises(SmtpThrottled) as caught:
+            await pool.send(SENDER, [ANN, BOB], MESSAGE)
+    finally:
+        await pool.close()
+
+    assert not isinstance(caught.value, SmtpAnswerLost)
+    assert caught.value.stage == "rcpt" and caught.value.reply.code == 421
+    assert caught.value.refused[BOB].code == 421
+    assert server.messages == []

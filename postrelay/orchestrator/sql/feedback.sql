@@ -89,27 +89,37 @@ FROM (SELECT DISTINCT hashtext(key) AS key FROM unnest(CAST(:keys AS text[])) AS
 -- category: a second click changes nothing, and a click after a lift unsubscribes again.
 -- `received_at` is each row's own time, not the transaction's, so that a batch's reports
 -- (a delay, then a bounce) read back in the order they were recorded: a volatile function
--- in the select list is evaluated after the sort, row by row.
+-- in the select list is evaluated after the sort, row by row, here in `stamped`, which is
+-- materialized so that the order it is read in cannot change it.
+-- The rows go in by dedupe_key, not in the batch's order: a row whose key another
+-- transaction is inserting waits for that one to end, so two batches that hold some of the
+-- same reports (a provider's retry of a delivery still in flight, in another order) would
+-- otherwise each wait for the other. In one order, one waits and then finds the other's.
+WITH stamped AS MATERIALIZED (
+    SELECT w.*, clock_timestamp() AS received_at
+    FROM (SELECT r.*, e.n
+          FROM unnest(ARRAY(SELECT jsonb_array_elements(CAST(:rows AS jsonb))))
+               WITH ORDINALITY AS e(doc, n),
+               jsonb_to_record(e.doc) AS r(tenant_id uuid, email_log_id uuid,
+                                           matched_by text, recipient text, kind text,
+                                           status text, diagnostic text, source text,
+                                           source_event_id text, dedupe_key text,
+                                           detail jsonb, occurred_at timestamptz,
+                                           sent_to boolean, unless_suppressed_in text)) AS w
+    ORDER BY w.n
+)
 INSERT INTO mdm.aa_email_feedback (tenant_id, email_log_id, matched_by, recipient, kind,
                                    status, diagnostic, source, source_event_id, dedupe_key,
                                    detail, occurred_at, sent_to, received_at)
 SELECT w.tenant_id, w.email_log_id, w.matched_by, w.recipient, w.kind, w.status,
        w.diagnostic, w.source, w.source_event_id, w.dedupe_key, w.detail,
-       w.occurred_at, w.sent_to, clock_timestamp()
-FROM (SELECT r.*, e.n
-      FROM unnest(ARRAY(SELECT jsonb_array_elements(CAST(:rows AS jsonb))))
-           WITH ORDINALITY AS e(doc, n),
-           jsonb_to_record(e.doc) AS r(tenant_id uuid, email_log_id uuid, matched_by text,
-                                       recipient text, kind text, status text,
-                                       diagnostic text, source text, source_event_id text,
-                                       dedupe_key text, detail jsonb,
-                                       occurred_at timestamptz, sent_to boolean,
-                                       unless_suppressed_in text)) AS w
+       w.occurred_at, w.sent_to, w.received_at
+FROM stamped AS w
 WHERE w.unless_suppressed_in IS NULL
    OR NOT EXISTS (SELECT 1 FROM mdm.aa_email_suppression s
                   WHERE s.tenant_id = w.tenant_id AND s.address = w.recipient
                     AND s.category = w.unless_suppressed_in)
-ORDER BY w.n
+ORDER BY w.dedupe_key
 ON CONFLICT (dedupe_key) DO NOTHING
 RETURNING id, dedupe_key,
     CASE WHEN aa_email_feedback.kind = 'soft-bounced'

@@ -105,3 +105,29 @@ def test_parallel_sendgrid_batches_in_opposite_orders_are_all_recorded_once(
                                for p in "ab" for r in range(ROUNDS) for i in range(ROWS)}
     delivery = {r["delivery"] for r in look.rows("SELECT delivery FROM mdm.aa_email_log")}
     assert delivery == {"complained"}
+
+
+def soft(row: dict[str, Any], address: str, tag: str) -> dict[str, Any]:
+    """A soft bounce (mailbox full) of `address`, one of `row`'s recipients."""
+    return {"smtp-id": row["message_id"], "timestamp": 1700000000, "email": address,
+            "event": "bounce", "type": "bounce", "status": "4.2.2",
+            "reason": "452 4.2.2 mailbox full", "sg_event_id": tag}
+
+
+def test_soft_bounces_of_one_address_in_parallel_deliveries_add_up(
+        served: str, engine: Any, tenant: uuid.UUID, look: Look) -> None:
+    """Three deliveries at once, each with a soft bounce of the same eight addresses (the
+    limit is three): each one's count took the others' as not there (uncommitted), and
+    none of the addresses was suppressed."""
+    with httpx.Client(base_url=served, timeout=60) as client:
+        for round_no in range(ROUNDS):
+            addresses = [f"s{round_no}-{i}@example.com" for i in range(8)]
+            with engine.begin() as conn:
+                sent = [insert_log(conn, tenant_id=tenant, recipients=tuple(addresses))
+                        | {"recipients": addresses} for _ in range(3)]
+            batches = [[soft(row, a, f"{round_no}-{k}-{a}")
+                        for a in (addresses if k % 2 else addresses[::-1])]
+                       for k, row in enumerate(sent)]
+            answers = at_once([lambda b=b: client.post(URL, **signed(b)) for b in batches])
+            assert [a.status_code for a in answers] == [200] * 3
+    assert len(look.suppressed(tenant)) == 8 * ROUNDS

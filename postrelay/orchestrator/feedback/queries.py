@@ -25,10 +25,11 @@ def email_feedback_match_many(keys: list[dict[str, Any]]
     return [(r._asdict() if r.id is not None else None, r.tenant_gone) for r in rows]
 
 
-def email_unsubscribe_lock(keys: list[str]) -> Steps[None]:
-    """Wait for the transactions recording an unsubscribe of these keys (`tenant address`)
-    through a signed link; held until this one ends."""
-    yield FEEDBACK_SQL["email_unsubscribe_lock"], {"keys": keys}
+def email_feedback_lock(*, clicks: list[str], soft: list[str]) -> Steps[None]:
+    """Wait for the transactions recording an unsubscribe through a signed link (`clicks`)
+    or a soft bounce that counts (`soft`) of these keys (`tenant address`); held until this
+    one ends."""
+    yield FEEDBACK_SQL["email_feedback_lock"], {"clicks": clicks, "soft": soft}
 
 
 def email_hour_mark_lock() -> Steps[None]:

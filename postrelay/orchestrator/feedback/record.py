@@ -7,7 +7,8 @@
     done.suppressed, done.event_type          # True, "email.bounced"
 
 `record_many` does the same for a batch (a provider's webhook delivery, the mail of a group
-commit) in four statements whatever its size; `record_many_async` on an async connection.
+commit) in four statements whatever its size (a lock before them when it holds soft
+bounces or signed-link unsubscribes); `record_many_async` on an async connection.
 
 In order: match the log row (VERP token, Message-ID, queue id); insert the feedback row,
 which stops here when the same feedback was recorded before; raise the log row's delivery
@@ -94,7 +95,8 @@ Events = list[tuple[str, relay.EventSpec]]
 def _record_steps(reports: Sequence[Feedback], policy: SuppressionPolicy
                   ) -> Steps[tuple[list[Recorded], Events]]:
     """The statements of a batch (match, insert, apply; a lock first when it holds
-    signed-link unsubscribes); its results and the outbox events to emit."""
+    signed-link unsubscribes or soft bounces that count); its results and the outbox
+    events to emit."""
     matches = yield from queries.email_feedback_match_many(
         [{"log_id": f.log_id, "message_id": f.message_id, "queue_id": f.queue_id,
           "recipient": f.recipient, "original_recipient": f.original_recipient,
@@ -107,6 +109,7 @@ def _record_steps(reports: Sequence[Feedback], policy: SuppressionPolicy
     seen: set[Any] = set()
     fresh = []  # each dedupe_key once: a report repeated within the batch is a duplicate,
     clicked = set()  # and so is a second click on an address's link (the first one counts)
+    soft = set()
     for row in rows:
         once: set[Any] = {row.dedupe_key}
         if (category := row.link_category()) is not None:
@@ -115,11 +118,15 @@ def _record_steps(reports: Sequence[Feedback], policy: SuppressionPolicy
             fresh.append(row)
             if category is not None:
                 clicked.add(f"{row.tenant_id} {row.recipient}")
+            if row.counts_soft():
+                soft.add(f"{row.tenant_id} {row.recipient}")
         seen |= once
     # Clicks on one address's link made at once (a double click) take turns, so that the
-    # insert of the second sees the suppression the first made.
-    if clicked:
-        yield from queries.email_unsubscribe_lock(sorted(clicked))
+    # insert of the second sees the suppression the first made; and so do soft bounces of
+    # one address recorded at once (parallel webhook deliveries, two receivers), so that
+    # each counts the others.
+    if clicked or soft:
+        yield from queries.email_feedback_lock(clicks=sorted(clicked), soft=sorted(soft))
     inserted = yield from queries.email_feedback_insert_many(
         [r.insert_params() for r in fresh], soft_window_secs=policy.soft_window_secs)
     recorded = [r for r in fresh if r.take_insert(inserted)]
@@ -243,6 +250,11 @@ class _Row:
         self.feedback_id, self.soft_before = row["id"], row["soft_before"]
         return True
 
+    def counts_soft(self) -> bool:
+        """Whether this report counts toward its address's soft-bounce limit."""
+        f = self.feedback
+        return counts_as_soft(f.kind, f.status) and self.sent_to and self.tenant_id is not None
+
     def decide(self, policy: SuppressionPolicy,
                soft_seen: dict[tuple[Any, str | None], int]) -> None:
         """Whether this report suppresses; soft bounces count the batch's earlier ones
@@ -251,7 +263,7 @@ class _Row:
         key = (self.tenant_id, self.recipient)
         soft_before = self.soft_before + soft_seen.get(key, 0)
         soft = counts_as_soft(f.kind, f.status)
-        if soft and self.sent_to and self.tenant_id is not None:
+        if self.counts_soft():
             soft_seen[key] = soft_seen.get(key, 0) + 1
         self.category = _category(f, self.match) if f.kind == "unsubscribe" else ""
         # The words of a bounce by mail are read (a code that names no cause); a provider's

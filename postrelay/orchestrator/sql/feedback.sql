@@ -64,12 +64,21 @@ ORDER BY w.n;
 -- the apply sees what it wrote.
 SELECT FROM mdm.aa_email_hour_rollup FOR SHARE;
 
--- name: email_unsubscribe_lock
--- Transaction-level advisory locks, one per key, taken in one order (no deadlock); the
--- class 8058 (RFC 8058) keeps them apart from other advisory locks.
-SELECT pg_advisory_xact_lock(8058, k.key)
-FROM (SELECT DISTINCT hashtext(key) AS key FROM unnest(CAST(:keys AS text[])) AS key
-      ORDER BY 1) AS k;
+-- name: email_feedback_lock
+-- Transaction-level advisory locks, one per key (`tenant address`), all taken in one order
+-- (no deadlock), before the insert takes its snapshot: the transactions recording the same
+-- keys take turns, and each one's insert sees what the one before committed.
+-- * class 8058 (RFC 8058): an unsubscribe through a signed link (`clicks`), so that the
+--   second of a double click sees the suppression the first made;
+-- * class 3464 (RFC 3464): a soft bounce that counts toward the address's limit (`soft`):
+--   two deliveries recorded at once each counted the other's bounce out (neither was
+--   committed), and the limit reached between them suppressed nothing.
+-- The classes keep them apart from other advisory locks.
+SELECT pg_advisory_xact_lock(k.class, k.key)
+FROM (SELECT 8058 AS class, hashtext(key) AS key FROM unnest(CAST(:clicks AS text[])) AS key
+      UNION
+      SELECT 3464, hashtext(key) FROM unnest(CAST(:soft AS text[])) AS key
+      ORDER BY 1, 2) AS k;
 
 -- name: email_feedback_insert_many
 -- The feedback rows of a batch (one per report, in the order given; the caller passes each

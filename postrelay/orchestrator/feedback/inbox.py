@@ -37,6 +37,7 @@ import psycopg
 from psycopg.rows import namedtuple_row
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from postrelay.core.conflicts import in_transaction_async
 from postrelay.core.dbcall import psycopg_sql
 from postrelay.core.telemetry import event
 from postrelay.orchestrator.feedback.groupcommit import held_psycopg
@@ -172,12 +173,19 @@ class InboxProcessor:
         their reports; a `batch` is reported to the intake as soon as it is taken. Two
         batches may be read at once, but they record and commit one at a time: each one's
         statements see what the other committed (a soft bounce counts those before it), as
-        when one batch runs at a time."""
+        when one batch runs at a time. A transaction that loses to a concurrent one (a
+        deadlock with another receiver or a webhook) runs again: the message is not to
+        blame, and a failure would count against it."""
+        await in_transaction_async(lambda: self._attempt(rows, take, params, batch),
+                                   what="feedback.inbox")
+
+    async def _attempt(self, rows: list[Row], take: str, params: dict[str, Any],
+                       batch: bool) -> None:
         turn = False
         try:
             async with held_psycopg(self.engine) as conn, conn.transaction():
                 # Oldest first within the batch too: a DELETE returns its rows in no order.
-                rows += sorted(await _fetch(conn, take, params), key=lambda row: row.id)
+                rows[:] = sorted(await _fetch(conn, take, params), key=lambda row: row.id)
                 if batch:
                     self.intake.taken(len(rows), drained=len(rows) < self.batch)
                 if not rows:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine
 
+from postrelay.core.conflicts import in_transaction
 from postrelay.core.errors import ValidationError
 from postrelay.orchestrator.feedback.cut import Cut, read_bounded
 from postrelay.orchestrator.feedback.mailto import mailto_unsubscribe
@@ -178,8 +179,9 @@ def ingest(engine: Engine, raw: bytes, *, envelope_to: Sequence[str] = (),
         return []
     reports = read_mail(raw, envelope_to=envelope_to, return_path=return_path,
                         max_bytes=max_bytes, unsubscribe=unsubscribe, cut=cut)
-    with engine.begin() as conn:
-        return record_many(conn, reports, policy)
+    # Run again should it lose to a receiver or a webhook recording at the same time.
+    return in_transaction(engine, lambda conn: record_many(conn, reports, policy),
+                          what="feedback.ingest")
 
 
 def read_mail(raw: bytes, *, envelope_to: Sequence[str] = (),

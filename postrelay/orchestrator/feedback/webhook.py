@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from postrelay.core.conflicts import ATTEMPTS, conflict_state, in_transaction
 from postrelay.core.errors import PostrelayError, ValidationError
 from postrelay.orchestrator.feedback.model import (
     ENHANCED,
@@ -34,8 +35,9 @@ class WebhookAuthError(PostrelayError):
 
 
 class WebhookUnavailableError(PostrelayError):
-    """Verification could not be done now (the signing certificate could not be fetched):
-    answered 503, so the provider retries."""
+    """The delivery cannot be taken now: verification could not be done (the signing
+    certificate could not be fetched), or recording it kept losing to concurrent ones
+    (deadlocks). Answered 503, so the provider retries; nothing was written."""
 
 
 def check_fresh(name: str, signed_at: float, now: float, tolerance_secs: float,
@@ -52,11 +54,20 @@ def check_fresh(name: str, signed_at: float, now: float, tolerance_secs: float,
 
 
 def record_batch(engine: Engine, reports: Sequence[Feedback],
-                 policy: SuppressionPolicy) -> list[Recorded]:
+                 policy: SuppressionPolicy, attempts: int = ATTEMPTS) -> list[Recorded]:
     """Record every report of one webhook delivery in one transaction: all or nothing, and
-    one commit for a batch of a hundred events rather than a hundred."""
-    with engine.begin() as conn:
-        return record_many(conn, reports, policy)
+    one commit for a batch of a hundred events rather than a hundred. A transaction that
+    loses to a concurrent one (a deadlock) runs again; WebhookUnavailableError when it
+    still loses after `attempts`."""
+    try:
+        return in_transaction(engine, lambda conn: record_many(conn, reports, policy),
+                              what="feedback.webhook", attempts=attempts)
+    except Exception as exc:
+        if conflict_state(exc) is None:
+            raise
+        raise WebhookUnavailableError(
+            f"recording the delivery lost to concurrent ones {attempts} times "
+            f"(SQLSTATE {conflict_state(exc)}); nothing was recorded") from exc
 
 
 def summary(done: Sequence[Recorded], ignored: int = 0) -> dict[str, int]:

@@ -5,6 +5,7 @@ receiver's async one."""
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID
 
 from sqlalchemy import Connection
 
@@ -68,6 +69,11 @@ def email_suppression_lift(conn: Connection, *, tenant_id: str, address: str,
                            category: str, actor: str) -> tuple[bool, list[str]]:
     """Whether the category's row was lifted (else nothing was audited), and the address's
     other categories still suppressed."""
+    # After the transactions recording the address's soft bounces or signed-link
+    # unsubscribes now: one counted before the lift (a soft bounce reaching the limit)
+    # would otherwise suppress again once it has gone.
+    key = f"{UUID(str(tenant_id))} {address}"
+    conn.execute(FEEDBACK_SQL["email_feedback_lock"], {"clicks": [key], "soft": [key]})
     lifted, others = conn.execute(FEEDBACK_SQL["email_suppression_lift"], {
         "tenant_id": tenant_id, "address": address, "category": category,
         "actor": actor}).one()

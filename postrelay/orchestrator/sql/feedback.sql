@@ -73,6 +73,8 @@ SELECT FROM mdm.aa_email_hour_rollup FOR SHARE;
 -- * class 3464 (RFC 3464): a soft bounce that counts toward the address's limit (`soft`):
 --   two deliveries recorded at once each counted the other's bounce out (neither was
 --   committed), and the limit reached between them suppressed nothing.
+-- An operator's lift (email_suppression_lift) takes both for its address first, so that it
+-- comes before or after such a recording, never between its count and its suppression.
 -- The classes keep them apart from other advisory locks.
 SELECT pg_advisory_xact_lock(k.class, k.key)
 FROM (SELECT 8058 AS class, hashtext(key) AS key FROM unnest(CAST(:clicks AS text[])) AS key

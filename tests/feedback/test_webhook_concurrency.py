@@ -18,6 +18,8 @@ from postrelay.orchestrator.feedback.model import EVENTS
 from tests.api.server import UNTHROTTLED, serve_database
 from tests.feedback.conftest import Look, insert_log
 from tests.feedback.test_webhook_sendgrid import PUBLIC, URL, signed
+from tests.feedback.test_webhook_ses import NOWHERE, bounce_note, pinned, sns  # noqa: F401
+from tests.feedback.test_webhook_ses import post as ses_post
 
 ROWS = 24  # log rows, each to two addresses of its own
 ROUNDS = 6
@@ -131,3 +133,39 @@ def test_soft_bounces_of_one_address_in_parallel_deliveries_add_up(
             answers = at_once([lambda b=b: client.post(URL, **signed(b)) for b in batches])
             assert [a.status_code for a in answers] == [200] * 3
     assert len(look.suppressed(tenant)) == 8 * ROUNDS
+
+
+def ses_bounce(message_id: str, order: list[str], feedback_id: str) -> dict[str, str]:
+    """An SNS message of an SES bounce of these recipients, in this order."""
+    bounced = [{"emailAddress": a, "action": "failed", "status": "5.1.1",
+                "diagnosticCode": "smtp; 550 5.1.1 user unknown"} for a in order]
+    return sns("Notification", bounce_note(message_id, bouncedRecipients=bounced,
+                                           feedbackId=feedback_id), cert_url=NOWHERE)
+
+
+def test_parallel_ses_notifications_of_one_bounce_in_opposite_orders_are_recorded_once(
+        pinned: str, engine: Any, tenant: uuid.UUID, look: Look) -> None:  # noqa: F811
+    """SES publishes a bounce to every topic that asks (an identity's, a configuration
+    set's), so SNS delivers it twice at once; here its recipients come in opposite orders,
+    with another bounce of the same message (its own feedbackId) beside them."""
+    addresses = [f"many{i}@example.com" for i in range(30)]
+    with httpx.Client(base_url=pinned, timeout=60) as client:
+        for round_no in range(ROUNDS):
+            with engine.begin() as conn:
+                sent = insert_log(conn, tenant_id=tenant, recipients=tuple(addresses))
+
+            mid = sent["message_id"]
+            notes = [ses_bounce(mid, addresses, f"fb-{round_no}"),
+                     ses_bounce(mid, addresses[::-1], f"fb-{round_no}"),
+                     ses_bounce(mid, addresses[::-1], f"other-{round_no}"),
+                     ses_bounce(mid, addresses, f"other-{round_no}")]
+            answers = at_once([lambda n=n: ses_post(client, n) for n in notes])
+            assert [a.status_code for a in answers] == [200] * len(notes), [
+                a.text for a in answers]
+    feedback = look.rows("SELECT id, source_event_id, recipient FROM mdm.aa_email_feedback")
+    assert sorted((f["source_event_id"], f["recipient"]) for f in feedback) == sorted(
+        (f"{kind}-{r}", a) for kind in ("fb", "other") for r in range(ROUNDS)
+        for a in addresses)
+    assert sorted(e["payload"]["feedback_id"] for e in look.events()) == sorted(
+        str(f["id"]) for f in feedback)
+    assert set(look.suppressed(tenant)) == {(a, "") for a in addresses}

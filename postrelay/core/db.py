@@ -118,6 +118,8 @@ class Database:
     _engines: list[Engine | AsyncEngine] = field(default_factory=list)
 
     def sync_engine(self, **kwargs: Any) -> Engine:
+        # Documents too deep to show read as a placeholder (jsontext.read_listed).
+        kwargs.setdefault("json_deserializer", jsontext.read_listed)
         engine = create_engine(self.url, **self._engine_kwargs(kwargs))
         # The CLI's, the API's and the dashboard's: they list rows that SQL written by hand
         # may have set to infinity. Not the async engines of the worker's and the relay's

@@ -55,6 +55,12 @@ _GOOD_ESCAPES = re.compile(r"\\\\|\\ud[89ab][0-9a-f]{2}\\ud[c-f][0-9a-f]{2}")
 # A string, or a run of anything that is neither a bracket nor a quote.
 _NOT_BRACKETS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[^\[\]{}"]+')
 _SQUARE = str.maketrans("{}", "[]")
+# How deep a stored document a listing shows: above MAX_DEPTH, so that a payload postrelay
+# accepted still shows inside another document (an email's story, a discarded job's audit
+# row), and below what every presenter takes (the API's serializer stops at 255 levels).
+LISTED_MAX_DEPTH = 200
+UNREADABLE_KEY = "_unreadable"
+TOO_DEEP_TO_SHOW = f"nested more than {LISTED_MAX_DEPTH} levels deep: too deep to show"
 
 
 def encode(value: Any) -> str:
@@ -97,6 +103,21 @@ def read_stored(data: bytes | str) -> Any:
         raise
     except ValueError:  # an integer past the conversion limit
         return _LONG_INTEGERS.decode(text)
+
+
+def read_listed(data: bytes | str) -> Any:
+    """`read_stored` for the engines that list rows (the CLI's, the API's, the dashboard's:
+    core/db.py). jsonb nests as deep as PostgreSQL's stack allows (some 15,000 levels by
+    default); Python's decoder gives out at about 1,000 and the API's serializer at 255, so
+    one row written so by hand failed every listing that held it. A document nested more
+    than LISTED_MAX_DEPTH levels is read as UNREADABLE_KEY saying why. The worker and the
+    relay read their own documents (as text) and dead-letter what they cannot read."""
+    text = data if isinstance(data, str) else bytes(data).decode("utf-8")
+    if (len(text) > 2 * LISTED_MAX_DEPTH + 1
+            and text.count("[") + text.count("{") > LISTED_MAX_DEPTH
+            and _deeper_than(text, LISTED_MAX_DEPTH)):
+        return {UNREADABLE_KEY: TOO_DEEP_TO_SHOW}
+    return read_stored(text)
 
 
 def _int_or_decimal(digits: str) -> int | Decimal:

@@ -69,7 +69,16 @@ def email_story(
         conn, log_id=log, tenant_id=_uuid("tenant", tenant_id))
     if story is None:
         raise NotFoundError(f"no email log row {log_id}")
-    return {key: _with_times(value) for key, value in story.items()}
+    # The documents come as columns of their own (email.sql says why), put back in place
+    # once the times, which are the records' own fields, are read.
+    job_payload, event_payload, event_headers = (
+        story.pop(key) for key in ("job_payload", "event_payload", "event_headers"))
+    story = {key: _with_times(value) for key, value in story.items()}
+    if story["job"] is not None:
+        story["job"]["payload"] = job_payload
+    if story["event"] is not None:
+        story["event"].update(payload=event_payload, headers=event_headers)
+    return story
 
 
 # email_story builds its rows with to_jsonb: times arrive as ISO strings.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
+from tests.dashboard.conftest import insert_email, insert_event
 from tests.factories import insert_job
 
 
@@ -31,3 +32,26 @@ def test_jobs_at_an_infinite_available_at_show(admin, engine, tenant):
                               "WHERE id = :id"), {"at": at, "id": job_id})
     for path in ("/dashboard/", "/dashboard/jobs", *(f"/dashboard/jobs/{j}" for j in jobs)):
         assert admin.get(path).status_code == 200, path
+
+
+DEEP = '{"n": ' + "[" * 10_000 + "]" * 10_000 + "}"  # jsonb takes some 15,000 levels
+TOO_DEEP = "nested more than 200 levels deep: too deep to show"
+
+
+def test_payloads_nested_too_deep_to_read_show_as_a_placeholder(admin, engine, tenant):
+    """A job's payload, and an outbox event's, nested 10,000 levels deep by hand: Python's
+    decoder gives out at about 1,000, and the job's page and the email's story (which
+    shows both) answered 500."""
+    with engine.begin() as conn:
+        event = insert_event(conn, tenant)
+        job = insert_job(conn, tenant_id=tenant, kind="email_send", status="dlq")
+        email = insert_email(conn, tenant, job_id=job, event_id=event)
+        for table, row in (("aa_job", job), ("aa_outbox_event", event)):
+            conn.execute(text(f"UPDATE mdm.{table} SET payload = CAST(:doc AS jsonb) "
+                              "WHERE id = :id"), {"doc": DEEP, "id": row})
+    page = admin.get(f"/dashboard/jobs/{job}")
+    assert page.status_code == 200 and TOO_DEEP in page.text
+    story = admin.get(f"/dashboard/emails/{email}")
+    assert story.status_code == 200 and TOO_DEEP in story.text  # the event's payload
+    assert "order.placed" in story.text  # beside the event's other fields
+    assert admin.get("/dashboard/dlq").status_code == 200

@@ -50,3 +50,16 @@ def test_a_stored_integer_longer_than_python_converts_is_read_exact() -> None:
     assert jsontext.read_stored(b'{"a": [1, 2.5, "x"]}') == {"a": [1, 2.5, "x"]}
     with pytest.raises(json.JSONDecodeError):
         jsontext.read_stored(b'{"a": ')
+
+
+def test_a_listed_document_nested_too_deep_to_show_reads_as_a_placeholder() -> None:
+    """jsonb nests some 15,000 levels; Python's decoder gives out at about 1,000 and the
+    API's serializer at 255. The listings' reader shows 200 levels and no more."""
+    placeholder = {"_unreadable": "nested more than 200 levels deep: too deep to show"}
+    for levels in (201, 1_000, 10_000):
+        assert jsontext.read_listed(("[" * levels + "]" * levels).encode()) == placeholder
+        assert jsontext.read_listed('{"a": ' + "[" * levels + "]" * levels + "}") == placeholder
+    assert jsontext.read_listed("[" * 200 + "]" * 200) is not None
+    brackets_in_strings = json.dumps({"s": "[" * 500, "t": ["{"] * 300})
+    assert jsontext.read_listed(brackets_in_strings) == json.loads(brackets_in_strings)
+    assert jsontext.read_listed('{"n": ' + "7" * 5000 + "}") == {"n": Decimal("7" * 5000)}

@@ -1,0 +1,61 @@
+"""Rows that SQL written by hand can hold and postrelay's own calls never write, through the
+real `postrelay` console script: the commands that list them still answer, with the rows
+beside them."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+
+from sqlalchemy import text
+
+from tests.dashboard.conftest import insert_email, insert_event
+from tests.factories import insert_job
+from tests.integration.test_cli_admin import run
+
+# PostgreSQL's jsonb parser takes about 15,000 levels under its default max_stack_depth.
+DEEP = '{"n": ' + "[" * 10_000 + "]" * 10_000 + "}"
+PLACEHOLDER = {"_unreadable": "nested more than 200 levels deep: too deep to show"}
+
+
+def set_column(engine, table: str, row: uuid.UUID, column: str, value: str,
+               cast: str = "jsonb") -> None:
+    with engine.begin() as conn:
+        conn.execute(text(f"UPDATE mdm.{table} SET {column} = CAST(:v AS {cast}) "
+                          "WHERE id = :id"), {"v": value, "id": row})
+
+
+def test_jobs_nested_too_deep_to_read_are_listed_with_a_placeholder(worker_env, engine,
+                                                                     tenant):
+    """A payload nested 10,000 levels deep: `dlq list`, `jobs list` and `jobs show` failed
+    with RecursionError for every job beside it."""
+    with engine.begin() as conn:
+        deep, plain = (insert_job(conn, tenant_id=tenant, status="dlq", payload={"n": n},
+                                  completed_at=datetime.now(UTC)) for n in (1, 2))
+    set_column(engine, "aa_job", deep, "payload", DEEP)
+    for command in (("dlq", "list"), ("jobs", "list")):
+        listed = json.loads(run(worker_env, *command, "--json").stdout)
+        assert {j["id"]: j["payload"] for j in listed} == {
+            str(deep): PLACEHOLDER, str(plain): {"n": 2}}, command
+        table = run(worker_env, *command).stdout
+        assert str(deep) in table and str(plain) in table, command
+    shown = run(worker_env, "jobs", "show", str(deep)).stdout
+    assert '"_unreadable": "nested more than 200 levels deep: too deep to show"' in shown
+    assert json.loads(run(worker_env, "jobs", "show", str(deep), "--json").stdout)[
+        "payload"] == PLACEHOLDER
+
+
+def test_an_email_story_shows_an_event_payload_nested_too_deep(worker_env, engine, tenant):
+    """`emails show` read the event's payload inside the event: nested 10,000 levels deep,
+    it failed the whole story."""
+    with engine.begin() as conn:
+        event = insert_event(conn, tenant, event_type="user.signed_up")
+        job = insert_job(conn, tenant_id=tenant, kind="email_send", payload={"n": 1})
+        email = insert_email(conn, tenant, job_id=job, event_id=event)
+    set_column(engine, "aa_outbox_event", event, "payload", DEEP)
+    story = json.loads(run(worker_env, "emails", "show", str(email), "--json").stdout)
+    assert story["event"]["payload"] == PLACEHOLDER and story["event"]["headers"] == {}
+    assert story["event"]["event_type"] == "user.signed_up"
+    assert story["job"]["payload"] == {"n": 1} and story["job"]["status"] == "pending"
+    assert "user.signed_up" in run(worker_env, "emails", "show", str(email)).stdout

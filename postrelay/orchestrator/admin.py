@@ -11,6 +11,7 @@ from sqlalchemy import Connection
 
 from postrelay.core.errors import NotFoundError, ValidationError
 from postrelay.core.limits import checked_text
+from postrelay.core.timestamps import EARLIEST, LATEST
 from postrelay.orchestrator import queries
 from postrelay.orchestrator.feedback import queries as feedback_queries
 from postrelay.orchestrator.schema import DELIVERY_OUTCOMES, EMAIL_STATUSES
@@ -87,13 +88,27 @@ _STORY_TIMES = ("created_at", "finished_at", "handled_at", "completed_at", "clai
 
 
 def _with_times(value: Any) -> Any:
-    """The story with its ISO time strings turned back into datetimes."""
+    """A record of the story (or a list of them) with its ISO time strings turned back into
+    datetimes: its own fields only, not the keys of a document it holds (a payload's
+    `created_at: "yesterday"` is the payload's own)."""
     if isinstance(value, list):
         return [_with_times(v) for v in value]
     if isinstance(value, dict):
-        return {k: datetime.fromisoformat(v) if k in _STORY_TIMES and isinstance(v, str)
-                else _with_times(v) for k, v in value.items()}
+        return {k: _story_time(v) if k in _STORY_TIMES and isinstance(v, str) else v
+                for k, v in value.items()}
     return value
+
+
+def _story_time(text: str) -> datetime:
+    """A timestamptz as to_jsonb writes it. SQL written by hand can store 'infinity' or a
+    time past Python's years (after 9999, or BC): read as the latest or earliest datetime,
+    as the listings read them (core/timestamps.py)."""
+    if text in ("infinity", "-infinity"):
+        return LATEST if text == "infinity" else EARLIEST
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return EARLIEST if text.endswith(" BC") else LATEST
 
 
 def suppression_list(conn: Connection, *, tenant_id: UUID | str | None = None,

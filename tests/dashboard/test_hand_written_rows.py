@@ -55,3 +55,27 @@ def test_payloads_nested_too_deep_to_read_show_as_a_placeholder(admin, engine, t
     assert story.status_code == 200 and TOO_DEEP in story.text  # the event's payload
     assert "order.placed" in story.text  # beside the event's other fields
     assert admin.get("/dashboard/dlq").status_code == 200
+
+
+def test_an_email_story_shows_times_past_pythons_years_and_details_named_like_times(
+        admin, engine, tenant):
+    """The story's times come as text (to_jsonb) and were read back by key wherever they
+    were: a job created at '-infinity' by hand, an event at 'infinity', an attempt finished
+    in the year 12000, or an audit row's detail holding `created_at: "yesterday"`, failed
+    the email's page (and `emails show`)."""
+    with engine.begin() as conn:
+        event = insert_event(conn, tenant, event_type="user.signed_up")
+        job = insert_job(conn, tenant_id=tenant, kind="email_send")
+        email = insert_email(conn, tenant, job_id=job, event_id=event)
+        conn.execute(text(
+            "INSERT INTO mdm.aa_job_audit (job_id, tenant_id, job_kind, action, actor, detail)"
+            " VALUES (:job, :tenant, 'email_send', 'job_note', 'ops',"
+            " '{\"created_at\": \"yesterday\"}')"), {"job": job, "tenant": tenant})
+        for table, column, at, row in (("aa_job", "created_at", "-infinity", job),
+                                       ("aa_outbox_event", "created_at", "infinity", event),
+                                       ("aa_email_log", "finished_at", "12000-06-01", email)):
+            conn.execute(text(f"UPDATE mdm.{table} SET {column} = CAST(:at AS timestamptz) "
+                              "WHERE id = :id"), {"at": at, "id": row})
+    story = admin.get(f"/dashboard/emails/{email}")
+    assert story.status_code == 200, story.text[:300]
+    assert "user.signed_up" in story.text and "job_note" in story.text

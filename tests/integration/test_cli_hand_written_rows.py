@@ -59,3 +59,24 @@ def test_an_email_story_shows_an_event_payload_nested_too_deep(worker_env, engin
     assert story["event"]["event_type"] == "user.signed_up"
     assert story["job"]["payload"] == {"n": 1} and story["job"]["status"] == "pending"
     assert "user.signed_up" in run(worker_env, "emails", "show", str(email)).stdout
+
+
+def test_an_email_story_reads_times_past_pythons_years(worker_env, engine, tenant):
+    """`emails show` read the story's times back from text by key, wherever they were: a
+    job created at '-infinity', an event at 'infinity', or a time in a hand-written audit
+    detail that is no time, failed the whole story."""
+    with engine.begin() as conn:
+        event = insert_event(conn, tenant, event_type="user.signed_up")
+        job = insert_job(conn, tenant_id=tenant, kind="email_send")
+        email = insert_email(conn, tenant, job_id=job, event_id=event)
+        conn.execute(text(
+            "INSERT INTO mdm.aa_job_audit (job_id, tenant_id, job_kind, action, actor, detail)"
+            " VALUES (:job, :tenant, 'email_send', 'job_note', 'ops',"
+            " '{\"created_at\": \"yesterday\"}')"), {"job": job, "tenant": tenant})
+    set_column(engine, "aa_job", job, "created_at", "-infinity", "timestamptz")
+    set_column(engine, "aa_outbox_event", event, "created_at", "infinity", "timestamptz")
+    story = json.loads(run(worker_env, "emails", "show", str(email), "--json").stdout)
+    assert story["job"]["created_at"].startswith("0001-01-01T00:00:00")
+    assert story["event"]["created_at"].startswith("9999-12-31T23:59:59")
+    assert [a["detail"] for a in story["audit"]] == [{"created_at": "yesterday"}]
+    assert "user.signed_up" in run(worker_env, "emails", "show", str(email)).stdout

@@ -21,9 +21,14 @@ WHERE t.id = :tenant_id;
 -- SKIP LOCKED lets several relays share the backlog without waiting on each other.
 -- Payload and headers come as JSON text, headers NULL when empty (the usual case): the
 -- relay decodes them for half what psycopg's jsonb loader costs per document.
+-- created_at past Python's years (SQL by hand: 'infinity', '-infinity', the year 12000)
+-- has no datetime, and failed every batch that claimed it: it is read as the latest or
+-- earliest one, as the listings read it (core/timestamps.py).
 SELECT id, tenant_id, aggregate_type, aggregate_id, event_type,
        CAST(payload AS text) AS payload, CAST(NULLIF(headers, '{}') AS text) AS headers,
-       created_at, attempts, seq
+       LEAST(GREATEST(created_at, TIMESTAMPTZ '0001-01-01 00:00:00+00'),
+             TIMESTAMPTZ '9999-12-31 23:59:59.999999+00') AS created_at,
+       attempts, seq
 FROM mdm.aa_outbox_event
 WHERE handled_at IS NULL AND dead_at IS NULL AND available_at <= now()
 ORDER BY seq

@@ -61,8 +61,11 @@ WHERE enabled;
 -- name: webhook_delivery_load
 -- Everything one delivery needs, in one round trip. The outer join from a one-row VALUES
 -- keeps a row when the event (deleted by retention) or the endpoint (removed) is gone.
+-- The event's time as outbox_claim_batch reads it: one past Python's years (SQL by hand)
+-- as the latest or earliest it has, so that the body's timestamp says as much.
 SELECT e.id AS event_id, e.tenant_id AS event_tenant_id, e.event_type, e.payload,
-       e.created_at AS event_created_at,
+       LEAST(GREATEST(e.created_at, TIMESTAMPTZ '0001-01-01 00:00:00+00'),
+             TIMESTAMPTZ '9999-12-31 23:59:59.999999+00') AS event_created_at,
        w.id AS endpoint_id, w.tenant_id AS endpoint_tenant_id, w.url, w.secret, w.enabled,
        EXISTS (SELECT 1 FROM mdm.aa_webhook_attempt a
                WHERE a.event_id = CAST(:event_id AS uuid)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from datetime import UTC, datetime
 
 from sqlalchemy import text
 
@@ -101,3 +102,35 @@ async def test_a_job_parked_at_infinity_does_not_stop_the_idle_worker_claiming(
             if "claim_failed" in r.getMessage()] == []
     with engine.begin() as conn:
         assert state(conn, parked)["status"] == "pending"
+
+
+async def test_jobs_created_at_infinity_run_with_the_rest(engine, async_engine, libpq, tenant,
+                                                           caplog):
+    """The claim read created_at as Python's datetime, which has no infinity: a job written
+    at created_at 'infinity' or '-infinity' (or past year 9999) failed every claim that took
+    it, after the claim had committed, so it and the jobs claimed with it stayed `running`
+    until the rescuer handed them back, to fail again."""
+    registry = Registry()
+    ran: dict[object, Job] = {}
+
+    @registry.handler("reindex")
+    async def reindex(job: Job) -> None:
+        ran[job.id] = job
+
+    with engine.begin() as conn:
+        jobs = {at: insert_job(conn, tenant_id=tenant)
+                for at in ("infinity", "-infinity", "12000-01-01", "now")}
+        for at, job_id in jobs.items():
+            conn.execute(text("UPDATE mdm.aa_job SET created_at = CAST(:at AS timestamptz) "
+                              "WHERE id = :id"), {"at": at, "id": job_id})
+        # Due at '-infinity' as well: the claim reads such a due time as the creation.
+        conn.execute(text("UPDATE mdm.aa_job SET available_at = '-infinity' WHERE id = :id"),
+                     {"id": jobs["-infinity"]})
+    caplog.set_level(logging.INFO)
+    await run_until(async_engine, libpq, registry, lambda: len(ran) == len(jobs))
+    assert ran[jobs["infinity"]].created_at == datetime.max.replace(tzinfo=UTC)
+    assert ran[jobs["12000-01-01"]].created_at == datetime.max.replace(tzinfo=UTC)
+    assert ran[jobs["-infinity"]].created_at == datetime.min.replace(tzinfo=UTC)
+    assert ran[jobs["-infinity"]].available_at == datetime.min.replace(tzinfo=UTC)
+    assert [r.getMessage() for r in caplog.records
+            if "claim_failed" in r.getMessage()] == []

@@ -77,9 +77,19 @@ WHERE j.id = ANY(ARRAY(SELECT id FROM candidate))
 -- loader costs.
 RETURNING j.id, j.tenant_id, j.job_kind::text AS kind, CAST(j.payload AS text) AS payload,
           j.priority, j.attempts, j.max_attempts,
-          -- '-infinity' (SQL by hand: due at once) has no Python datetime: read as its creation.
-          CASE WHEN isfinite(j.available_at) THEN j.available_at ELSE j.created_at END,
-          j.claimed_at, j.created_at, j.idempotency_key;
+          -- Times Python has no datetime for, SQL by hand can write: a due time at '-infinity'
+          -- (or BC: due at once) reads as the job's creation, and a creation at either
+          -- infinity (or past year 9999, or BC) as the latest or earliest datetime Python
+          -- has, as the listings read it (core/timestamps.py); raised, it failed the claim.
+          CASE WHEN j.available_at >= TIMESTAMPTZ '0001-01-01 00:00:00+00'
+                    AND j.available_at < TIMESTAMPTZ '10000-01-01 00:00:00+00'
+               THEN j.available_at
+               ELSE LEAST(GREATEST(j.created_at, TIMESTAMPTZ '0001-01-01 00:00:00+00'),
+                          TIMESTAMPTZ '9999-12-31 23:59:59.999999+00') END,
+          j.claimed_at,
+          LEAST(GREATEST(j.created_at, TIMESTAMPTZ '0001-01-01 00:00:00+00'),
+                TIMESTAMPTZ '9999-12-31 23:59:59.999999+00'),
+          j.idempotency_key;
 
 -- name: job_claim_fair
 -- job_claim with the claim shared out across tenants (POSTRELAY_FAIR_CLAIMING, on by
@@ -245,9 +255,19 @@ SET status = 'running', claimed_by = :worker, claimed_at = now(), attempts = j.a
 WHERE j.id = ANY(ARRAY(SELECT id FROM picks UNION ALL SELECT id FROM rest))
 RETURNING j.id, j.tenant_id, j.job_kind::text AS kind, CAST(j.payload AS text) AS payload,
           j.priority, j.attempts, j.max_attempts,
-          -- '-infinity' (SQL by hand: due at once) has no Python datetime: read as its creation.
-          CASE WHEN isfinite(j.available_at) THEN j.available_at ELSE j.created_at END,
-          j.claimed_at, j.created_at, j.idempotency_key;
+          -- Times Python has no datetime for, SQL by hand can write: a due time at '-infinity'
+          -- (or BC: due at once) reads as the job's creation, and a creation at either
+          -- infinity (or past year 9999, or BC) as the latest or earliest datetime Python
+          -- has, as the listings read it (core/timestamps.py); raised, it failed the claim.
+          CASE WHEN j.available_at >= TIMESTAMPTZ '0001-01-01 00:00:00+00'
+                    AND j.available_at < TIMESTAMPTZ '10000-01-01 00:00:00+00'
+               THEN j.available_at
+               ELSE LEAST(GREATEST(j.created_at, TIMESTAMPTZ '0001-01-01 00:00:00+00'),
+                          TIMESTAMPTZ '9999-12-31 23:59:59.999999+00') END,
+          j.claimed_at,
+          LEAST(GREATEST(j.created_at, TIMESTAMPTZ '0001-01-01 00:00:00+00'),
+                TIMESTAMPTZ '9999-12-31 23:59:59.999999+00'),
+          j.idempotency_key;
 
 -- name: job_limit_kinds
 -- The kinds that have a limit or a throttled destination (sql/throttles.sql): a worker asks
@@ -422,9 +442,19 @@ SET status = 'running', claimed_by = :worker, claimed_at = (SELECT now FROM cloc
 WHERE j.id = ANY(ARRAY(SELECT id FROM locked))
 RETURNING j.id, j.tenant_id, j.job_kind::text AS kind, CAST(j.payload AS text) AS payload,
           j.priority, j.attempts, j.max_attempts,
-          -- '-infinity' (SQL by hand: due at once) has no Python datetime: read as its creation.
-          CASE WHEN isfinite(j.available_at) THEN j.available_at ELSE j.created_at END,
-          j.claimed_at, j.created_at, j.idempotency_key;
+          -- Times Python has no datetime for, SQL by hand can write: a due time at '-infinity'
+          -- (or BC: due at once) reads as the job's creation, and a creation at either
+          -- infinity (or past year 9999, or BC) as the latest or earliest datetime Python
+          -- has, as the listings read it (core/timestamps.py); raised, it failed the claim.
+          CASE WHEN j.available_at >= TIMESTAMPTZ '0001-01-01 00:00:00+00'
+                    AND j.available_at < TIMESTAMPTZ '10000-01-01 00:00:00+00'
+               THEN j.available_at
+               ELSE LEAST(GREATEST(j.created_at, TIMESTAMPTZ '0001-01-01 00:00:00+00'),
+                          TIMESTAMPTZ '9999-12-31 23:59:59.999999+00') END,
+          j.claimed_at,
+          LEAST(GREATEST(j.created_at, TIMESTAMPTZ '0001-01-01 00:00:00+00'),
+                TIMESTAMPTZ '9999-12-31 23:59:59.999999+00'),
+          j.idempotency_key;
 
 -- name: job_claim_local_settings
 -- The claim connection's settings (queue/claimer.py says why each is there) for one claim's

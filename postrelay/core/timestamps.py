@@ -2,7 +2,8 @@
 datetime has neither, and psycopg refuses them ("timestamp too large"). SQL written by hand
 parks a job for good at available_at 'infinity', and every listing that read its row
 failed, the other rows with it. They are read as the latest and earliest datetimes Python
-has (the psycopg documentation's own answer), in UTC.
+has (the psycopg documentation's own answer), in UTC; so are the finite times PostgreSQL
+holds beyond Python's years 1 to 9999 (4713 BC to 294276 AD).
 
     register_infinity(connection.adapters)   # each connection that lists rows (core/db.py)
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from psycopg import abc
+from psycopg import DataError, abc
 from psycopg.adapt import AdaptersMap, Loader
 from psycopg.pq import Format
 
@@ -52,6 +53,18 @@ def _infinity_loader(finite: type[abc.Loader], fmt: Format, plus: bytes,
                 return LATEST
             if data == minus:
                 return EARLIEST
-            return self._finite.load(data)  # type: ignore[no-any-return]
+            try:
+                return self._finite.load(data)  # type: ignore[no-any-return]
+            except DataError:  # a finite time past Python's years: after 9999, or BC
+                return EARLIEST if _before_year_one(data, fmt) else LATEST
 
     return InfinityLoader
+
+
+def _before_year_one(data: Any, fmt: Format) -> bool:
+    """Whether a timestamptz Python cannot hold lies before its years rather than after:
+    the server writes such a time with a trailing " BC" in text, as a negative count of
+    microseconds (since 2000) in binary."""
+    if fmt == Format.TEXT:
+        return bytes(data).endswith(b" BC")
+    return int.from_bytes(bytes(data), "big", signed=True) < 0

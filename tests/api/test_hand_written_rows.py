@@ -63,3 +63,19 @@ def test_an_outbox_event_nested_too_deep_is_a_placeholder(api, engine, tenant):
     found = data(api.get(f"/v1/functions/outbox/events/{event}"))
     assert found["payload"] == PLACEHOLDER and found["headers"] == PLACEHOLDER
 
+
+
+def test_jobs_at_times_past_pythons_years_are_listed(api, engine, tenant):
+    """PostgreSQL's timestamps run from 4713 BC to 294276 AD, Python's from year 1 to 9999,
+    and the listings read only the infinities beyond them: a job written by hand as created
+    in the year 12000, or finished in 44 BC, failed the job list and the DLQ ("timestamp
+    too large") for every job beside it."""
+    deep, plain = dead_jobs(engine, tenant)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE mdm.aa_job SET created_at = '12000-01-01', "
+                          "completed_at = '0044-03-15 BC' WHERE id = :id"), {"id": deep})
+    for path in ("/v1/functions/jobs", "/v1/functions/jobs/dlq"):
+        times = {j["id"]: (j["created_at"], j["completed_at"]) for j in data(api.get(path))}
+        assert set(times) == {str(deep), str(plain)}, path
+        assert times[str(deep)][0].startswith("9999-12-31T23:59:59.999999"), path
+        assert times[str(deep)][1].startswith("0001-01-01T00:00:00"), path

@@ -79,3 +79,18 @@ def test_an_email_story_shows_times_past_pythons_years_and_details_named_like_ti
     story = admin.get(f"/dashboard/emails/{email}")
     assert story.status_code == 200, story.text[:300]
     assert "user.signed_up" in story.text and "job_note" in story.text
+
+
+def test_jobs_at_times_past_pythons_years_show(admin, engine, tenant):
+    """A job written by hand as created in the year 12000, another finished in 44 BC: the
+    job lists and their pages answered 500 ("timestamp too large")."""
+    with engine.begin() as conn:
+        late = insert_job(conn, tenant_id=tenant)
+        early = insert_job(conn, tenant_id=tenant, status="dlq")
+        conn.execute(text("UPDATE mdm.aa_job SET created_at = '12000-01-01' WHERE id = :id"),
+                     {"id": late})
+        conn.execute(text("UPDATE mdm.aa_job SET completed_at = '0044-03-15 BC' "
+                          "WHERE id = :id"), {"id": early})
+    for path in ("/dashboard/", "/dashboard/jobs", "/dashboard/jobs?status=dlq",
+                 "/dashboard/dlq", f"/dashboard/jobs/{late}", f"/dashboard/jobs/{early}"):
+        assert admin.get(path).status_code == 200, path

@@ -80,3 +80,18 @@ def test_an_email_story_reads_times_past_pythons_years(worker_env, engine, tenan
     assert story["event"]["created_at"].startswith("9999-12-31T23:59:59")
     assert [a["detail"] for a in story["audit"]] == [{"created_at": "yesterday"}]
     assert "user.signed_up" in run(worker_env, "emails", "show", str(email)).stdout
+
+
+def test_jobs_at_times_past_pythons_years_are_listed(worker_env, engine, tenant):
+    """A job written by hand as created in the year 12000, or finished in 44 BC: `jobs list`
+    and `dlq list` failed ("timestamp too large") for every job beside it."""
+    with engine.begin() as conn:
+        odd, plain = (insert_job(conn, tenant_id=tenant, status="dlq",
+                                 completed_at=datetime.now(UTC)) for _ in range(2))
+        conn.execute(text("UPDATE mdm.aa_job SET created_at = '12000-01-01', "
+                          "completed_at = '0044-03-15 BC' WHERE id = :id"), {"id": odd})
+    for command in (("dlq", "list"), ("jobs", "list")):
+        listed = {j["id"]: j for j in json.loads(run(worker_env, *command, "--json").stdout)}
+        assert set(listed) == {str(odd), str(plain)}, command
+        assert listed[str(odd)]["created_at"].startswith("9999-12-31T23:59:59.999999")
+        assert listed[str(odd)]["completed_at"].startswith("0001-01-01T00:00:00")

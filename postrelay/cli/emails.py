@@ -81,7 +81,7 @@ def emails_list(
         return
     echo(table(
         ["ID", "CREATED", "STATUS", "TEMPLATE", "TO", "SMTP", "ATTEMPT", "SUBJECT"],
-        [[r["id"], r["created_at"], _status(r), r["template"], ", ".join(r["to_addresses"]),
+        [[r["id"], r["created_at"], _status(r), r["template"], _addresses(r["to_addresses"]),
           _smtp(r), r["attempt"], r["subject"]] for r in rows],
     ) if rows else "no email log rows")
 
@@ -101,7 +101,7 @@ def emails_show(
     log, job, event = story["log"], story["job"], story["event"]
     echo(f"message {log['message_id']}  template {log['template']} "
                f"({log['template_version'] or 'not rendered'})")
-    echo(f"  from {log['from_address']}  to {', '.join(log['to_addresses'])}")
+    echo(f"  from {log['from_address']}  to {_addresses(log['to_addresses'])}")
     echo(f"  subject {log['subject'] or '-'}")
     if event:
         echo(f"event {event['id']}  {event['event_type']} on {event['aggregate_type']} "
@@ -199,6 +199,12 @@ def emails_unsuppress(
 def _status(row: dict[str, Any]) -> str:
     """`sent`, or `sent → bounced` once feedback said more."""
     return f"{row['status']} → {row['delivery']}" if row.get("delivery") else row["status"]
+
+
+def _addresses(addresses: list[str | None]) -> str:
+    """A row's addresses, a NULL among them (SQL written by hand: postrelay writes none) as
+    "-": joined as it was, it failed the whole listing."""
+    return ", ".join("-" if address is None else address for address in addresses)
 
 
 def _smtp(row: dict[str, Any]) -> str:

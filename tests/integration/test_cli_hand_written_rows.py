@@ -95,3 +95,18 @@ def test_jobs_at_times_past_pythons_years_are_listed(worker_env, engine, tenant)
         assert set(listed) == {str(odd), str(plain)}, command
         assert listed[str(odd)]["created_at"].startswith("9999-12-31T23:59:59.999999")
         assert listed[str(odd)]["completed_at"].startswith("0001-01-01T00:00:00")
+
+
+def test_an_email_whose_addresses_hold_a_null_is_listed(worker_env, engine, tenant):
+    """A text[] column may hold NULL elements, which postrelay never writes: `postrelay
+    emails` failed ("sequence item 0: expected str instance") for every row beside it, and
+    `emails show` for its own. The NULL shows as "-"."""
+    with engine.begin() as conn:
+        odd = insert_email(conn, tenant, recipients=["ann@example.com"])
+        plain = insert_email(conn, tenant, recipients=["bob@example.com"])
+        conn.execute(text("UPDATE mdm.aa_email_log SET to_addresses = "
+                          "ARRAY['ann@example.com', NULL] WHERE id = :id"), {"id": odd})
+    listed = run(worker_env, "emails").stdout
+    assert str(odd) in listed and str(plain) in listed and "bob@example.com" in listed
+    assert "ann@example.com, -" in listed
+    assert "to ann@example.com, -" in run(worker_env, "emails", "show", str(odd)).stdout

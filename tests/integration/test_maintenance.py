@@ -246,3 +246,43 @@ async def test_a_rescue_stalled_before_its_commit_lets_its_jobs_go(engine, async
         assert job_row(conn, job_id)["state"] == "pending"
         assert [(a["action"], a["actor"]) for a in audit_rows(conn, job_id)] == [
             ("job_rescued", "test")]
+
+
+@pytest.mark.parametrize("claimed_at",
+                         ["'infinity'", "'-infinity'", "now() + interval '10 years'"],
+                         ids=["infinity", "minus_infinity", "years_ahead"])
+async def test_a_hand_written_claim_time_no_clock_could_have_written_is_rescued(
+        engine, async_engine, tenant, claimed_at):
+    """Claims carry the database's time, so a claim time in the future beyond any clock
+    skew (or at an infinity) was written by hand. `infinity` was never older than the lease:
+    the job stayed `running` for ever. Its audit row names no claim moment (none was), so
+    the email attempt reading it cannot take it for one; last_error keeps what was written."""
+    with engine.begin() as conn:
+        job_id = insert_job(conn, tenant_id=tenant, status="running", attempts=1,
+                            claimed_by="host/8/gone")
+        last = insert_job(conn, tenant_id=tenant, status="running", attempts=3, max_attempts=3,
+                          claimed_by="host/8/gone")
+        # A little ahead, as a claim is after the database's clock was stepped back: not
+        # stale before its worker has been silent for a lease past it.
+        ahead = insert_job(conn, tenant_id=tenant, status="running", attempts=1,
+                           claimed_by="host/8/gone")
+        conn.execute(text(f"UPDATE mdm.aa_job SET claimed_at = {claimed_at} "
+                          "WHERE id = ANY(:ids)"), {"ids": [job_id, last]})
+        conn.execute(text("UPDATE mdm.aa_job SET claimed_at = now() + interval '10 seconds' "
+                          "WHERE id = :id"), {"id": ahead})
+    result = await Rescuer(async_engine, lease_secs=LEASE, actor="test").run_once()
+    assert (result.pending, result.dlq) == (1, 1)
+    with engine.connect() as conn:
+        # The claim time stays as written: the driver here reads no infinity, so not `*`.
+        states = dict(conn.execute(text(
+            "SELECT id, status::text || ' ' || coalesce(last_error, '') FROM mdm.aa_job"
+        )).all())
+        written = conn.execute(text(
+            "SELECT claimed_at::text FROM mdm.aa_job WHERE id = :id"), {"id": job_id}).scalar()
+        assert states[job_id].startswith("pending lease expired")
+        assert states[job_id].endswith(f"claimed at {written}")
+        [audit] = audit_rows(conn, job_id)
+        assert audit["action"] == "job_rescued" and audit["detail"]["claimed_at"] is None
+        assert audit["detail"]["last_error"] == states[job_id].removeprefix("pending ")
+        assert states[last].startswith("dlq ")
+        assert states[ahead] == "running "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from sqlalchemy import text
 
 from postrelay.orchestrator.attempts import attempt_log_id
@@ -75,6 +76,29 @@ async def test_a_lost_workers_attempt_is_logged_under_the_id_it_would_have_used(
     rows = rig.log(job_id)
     assert [(r["attempt"], r["status"]) for r in rows] == [(1, "unknown"), (2, "sent")]
     assert rows[0]["id"] == attempt_log_id(job_id, claimed_at)
+    assert sink.handler.count_for("ann@example.com") == 1
+
+
+@pytest.mark.parametrize("claimed_at", ["infinity", "-infinity"])
+async def test_a_hand_written_claim_at_an_infinity_is_rescued_and_the_message_sent(
+        rig, tenant, sink, claimed_at):
+    """SQL by hand marked the job running with a claim time no claim has: at `infinity` it
+    was never stale, and at `-infinity` its rescue named that time as the lost claim's, which
+    the next attempt could not read, so it failed every attempt. A lost attempt without a
+    moment is logged `unknown` under an id of its own; the message is sent once."""
+    job_id = rig.enqueue(tenant)
+    with rig.engine.begin() as conn:
+        conn.execute(text(
+            "UPDATE mdm.aa_job SET status = 'running', attempts = 1, claimed_by = 'gone', "
+            "claimed_at = CAST(:at AS timestamptz) WHERE id = :id"),
+            {"id": job_id, "at": claimed_at})
+    rescued = await Rescuer(rig.async_engine, lease_secs=60, actor="test").run_once()
+    assert rescued.pending == 1
+    await rig.start()
+    await rig.settle(job_id)
+    assert rig.job(job_id)["status"] == "done"
+    assert [(r["attempt"], r["status"]) for r in rig.log(job_id)] == [(1, "unknown"),
+                                                                      (2, "sent")]
     assert sink.handler.count_for("ann@example.com") == 1
 
 

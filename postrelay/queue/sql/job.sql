@@ -186,19 +186,27 @@ SELECT set_config('synchronous_commit', 'off', true);
 -- otherwise take the jobs of every live worker (and run them twice). A leader stalled
 -- before its commit (SIGSTOP, a frozen VM) would keep the rows locked, out of every other
 -- rescue and claim: the transaction ends itself once idle for 5 s.
+-- Claim times no claim writes come from SQL written by hand (an operator's, another
+-- language's): none at all, or one ahead of the database's clock by more than a lease, more
+-- than a stepped-back clock explains ('infinity' among them, never older than anything).
+-- Such a job is stale as soon as no live worker holds it, or it would stay `running` for
+-- ever. Its audit row names no claim moment, as there was none (the email attempt reads
+-- that moment as a time: orchestrator/attempts.py); last_error keeps what was written.
 WITH clock AS MATERIALIZED (
     SELECT COALESCE(CAST(:now AS timestamptz), now()) AS now,
+           make_interval(secs => :lease_secs) AS lease,
            set_config('idle_in_transaction_session_timeout', '5s', true) AS stall_limit
 ), stale AS (
     SELECT j.id
     FROM mdm.aa_job j, clock c
     WHERE j.status = 'running'
-      -- No claim time: a row set running by hand, which no worker holds.
-      AND (j.claimed_at < c.now - make_interval(secs => :lease_secs) OR j.claimed_at IS NULL)
+      AND (j.claimed_at < c.now - c.lease
+           OR j.claimed_at IS NULL
+           OR j.claimed_at > c.now + c.lease)
       AND NOT EXISTS (
           SELECT 1 FROM mdm.aa_worker w
           WHERE w.id = j.claimed_by
-            AND w.heartbeat_at >= c.now - make_interval(secs => :lease_secs)
+            AND w.heartbeat_at >= c.now - c.lease
       )
     ORDER BY j.claimed_at
     LIMIT :limit
@@ -219,12 +227,18 @@ WITH clock AS MATERIALIZED (
 ), audited AS (
     -- The lost claim is named whole (worker, attempt, moment): a handler that must know
     -- whether its job's earlier attempt got anywhere reads it (orchestrator/attempts.py).
+    -- A moment no claim could have had (see above, and before 1970, which the attempt's
+    -- log id cannot hold) is named as none.
     INSERT INTO mdm.aa_job_audit (job_id, tenant_id, job_kind, action, actor, detail)
     SELECT r.id, r.tenant_id, r.job_kind,
            CASE WHEN r.status = 'dlq' THEN 'job_dlq' ELSE 'job_rescued' END, :actor,
            jsonb_build_object('attempts', r.attempts, 'claimed_by', r.claimed_by,
-                              'claimed_at', r.claimed_at, 'last_error', r.last_error)
-    FROM rescued r
+                              'claimed_at',
+                              CASE WHEN r.claimed_at >= TIMESTAMPTZ '1970-01-01 00:00:00+00'
+                                    AND r.claimed_at <= c.now + c.lease
+                                   THEN r.claimed_at END,
+                              'last_error', r.last_error)
+    FROM rescued r, clock c
 )
 SELECT id, status::text AS status FROM rescued;
 

@@ -18,11 +18,10 @@ rows; the batches are short transactions that never hold many locks or a long sn
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from postrelay.core.clock import utcnow
 from postrelay.core.settings import Settings
 from postrelay.orchestrator.feedback.queries import FEEDBACK_SQL
 from postrelay.orchestrator.queries import EMAIL_SQL
@@ -56,22 +55,25 @@ async def email_feedback_delete_batch(engine: AsyncEngine, before: datetime, bat
 
 
 async def email_suppression_audit_delete_batch(engine: AsyncEngine, before: datetime,
-                                               batch: int) -> int:
+                                               batch: int, *, keep_secs: float = 0.0) -> int:
     """Delete at most `batch` suppression audit rows created before `before` (the `audit`
-    target's, with the queue's audits); returns how many."""
+    target's, with the queue's audits), none of the last `keep_secs` by the database's
+    clock; returns how many."""
     async with engine.begin() as conn:
         result = await conn.execute(FEEDBACK_SQL["email_suppression_audit_delete_before"],
-                                    {"before": before, "batch": batch})
+                                    {"before": before, "batch": batch, "keep_secs": keep_secs})
     return result.rowcount
 
 
 def suppression_audit_delete_batch(settings: Settings) -> DeleteBatch:
     """The suppression audit's part of the `audit` target: its rows go under the audits'
     window, but none younger than the soft-bounce window. Without the row of a lift, soft
-    bounces from before it would count again, and suppress the address just lifted."""
-    window = timedelta(days=settings.email_soft_bounce_window_days)
+    bounces from before it would count again, and suppress the address just lifted. Both
+    windows are measured on the database's clock, as `before` is (queue/maintenance/
+    retention.py): a host whose clock is off must not delete a lift the window keeps."""
+    keep_secs = settings.email_soft_bounce_window_days * 86400.0
 
     async def delete_batch(engine: AsyncEngine, before: datetime, batch: int) -> int:
-        return await email_suppression_audit_delete_batch(engine, min(before, utcnow() - window),
-                                                          batch)
+        return await email_suppression_audit_delete_batch(engine, before, batch,
+                                                          keep_secs=keep_secs)
     return delete_batch

@@ -11,6 +11,7 @@ from uuid import UUID, uuid4
 import pytest
 from sqlalchemy import text
 
+from postrelay.core import clock
 from postrelay.core.clock import utcnow
 from postrelay.core.db import Database, sqlalchemy_url
 from postrelay.core.errors import ConfigError
@@ -167,6 +168,35 @@ async def test_a_lifts_audit_row_outlives_a_shorter_audit_window_for_the_soft_bo
             f"SELECT count(*), bool_and(created_at > now() - interval '4 days') FROM mdm.{t}"
         )).one() for t in ("aa_flow_audit", "aa_email_suppression_audit")]
     assert left == [(0, None), (1, True)]
+
+
+async def test_the_lifts_floor_is_measured_on_the_database_clock(database_url, engine, tenant,
+                                                                 monkeypatch):
+    """The soft-bounce floor came from this host's clock, where the audits' window comes
+    from the database's: on a host whose clock ran a month fast, a lift made three days ago
+    fell out with a one-day audit window, and the bounces from before it suppressed the
+    address again. A month slow, the suppression audit was kept a month too long."""
+    real = clock.datetime
+    with engine.begin() as conn:
+        db_now = conn.execute(text("SELECT now()")).scalar_one()
+        for days in (3, 10):
+            conn.execute(text(
+                "INSERT INTO mdm.aa_email_suppression_audit (tenant_id, address, action, actor,"
+                " detail, created_at) VALUES (:t, :a, 'unsuppress', 'test', '[]', :at)"),
+                {"t": tenant, "a": f"{days}@example.com", "at": db_now - timedelta(days=days)})
+    for skew in (timedelta(days=30), -timedelta(days=30)):
+        class Skewed(real):  # this host's clock, off by `skew`
+            @classmethod
+            def now(cls, tz=None, skew=skew):
+                return real.now(tz) + skew
+
+        monkeypatch.setattr(clock, "datetime", Skewed)
+        await _audit_cleanup(Settings(database_url=database_url, audit_retention_days=1,
+                                      email_soft_bounce_window_days=7))
+        with engine.connect() as conn:
+            left = conn.execute(text(
+                "SELECT address FROM mdm.aa_email_suppression_audit")).scalars().all()
+        assert left == ["3@example.com"], skew
 
 
 async def test_without_a_window_every_audit_is_kept(engine, async_engine, tenant):

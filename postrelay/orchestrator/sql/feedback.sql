@@ -315,10 +315,14 @@ WHERE id IN (SELECT id FROM mdm.aa_email_feedback
 -- name: email_suppression_audit_delete_before
 -- Retention of the suppression audit (POSTRELAY_AUDIT_RETENTION_DAYS, with the other
 -- audits; kept when unset): one bounded batch, the oldest first, through
--- ix_email_suppression_audit_time (migration 0018). The suppressions themselves stay.
+-- ix_email_suppression_audit_time (migration 0018). The suppressions themselves stay. No
+-- row younger than :keep_secs goes, whatever :before says: the soft-bounce window, measured
+-- on the database's clock, which created_at is written with (a cutoff from the host's
+-- clock deleted the lifts of the last month on a host a month fast).
 DELETE FROM mdm.aa_email_suppression_audit
 WHERE id IN (SELECT id FROM mdm.aa_email_suppression_audit
-             WHERE created_at < CAST(:before AS timestamptz)
+             WHERE created_at < LEAST(CAST(:before AS timestamptz),
+                                      now() - make_interval(secs => :keep_secs))
              ORDER BY created_at
              LIMIT :batch);
 

@@ -305,6 +305,12 @@ async def job_cancel_take(conn: AsyncConnection, *, ids: list[UUID]) -> list[tup
     return [(row.job_id, row.actor) for row in result]
 
 
+async def job_cancel_missed(conn: AsyncConnection, *, worker: str,
+                            ids: list[UUID]) -> list[tuple[UUID, str]]:
+    result = await conn.execute(JOB_SQL["job_cancel_missed"], {"worker": worker, "ids": ids})
+    return [(row.job_id, row.actor) for row in result]
+
+
 async def job_cancel_prune(conn: AsyncConnection) -> int:
     result = await conn.execute(JOB_SQL["job_cancel_prune"])
     return result.rowcount

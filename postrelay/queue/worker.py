@@ -105,12 +105,13 @@ class Worker:
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._claiming: asyncio.Task[None] | None = None
+        self.cancel_check = CancelCheck(self._auto, worker_id=self.id,
+                                        held_ids=lambda: self.running_ids,
+                                        cancel=self._cancel_held)
         self.heartbeat = Heartbeat(
             self._auto, self.id, interval_secs=config.heartbeat_secs, register=self._register,
             held_ids=lambda: self.running_ids | self.completer.pending_ids(),
-            on_released=self.wake)
-        self.cancel_check = CancelCheck(self._auto, held_ids=lambda: self.running_ids,
-                                        cancel=self._cancel_held)
+            on_released=self.wake, on_returned=self.cancel_check.catch_up)
         # Whether the last claim filled every free slot: only then is there likely more
         # work, and only then does a finishing job wake the claim loop (NOTIFY does else).
         self._saturated = False
@@ -352,12 +353,15 @@ class Worker:
 
     def _cancel_held(self, job_id: UUID, actor: str) -> None:
         """Stop a job an operator cancelled: it is `failed` in the database already, so no
-        outcome is written for it (its run's is dropped, see _run)."""
+        outcome is written for it (its run's is dropped, see _run). Asked twice for one job
+        (its request, and the catch-up of a worker that registered again), it acts once."""
         entry = self._running.pop(job_id, None)
         if entry is not None:
             entry[1].cancel()
-        else:
+        elif any(held[0].id == job_id for held in self._ahead):
             self._ahead = deque(held for held in self._ahead if held[0].id != job_id)
+        else:
+            return
         event("postrelay.worker.job_cancelled", job_id=str(job_id), actor=actor,
               worker=self.id)
         self._wake.set()  # its slot is free

@@ -375,7 +375,24 @@ DELETE FROM mdm.aa_job_cancel
 WHERE job_id = ANY(CAST(:ids AS uuid[]))
 RETURNING job_id, actor;
 
+-- name: job_cancel_missed
+-- The jobs this worker holds that were cancelled while its row was gone: a worker silent
+-- for longer than the lease (stopped, frozen, cut off) has its row pruned as dead, and the
+-- requests addressed to it with it (job_cancel_prune), but it may come back. The job row
+-- still tells: `failed` under this worker's claim while the worker still runs it, which
+-- only a cancel (job_cancel) makes, the worker's own outcome coming after the run; who
+-- cancelled it is in its newest `job_cancelled` audit row. Asked each time the worker
+-- registers again.
+SELECT j.id AS job_id,
+       COALESCE((SELECT a.actor FROM mdm.aa_job_audit a
+                 WHERE a.job_id = j.id AND a.action = 'job_cancelled'
+                 ORDER BY a.id DESC LIMIT 1), 'unknown') AS actor
+FROM mdm.aa_job j
+WHERE j.id = ANY(CAST(:ids AS uuid[])) AND j.status = 'failed' AND j.claimed_by = :worker;
+
 -- name: job_cancel_prune
--- Requests whose worker is gone (it died before taking them): nothing is left to cancel.
+-- Requests whose worker is gone: it died before taking them, and its job is failed
+-- already; or it was only silent for longer than the lease, and asks its jobs' states
+-- when it registers again (job_cancel_missed), so the cancel is not lost with the request.
 DELETE FROM mdm.aa_job_cancel c
 WHERE NOT EXISTS (SELECT 1 FROM mdm.aa_worker w WHERE w.id = c.claimed_by);

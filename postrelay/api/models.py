@@ -134,7 +134,8 @@ class JobOut(BaseModel):
 
 
 class CronOut(BaseModel):
-    """A cron entry; `last_run` and `next_run` are null until its first firing."""
+    """A cron entry; `last_run` and `next_run` are null until its first firing;
+    `failing_since` and `last_error` are null while its firings succeed."""
 
     id: UUID
     name: str
@@ -147,6 +148,10 @@ class CronOut(BaseModel):
     last_run: datetime | None
     next_run: datetime | None
     created_at: datetime
+    failing_since: datetime | None = Field(
+        description="Its firings fail (its slot stays due and is tried every round): since "
+                    "the first of them. Null once one succeeds.")
+    last_error: str | None = Field(description="Why its latest firing failed, while they do.")
 
     @classmethod
     def of(cls, entry: CronEntry) -> CronOut:
@@ -154,7 +159,8 @@ class CronOut(BaseModel):
             id=entry.id, name=entry.name, tenant_id=entry.tenant_id, schedule=entry.schedule,
             kind=entry.kind, payload=entry.payload, priority=entry.priority,
             max_attempts=entry.max_attempts, last_run=entry.last_run, next_run=entry.next_run,
-            created_at=entry.created_at,
+            created_at=entry.created_at, failing_since=entry.failing_since,
+            last_error=entry.last_error,
         )
 
 

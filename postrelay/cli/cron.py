@@ -40,7 +40,9 @@ def cron_list_command(
     tenant: str | None = typer.Option(None, "--tenant", help="Only this tenant's entries."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
-    """Every cron entry with its last and next run."""
+    """Every cron entry with its last and next run, and why its firings fail, if they do.
+
+    FAILING_SINCE and LAST_ERROR stay empty while its firings succeed."""
     with transaction() as conn:
         entries = cron_list(conn, tenant_id=tenant)
     if as_json:
@@ -48,8 +50,9 @@ def cron_list_command(
         return
     # Names are per tenant, so the tenant is part of what names an entry.
     rows = [[e.name, e.tenant_id, e.schedule, e.kind, e.last_run, e.next_run,
-             json.dumps(e.payload)] for e in entries]
-    echo(table(["NAME", "TENANT", "SCHEDULE", "KIND", "LAST_RUN", "NEXT_RUN", "PAYLOAD"], rows)
+             e.failing_since, e.last_error, json.dumps(e.payload)] for e in entries]
+    echo(table(["NAME", "TENANT", "SCHEDULE", "KIND", "LAST_RUN", "NEXT_RUN", "FAILING_SINCE",
+                "LAST_ERROR", "PAYLOAD"], rows)
          if rows else "no cron entries")
 
 

@@ -59,6 +59,10 @@ class CronEntry:
     next_run: datetime | None
     created_at: datetime
     created_by: str | None
+    # Its firings fail: since the first of a run of failures, and the latest reason; None
+    # once a firing succeeds (queue/maintenance/scheduler.py).
+    failing_since: datetime | None = None
+    last_error: str | None = None
 
     @classmethod
     def from_row(cls, row: Row[Any]) -> CronEntry:

@@ -289,6 +289,10 @@ cron_entry = Table(
     Column("next_run", TIMESTAMPTZ),
     Column("created_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
     Column("created_by", Text),
+    # Its firings fail (migration 0030): since the first of them, and the latest reason;
+    # cleared by the next firing that succeeds (queue/maintenance/scheduler.py).
+    Column("failing_since", TIMESTAMPTZ),
+    Column("last_error", Text),
     CheckConstraint("jsonb_typeof(payload) = 'object'", name="cron_payload_is_object_chk"),
     CheckConstraint("max_attempts IS NULL OR max_attempts >= 1", name="cron_max_attempts_chk"),
     # Names are per tenant (migration 0010); `postrelay.*` are the system's (queue/reserved.py).

@@ -100,3 +100,25 @@ async def test_last_and_next_run_are_set_by_the_first_firing(api, engine, async_
     assert datetime.fromisoformat(after["next_run"]) == slot + timedelta(seconds=1)
     (job,) = [j for j in data(api.get("/v1/functions/jobs")) if j["kind"] == "reindex"]
     assert job["payload"] == {"frozen": 1} and job["tenant_id"] == str(tenant)
+
+
+async def test_an_entry_whose_firings_fail_says_since_when_and_why(api, async_engine, tenant,
+                                                                  monkeypatch):
+    """Its slot stays due and fails again every round: the listing shows it, not the log
+    alone; the next firing that succeeds clears it."""
+    data(api.post(CRON, json={"name": "too-big", "schedule": "* * * * * *", "kind": "reindex",
+                              "payload": {"blob": "x" * 2000}, "tenantId": str(tenant)}), 201)
+    assert entries(api)["too-big"]["failing_since"] is None
+    monkeypatch.setenv("POSTRELAY_MAX_PAYLOAD_BYTES", "1024")  # lowered since
+    now = utcnow() + timedelta(seconds=2)
+    await CronScheduler(async_engine).run_once(now)
+    failing = entries(api)["too-big"]
+    assert datetime.fromisoformat(failing["failing_since"]) == now
+    assert failing["last_error"] == ("payload: is 2011 bytes as JSON, over the limit of 1024 "
+                                     "(POSTRELAY_MAX_PAYLOAD_BYTES)")
+    assert failing["last_run"] is None
+    monkeypatch.delenv("POSTRELAY_MAX_PAYLOAD_BYTES")
+    await CronScheduler(async_engine).run_once(now + timedelta(seconds=1))
+    fired = entries(api)["too-big"]
+    assert fired["failing_since"] is None and fired["last_error"] is None
+    assert fired["last_run"] is not None

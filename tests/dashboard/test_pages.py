@@ -234,6 +234,23 @@ def test_cron_create_and_delete_with_the_apis_messages(admin, api_client, engine
                                            ("cron_delete", "dashboard:service-role")]
     assert admin.post("/dashboard/cron/nightly/delete", data={"csrf": token}).status_code == 404
 
+def test_the_cron_page_shows_since_when_and_why_an_entrys_firings_fail(admin, engine, tenant):
+    from postrelay.queue.cron import cron_create
+
+    with engine.begin() as conn:
+        cron_create(conn, "too-big", "* * * * * *", "reindex", {}, tenant_id=tenant)
+        cron_create(conn, "fine", "* * * * * *", "reindex", {}, tenant_id=tenant)
+        conn.execute(text(  # as the scheduler records it (queue/maintenance/scheduler.py)
+            "UPDATE mdm.aa_cron_entry SET failing_since = now() - interval '5 minutes', "
+            "last_error = 'payload: is 2011 bytes <as> JSON' WHERE name = 'too-big'"))
+    page = admin.get("/dashboard/cron").text
+    row = page[page.index('data-cron="too-big"'):]
+    row = row[:row.index("</tr>")]
+    assert 'data-field="failing"' in row and "failing since" in row
+    assert "payload: is 2011 bytes &lt;as&gt; JSON" in row
+    fine = page[page.index('data-cron="fine"'):]
+    assert 'data-field="failing"' not in fine[:fine.index("</tr>")]
+
 def test_outbox_shows_dead_events_and_replays_them(admin, engine, tenant):
     with engine.begin() as conn:
         event = insert_event(conn, tenant, attempts=10, dead_at=datetime.now(UTC),

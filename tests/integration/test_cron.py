@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import timedelta
 
 import pytest
@@ -212,3 +213,64 @@ async def test_a_worker_whose_clock_runs_ahead_fires_nothing_early(
     with engine.connect() as conn:
         (entry,) = cron_list(conn, tenant_id=tenant)
     assert entry.last_run is None
+
+
+def _cron_lines(caplog) -> list[tuple[str, dict]]:
+    return [(r.event, r.fields) for r in caplog.records
+            if getattr(r, "event", "").startswith("postrelay.cron.entry")]
+
+
+async def test_an_entry_failing_every_round_is_logged_as_it_starts_changes_and_recovers(
+        engine, async_engine, tenant, monkeypatch, caplog):
+    """An entry whose firing fails fails again every round (its slot stays due): a warning
+    a round, every second, in every worker. Now a line when it starts failing, one when the
+    reason changes, at most one a minute while it goes on (with how many times it failed),
+    and one when it fires again; the entry shows the failure where entries are listed."""
+    caplog.set_level(logging.INFO, logger="postrelay")
+    with engine.begin() as conn:
+        cron_create(conn, "too-big", "* * * * * *", "reindex", {"blob": "x" * 2000},
+                    tenant_id=tenant)
+    monkeypatch.setenv("POSTRELAY_MAX_PAYLOAD_BYTES", "1024")  # lowered since its creation
+    scheduler = CronScheduler(async_engine)
+    start = utcnow() + timedelta(seconds=2)
+
+    async def rounds(first: int, last: int) -> None:  # a round a second, as it runs
+        for second in range(first, last):
+            fired = await scheduler.run_once(start + timedelta(seconds=second))
+            assert "too-big" not in [f.name for f in fired]
+
+    await rounds(0, 50)
+    [(name, fields)] = _cron_lines(caplog)
+    assert name == "postrelay.cron.entry_failing"
+    assert fields["name"] == "too-big" and fields["tenant"] == str(tenant)
+    assert "over the limit of 1024" in fields["error"]
+    with engine.connect() as conn:
+        (entry,) = cron_list(conn, tenant_id=tenant)
+    assert entry.failing_since == start
+    assert "over the limit of 1024" in entry.last_error
+
+    await rounds(50, 70)  # a minute after the first line: one more, with the count
+    [_, (name, fields)] = _cron_lines(caplog)
+    assert name == "postrelay.cron.entry_still_failing" and fields["name"] == "too-big"
+    assert fields["failures"] == 61 and fields["since"] == start.isoformat()
+    assert "over the limit of 1024" in fields["error"]
+
+    monkeypatch.setenv("POSTRELAY_MAX_PAYLOAD_BYTES", "1500")  # a new reason: logged at once
+    await rounds(70, 72)
+    [*_, (name, fields)] = _cron_lines(caplog)
+    assert len(_cron_lines(caplog)) == 3
+    assert name == "postrelay.cron.entry_failing" and "over the limit of 1500" in fields["error"]
+    with engine.connect() as conn:
+        (entry,) = cron_list(conn, tenant_id=tenant)
+    assert "over the limit of 1500" in entry.last_error
+
+    monkeypatch.delenv("POSTRELAY_MAX_PAYLOAD_BYTES")
+    fired = await scheduler.run_once(start + timedelta(seconds=72))
+    assert [f.name for f in fired if f.name == "too-big"] == ["too-big"]
+    [*_, (name, fields)] = _cron_lines(caplog)
+    assert len(_cron_lines(caplog)) == 4
+    assert name == "postrelay.cron.entry_recovered" and fields["failures"] == 72
+    assert len(cron_jobs(engine)) == 1
+    with engine.connect() as conn:
+        (entry,) = cron_list(conn, tenant_id=tenant)
+    assert entry.failing_since is None and entry.last_error is None

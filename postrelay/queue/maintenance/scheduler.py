@@ -4,6 +4,15 @@ Every tick reads the entries, finds those with a slot due since their last run, 
 the latest such slot: claim it on the entry row (cron_claim_slot) and enqueue the job with
 an idempotency key of entry + slot, in one transaction. Several schedulers may race for a
 slot; the row lock and the key let exactly one job through.
+
+An entry whose firing fails (a payload over a limit lowered since its creation, a schedule
+that never comes) rolls its transaction back, so its slot is still due and it fails again
+the next tick, every tick. One broken entry must neither stop the others nor flood the log:
+a scheduler logs an entry's failures when they start, when their reason changes (at most
+every REASON_GAP), once every FAILING_LOG_INTERVAL while they go on (how many since when),
+and when the entry fires again; and at each of those lines it records the failure on the
+entry (`failing_since`, `last_error`: `postrelay cron list`, the API, the dashboard), which
+the next firing that succeeds clears. The times are the rounds' (the database's clock).
 """
 
 from __future__ import annotations
@@ -11,20 +20,40 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
 
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from postrelay.core.errors import PostrelayError
+from postrelay.core.limits import storable
 from postrelay.core.service import periodic
 from postrelay.core.telemetry import event
 from postrelay.queue.cron import CRON_SQL, slots_between
 from postrelay.queue.enqueue import enqueue_async
+from postrelay.queue.outcome import ERROR_LIMIT, truncate_utf8
+
+FAILING_LOG_INTERVAL = timedelta(minutes=1)
+REASON_GAP = timedelta(seconds=10)
 
 
 @dataclass(frozen=True, slots=True)
 class Fired:
     name: str
     slot: datetime
+
+
+@dataclass(slots=True)
+class _Failing:
+    """An entry whose firings fail, as this scheduler has seen them since the first."""
+
+    since: datetime
+    failures: int
+    reason: str  # the latest
+    logged_reason: str  # the one the last line gave
+    logged_at: datetime
 
 
 class CronScheduler:
@@ -34,6 +63,7 @@ class CronScheduler:
         self.engine = engine
         self.interval_secs = interval_secs
         self._loop = periodic("cron", self.run_once, interval_secs)
+        self._failing: dict[UUID, _Failing] = {}
 
     async def start(self) -> None:
         self._loop.start()
@@ -46,14 +76,19 @@ class CronScheduler:
         async with self.engine.connect() as conn:
             entries = (await conn.execute(CRON_SQL["cron_schedule_all"])).all()
         fired = []
-        for entry_id, schedule, created_at, last_run, db_now in entries:
+        for entry_id, name, tenant_id, schedule, created_at, last_run, db_now in entries:
+            at = now or db_now
             try:
-                due = slots_between(schedule, last_run or created_at, now or db_now)
+                due = slots_between(schedule, last_run or created_at, at)
                 if due is not None and (result := await self._fire(entry_id, *due)):
                     fired.append(result)
             except Exception as exc:  # one broken entry must not stop the others
-                event("postrelay.cron.entry_failed", logging.WARNING, entry=str(entry_id),
-                      schedule=schedule, error=repr(exc))
+                await self._failed(entry_id, name, tenant_id, schedule, at, exc)
+            else:
+                self._succeeded(entry_id, name, tenant_id)
+        if self._failing:  # deleted entries: nothing more to say about them
+            for gone in self._failing.keys() - {entry[0] for entry in entries}:
+                del self._failing[gone]
         return fired
 
     async def _fire(self, entry_id: object, slot: datetime, next_run: datetime) -> Fired | None:
@@ -71,3 +106,66 @@ class CronScheduler:
             )
         event("postrelay.cron.fired", name=name, slot=slot.isoformat())
         return Fired(name, slot)
+
+    async def _failed(self, entry_id: UUID, name: str, tenant_id: UUID, schedule: str,
+                      at: datetime, exc: Exception) -> None:
+        reason = failure_reason(exc)
+        failing = self._failing.get(entry_id)
+        if failing is None:
+            failing = self._failing[entry_id] = _Failing(at, 1, reason, reason, at)
+            _say("postrelay.cron.entry_failing", logging.WARNING, entry_id, name, tenant_id,
+                 schedule=schedule, error=reason)
+        else:
+            failing.failures += 1
+            failing.reason = reason
+            quiet = at - failing.logged_at
+            since = failing.since.isoformat()
+            if reason != failing.logged_reason and quiet >= REASON_GAP:
+                _say("postrelay.cron.entry_failing", logging.WARNING, entry_id, name,
+                     tenant_id, schedule=schedule, error=reason, failures=failing.failures,
+                     since=since, previous_error=failing.logged_reason)
+            elif quiet >= FAILING_LOG_INTERVAL:
+                _say("postrelay.cron.entry_still_failing", logging.WARNING, entry_id, name,
+                     tenant_id, error=reason, failures=failing.failures, since=since)
+            else:
+                return
+            failing.logged_reason, failing.logged_at = reason, at
+        try:
+            async with self.engine.begin() as conn:
+                await conn.execute(CRON_SQL["cron_entry_failing"],
+                                   {"id": entry_id, "since": failing.since, "error": reason})
+        except Exception as record_exc:  # the line above said it; the listing waits
+            _say("postrelay.cron.entry_failing_unrecorded", logging.WARNING, entry_id, name,
+                 tenant_id, error=failure_reason(record_exc))
+
+    def _succeeded(self, entry_id: UUID, name: str, tenant_id: UUID) -> None:
+        failing = self._failing.pop(entry_id, None)
+        if failing is not None:
+            _say("postrelay.cron.entry_recovered", logging.INFO, entry_id, name, tenant_id,
+                 failures=failing.failures, since=failing.since.isoformat())
+
+
+def _say(what: str, level: int, entry_id: UUID, name: str, tenant_id: UUID,
+         **fields: Any) -> None:
+    event(what, level, name=name, tenant=str(tenant_id), entry=str(entry_id), **fields)
+
+
+def failure_reason(exc: BaseException) -> str:
+    """Why a firing failed, the same words each time it fails the same way: postrelay's
+    own errors by their message, written to be read (`payload: is 2011 bytes as JSON, over
+    the limit of 1024 ...`); a database error by the driver's first line (SQLAlchemy's text
+    adds the statement and its parameters, the slot's key among them); anything else by
+    its class and message."""
+    if isinstance(exc, DBAPIError) and exc.orig is not None:
+        exc = exc.orig
+    try:
+        lines = str(exc).strip().splitlines()
+    except Exception:
+        lines = ["<str() failed>"]
+    if not lines:
+        text = type(exc).__name__
+    elif isinstance(exc, PostrelayError):
+        text = lines[0]
+    else:
+        text = f"{type(exc).__name__}: {lines[0]}"
+    return truncate_utf8(storable(text), ERROR_LIMIT)

@@ -16,7 +16,8 @@ WITH created AS (
       AND CAST(:kind AS text) = ANY(CAST(enum_range(NULL::mdm.job_kind) AS text[]))
     ON CONFLICT (tenant_id, name) DO NOTHING
     RETURNING id, name, tenant_id, schedule, job_kind::text AS kind, payload, priority,
-              max_attempts, last_run, next_run, created_at, created_by
+              max_attempts, last_run, next_run, created_at, created_by, failing_since,
+              last_error
 ), audited AS (
     INSERT INTO mdm.aa_cron_audit (cron_id, name, tenant_id, action, actor, detail)
     SELECT id, name, tenant_id, 'cron_create', COALESCE(created_by, 'unknown'),
@@ -33,7 +34,7 @@ SELECT EXISTS (SELECT 1 FROM mdm.aa_tenant WHERE id = :tenant_id) AS tenant_exis
 
 -- name: cron_list
 SELECT id, name, tenant_id, schedule, job_kind::text AS kind, payload, priority,
-       max_attempts, last_run, next_run, created_at, created_by
+       max_attempts, last_run, next_run, created_at, created_by, failing_since, last_error
 FROM mdm.aa_cron_entry
 WHERE CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid)
 ORDER BY name;
@@ -64,15 +65,26 @@ SELECT id FROM deleted;
 -- What the scheduler needs to find due slots; cheap enough to read every tick. The time is
 -- the database's: every worker reads the same clock, so one whose host clock runs ahead
 -- cannot fire a slot early and hold it back from the others until its time comes.
-SELECT id, schedule, created_at, last_run, statement_timestamp() AS now
+SELECT id, name, tenant_id, schedule, created_at, last_run, statement_timestamp() AS now
 FROM mdm.aa_cron_entry;
 
 -- name: cron_claim_slot
 -- Take one slot of one entry. The row lock makes a second scheduler wait here, then see
 -- last_run = :slot and get no row, so a slot fires once however many workers run the
 -- scheduler; the job's idempotency key (entry + slot) guards the same thing a second way.
--- A deleted entry yields no row and never fires again.
+-- A deleted entry yields no row and never fires again. A firing that succeeds (this
+-- transaction commits with its job) ends a run of failures (cron_entry_failing).
 UPDATE mdm.aa_cron_entry
-SET last_run = :slot, next_run = :next_run
+SET last_run = :slot, next_run = :next_run, failing_since = NULL, last_error = NULL
 WHERE id = :id AND (last_run IS NULL OR last_run < :slot)
 RETURNING name, tenant_id, job_kind::text AS kind, payload, priority, max_attempts;
+
+-- name: cron_entry_failing
+-- A firing failed (its transaction rolled back, the slot still due): the entry shows since
+-- when its firings fail and the latest reason, for `cron list`, the API and the dashboard.
+-- Written when the scheduler logs the failure (it starts, its reason changes, once a minute
+-- while it goes on), not every round. :since is the first failure of this run of them.
+UPDATE mdm.aa_cron_entry
+SET failing_since = COALESCE(failing_since, CAST(:since AS timestamptz)),
+    last_error = :error
+WHERE id = :id;

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import re
 import ssl
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Literal
+from typing import Literal, TypeVar
 
 import aiosmtplib
 
@@ -246,3 +246,15 @@ def _caused_by_tls(exc: BaseException | None) -> bool:
             return True
         exc = exc.__cause__ or exc.__context__
     return False
+
+
+_T = TypeVar("_T")
+
+
+async def step(stage: Stage, op: Awaitable[_T],
+               refused: dict[str, Reply] | None = None) -> _T:
+    """Await one SMTP step, turning aiosmtplib's errors into ours for `stage`."""
+    try:
+        return await op
+    except (aiosmtplib.SMTPException, OSError) as exc:
+        raise classify(exc, stage, refused) from exc

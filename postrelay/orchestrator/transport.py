@@ -5,17 +5,18 @@
     delivery.queue_id, delivery.refused    # "4F3A2B", {} (refusals of a partial delivery)
     await pool.close()
 
-aiosmtplib connects, says EHLO (HELO to a server that does not know EHLO: then no extension
-is used), starts TLS and logs in; each message then goes through the connection's `Dialogue`
+aiosmtplib connects, says EHLO (HELO where the server does not know EHLO: greeting.py),
+starts TLS and logs in; each message then goes through the connection's `Dialogue`
 (orchestrator/dialogue.py), which sends MAIL FROM, the RCPT TOs and DATA in one write when the
 server offers PIPELINING, and the message in that write too, as one BDAT chunk, when it
 offers CHUNKING as well (Postfix since 3.4, Exchange, Gmail). Any 2xx reply is a success.
 
-Failures are `SmtpError`s that say where they happened (`stage`) and what the server replied:
-`SmtpTransient` (retry later), `SmtpPermanent` (dead-letter); `SmtpAnswerLost` when the
-message went and no answer came back, or none that says yes or no (it may have been accepted);
-`SmtpConfigError` when the server cannot be used as configured. After a 421/454 the pool waits
-before its next send; after an authentication failure it refuses to send for a while.
+Failures are `SmtpError`s that say where they happened (`stage`) and what the server
+replied (orchestrator/replies.py; verdicts.py for replies that are not the one due):
+`SmtpTransient` (retry later), `SmtpPermanent` (dead-letter), `SmtpAnswerLost` (the message
+went and no yes or no came back), `SmtpConfigError` (the server cannot be used as
+configured). After a 421/454 the pool waits before its next send, after an authentication
+failure it refuses to send for a while.
 """
 
 from __future__ import annotations
@@ -25,19 +26,19 @@ import logging
 import socket
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import TYPE_CHECKING, Literal
 
 import aiosmtplib
-from aiosmtplib import SMTPResponse
 from pydantic import SecretStr
 
 from postrelay.core.errors import ConfigError, PostrelayError, ValidationError
 from postrelay.core.telemetry import event
 from postrelay.orchestrator.dialogue import Dialogue, envelope_address
+from postrelay.orchestrator.greeting import check_plain_session, greet
 from postrelay.orchestrator.replies import (
     Delivery,
     Reply,
@@ -49,22 +50,18 @@ from postrelay.orchestrator.replies import (
     SmtpPermanent,
     SmtpThrottled,
     SmtpTransient,
-    Stage,
     classify,
     queue_id_from,
+    step,
 )
+from postrelay.orchestrator.verdicts import final_read, not_positive
 
 if TYPE_CHECKING:
     from postrelay.core.settings import Settings
 
-_T = TypeVar("_T")
 Security = Literal["none", "starttls", "tls"]
 _OK = 250  # the usual positive reply; any 2yz is one (RFC 5321 4.2.1)
 _START_INPUT = 354
-# What a server that does not know EHLO answers it (command unrecognized, not implemented):
-# RFC 5321 4.1.1.1 has the client fall back to HELO. Not 501 (a bad argument), 421 (closing)
-# nor 550 or 554 (a refusal of the client), which HELO would meet as well.
-_EHLO_UNKNOWN = frozenset({500, 502})
 
 
 @dataclass(frozen=True)
@@ -120,10 +117,8 @@ class _StaleConnection(Exception):
 
 class SmtpPool:
     """Up to `config.pool_size` SMTP connections, reused across sends (idle ones in a LIFO).
-
     `clock` (monotonic seconds) decides when a throttle or an auth pause ends; tests pass a
-    fake one to end a pause without sleeping.
-    """
+    fake one to end a pause without sleeping."""
 
     def __init__(self, config: SmtpConfig, *, clock: Callable[[], float] = time.monotonic):
         self.config = config
@@ -228,19 +223,19 @@ class SmtpPool:
             local_hostname=self._local_hostname,
         )
         try:
-            await _step("connect", smtp.connect())
-            ehlo_refused = await _greet(smtp)
+            await step("connect", smtp.connect())
+            ehlo_refused = await greet(smtp)
             if ehlo_refused is not None:
-                _check_plain_session(cfg, ehlo_refused)
+                check_plain_session(cfg.security, cfg.username, ehlo_refused)
             if cfg.security == "starttls":
                 # Required, not opportunistic: never fall back to plain text.
                 if not smtp.supports_extension("starttls"):
                     raise SmtpTransient("tls: the server does not offer STARTTLS", stage="tls")
-                await _step("tls", smtp.starttls())
-                await _step("tls", smtp.ehlo())
+                await step("tls", smtp.starttls())
+                await step("tls", smtp.ehlo())
             if cfg.username is not None:
                 secret = cfg.password.get_secret_value() if cfg.password else ""
-                await _step("auth", smtp.login(cfg.username, secret))
+                await step("auth", smtp.login(cfg.username, secret))
             try:
                 dialogue = Dialogue.take_over(smtp, timeout_secs=cfg.timeout_secs,
                                               chunking=cfg.chunking)
@@ -287,9 +282,9 @@ class SmtpPool:
                 dialogue.write_chunked(mail, *rcpts, message=message)
             else:
                 dialogue.write(*([mail, *rcpts, b"DATA"] if ahead else [mail]))
-            mail_reply = await _step("mail", dialogue.read())
+            mail_reply = await step("mail", dialogue.read())
             if mail_reply.code != _OK and not 200 <= mail_reply.code < 300:
-                raise _not_positive(dialogue, mail_reply, "mail")
+                raise not_positive(dialogue, mail_reply, "mail")
         except SmtpTransient as exc:
             # The server closed the idle connection (or said 421 while closing it) while it
             # sat in the pool: not a verdict on this message. But a message sent as BDAT
@@ -304,17 +299,12 @@ class SmtpPool:
         for rcpt, command in zip(recipients, rcpts, strict=True):
             if not ahead:
                 dialogue.write(command)
-            try:
-                response = await _step("rcpt", dialogue.read(), refused)
-            except SmtpTransient as exc:
-                if (closed_by := _closed_by(stop, exc)) is not None:
-                    raise closed_by from exc
-                raise
+            response = await final_read(dialogue, "rcpt", refused, stop)
             if 200 <= response.code < 300:
                 accepted.append(rcpt)
                 continue
             if not 400 <= response.code < 600:  # no verdict on the recipient: out of step
-                raise _not_positive(dialogue, response, "rcpt", refused)
+                raise not_positive(dialogue, response, "rcpt", refused)
             refused[rcpt] = Reply.parse(response.code, response.message)
             error = classify(aiosmtplib.SMTPRecipientRefused(
                 response.code, response.message, rcpt), "rcpt", refused)
@@ -333,19 +323,14 @@ class SmtpPool:
         if not chunked:
             if not ahead:
                 dialogue.write(b"DATA")
-            start = await _step("data", dialogue.read(), refused)
+            start = await step("data", dialogue.read(), refused)
             if start.code != _START_INPUT:
-                raise _not_positive(dialogue, start, "data", refused)
+                raise not_positive(dialogue, start, "data", refused)
             # From here the server may hold the message: never retried here.
             dialogue.write_message(message)
-        try:
-            response = await _step("data", dialogue.read(), refused)
-        except SmtpTransient as exc:
-            if (closed_by := _closed_by(stop, exc)) is not None:
-                raise closed_by from exc
-            raise
+        response = await final_read(dialogue, "data", refused, stop)
         if response.code != _OK and not 200 <= response.code < 300:
-            raise _not_positive(dialogue, response, "data", refused, message_went=True)
+            raise not_positive(dialogue, response, "data", refused, message_went=True)
         if stop is not None:
             self._react(stop)  # sent to some; the rest wait out the throttle or the pause
         self.messages_sent += 1
@@ -381,75 +366,6 @@ class SmtpPool:
             self._paused_until = now + cfg.auth_pause_secs
             event("postrelay.smtp.auth_paused", logging.ERROR, host=cfg.host,
                   username=cfg.username, code=code, pause_secs=cfg.auth_pause_secs)
-
-
-async def _step(stage: Stage, op: Awaitable[_T],
-                refused: dict[str, Reply] | None = None) -> _T:
-    """Await one SMTP step, turning aiosmtplib's errors into ours for `stage`."""
-    try:
-        return await op
-    except (aiosmtplib.SMTPException, OSError) as exc:
-        raise classify(exc, stage, refused) from exc
-
-
-async def _greet(smtp: aiosmtplib.SMTP) -> Reply | None:
-    """EHLO; or, where the server does not know it, HELO, and a session without extensions
-    (RFC 5321 4.1.1.1). Returns the server's refusal of EHLO then, None after an EHLO."""
-    try:
-        await smtp.ehlo()
-        return None
-    except aiosmtplib.SMTPHeloError as exc:
-        if exc.code not in _EHLO_UNKNOWN or not smtp.is_connected:
-            raise classify(exc, "connect") from exc
-        refusal = Reply.parse(exc.code, exc.message)
-    except (aiosmtplib.SMTPException, OSError) as exc:
-        raise classify(exc, "connect") from exc
-    await _step("connect", smtp.helo())
-    return refusal
-
-
-def _check_plain_session(cfg: SmtpConfig, ehlo_refused: Reply) -> None:
-    """A HELO session offers neither STARTTLS nor AUTH. Where the settings require one, the
-    server cannot be used as they say: never in clear text, and never without the login
-    the relay may need to take the mail; no retry changes that."""
-    said = f"the server refused EHLO ({ehlo_refused}) and speaks only HELO, which offers"
-    if cfg.security == "starttls":
-        raise SmtpConfigError(
-            f"tls: {said} no STARTTLS: POSTRELAY_SMTP_SECURITY=starttls cannot be met, and "
-            "nothing is sent in clear text", stage="tls", reply=ehlo_refused)
-    if cfg.username is not None:
-        raise SmtpConfigError(
-            f"auth: {said} no AUTH: POSTRELAY_SMTP_USERNAME is set, and the server cannot "
-            "log it in", stage="auth", reply=ehlo_refused)
-
-
-def _not_positive(dialogue: Dialogue, response: SMTPResponse, stage: Stage,
-                  refused: dict[str, Reply] | None = None, *,
-                  message_went: bool = False) -> SmtpError:
-    """The error for a reply that is not the positive one due: a refusal (4xx, 5xx), or a
-    reply that is no verdict (a 1xx or 3xx where a final reply is due, a 2xx to DATA, a
-    code of no class). After one of those the dialogue is out of step and is closed; if it
-    answered the message, the server may have taken it."""
-    if 400 <= response.code < 600:
-        return classify(aiosmtplib.SMTPResponseException(response.code, response.message),
-                        stage, refused)
-    dialogue.close()
-    said = f"{stage}: the server answered {Reply.parse(response.code, response.message)}, " \
-           "which is neither a success nor a refusal"
-    if message_went:
-        return SmtpAnswerLost(f"{said}, after the message was handed over: whether the "
-                              "server accepted it is not known", stage=stage, refused=refused)
-    return SmtpTransient(said, stage=stage, refused=refused)
-
-
-def _closed_by(stop: SmtpError | None, lost: SmtpTransient) -> SmtpThrottled | None:
-    """With the message sent as BDAT, a recipient's 421 when the connection was then lost
-    (or a reply could not be read): the 421 said the server was closing the connection, so
-    the loss is that close, and the 421 is its answer (it did not take the message)."""
-    if isinstance(stop, SmtpThrottled) and stop.reply is not None and \
-            stop.reply.code == 421 and lost.reply is None:
-        return stop
-    return None
 
 
 def _needs_smtputf8(dialogue: Dialogue, sender: str, recipients: Sequence[str]) -> bool:

@@ -1,0 +1,55 @@
+"""Replies that are not the one a stage of a transaction is due, and what they make of it.
+
+    raise not_positive(dialogue, reply, "data", refused, message_went=True)
+    reply = await final_read(dialogue, "data", refused, stop)
+"""
+
+from __future__ import annotations
+
+import aiosmtplib
+from aiosmtplib import SMTPResponse
+
+from postrelay.orchestrator.dialogue import Dialogue
+from postrelay.orchestrator.replies import (
+    Reply,
+    SmtpAnswerLost,
+    SmtpError,
+    SmtpThrottled,
+    SmtpTransient,
+    Stage,
+    classify,
+    step,
+)
+
+
+def not_positive(dialogue: Dialogue, response: SMTPResponse, stage: Stage,
+                 refused: dict[str, Reply] | None = None, *,
+                 message_went: bool = False) -> SmtpError:
+    """The error for a reply that is not the positive one due: a refusal (4xx, 5xx), or a
+    reply that is no verdict (a 1xx or 3xx where a final reply is due, a 2xx to DATA, a
+    code of no class). After one of those the dialogue is out of step and is closed; if it
+    answered the message, the server may have taken it."""
+    if 400 <= response.code < 600:
+        return classify(aiosmtplib.SMTPResponseException(response.code, response.message),
+                        stage, refused)
+    dialogue.close()
+    said = f"{stage}: the server answered {Reply.parse(response.code, response.message)}, " \
+           "which is neither a success nor a refusal"
+    if message_went:
+        return SmtpAnswerLost(f"{said}, after the message was handed over: whether the "
+                              "server accepted it is not known", stage=stage, refused=refused)
+    return SmtpTransient(said, stage=stage, refused=refused)
+
+
+async def final_read(dialogue: Dialogue, stage: Stage, refused: dict[str, Reply],
+                     stop: SmtpError | None) -> SMTPResponse:
+    """The next reply, once a recipient may have said 421 (`stop`) with the message sent as
+    BDAT: a loss then (no reply, or none that could be read) is the close the 421
+    announced, and the 421 is the answer (the server did not take the message)."""
+    try:
+        return await step(stage, dialogue.read(), refused)
+    except SmtpTransient as exc:
+        if isinstance(stop, SmtpThrottled) and stop.reply is not None and \
+                stop.reply.code == 421 and exc.reply is None:
+            raise stop from exc
+        raise

@@ -1,12 +1,15 @@
 """A real HTTP server on a thread of the test process, for the stand-ins some tests need
-(a proxy in front of the API, the host SNS fetches its certificate from)."""
+(a proxy in front of the API, the host SNS fetches its certificate from), over HTTPS too."""
 
 from __future__ import annotations
 
+import ssl
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import trustme
 
 
 @contextmanager
@@ -18,3 +21,18 @@ def serving(server: ThreadingHTTPServer, scheme: str = "http") -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def serving_https(handler: type[BaseHTTPRequestHandler], ca: trustme.CA,
+                  *hosts: str) -> Iterator[str]:
+    """`handler` over HTTPS, its certificate issued by `ca` for `hosts` (127.0.0.1 unless
+    given), until the block ends; yields its base URL. A request still being answered
+    (a body that never ends) does not hold the block's end."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert(*(hosts or ("127.0.0.1",))).configure_cert(context)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    with serving(server, "https") as url:
+        yield url

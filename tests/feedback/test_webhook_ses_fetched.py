@@ -5,10 +5,8 @@ handshake's SubscribeURL confirmed there. No network: the test makes its own CA.
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +16,7 @@ import pytest
 from tests.api.server import UNTHROTTLED, serve_database
 from tests.feedback.conftest import insert_log
 from tests.feedback.test_webhook_ses import CA, SIGNER, TOPIC, bounce_note, post, sns
-from tests.httpserver import serving
+from tests.httpserver import serving_https
 
 
 class _Sns(BaseHTTPRequestHandler):
@@ -45,21 +43,11 @@ class _Sns(BaseHTTPRequestHandler):
         pass
 
 
-@contextmanager
-def https_server() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Sns)
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    CA.issue_cert("127.0.0.1", "localhost").configure_cert(context)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    with serving(server, "https") as url:
-        yield url
-
-
 @pytest.fixture(scope="module")
 def fetching(database_url, tmp_path_factory) -> Iterator[tuple[str, str]]:
     ca_file: Path = tmp_path_factory.mktemp("ca") / "ca.pem"
     CA.cert_pem.write_to_path(str(ca_file))
-    with https_server() as sns_url, serve_database(
+    with serving_https(_Sns, CA, "127.0.0.1", "localhost") as sns_url, serve_database(
             database_url, "svc-key-for-the-ses-webhook-tests-000003",
             feedback_ses_topic_arns=TOPIC, feedback_ses_cert_hosts=r"127\.0\.0\.1",
             feedback_ses_ca_file=str(ca_file), **UNTHROTTLED) as api_url:

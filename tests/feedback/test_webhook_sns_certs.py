@@ -4,12 +4,10 @@ writes nothing, over real HTTP against a real local HTTPS server on an allowed h
 
 from __future__ import annotations
 
-import ssl
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +19,7 @@ from cryptography.hazmat.primitives import serialization
 from tests.api.server import UNTHROTTLED, serve_database
 from tests.feedback.conftest import insert_log
 from tests.feedback.test_webhook_ses import CA, TOPIC, bounce_note, post, sns
-from tests.httpserver import serving
+from tests.httpserver import serving_https
 
 LIFETIME = timedelta(seconds=3)
 
@@ -46,22 +44,11 @@ class _Certs(BaseHTTPRequestHandler):
         pass
 
 
-@contextmanager
-def https_server() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Certs)
-    server.daemon_threads = True
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    CA.issue_cert("127.0.0.1").configure_cert(context)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    with serving(server, "https") as url:
-        yield url
-
-
 @pytest.fixture(scope="module")
 def fetching(database_url, tmp_path_factory) -> Iterator[tuple[str, str]]:
     ca_file: Path = tmp_path_factory.mktemp("ca") / "ca.pem"
     CA.cert_pem.write_to_path(str(ca_file))
-    with https_server() as certs, serve_database(
+    with serving_https(_Certs, CA) as certs, serve_database(
             database_url, "svc-key-for-the-sns-certificate-tests-01",
             feedback_ses_topic_arns=TOPIC, feedback_ses_cert_hosts=r"127\.0\.0\.1",
             feedback_ses_ca_file=str(ca_file), **UNTHROTTLED) as api_url:

@@ -3,17 +3,13 @@ outcome, the suppression rules, the outbox events, held jobs and idempotency."""
 
 from __future__ import annotations
 
-import pytest
 from sqlalchemy import text
 
-from postrelay.core.errors import ValidationError
 from postrelay.orchestrator import email_story
 from postrelay.orchestrator.feedback import (
     Feedback,
     SuppressionPolicy,
-    bounce_kind,
     record_many,
-    suppresses,
 )
 from postrelay.orchestrator.feedback.parse import parse_mail
 from tests.factories import insert_job
@@ -272,44 +268,6 @@ def test_a_bounce_from_behind_an_alias_suppresses_the_address_sent_to(engine, te
     rows = {r["source_event_id"]: r for r in look.feedback()}
     assert (rows["fw-1"]["recipient"], rows["fw-1"]["detail"]["final_recipient"]) == (info, john)
     assert rows["fw-3"]["recipient"] == john
-
-def test_bad_feedback_is_refused_naming_the_field():
-    with pytest.raises(ValidationError, match="kind"):
-        Feedback(kind="exploded", source="mail")
-    with pytest.raises(ValidationError, match="source"):
-        Feedback(kind="bounced", source="carrier-pigeon")
-    with pytest.raises(ValidationError, match="status"):
-        Feedback(kind="bounced", source="mail", status="550")
-    with pytest.raises(ValidationError, match="vouched"):
-        Feedback(kind="unsubscribe", source="one-click", vouched=True)
-
-
-@pytest.mark.parametrize(("kind", "status", "expected"), [
-    ("bounced", "5.1.1", True), ("bounced", "5.1.10", True), ("bounced", "5.2.1", True),
-    ("bounced", "5.4.4", True), ("bounced", None, True), ("bounced", "5.7.1", False),
-    ("bounced", "5.7.26", False), ("bounced", "5.3.4", False), ("complaint", None, True),
-    ("unsubscribe", None, True), ("soft-bounced", "4.2.2", False), ("delivered", None, False),
-    ("auto-reply", None, False), ("delayed", "4.4.1", False),
-    # Microsoft 365's per-hour receive limits: codes of their own, not 5.2.1 (disabled).
-    ("bounced", "5.2.121", False), ("bounced", "5.2.122", False),
-])
-def test_which_feedback_suppresses(kind, status, expected):
-    assert suppresses(kind, status) is expected
-
-
-def test_bounce_kinds_by_status():
-    assert [bounce_kind(s) for s in ("5.1.1", "4.4.7", "5.2.2", None, "5.7.1")] == [
-        "bounced", "soft-bounced", "soft-bounced", "bounced", "bounced"]
-
-
-def test_a_dedupe_key_depends_on_the_report_not_on_its_spelling():
-    one = Feedback(kind="bounced", source="mail", recipient=" Ann@Example.com ",
-                   message_id="abc@x", source_event_id="e")
-    two = Feedback(kind="bounced", source="mail", recipient="ann@example.com",
-                   message_id="<abc@x>", source_event_id="e")
-    three = Feedback(kind="bounced", source="mail", recipient="ann@example.com",
-                     message_id="<abc@x>", source_event_id="f")
-    assert one.dedupe_key() == two.dedupe_key() != three.dedupe_key()
 
 
 def test_a_batch_keeps_every_rule_of_one_by_one(engine, tenant, look):

@@ -8,13 +8,9 @@ import functools
 import logging
 
 import pytest
-from aiosmtplib.email import quote_address
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from pydantic import SecretStr
 
 from postrelay.core.errors import PostrelayError
-from postrelay.orchestrator.dialogue import PLAIN_ADDRESS
 from postrelay.orchestrator.transport import (
     Reply,
     SmtpAnswerLost,
@@ -367,38 +363,3 @@ async def test_sends_waiting_for_a_slot_do_not_connect_after_close(make_sink, ma
         await waiting
     assert pool.connections_opened == 1
     await eventually(lambda: sink.open_sessions() == 0)
-
-
-async def test_non_ascii_addresses_use_smtputf8(make_sink, make_pool):
-    sink = make_sink()
-    pool = make_pool(sink)
-
-    await pool.send(SENDER, ["jürgen@bücher.example"], message())
-
-    assert sink.handler.received[0].recipients == ("jürgen@bücher.example",)
-
-
-async def test_envelope_addresses_are_sent_as_aiosmtplib_would_quote_them(make_sink, make_pool):
-    """Plain addresses skip aiosmtplib's parsing; any other form still goes through it."""
-    sink = make_sink()
-    pool = make_pool(sink)
-
-    await pool.send("bounce+a1.b-2=x@acme.example", [ANN, "Bob <bob@acme.example>"], message())
-    await pool.send("Shop <shop@acme.example>", ["first.last+tag@mail.acme.example"],
-                    message())
-
-    received = sink.handler.received
-    assert (received[0].sender, received[0].recipients) == (
-        "bounce+a1.b-2=x@acme.example", (ANN, BOB))
-    assert (received[1].sender, received[1].recipients) == (
-        "shop@acme.example", ("first.last+tag@mail.acme.example",))
-
-
-@given(address=st.one_of(
-    st.from_regex(PLAIN_ADDRESS, fullmatch=True),
-    st.text(alphabet="aZ09._+=-@ <>\"()[],;:\\é", max_size=30),
-))
-@settings(max_examples=2000, deadline=None)
-def test_a_plain_address_is_what_aiosmtplib_sends_for_it(address: str) -> None:
-    if PLAIN_ADDRESS.fullmatch(address):
-        assert quote_address(address) == f"<{address}>"

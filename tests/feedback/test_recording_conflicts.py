@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from postrelay.core.db import sqlalchemy_url
 from postrelay.orchestrator.feedback import Feedback, SuppressionPolicy
 from postrelay.orchestrator.feedback.inbox import InboxProcessor
+from postrelay.orchestrator.feedback.intake import Intake
 from postrelay.orchestrator.feedback.sendgrid import sendgrid_reports
 from postrelay.orchestrator.feedback.webhook import WebhookUnavailableError, record_batch
 from tests.feedback.conftest import Look, insert_log
@@ -145,3 +146,74 @@ def test_an_inbox_message_whose_recording_meets_deadlocks_is_not_blamed_for_them
         f"dsn-{ANN}", f"dsn-{BOB}"]
     assert set(look.suppressed(tenant)) == {(ANN, ""), (BOB, "")}
     assert not [r for r in caplog.records if "message_failed" in r.getMessage()]
+
+
+def test_a_batch_taken_again_after_a_deadlock_is_counted_once_by_the_intake(
+        database_url: str, engine: Engine, tenant: uuid.UUID, look: Look) -> None:
+    """The intake holds new mail while its backlog is high: a batch counted twice lowered
+    the backlog by rows the processor had not taken."""
+    with engine.begin() as conn:
+        sent = insert_log(conn, tenant_id=tenant, recipients=(ANN, BOB))
+        for _ in range(2):
+            conn.execute(text("INSERT INTO mdm.aa_feedback_inbox (envelope_to, raw) "
+                              "VALUES (ARRAY['b@bounces.example'], 'a DSN')"))
+    reports = [Feedback(kind="bounced", source="mail", recipient=address, status="5.1.1",
+                        log_id=sent["id"], source_event_id=f"dsn-{address}")
+               for address in (ANN, BOB)]
+    intake = Intake()
+    intake.stored(5)
+
+    async def process() -> int:
+        receiver = create_async_engine(sqlalchemy_url(database_url), pool_pre_ping=False)
+        try:
+            inbox = InboxProcessor(receiver, lambda to, raw: reports, SuppressionPolicy(),
+                                   batch=1, intake=intake)
+            return await inbox.process_once()
+        finally:
+            await receiver.dispose()
+
+    assert deadlocked(engine, [f.dedupe_key() for f in reports],
+                      lambda: asyncio.run(process())) == 1
+    assert intake.backlog == 4
+    assert len(look.rows("SELECT id FROM mdm.aa_feedback_inbox")) == 1
+
+
+def test_giving_a_message_up_runs_again_after_a_deadlock(
+        database_url: str, engine: Engine, look: Look,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Its last attempt failed; the transaction that keeps it as `unparsed` meets a
+    deadlock and runs again, rather than leaving the message for another round of
+    failures."""
+    with engine.begin() as conn:
+        inbox_id = conn.execute(text(
+            "INSERT INTO mdm.aa_feedback_inbox (envelope_to, raw, attempts) "
+            "VALUES (ARRAY['b@bounces.example'], 'a DSN', 4) RETURNING id")).scalar_one()
+    kept = given_up_key(inbox_id)
+
+    def unreadable(to: list[str], raw: bytes) -> list[Feedback]:
+        raise ValueError("no report here")
+
+    async def process() -> int:
+        receiver = create_async_engine(sqlalchemy_url(database_url), pool_pre_ping=False)
+        try:
+            return await InboxProcessor(receiver, unreadable, SuppressionPolicy(),
+                                        max_attempts=5).process_once()
+        finally:
+            await receiver.dispose()
+
+    lock_row = text("SELECT FROM mdm.aa_feedback_inbox WHERE id = :id FOR UPDATE")
+    # The other transaction holds the `unparsed` row's key, then asks for the inbox row.
+    deadlocked(engine, ["0" * 64, kept], lambda: asyncio.run(process()),
+               lambda conn: conn.execute(lock_row, {"id": inbox_id}))
+    assert look.rows("SELECT * FROM mdm.aa_feedback_inbox") == []
+    assert look.rows("SELECT kind, dedupe_key FROM mdm.aa_email_feedback") == [
+        {"kind": "unparsed", "dedupe_key": kept}]
+    retried = [r for r in caplog.records if r.getMessage().startswith(
+        "postrelay.db.conflict_retried")]
+    assert [r.fields["what"] for r in retried] == [  # type: ignore[attr-defined]
+        "feedback.inbox_failed"]
+
+
+def given_up_key(inbox_id: uuid.UUID) -> str:
+    return Feedback(kind="unparsed", source="mail",
+                    source_event_id=f"inbox:{inbox_id}").dedupe_key()

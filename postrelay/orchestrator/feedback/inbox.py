@@ -175,19 +175,23 @@ class InboxProcessor:
         statements see what the other committed (a soft bounce counts those before it), as
         when one batch runs at a time. A transaction that loses to a concurrent one (a
         deadlock with another receiver or a webhook) runs again: the message is not to
-        blame, and a failure would count against it."""
-        await in_transaction_async(lambda: self._attempt(rows, take, params, batch),
+        blame, and a failure would count against it. The intake hears of a row once
+        however often it is taken: an attempt rolled back put its rows back."""
+        reported = [0]  # rows the intake has heard of, over the attempts
+        await in_transaction_async(lambda: self._attempt(rows, take, params, batch, reported),
                                    what="feedback.inbox")
 
     async def _attempt(self, rows: list[Row], take: str, params: dict[str, Any],
-                       batch: bool) -> None:
+                       batch: bool, reported: list[int]) -> None:
         turn = False
         try:
             async with held_psycopg(self.engine) as conn, conn.transaction():
                 # Oldest first within the batch too: a DELETE returns its rows in no order.
                 rows[:] = sorted(await _fetch(conn, take, params), key=lambda row: row.id)
                 if batch:
-                    self.intake.taken(len(rows), drained=len(rows) < self.batch)
+                    self.intake.taken(max(0, len(rows) - reported[0]),
+                                      drained=len(rows) < self.batch)
+                    reported[0] = max(reported[0], len(rows))
                 if not rows:
                     return
                 reports = []
@@ -220,6 +224,12 @@ class InboxProcessor:
                   error=repr(exc))
 
     async def _failed(self, row: Row, error: str) -> None:
+        """Count the failure against the message, or give it up: a transaction that loses
+        to a concurrent one runs again, as a recording does."""
+        await in_transaction_async(lambda: self._count_failure(row, error),
+                                   what="feedback.inbox_failed")
+
+    async def _count_failure(self, row: Row, error: str) -> None:
         attempts = row.attempts + 1
         async with held_psycopg(self.engine) as conn, conn.transaction():
             if attempts < self.max_attempts:

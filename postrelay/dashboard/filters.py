@@ -89,6 +89,12 @@ def tenant_name(tenants: dict[UUID, str], tenant_id: UUID | str | None) -> str:
     return tenants.get(key) or short(tenant_id)
 
 
+def addresses(values: list[str | None] | None) -> str:
+    """A row's addresses joined, a NULL among them (SQL written by hand: postrelay writes
+    none) as "-", as the CLI shows it."""
+    return ", ".join("-" if value is None else value for value in values or ())
+
+
 def options(values: list[str]) -> list[tuple[str, str]]:
     return [(v, v) for v in values]
 
@@ -164,8 +170,8 @@ def finalize(value: Any) -> Any:
     return value
 
 
-FILTERS = {"text": text, "when": when, "duration": duration, "ago": ago, "number": number,
-           "short": short, "plural": plural, "percent": percent}
+FILTERS = {"text": text, "addresses": addresses, "when": when, "duration": duration,
+           "ago": ago, "number": number, "short": short, "plural": plural, "percent": percent}
 GLOBALS = {"JOB_STATUSES": STATUSES, "COUNTED_STATUSES": COUNTED,
            "EMAIL_STATUSES": EMAIL_STATUSES, "MAX_PAGE": MAX_PAGE,
            "tenant_name": tenant_name, "query": query,

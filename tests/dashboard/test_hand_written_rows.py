@@ -94,3 +94,26 @@ def test_jobs_at_times_past_pythons_years_show(admin, engine, tenant):
     for path in ("/dashboard/", "/dashboard/jobs", "/dashboard/jobs?status=dlq",
                  "/dashboard/dlq", f"/dashboard/jobs/{late}", f"/dashboard/jobs/{early}"):
         assert admin.get(path).status_code == 200, path
+
+
+def test_an_email_whose_addresses_hold_a_null_shows_it_as_a_dash(admin, engine, tenant):
+    """A text[] may hold a NULL element, which postrelay never writes: the pages showed
+    "None" where the CLI shows "-"."""
+    with engine.begin() as conn:
+        email = insert_email(conn, tenant, recipients=["ann@example.com"])
+        conn.execute(text("UPDATE mdm.aa_email_log SET to_addresses = ARRAY["
+                          "'ann@example.com', NULL], recipients = ARRAY["
+                          "'ann@example.com', NULL] WHERE id = :id"), {"id": email})
+    for path in (f"/dashboard/emails/{email}", "/dashboard/emails"):
+        page = admin.get(path)
+        assert page.status_code == 200, path
+        assert "ann@example.com, -" in page.text and "None" not in page.text, path
+
+
+def test_an_email_whose_recipient_results_are_no_object_shows_them(admin, engine, tenant):
+    """recipient_results written by hand as an array: the message's page answered 500."""
+    with engine.begin() as conn:
+        email = insert_email(conn, tenant, recipient_results=["ann@example.com", 550])
+    page = admin.get(f"/dashboard/emails/{email}")
+    assert page.status_code == 200
+    assert "not an object of address: outcome: [&#34;ann@example.com&#34;,550]" in page.text

@@ -9,6 +9,7 @@ from uuid import UUID
 
 from sqlalchemy import Connection
 
+from postrelay.core import jsontext
 from postrelay.core.errors import NotFoundError, ValidationError
 from postrelay.core.limits import checked_text
 from postrelay.core.timestamps import EARLIEST, LATEST
@@ -79,7 +80,19 @@ def email_story(
         story["job"]["payload"] = job_payload
     if story["event"] is not None:
         story["event"].update(payload=event_payload, headers=event_headers)
+    for attempt in story["attempts"]:
+        attempt["recipient_results"] = _results_shown(attempt.get("recipient_results"))
     return story
+
+
+def _results_shown(results: Any) -> dict[str, Any] | None:
+    """An attempt's recipient_results, an object of address: outcome. SQL written by hand
+    can store any jsonb there, and anything else failed the story where it is read as
+    one: it is shown as what it is, under the placeholder key of what cannot be shown."""
+    if results is None or isinstance(results, dict):
+        return results
+    shown = jsontext.encode(results)
+    return {jsontext.UNREADABLE_KEY: f"not an object of address: outcome: {shown[:200]}"}
 
 
 # email_story builds its rows with to_jsonb: times arrive as ISO strings.

@@ -110,3 +110,12 @@ def test_an_email_whose_addresses_hold_a_null_is_listed(worker_env, engine, tena
     assert str(odd) in listed and str(plain) in listed and "bob@example.com" in listed
     assert "ann@example.com, -" in listed
     assert "to ann@example.com, -" in run(worker_env, "emails", "show", str(odd)).stdout
+
+
+def test_an_email_whose_recipient_results_are_no_object_is_shown(worker_env, engine, tenant):
+    """recipient_results written by hand as an array: `emails show` failed."""
+    with engine.begin() as conn:
+        email = insert_email(conn, tenant, recipient_results=["ann@example.com", 550])
+    shown = run(worker_env, "emails", "show", str(email)).stdout
+    assert '_unreadable: "not an object of address: outcome: [\\"ann@example.com\\",550]"' \
+        in shown

@@ -20,6 +20,11 @@ The rules, over a sliding window (`POSTRELAY_AUTH_FAILURE_WINDOW_SECS`, 60 s):
   (a new client, or one that has itself just failed).
 - Failures are counted only when a key was presented and checked: a request without a
   key, with a malformed header, or refused by the throttle adds nothing.
+- **A key counts once.** The same wrong key sent again from the same client within the
+  window is not another guess: it adds nothing to either bound. A service retrying a
+  revoked key, or a provider's webhook with an outdated password, would otherwise lock
+  out every client behind the same address (a NAT, a cluster's egress) and, past the
+  overall bound, every new client; each distinct key still counts.
 
 The state is in memory, per process: several API processes (or a restart) each allow
 these numbers. Behind a reverse proxy every client has the proxy's address unless
@@ -28,6 +33,7 @@ these numbers. Behind a reverse proxy every client has the proxy's address unles
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import math
 import threading
@@ -84,7 +90,8 @@ class AuthThrottle:
         self.window = float(window_secs)
         self._clock = clock
         self._lock = threading.Lock()
-        self._failures: dict[str, deque[float]] = {}
+        # client -> {fingerprint of a wrong key -> when it last failed}, oldest first
+        self._failures: dict[str, OrderedDict[bytes, float]] = {}
         self._all: deque[float] = deque(maxlen=total)
         self._trusted: OrderedDict[str, float] = OrderedDict()  # client -> last success
         self._swept = clock()
@@ -97,20 +104,29 @@ class AuthThrottle:
             self._expire(now)
             mine = self._failures.get(client)
             if mine is not None:
-                while mine and mine[0] <= now - self.window:
-                    mine.popleft()
-                if len(mine) >= self.per_client:  # (the deque holds at most per_client)
-                    return self._refusal(mine[0], now, overall=False)
+                while mine and next(iter(mine.values())) <= now - self.window:
+                    mine.popitem(last=False)
+                if len(mine) >= self.per_client:
+                    return self._refusal(next(iter(mine.values())), now, overall=False)
             if len(self._all) >= self.total and not self._is_trusted(client, mine, now):
                 return self._refusal(self._all[0], now, overall=True)
             return None
 
-    def failed(self, host: str | None) -> None:
+    def failed(self, host: str | None, key: str | bytes) -> None:
+        """`key` (as presented) was checked and was wrong. Only a digest of it is kept."""
         client = client_key(host)
+        raw = key.encode("utf-8", "surrogatepass") if isinstance(key, str) else key
+        fingerprint = hashlib.sha256(raw).digest()
         with self._lock:
             now = self._clock()
-            self._failures.setdefault(client, deque(maxlen=self.per_client)).append(now)
-            self._all.append(now)
+            mine = self._failures.setdefault(client, OrderedDict())
+            again = fingerprint in mine and mine[fingerprint] > now - self.window
+            mine[fingerprint] = now
+            mine.move_to_end(fingerprint)
+            while len(mine) > self.per_client:  # two checks passed at once: keep the bound
+                mine.popitem(last=False)
+            if not again:
+                self._all.append(now)
 
     def succeeded(self, host: str | None) -> None:
         client = client_key(host)
@@ -120,7 +136,8 @@ class AuthThrottle:
             while len(self._trusted) > MAX_TRUSTED:
                 self._trusted.popitem(last=False)
 
-    def _is_trusted(self, client: str, mine: deque[float] | None, now: float) -> bool:
+    def _is_trusted(self, client: str, mine: OrderedDict[bytes, float] | None,
+                    now: float) -> bool:
         last = self._trusted.get(client)
         return last is not None and now - last <= TRUST_SECS and not mine
 
@@ -135,8 +152,8 @@ class AuthThrottle:
             return
         # Once per window: forget clients whose failures all left it, and old successes.
         self._swept = now
-        for client in [c for c, times in self._failures.items()
-                       if not times or times[-1] <= horizon]:
+        for client in [c for c, keys in self._failures.items()
+                       if not keys or next(reversed(keys.values())) <= horizon]:
             del self._failures[client]
         while self._trusted and next(iter(self._trusted.values())) <= now - TRUST_SECS:
             self._trusted.popitem(last=False)

@@ -71,7 +71,7 @@ def principal(
     with engine_of(request).connect() as conn:
         found = api_key_find(conn, key)
     if found is None:
-        throttle.failed(client)
+        throttle.failed(client, key)
         event("postrelay.api.auth_refused", logging.WARNING, client=client)
         raise _unauthorized("invalid API key")
     throttle.succeeded(client)

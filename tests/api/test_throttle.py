@@ -31,9 +31,9 @@ class Clock:
 def test_each_client_is_bounded_on_its_own_until_its_failures_age_out():
     clock = Clock()
     throttle = AuthThrottle(per_client=3, total=100, window_secs=60, clock=clock)
-    for _ in range(3):
+    for n in range(3):
         assert throttle.check("10.0.0.1") is None
-        throttle.failed("10.0.0.1")
+        throttle.failed("10.0.0.1", f"guess-{n}")
         clock.now += 10
     refusal = throttle.check("10.0.0.1")
     assert refusal is not None and not refusal.overall
@@ -41,7 +41,7 @@ def test_each_client_is_bounded_on_its_own_until_its_failures_age_out():
     assert throttle.check("10.0.0.2") is None  # another address is not affected
     clock.now = 1060.5
     assert throttle.check("10.0.0.1") is None  # one failure aged out: one more try
-    throttle.failed("10.0.0.1")
+    throttle.failed("10.0.0.1", "guess-3")
     assert throttle.check("10.0.0.1").retry_after == 10
 
 
@@ -50,9 +50,9 @@ def test_the_overall_bound_spares_only_addresses_that_just_succeeded_without_fai
     throttle = AuthThrottle(per_client=5, total=4, window_secs=60, clock=clock)
     throttle.succeeded("10.0.0.9")  # a client using its key
     throttle.succeeded("10.0.0.8")
-    throttle.failed("10.0.0.8")  # ... and one that then failed once
+    throttle.failed("10.0.0.8", "typo")  # ... and one that then failed once
     for attacker in ("10.1.0.1", "10.1.0.2", "10.1.0.3"):
-        throttle.failed(attacker)
+        throttle.failed(attacker, "guess")
     refusal = throttle.check("10.2.0.1")  # a newcomer: refused, whatever key it has
     assert refusal is not None and refusal.overall and refusal.retry_after == 60
     assert "too many failed" in refusal.message
@@ -66,6 +66,26 @@ def test_the_overall_bound_spares_only_addresses_that_just_succeeded_without_fai
 TRUST_CHECK_SECS = 61
 
 
+def test_the_same_wrong_key_again_is_not_another_guess():
+    """A service behind a NAT retrying a revoked key, or a webhook with an outdated
+    password: counted each time, it locked out every client at that address and, past the
+    overall bound, every new client."""
+    clock = Clock()
+    throttle = AuthThrottle(per_client=3, total=4, window_secs=60, clock=clock)
+    for _ in range(50):
+        assert throttle.check("10.0.0.1") is None
+        throttle.failed("10.0.0.1", "revoked-key")
+        clock.now += 0.5
+    assert throttle.check("10.2.0.1") is None  # the overall bound: one failure so far
+    throttle.failed("10.0.0.1", "guess-1")
+    throttle.failed("10.0.0.1", "guess-2")  # distinct keys still count
+    refusal = throttle.check("10.0.0.1")
+    assert refusal is not None and not refusal.overall
+    assert refusal.retry_after == 60  # a key's last failure is the one that counts
+    clock.now += 60
+    assert throttle.check("10.0.0.1") is None
+
+
 def test_a_client_is_an_ipv4_address_or_an_ipv6_64():
     assert client_key("192.0.2.7") == "192.0.2.7"
     assert client_key("::ffff:192.0.2.7") == "192.0.2.7"
@@ -74,8 +94,8 @@ def test_a_client_is_an_ipv4_address_or_an_ipv6_64():
     assert client_key("2001:db8:1:3::1") != client_key("2001:db8:1:2::1")
     assert client_key(None) == "unknown"
     throttle = AuthThrottle(per_client=2, total=100, window_secs=60)
-    throttle.failed("2001:db8:1:2::1")
-    throttle.failed("2001:db8:1:2::2")
+    throttle.failed("2001:db8:1:2::1", "guess-1")
+    throttle.failed("2001:db8:1:2::2", "guess-2")
     assert throttle.check("2001:db8:1:2::3") is not None  # the same /64
 
 
@@ -123,8 +143,8 @@ def test_the_overall_bound_spares_a_client_already_using_its_key(small_bounds):
         data(operator.get(JOBS, headers={"apikey": SERVICE_KEY}))  # using the API already
         for address in ("127.0.0.4", "127.0.0.5", "127.0.0.6"):  # 2 + 2 + 1 = 5 failures
             with client_from(small_bounds, address) as attacker:
-                for _ in range(2 if address != "127.0.0.6" else 1):
-                    error(attacker.get(JOBS, headers={"apikey": "nope"}), 401)
+                for n in range(2 if address != "127.0.0.6" else 1):
+                    error(attacker.get(JOBS, headers={"apikey": f"nope-{n}"}), 401)
         with client_from(small_bounds, "127.0.0.7") as newcomer:
             message = refused(newcomer.get(JOBS, headers={"apikey": SERVICE_KEY}))
             assert "this installation" in message
@@ -156,3 +176,15 @@ def test_the_dashboard_sign_in_shares_the_bound_and_says_so(small_bounds):
         token = re.search(r'name="csrf" value="([^"]+)"', page.text).group(1)
         signed_in = other.post("/dashboard/login", data={"csrf": token, "key": SERVICE_KEY})
         assert signed_in.status_code == 303
+
+
+def test_a_revoked_key_retried_does_not_lock_out_its_neighbours(small_bounds):
+    """Services behind one address (a NAT, a cluster's egress): one of them retrying a key
+    that no longer works, ten times, and the others' keys still work there."""
+    with client_from(small_bounds, "127.0.0.5") as shared:
+        for _ in range(10):
+            error(shared.get(JOBS, headers={"apikey": "revoked-key"}), 401)
+        data(shared.get(JOBS, headers={"apikey": SERVICE_KEY}))
+        for guess in ("guess-1", "guess-2"):  # with the revoked key, three distinct
+            error(shared.get(JOBS, headers={"apikey": guess}), 401)
+        refused(shared.get(JOBS, headers={"apikey": SERVICE_KEY}))

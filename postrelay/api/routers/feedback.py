@@ -91,10 +91,11 @@ def _postmark(request: Request, hooks: ProviderWebhooks, body: bytes) -> dict[st
     refusal = throttle.check(client)
     if refusal is not None:  # the same bound as a wrong API key: guessing is slow
         raise ApiError(429, refusal.message, headers={"Retry-After": str(refusal.retry_after)})
+    presented = request.headers.get("authorization")
     try:
-        hooks.postmark.check(request.headers.get("authorization"))
+        hooks.postmark.check(presented)
     except WebhookAuthError:
-        throttle.failed(client)
+        throttle.failed(client, presented or "")
         raise
     throttle.succeeded(client)
     reports, ignored = postmark_reports(_json(body))

@@ -79,7 +79,7 @@ async def login(request: Request) -> Response:
         if row is not None and hmac.compare_digest(row.key_hash, digest):
             found = row
         if found is None:
-            throttle.failed(client)
+            throttle.failed(client, key)
             event("postrelay.dashboard.sign_in_refused", logging.WARNING, client=client)
             return _login_form(request, next_path, WRONG_KEY, 401)
         session = signer.new_session(found.id, found.tenant_id)

@@ -2,6 +2,7 @@
 
 Migrations run under a transaction-scoped advisory lock, so two processes running
 `postrelay migrate` at once take turns: the second finds the schema at head and does nothing.
+The SQL `migrate --sql` prints takes the same lock.
 """
 
 from alembic import context
@@ -45,6 +46,9 @@ def run_migrations_offline() -> None:
     context.configure(url=sqlalchemy_url(_url()), literal_binds=True,
                       dialect_opts={"paramstyle": "named"}, **_common())
     with context.begin_transaction():
+        # The printed script takes the lock `postrelay migrate` takes: run while a
+        # migration (or a second copy of itself) runs, it waits its turn.
+        context.execute(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})")
         context.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
         context.run_migrations()
 

@@ -195,6 +195,45 @@ def test_migrate_sql_run_in_psql_makes_the_schema_migrate_makes(
             eng.dispose()
 
 
+@pytest.mark.skipif(shutil.which("psql") is None, reason="needs psql")
+def test_migrate_sql_waits_for_a_migration_in_progress(fresh_url: str,
+                                                        tmp_path: Path) -> None:
+    """The printed SQL took no lock: applied while `postrelay migrate` ran, the two raced
+    on the same DDL. It now waits for the migration lock, as a migrating process does."""
+    script = run("migrate", "--sql", env=base_env(POSTRELAY_DATABASE_URL=UNREACHABLE_URL))
+    assert script.returncode == 0, script.stderr
+    (tmp_path / "schema.sql").write_text(script.stdout)
+    eng = create_engine(sqlalchemy_url(fresh_url))
+    try:
+        with eng.connect() as holder:
+            holder.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK_KEY})
+            psql = subprocess.Popen(
+                ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-f", str(tmp_path / "schema.sql"),
+                 "-d", fresh_url.replace("postgresql+psycopg://", "postgresql://", 1)],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            deadline = time.monotonic() + TIMEOUT
+            while not waits_for_advisory_lock(eng):
+                assert psql.poll() is None, psql.communicate()
+                assert time.monotonic() < deadline, "psql never waited for the lock"
+                time.sleep(0.05)
+            with eng.connect() as conn:  # nothing made while it waits
+                assert conn.execute(text(
+                    "SELECT to_regclass('mdm.aa_job')")).scalar_one() is None
+            holder.rollback()
+        _, errors = psql.communicate(timeout=TIMEOUT)
+        assert psql.returncode == 0, errors
+        assert db_state(fresh_url)[0] == head_revision()
+    finally:
+        eng.dispose()
+
+
+def waits_for_advisory_lock(eng) -> bool:  # type: ignore[no-untyped-def]
+    with eng.connect() as conn:
+        return bool(conn.execute(text(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND wait_event = 'advisory' AND datname = current_database()")).scalar_one())
+
+
 # --- kinds add ------------------------------------------------------------------------------
 
 

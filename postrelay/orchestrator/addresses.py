@@ -3,7 +3,8 @@
 Addresses arrive in event payloads written by other systems, so they are parsed strictly:
 exactly one mailbox per string (`user@example.com` or `Display Name <user@example.com>`),
 no groups, no comments, nothing after the closing bracket. The addr-spec is checked for
-syntax only; whether the domain takes mail is the SMTP server's call.
+syntax only; whether the domain takes mail is the SMTP server's call. A display name may not
+hold the bidirectional controls that reorder what a mail client shows (BIDI_CONTROLS).
 
     >>> parse_address("Jürgen Müller <j@example.com>", field="to")
     Address(display_name='Jürgen Müller', username='j', domain='example.com')
@@ -28,7 +29,8 @@ from email_validator import EmailNotValidError, validate_email
 from postrelay.core.errors import ValidationError
 from postrelay.core.limits import checked_text
 
-__all__ = ["AddressError", "check_header_value", "parse_address", "parse_addresses"]
+__all__ = ["AddressError", "check_display_name", "check_header_value", "parse_address",
+           "parse_addresses"]
 
 INJECTION_RULE = "must not contain a line break (header injection)"
 
@@ -38,6 +40,16 @@ _LINE_BREAKS = frozenset("\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029\x00")
 _BREAK_BYTES = frozenset(b"\r\n\x0b\x0c\x00")
 _CONTROLS = frozenset(chr(c) for c in [*range(0x20), 0x7F]) - {"\t"}
 _ENCODED_WORD = re.compile(r"=\?([^?\s]+)\?([qQbB])\?([^?\s]*)\?=")
+# Unicode's explicit directional formatting (UAX #9): the embeddings and overrides LRE, RLE,
+# PDF, LRO, RLO (U+202A-U+202E) and the isolates LRI, RLI, FSI, PDI (U+2066-U+2069). In a
+# display name they reorder what a mail client shows: "Acme" can be made to read as another
+# name, or an address-like string be hidden in it, and an override left open runs on into
+# the address after the name. The marks LRM, RLM and ALM (U+200E, U+200F, U+061C) stay
+# allowed: each acts as one strong letter, reorders no run, and is how right-to-left names
+# are written. So do the other invisible format characters (ZWSP, ZWNJ, ZWJ, WJ, U+FEFF):
+# they reorder nothing, ZWNJ and ZWJ are spelling in Persian and Indic names and in emoji,
+# and a name that only looks like another can be written without them.
+BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 # RFC 5322 specials: outside quotes they end the display name, so an unquoted name holding
 # one of them would read as something else (two addresses, a group, a comment).
@@ -163,7 +175,26 @@ def _display_name(raw: str, value: str, field: str) -> str:
         except (HeaderParseError, LookupError, UnicodeDecodeError):
             raise AddressError(field, f"the display name {raw!r} has a malformed "
                                       "encoded-word") from None
-    return unicodedata.normalize("NFC", name)
+    # Checked once decoded: a mail client shows what an encoded-word holds.
+    return check_display_name(unicodedata.normalize("NFC", name), field=field)
+
+
+def check_display_name(name: str, *, field: str) -> str:
+    """Return `name`, or raise AddressError naming `field` and each bidirectional
+    embedding, override or isolate it holds (U+202A-U+202E, U+2066-U+2069).
+
+    The directional marks U+200E, U+200F and U+061C are allowed."""
+    if name.isascii():
+        return name
+    found = sorted(BIDI_CONTROLS.intersection(name))
+    if found:
+        names = ", ".join(f"U+{ord(c):04X} {unicodedata.name(c)}" for c in found)
+        raise AddressError(field, f"the display name {name!r} holds {names}: a display name "
+                                  "must not hold bidirectional embeddings, overrides or "
+                                  "isolates (U+202A-U+202E, U+2066-U+2069), which reorder "
+                                  "what mail clients show; the marks U+200E, U+200F and "
+                                  "U+061C are allowed")
+    return name
 
 
 def _check_addr_spec(spec: str, value: str, field: str) -> tuple[str, str]:

@@ -29,7 +29,7 @@ from typing import Any
 
 from postrelay.core.errors import ValidationError
 from postrelay.core.limits import SURROGATE_RULE
-from postrelay.orchestrator.addresses import check_header_value
+from postrelay.orchestrator.addresses import check_display_name, check_header_value
 from postrelay.orchestrator.templates import Rendered
 
 __all__ = ["build_message", "check_header_lines", "envelope_recipients", "message_id_domain",
@@ -212,6 +212,7 @@ def _addresses(name: str, addresses: Sequence[Address], field: str) -> str:
         if not isinstance(address, Address):
             raise ValidationError(where, f"must be an Address, not {type(address).__name__}")
         check_header_value(address.display_name, field=where)
+        check_display_name(address.display_name, field=where)
         check_header_value(address.addr_spec, field=where)
         if words:
             words[-1] = (words[-1][0], words[-1][1] + ",")

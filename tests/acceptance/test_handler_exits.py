@@ -92,3 +92,18 @@ def test_a_run_that_ignores_its_cancel_is_left_to_the_rescuer_and_the_process_en
     assert job_state(engine, job_id) == ("done", 2)
     assert starts(marks, job_id) == [(1, stubborn.pid), (2, survivor.pid)]
     assert [action for action, _ in audit_actions(engine, job_id)] == ["job_rescued"]
+
+
+def test_a_call_a_handler_left_in_a_thread_does_not_hold_the_process(
+    workers: WorkerPool, engine, tenant, marks: Path
+):
+    """A thread cannot be stopped, and the interpreter's exit waits for every thread of the
+    loop's pool: the worker stayed after SIGTERM until killed."""
+    with engine.begin() as conn:
+        job_id = enqueue(conn, "reindex", {"dir": str(marks), "leak_thread": True},
+                         tenant_id=tenant)
+    worker = workers.start()
+    wait_for(lambda: job_state(engine, job_id)[0] == "done", what="the job to be done")
+    worker.send(signal.SIGTERM)
+    assert worker.wait(timeout=30) == 0
+    assert "postrelay.process.threads_abandoned count=1" in worker.log()

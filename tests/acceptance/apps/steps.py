@@ -9,6 +9,7 @@ Payload:
     crash_on_attempts attempt numbers that call os._exit(3): the process dies at once
     ignore_cancel_on_attempts  attempt numbers that ignore their cancel and never end
     leak_task         the run leaves behind a task that ignores its cancel (default false)
+    leak_thread       the run leaves behind a call in a thread that never returns
 
 On start it creates `<dir>/started.<job id>.<attempt>.<pid>`; on finish it appends the
 job id to `<dir>/finished.<pid>`; when its task is cancelled it creates
@@ -21,6 +22,7 @@ import asyncio
 import contextlib
 import os
 import sys
+import threading
 from pathlib import Path
 
 from postrelay.queue import Job, handler
@@ -45,6 +47,8 @@ async def step(job: Job) -> None:
         await stubborn()
     if job.payload.get("leak_task"):
         asyncio.get_running_loop().create_task(stubborn(), name="leaked-by-a-handler")
+    if job.payload.get("leak_thread"):
+        asyncio.get_running_loop().run_in_executor(None, threading.Event().wait)
     try:
         if job.attempts in job.payload.get("hang_on_attempts", ()):
             await asyncio.Event().wait()  # until the process is killed or stopped

@@ -113,12 +113,12 @@ def test_behind_a_proxy_network_clients_are_told_apart_by_x_forwarded_for(worker
            "POSTRELAY_AUTH_FAILURES_PER_CLIENT": "2"}
     proc, base = serving(env)
     try:
-        def wrong_key(client: str) -> int:
+        def wrong_key(client: str, n: int) -> int:
             return httpx.get(f"{base}/v1/functions/jobs", headers={
-                "apikey": "wrong-" + "w" * 32, "X-Forwarded-For": client}).status_code
+                "apikey": f"wrong-{n}-" + "w" * 32, "X-Forwarded-For": client}).status_code
 
-        assert [wrong_key("203.0.113.5") for _ in range(3)] == [401, 401, 429]
-        assert wrong_key("198.51.100.9") == 401
+        assert [wrong_key("203.0.113.5", n) for n in range(3)] == [401, 401, 429]
+        assert wrong_key("198.51.100.9", 0) == 401
     finally:
         proc.terminate()
         proc.wait(timeout=30)

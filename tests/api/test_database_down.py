@@ -1,6 +1,6 @@
 """The API on a database that is down or not migrated: `/metrics` still answers (with
-`postrelay_database_up 0`), and every other answer is a 503 that says which, never a 500
-and a traceback in the log."""
+`postrelay_database_up 0` and every collector down), and every other answer is a 503 that
+says which, never a 500 and a traceback in the log."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ def _database_up(base: str) -> float:
     scraped = httpx.get(f"{base}/metrics", headers={"apikey": SERVICE_KEY}, timeout=30)
     assert scraped.status_code == 200, scraped.text
     families = {f.name: f for f in text_string_to_metric_families(scraped.text)}
-    assert set(families) == {"postrelay_database_up"}, scraped.text
+    assert set(families) == {"postrelay_database_up", "postrelay_collector_up"}, scraped.text
+    assert {s.value for s in families["postrelay_collector_up"].samples} == {0}
     return families["postrelay_database_up"].samples[0].value
 
 

@@ -1,0 +1,104 @@
+"""/metrics when one collector fails: each collector's health is a series of its own, and
+the others' families stay."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import Engine, text
+
+from tests.api.conftest import SERVICE_KEY
+from tests.api.server import serve_database
+from tests.factories import insert_job
+from tests.feedback.conftest import insert_log
+
+COLLECTORS = {"queue", "outbox", "feedback", "inbound", "email_rates"}
+Samples = dict[str, dict[tuple[tuple[str, str], ...], float]]
+
+
+def _scrape(base: str) -> Samples:
+    """{family: {labels: value}} of one scrape, which must answer 200."""
+    response = httpx.get(f"{base}/metrics", headers={"apikey": SERVICE_KEY}, timeout=30)
+    assert response.status_code == 200, response.text
+    return {family.name: {tuple(sorted(s.labels.items())): s.value for s in family.samples}
+            for family in text_string_to_metric_families(response.text)}
+
+
+def _collectors_up(samples: Samples) -> dict[str, float]:
+    return {labels[0][1]: value for labels, value in samples["postrelay_collector_up"].items()}
+
+
+def _failures(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.fields["collector"] for r in caplog.records
+            if getattr(r, "event", None) == "postrelay.api.metrics_failed"]
+
+
+@contextmanager
+def _renamed(engine: Engine, table: str) -> Iterator[None]:
+    """`mdm.<table>` renamed away (committed, as a botched migration would leave it) for
+    the block, and back after it whatever happens."""
+    with engine.begin() as conn:
+        conn.execute(text(f"ALTER TABLE mdm.{table} RENAME TO {table}_away"))
+    try:
+        yield
+    finally:
+        with engine.begin() as conn:
+            conn.execute(text(f"ALTER TABLE mdm.{table}_away RENAME TO {table}"))
+
+
+def test_a_collector_that_fails_costs_only_its_own_families(database_url, engine, tenant,
+                                                            caplog):
+    """The feedback counts failed and took every feedback family with them, while
+    postrelay_database_up stayed 1: an alert on those families saw no data, not a failure."""
+    with engine.begin() as conn:
+        insert_job(conn, tenant_id=tenant)
+        insert_log(conn, tenant_id=tenant)
+    with serve_database(database_url, SERVICE_KEY) as base:
+        with _renamed(engine, "aa_email_feedback"):
+            caplog.clear()
+            broken = _scrape(base)
+            assert _failures(caplog) == ["feedback"]  # once a scrape, by name
+        healed = _scrape(base)
+    assert broken["postrelay_database_up"][()] == 1
+    assert _collectors_up(broken) == {**dict.fromkeys(COLLECTORS, 1), "feedback": 0}
+    assert "postrelay_email_feedback_24h" not in broken
+    assert "postrelay_email_feedback_unmatched_24h" not in broken
+    # Everyone else's figures are all there.
+    assert broken["postrelay_jobs"][(("kind", "reindex"), ("status", "pending"))] == 1
+    assert broken["postrelay_outbox_backlog"][()] == 0
+    assert broken["postrelay_feedback_inbox"][()] == 0
+    answered = (("tenant", "acme"), ("tenant_id", str(tenant)), ("window", "24h"))
+    assert broken["postrelay_email_answered"][answered] == 1
+    assert _collectors_up(healed) == dict.fromkeys(COLLECTORS, 1)
+    assert "postrelay_email_feedback_24h" in healed
+
+
+def test_a_locked_table_fails_its_collector_not_the_scrape(database_url, engine, clean_db,
+                                                           caplog):
+    """A table held by an ACCESS EXCLUSIVE lock (a migration, VACUUM FULL) made the scrape
+    wait for as long as the lock was held, past any scrape timeout."""
+    with serve_database(database_url, SERVICE_KEY) as base, engine.connect() as holder:
+        holder.execute(text("LOCK TABLE mdm.aa_feedback_inbox IN ACCESS EXCLUSIVE MODE"))
+        started = time.monotonic()
+        samples = _scrape(base)
+        took = time.monotonic() - started
+        holder.rollback()
+    assert took < 8, took
+    assert _collectors_up(samples) == {**dict.fromkeys(COLLECTORS, 1), "inbound": 0}
+    assert "postrelay_feedback_inbox" not in samples and "postrelay_jobs" in samples
+    assert _failures(caplog) == ["inbound"]
+
+
+def test_the_database_down_marks_every_collector_down(caplog):
+    caplog.set_level(logging.WARNING)
+    with serve_database("postgresql://nobody@127.0.0.1:9/none", SERVICE_KEY) as base:
+        samples = _scrape(base)
+    assert samples["postrelay_database_up"][()] == 0
+    assert _collectors_up(samples) == dict.fromkeys(COLLECTORS, 0)
+    assert _failures(caplog) == ["all"]  # one line, not one per collector

@@ -1,18 +1,23 @@
-"""/metrics when one collector fails: each collector's health is a series of its own, and
-the others' families stay."""
+"""/metrics when one collector fails, and for kinds without jobs: each collector's health
+is a series of its own, and every kind of the enum is a series whether or not it has
+jobs."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine, text
 
+from postrelay.queue import STATUSES, job_kinds
+from postrelay.queue.maintenance.retention import delete_done_before
 from tests.api.conftest import SERVICE_KEY
 from tests.api.server import serve_database
 from tests.factories import insert_job
@@ -93,6 +98,27 @@ def test_a_locked_table_fails_its_collector_not_the_scrape(database_url, engine,
     assert _collectors_up(samples) == {**dict.fromkeys(COLLECTORS, 1), "inbound": 0}
     assert "postrelay_feedback_inbox" not in samples and "postrelay_jobs" in samples
     assert _failures(caplog) == ["inbound"]
+
+
+def test_a_kind_whose_jobs_retention_deleted_drops_to_zero(api_url, engine, async_engine,
+                                                           tenant):
+    """postrelay_jobs listed only the kinds that had jobs: once retention deleted a kind's
+    last done jobs its series vanished instead of reading 0."""
+    with engine.begin() as conn:
+        insert_job(conn, tenant_id=tenant, kind="virus_scan", status="done",
+                   completed_at=datetime.now(UTC) - timedelta(days=30))
+        kinds = job_kinds(conn)
+    before = _scrape(api_url)["postrelay_jobs"]
+    assert before[(("kind", "virus_scan"), ("status", "done"))] == 1
+    deleted = asyncio.run(delete_done_before(async_engine,
+                                             datetime.now(UTC) - timedelta(days=14)))
+    assert deleted == 1
+    after = _scrape(api_url)["postrelay_jobs"]
+    # Every kind of the enum, every status, jobs or none: the same series as before.
+    assert set(after) == {(("kind", kind), ("status", status))
+                          for kind in kinds for status in STATUSES}
+    assert after[(("kind", "virus_scan"), ("status", "done"))] == 0
+    assert after[(("kind", "gin_backfill"), ("status", "pending"))] == 0  # never had a job
 
 
 def test_the_database_down_marks_every_collector_down(caplog):

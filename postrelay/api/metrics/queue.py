@@ -6,7 +6,7 @@ from __future__ import annotations
 from prometheus_client.core import GaugeMetricFamily, Metric
 from sqlalchemy import Connection
 
-from postrelay.queue import STATUSES, queue_status
+from postrelay.queue import STATUSES, job_kinds, queue_status
 from postrelay.relay import outbox_status
 
 
@@ -14,8 +14,12 @@ def read_queue(conn: Connection) -> list[Metric]:
     status = queue_status(conn)
     jobs = GaugeMetricFamily("postrelay_jobs", "Jobs by status and kind.",
                              labels=["status", "kind"])
-    for kind in sorted(status.by_kind):
-        counts = status.by_kind[kind]
+    # Every kind of the mdm.job_kind enum, with or without jobs: a kind whose last jobs
+    # retention deleted drops to 0 rather than vanishing, which rate() and absent() would
+    # misread. The enum changes only by migration, so the series stay bounded (kinds x 5).
+    # The kinds that have jobs are in it already; the union only makes sure of it.
+    for kind in sorted({*job_kinds(conn), *status.by_kind}):
+        counts = status.by_kind.get(kind, {})
         for name in STATUSES:  # zeros included, so a drained status drops to 0
             jobs.add_metric([name, kind], counts.get(name, 0))
     return [

@@ -59,7 +59,8 @@ def create_app(settings: Settings, db: Database) -> FastAPI:
     # One bound on failed authentication for the API and the dashboard's sign-in.
     app.state.auth_throttle = auth_throttle(settings)
     app.state.head_revision = head_revision()
-    app.state.metrics_registry = metrics_registry(engine)
+    app.state.metrics_registry = metrics_registry(
+        engine, max_tenants=settings.metrics_max_tenants)
     app.state.provider_webhooks = ProviderWebhooks.from_settings(settings)
     # Made once: a bad POSTRELAY_PUBLIC_URL stops the API at start, not each /u/ request.
     app.state.unsubscribe_links = UnsubscribeLinks.from_settings(settings)

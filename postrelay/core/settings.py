@@ -90,6 +90,9 @@ class Settings(BaseSettings):
     # Prometheus metrics of each worker process on http://HOST:PORT/metrics; unset: off.
     worker_metrics_port: int | None = Field(default=None, ge=1, le=65535)
     worker_metrics_host: str = "127.0.0.1"
+    # The API's /metrics exports per-tenant email rates for this many tenants at most, the
+    # largest senders first: a label per tenant must not grow without a bound.
+    metrics_max_tenants: int = Field(default=500, ge=0, le=100_000)
     # How often maintenance (the stale-claim rescuer) runs; never less often than a quarter of
     # the job lease (see queue/maintenance/leader.py), so a rescue follows the lease closely.
     maintenance_interval_secs: float = Field(default=5.0, gt=0, le=MAX_SECS)

@@ -1,6 +1,6 @@
-"""/metrics when one collector fails, and for kinds without jobs: each collector's health
-is a series of its own, and every kind of the enum is a series whether or not it has
-jobs."""
+"""/metrics when one collector fails, for kinds without jobs, and with many tenants: each
+collector's health is a series of its own, every kind of the enum is a series whether or not
+it has jobs, and the tenants' rate series are bounded by a setting."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import Engine, text
 
-from postrelay.queue import STATUSES, job_kinds
+from postrelay.queue import STATUSES, ensure_tenant, job_kinds
 from postrelay.queue.maintenance.retention import delete_done_before
 from tests.api.conftest import SERVICE_KEY
 from tests.api.server import serve_database
@@ -119,6 +119,30 @@ def test_a_kind_whose_jobs_retention_deleted_drops_to_zero(api_url, engine, asyn
                           for kind in kinds for status in STATUSES}
     assert after[(("kind", "virus_scan"), ("status", "done"))] == 0
     assert after[(("kind", "gin_backfill"), ("status", "pending"))] == 0  # never had a job
+
+
+def test_the_tenants_rates_are_bounded_by_a_setting(database_url, engine, clean_db):
+    """Six series for every tenant that sent mail in 7 days, however many tenants: now the
+    largest senders up to POSTRELAY_METRICS_MAX_TENANTS, and how many were left out."""
+    sent = {"small": 1, "large": 3, "medium": 2, "tied": 2}
+    with engine.begin() as conn:
+        ids = {name: ensure_tenant(conn, name) for name in sent}
+        for name, count in sent.items():
+            for _ in range(count):
+                insert_log(conn, tenant_id=ids[name])
+    with serve_database(database_url, SERVICE_KEY, metrics_max_tenants=2) as base:
+        samples = _scrape(base)
+    # Ties go to the lower tenant id, so the set does not change from scrape to scrape.
+    second = min(("medium", "tied"), key=lambda name: str(ids[name]))
+    exported = {dict(labels)["tenant"] for labels in samples["postrelay_email_answered"]}
+    assert exported == {"large", second}
+    assert {dict(labels)["tenant"] for labels in samples["postrelay_email_bounce_rate"]} \
+        == exported
+    assert samples["postrelay_email_rate_tenants_omitted"][()] == 2
+    with serve_database(database_url, SERVICE_KEY, metrics_max_tenants=0) as base:
+        samples = _scrape(base)
+    assert samples["postrelay_email_answered"] == {}
+    assert samples["postrelay_email_rate_tenants_omitted"][()] == 4
 
 
 def test_the_database_down_marks_every_collector_down(caplog):

@@ -46,18 +46,23 @@ def read_inbound(conn: Connection) -> list[Metric]:
 
 
 class EmailRates:
-    """Each tenant's bounce and complaint rates. They read a week of the email log, so
-    they are computed at most once a minute whatever the scrape rate."""
+    """Each tenant's bounce and complaint rates, for `max_tenants` tenants at most: those
+    that sent the most in 7 days, ties by tenant id, so the set holds still from scrape to
+    scrape. The rates read a week of the email log, so they are computed at most once a
+    minute whatever the scrape rate."""
 
     TTL_SECS = 60.0
 
-    def __init__(self) -> None:
+    def __init__(self, max_tenants: int) -> None:
+        self.max_tenants = max_tenants
         self._rows: list[dict[str, Any]] = []
         self._at = float("-inf")
         self._lock = threading.Lock()
 
     def read(self, conn: Connection) -> list[Metric]:
         rows = self._cached(conn)
+        ranked = sorted(rows, key=lambda row: (-row["messages_7d"], str(row["tenant_id"])))
+        kept = {row["tenant_id"] for row in ranked[:self.max_tenants]}
         labels = ["tenant_id", "tenant", "window"]
         families = {
             "bounce": GaugeMetricFamily(
@@ -73,6 +78,8 @@ class EmailRates:
                 "the window, the rates' denominator.", labels=labels),
         }
         for row in rows:
+            if row["tenant_id"] not in kept:
+                continue
             for window in WINDOWS:
                 key = [str(row["tenant_id"]), row["tenant_name"], window]
                 families["messages"].add_metric(key, row[f"messages_{window}"])
@@ -80,7 +87,11 @@ class EmailRates:
                     value = row[f"{name}_rate_{window}"]
                     if value is not None:
                         families[name].add_metric(key, value)
-        return list(families.values())
+        omitted = GaugeMetricFamily(
+            "postrelay_email_rate_tenants_omitted",
+            "Tenants with messages answered in 7 days whose rates were left out "
+            "(POSTRELAY_METRICS_MAX_TENANTS).", value=len(rows) - len(kept))
+        return [*families.values(), omitted]
 
     def _cached(self, conn: Connection) -> list[dict[str, Any]]:
         with self._lock:

@@ -20,6 +20,7 @@ router = APIRouter(tags=["metrics"])
                **errors(401, 403)},
 )
 def metrics(request: Request, caller: ServiceRole) -> Response:
-    """Jobs by status and kind, due backlog and its age, DLQ size; read at scrape time."""
+    """Jobs by status and kind, due backlog and its age, DLQ size, the outbox, feedback,
+    and each collector's health; read at scrape time."""
     body = generate_latest(request.app.state.metrics_registry)
     return Response(body, media_type=CONTENT_TYPE_LATEST)

@@ -12,10 +12,11 @@ import pytest
 
 from postrelay.core.errors import ValidationError
 from postrelay.relay.webhooks import EndpointDirectory, signing, webhook_handler
-from postrelay.relay.webhooks.endpoints import _event_types, validate_url
+from postrelay.relay.webhooks.endpoints import _event_types
 from postrelay.relay.webhooks.handler import message_body
 from postrelay.relay.webhooks.netguard import is_public
 from postrelay.relay.webhooks.responses import parse_retry_after, verdict
+from postrelay.relay.webhooks.urls import validate_url
 from tests.webhooks.receiver import verify_standard_webhook
 
 # The example of the Standard Webhooks specification and its reference libraries.

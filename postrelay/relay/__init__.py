@@ -20,6 +20,7 @@ from postrelay.relay.webhooks import (
     webhook_list,
     webhook_registry,
     webhook_remove,
+    webhook_set_ca,
 )
 
 __all__ = [
@@ -52,4 +53,5 @@ __all__ = [
     "webhook_list",
     "webhook_registry",
     "webhook_remove",
+    "webhook_set_ca",
 ]

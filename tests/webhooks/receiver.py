@@ -72,7 +72,7 @@ class Receiver:
         self.answers: deque[Answer] = deque()
         self.requests: list[Received] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self.handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -101,7 +101,9 @@ class Receiver:
                 return Answer(401, body=b"bad signature")
             return self.answers.popleft() if self.answers else Answer()
 
-    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+    def handler_class(self) -> type[BaseHTTPRequestHandler]:
+        """The request handler, which also serves this receiver's answers over HTTPS
+        (tests.httpserver.serving_https)."""
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):

@@ -1,7 +1,8 @@
 """Webhook delivery of outbox events (`outbox_dispatch` jobs), following Standard Webhooks.
 
 - `webhook_add` / `webhook_list` / `webhook_disable` / `webhook_enable` / `webhook_remove`
-  manage a tenant's endpoints (CLI: `postrelay webhooks …`).
+  / `webhook_set_ca` manage a tenant's endpoints (CLI: `postrelay webhooks …`); an
+  endpoint behind a private CA trusts that CA (trust.py).
 - The relay side: an `EndpointDirectory` (cached endpoints, refreshed every second and on
   NOTIFY) and `add_webhook_route`, which asks for one job per (event, matching endpoint).
 - The worker side: `webhook_registry(engine, allow_private=…)` handles those jobs.
@@ -18,6 +19,7 @@ from postrelay.relay.webhooks.endpoints import (
     webhook_enable,
     webhook_list,
     webhook_remove,
+    webhook_set_ca,
 )
 from postrelay.relay.webhooks.handler import (
     WebhookDeliveryError,
@@ -50,4 +52,5 @@ __all__ = [
     "webhook_registry",
     "webhook_remove",
     "webhook_route",
+    "webhook_set_ca",
 ]

@@ -5,6 +5,7 @@ session (sync or async SQLAlchemy; await the result with an async one) and never
         endpoint, secret = webhook_add(conn, tenant, "https://example.com/hooks",
                                        event_types=["order.*"])
     # give `secret` to the receiver now: it is not shown again
+        webhook_set_ca(conn, endpoint.id, open("internal-ca.pem").read())  # a private CA
 
 Every change sends NOTIFY postrelay_webhooks at commit, so running relays see it at once.
 """
@@ -29,6 +30,7 @@ from postrelay.core.errors import NotFoundError, ValidationError
 from postrelay.core.limits import checked_text
 from postrelay.core.sqlfiles import load_queries
 from postrelay.relay.webhooks.signing import new_secret
+from postrelay.relay.webhooks.trust import validate_ca_pem
 from postrelay.relay.webhooks.urls import validate_url
 
 WEBHOOK_SQL = load_queries("postrelay.relay.webhooks", "sql/webhooks.sql")
@@ -39,7 +41,8 @@ _EVENT_TYPE = re.compile(r"^\S{1,200}$")
 
 @dataclass(frozen=True, slots=True)
 class WebhookEndpoint:
-    """An endpoint as operators see it; the secret is deliberately not part of it."""
+    """An endpoint as operators see it; the secret is deliberately not part of it, nor is
+    its private CA: `private_ca` says only whether it has one."""
 
     id: UUID
     tenant_id: UUID
@@ -49,12 +52,14 @@ class WebhookEndpoint:
     disabled_reason: str | None
     created_at: datetime
     updated_at: datetime
+    private_ca: bool
 
     @classmethod
     def from_row(cls, row: Any) -> WebhookEndpoint:
         m = row._mapping
         return cls(m["id"], m["tenant_id"], m["url"], m["event_types"], m["enabled"],
-                   m["disabled_reason"], m["created_at"], m["updated_at"])
+                   m["disabled_reason"], m["created_at"], m["updated_at"],
+                   m["private_ca"])
 
 
 # Each function returns its value on a sync connection and an awaitable of it on an async
@@ -63,11 +68,13 @@ class WebhookEndpoint:
 def webhook_add(
     conn: SyncConnection, tenant_id: UUID | str, url: str, *,
     event_types: Iterable[str] | None = ..., allow_private: bool = ...,
+    ca_pem: str | None = ...,
 ) -> tuple[WebhookEndpoint, str]: ...
 @overload
 def webhook_add(
     conn: AsyncAnyConnection, tenant_id: UUID | str, url: str, *,
     event_types: Iterable[str] | None = ..., allow_private: bool = ...,
+    ca_pem: str | None = ...,
 ) -> Awaitable[tuple[WebhookEndpoint, str]]: ...
 def webhook_add(
     conn: AnyConnection,
@@ -76,16 +83,22 @@ def webhook_add(
     *,
     event_types: Iterable[str] | None = None,
     allow_private: bool = False,
+    ca_pem: str | None = None,
 ) -> tuple[WebhookEndpoint, str] | Awaitable[tuple[WebhookEndpoint, str]]:
     """Add an enabled endpoint; returns it with its new `whsec_…` secret (shown only now).
 
     `event_types` are exact types or globs (`order.*`); None or empty means every type.
     The URL is stored as `validate_url` normalises it; `allow_private` (the CLI passes
     POSTRELAY_WEBHOOK_ALLOW_PRIVATE) lets it name a loopback or private address.
+    `ca_pem`, for an https:// URL, is a private CA's certificates (PEM text) that its
+    deliveries trust instead of the default bundle (trust.py).
     """
-    params = {"tenant_id": _uuid("tenant_id", tenant_id),
-              "url": validate_url(url, allow_private=allow_private),
-              "event_types": _event_types(event_types), "secret": new_secret()}
+    valid_url = validate_url(url, allow_private=allow_private)
+    if ca_pem is not None and not valid_url.startswith("https://"):
+        raise _not_https(valid_url)
+    params = {"tenant_id": _uuid("tenant_id", tenant_id), "url": valid_url,
+              "event_types": _event_types(event_types), "secret": new_secret(),
+              "ca_pem": None if ca_pem is None else validate_ca_pem(ca_pem)}
     return drive(conn, _add_steps(params))
 
 
@@ -115,6 +128,46 @@ def webhook_list(
 def _list_steps(tenant: UUID | None) -> Steps[list[WebhookEndpoint]]:
     rows = yield WEBHOOK_SQL["webhook_endpoint_list"], {"tenant_id": tenant}
     return [WebhookEndpoint.from_row(r) for r in rows]
+
+
+@overload
+def webhook_set_ca(
+    conn: SyncConnection, endpoint_id: UUID | str, ca_pem: str | None, *,
+    tenant_id: UUID | str | None = ...,
+) -> WebhookEndpoint: ...
+@overload
+def webhook_set_ca(
+    conn: AsyncAnyConnection, endpoint_id: UUID | str, ca_pem: str | None, *,
+    tenant_id: UUID | str | None = ...,
+) -> Awaitable[WebhookEndpoint]: ...
+def webhook_set_ca(
+    conn: AnyConnection, endpoint_id: UUID | str, ca_pem: str | None, *,
+    tenant_id: UUID | str | None = None,
+) -> WebhookEndpoint | Awaitable[WebhookEndpoint]:
+    """Trust `ca_pem` (a private CA's certificates, PEM text) for the endpoint's HTTPS
+    instead of the default bundle, from its next delivery on; None trusts the default
+    bundle again. ValidationError("ca_pem", ...) for a CA that does not load or an
+    http:// endpoint; nothing is written then."""
+    params = {"id": _uuid("endpoint_id", endpoint_id),
+              "ca_pem": None if ca_pem is None else validate_ca_pem(ca_pem),
+              "tenant_id": None if tenant_id is None else _uuid("tenant_id", tenant_id)}
+    return drive(conn, _set_ca_steps(params))
+
+
+def _set_ca_steps(params: dict[str, Any]) -> Steps[WebhookEndpoint]:
+    rows = yield WEBHOOK_SQL["webhook_endpoint_set_ca"], params
+    if rows:
+        return WebhookEndpoint.from_row(rows[0])
+    # Nothing changed: no such endpoint (of that tenant), or an http:// one given a CA.
+    found = yield WEBHOOK_SQL["webhook_endpoint_get"], params
+    if not found:
+        raise NotFoundError(f"no webhook endpoint with id {params['id']}")
+    raise _not_https(found[0].url)
+
+
+def _not_https(url: str) -> ValidationError:
+    return ValidationError("ca_pem", f"a private CA is for https:// endpoints only, and {url} "
+                                     "is http://")
 
 
 @overload

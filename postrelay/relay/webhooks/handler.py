@@ -8,6 +8,8 @@ unsent), check the target address, POST the event's JSON with `webhook-id` (the 
 every retry, so receivers can deduplicate), a fresh `webhook-timestamp` and a
 `webhook-signature` over exactly the bytes sent, record the attempt in aa_webhook_attempt,
 and turn the answer into the job's outcome (see `responses`). Redirects are not followed.
+HTTPS is verified against the default bundle, or against the endpoint's private CA alone
+when it has one (`trust`); the host name is always checked.
 
 Delivery is at least once: a crash after the POST and before the job is marked done sends
 again (with the same webhook-id). A job re-run after an attempt was recorded as 2xx does
@@ -20,6 +22,7 @@ import asyncio
 import json
 import logging
 import math
+import ssl
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
@@ -46,6 +49,7 @@ from postrelay.relay.webhooks.endpoints import WEBHOOK_SQL
 from postrelay.relay.webhooks.netguard import AddressRefused, Target, resolve
 from postrelay.relay.webhooks.responses import RETRY_AFTER_CAP_SECS, THROTTLE_STATUSES, verdict
 from postrelay.relay.webhooks.route import CHANNEL, DISPATCH_KIND
+from postrelay.relay.webhooks.trust import BadEndpointCa, CaContexts
 
 DEFAULT_TIMEOUT_SECS = 10.0
 ENDPOINT_KEY = "endpoint_id"  # the payload field that names a delivery's endpoint
@@ -104,6 +108,7 @@ def webhook_handler(
         raise ValueError(f"retry_after_cap_secs: must be a number of seconds, 0 or more "
                          f"and finite, got {retry_after_cap_secs!r}")
     policy = throttle or ThrottlePolicy()
+    contexts = CaContexts()  # built once per private CA, not per delivery
 
     async def outbox_dispatch(job: Job) -> None:
         event_id, endpoint_id = _parse_payload(job.payload)
@@ -119,9 +124,13 @@ def webhook_handler(
         msg_id = f"msg_{event_id}"
         attempt = _Attempt(engine, job, event_id, endpoint_id)
         try:
+            # True: httpx's default bundle, as for every endpoint without a private CA.
+            verify: ssl.SSLContext | bool = (True if row["ca_pem"] is None
+                                             else contexts.get(row["ca_pem"]))
             status, headers, text = await _post(row["url"], row["secret"], msg_id, body,
-                                                int(clock()), allow_private, timeout_secs)
-        except (AddressRefused, BadEndpointUrl) as exc:
+                                                int(clock()), allow_private, timeout_secs,
+                                                verify)
+        except (AddressRefused, BadEndpointUrl, BadEndpointCa) as exc:
             await attempt.record(error=str(exc))
             raise
         except (httpx.HTTPError, OSError, TimeoutError) as exc:
@@ -173,7 +182,7 @@ def message_body(event_type: str, payload: Mapping[str, Any], created_at: dateti
 
 async def _post(
     url: str, secret: str, msg_id: str, body: bytes, timestamp: int, allow_private: bool,
-    timeout_secs: float,
+    timeout_secs: float, verify: ssl.SSLContext | bool,
 ) -> tuple[int, httpx.Headers, str]:
     """POST once; returns status, headers and the first BODY_LIMIT bytes of the body.
 
@@ -185,7 +194,7 @@ async def _post(
     port = original.port or (443 if original.scheme == "https" else 80)
     deadline = asyncio.get_running_loop().time() + timeout_secs
     async with httpx.AsyncClient(timeout=timeout_secs, follow_redirects=False,
-                                 trust_env=False) as client:
+                                 trust_env=False, verify=verify) as client:
         async with asyncio.timeout_at(deadline):
             # The ASCII (IDNA) host, as httpx sends it: the resolver would encode a Unicode
             # name again by other rules and could look up another name.

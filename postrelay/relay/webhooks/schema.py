@@ -42,6 +42,9 @@ webhook_endpoint = Table(
     Column("disabled_reason", Text),
     Column("created_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
     Column("updated_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
+    # A private CA's certificates (PEM), trusted instead of the default bundle for this
+    # endpoint's HTTPS (trust.py); NULL: the default bundle (migration 0031).
+    Column("ca_pem", Text),
     CheckConstraint("url ~ '^https?://'", name="webhook_endpoint_url_http_chk"),
     CheckConstraint("left(secret, 6) = 'whsec_'", name="webhook_endpoint_secret_chk"),
     Index("ix_webhook_endpoint_tenant", "tenant_id"),

@@ -6,16 +6,19 @@
 -- Selecting from aa_tenant turns an unknown tenant into "no row" instead of a foreign-key
 -- error that would abort the caller's transaction.
 WITH inserted AS (
-    INSERT INTO mdm.aa_webhook_endpoint (tenant_id, url, secret, event_types)
-    SELECT t.id, :url, :secret, CAST(:event_types AS text[])
+    INSERT INTO mdm.aa_webhook_endpoint (tenant_id, url, secret, event_types, ca_pem)
+    SELECT t.id, :url, :secret, CAST(:event_types AS text[]), CAST(:ca_pem AS text)
     FROM mdm.aa_tenant t
     WHERE t.id = :tenant_id
-    RETURNING id, tenant_id, url, event_types, enabled, disabled_reason, created_at, updated_at
+    RETURNING id, tenant_id, url, event_types, enabled, disabled_reason, created_at, updated_at,
+              ca_pem IS NOT NULL AS private_ca
 )
 SELECT inserted.*, pg_notify('postrelay_webhooks', '') AS _notified FROM inserted;
 
 -- name: webhook_endpoint_list
-SELECT id, tenant_id, url, event_types, enabled, disabled_reason, created_at, updated_at
+-- Whether an endpoint has a private CA, never the CA itself.
+SELECT id, tenant_id, url, event_types, enabled, disabled_reason, created_at, updated_at,
+       ca_pem IS NOT NULL AS private_ca
 FROM mdm.aa_webhook_endpoint
 WHERE CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid)
 ORDER BY tenant_id, created_at, id;
@@ -28,9 +31,31 @@ WITH changed AS (
         updated_at = now()
     WHERE id = :id
       AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
-    RETURNING id, tenant_id, url, event_types, enabled, disabled_reason, created_at, updated_at
+    RETURNING id, tenant_id, url, event_types, enabled, disabled_reason, created_at, updated_at,
+              ca_pem IS NOT NULL AS private_ca
 )
 SELECT changed.*, pg_notify('postrelay_webhooks', '') AS _notified FROM changed;
+
+-- name: webhook_endpoint_set_ca
+-- Trust a private CA (NULL: the default bundle again). A CA is for https:// endpoints
+-- only: the guard leaves an http:// one unchanged, and webhook_endpoint_get says why.
+WITH changed AS (
+    UPDATE mdm.aa_webhook_endpoint
+    SET ca_pem = CAST(:ca_pem AS text), updated_at = now()
+    WHERE id = :id
+      AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
+      AND (CAST(:ca_pem AS text) IS NULL OR left(url, 8) = 'https://')
+    RETURNING id, tenant_id, url, event_types, enabled, disabled_reason, created_at, updated_at,
+              ca_pem IS NOT NULL AS private_ca
+)
+SELECT changed.*, pg_notify('postrelay_webhooks', '') AS _notified FROM changed;
+
+-- name: webhook_endpoint_get
+SELECT id, tenant_id, url, event_types, enabled, disabled_reason, created_at, updated_at,
+       ca_pem IS NOT NULL AS private_ca
+FROM mdm.aa_webhook_endpoint
+WHERE id = :id
+  AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid));
 
 -- name: webhook_endpoint_delete
 WITH deleted AS (
@@ -66,7 +91,8 @@ WHERE enabled;
 SELECT e.id AS event_id, e.tenant_id AS event_tenant_id, e.event_type, e.payload,
        LEAST(GREATEST(e.created_at, TIMESTAMPTZ '0001-01-01 00:00:00+00'),
              TIMESTAMPTZ '9999-12-31 23:59:59.999999+00') AS event_created_at,
-       w.id AS endpoint_id, w.tenant_id AS endpoint_tenant_id, w.url, w.secret, w.enabled,
+       w.id AS endpoint_id, w.tenant_id AS endpoint_tenant_id, w.url, w.secret, w.ca_pem,
+       w.enabled,
        EXISTS (SELECT 1 FROM mdm.aa_webhook_attempt a
                WHERE a.event_id = CAST(:event_id AS uuid)
                  AND a.endpoint_id = CAST(:endpoint_id AS uuid)

@@ -52,6 +52,7 @@ MAX_WORKER_CONCURRENCY = 10_000
 MAX_RELAY_BATCH_SIZE = 10_000
 MAX_RELAY_CONCURRENCY = 32
 MAX_RELAY_ATTEMPTS = 1_000_000
+MAX_RELAY_JOBS_PER_EVENT = 1_000_000
 
 
 class Settings(BaseSettings):
@@ -107,6 +108,9 @@ class Settings(BaseSettings):
     # attempts are: the relay compares it as a PostgreSQL integer, and past that range the
     # failure of an event could not be recorded at all (integer out of range).
     relay_max_attempts: int = Field(default=10, ge=1, le=MAX_RELAY_ATTEMPTS)
+    # Jobs the routes may ask for one event: past it the event fails alone, with no job
+    # made, rather than writing an unbounded fan-out in one relay transaction.
+    relay_max_jobs_per_event: int = Field(default=10_000, ge=1, le=MAX_RELAY_JOBS_PER_EVENT)
 
     # LISTEN/NOTIFY wake-ups; off whenever `pooler` is "transaction".
     notify: bool = True

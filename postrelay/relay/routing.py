@@ -14,6 +14,7 @@ routes through this same mechanism.
 from __future__ import annotations
 
 import fnmatch
+import itertools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -67,13 +68,15 @@ class Route:
     def matches(self, event_type: str) -> bool:
         return fnmatch.fnmatchcase(event_type, self.event_type)
 
-    def requests(self, event: Event) -> list[JobRequest]:
+    def requests(self, event: Event, *, limit: int | None = None) -> list[JobRequest]:
+        """The route's requests for `event`, at most `limit` of them: a route that yields
+        without end is read no further than the relay's cap needs."""
         result = self.fn(event)
         if result is None:
             return []
         if isinstance(result, JobRequest):
             return [result]
-        requests = list(result)
+        requests = list(result if limit is None else itertools.islice(result, limit))
         if not all(isinstance(r, JobRequest) for r in requests):
             raise TypeError(f"route {self.name!r} must return JobRequest objects")
         return requests

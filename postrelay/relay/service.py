@@ -10,9 +10,10 @@ that job is made again).
 Under a backlog, up to `concurrency` batches are in flight at once, each in its own
 transaction: one batch's routing runs in Python while another's writes run in PostgreSQL.
 
-An event whose routing fails (a route raises, or asks for an invalid job) is isolated: it
-is recorded with its error and retried with backoff, then parked as dead after
-`max_attempts`; the events beside it are relayed in the same batch.
+An event whose routing fails (a route raises, asks for an invalid job, or for more jobs
+than `max_jobs_per_event`) is isolated: it is recorded with its error and retried with
+backoff, then parked as dead after `max_attempts`; the events beside it are relayed in the
+same batch.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from postrelay.core.settings import (
     MAX_RELAY_ATTEMPTS,
     MAX_RELAY_BATCH_SIZE,
     MAX_RELAY_CONCURRENCY,
+    MAX_RELAY_JOBS_PER_EVENT,
 )
 from postrelay.core.telemetry import event as log_event
 from postrelay.queue import (
@@ -75,11 +77,15 @@ class RelayConfig:
     listen: bool = True
     # Batches in flight at once while there is a backlog (1: one after another).
     concurrency: int = 3
+    # Jobs one event's routes may ask for (POSTRELAY_RELAY_MAX_JOBS_PER_EVENT): past it
+    # the event fails by itself, as when a route raises.
+    max_jobs_per_event: int = 10_000
 
     def __post_init__(self) -> None:
         _whole("batch_size", self.batch_size, MAX_RELAY_BATCH_SIZE)
         _whole("max_attempts", self.max_attempts, MAX_RELAY_ATTEMPTS)
         _whole("concurrency", self.concurrency, MAX_RELAY_CONCURRENCY)
+        _whole("max_jobs_per_event", self.max_jobs_per_event, MAX_RELAY_JOBS_PER_EVENT)
         for name in ("poll_min_secs", "poll_max_secs"):
             value = getattr(self, name)
             if (isinstance(value, bool) or not isinstance(value, int | float)
@@ -197,8 +203,18 @@ class Relay:
         """The jobs the routes ask for, each checked here: a job a route got wrong fails
         its own event, not the batch."""
         jobs: list[tuple[str, ValidatedJob, bool]] = []
+        cap = self.config.max_jobs_per_event
         for route in self.routes.matching(event.event_type):
-            for request in route.requests(event):
+            # One request past what is left is enough to know: a route that yields without
+            # end is read no further, and none of the event's jobs is checked or made.
+            requests = route.requests(event, limit=cap - len(jobs) + 1)
+            if len(jobs) + len(requests) > cap:
+                raise ValidationError(
+                    "jobs", f"route {route.name!r} takes the event past {cap:,} jobs, the "
+                            "limit per event (POSTRELAY_RELAY_MAX_JOBS_PER_EVENT); no job of "
+                            "the event was made: spread the fan-out over several events, or "
+                            "raise the limit")
+            for request in requests:
                 name = route.name if request.key is None else f"{route.name}:{request.key}"
                 # Two links of one name in a batch would fail the whole batch, again at
                 # every retry, and stall every event behind this one.

@@ -14,6 +14,7 @@ from postrelay.relay import RelayConfig
     ("batch_size", True),
     ("max_attempts", 0), ("max_attempts", 2**31), ("max_attempts", "3"),
     ("concurrency", 0), ("concurrency", 33),
+    ("max_jobs_per_event", 0), ("max_jobs_per_event", 1_000_001), ("max_jobs_per_event", 1.5),
     ("poll_min_secs", 0), ("poll_min_secs", -0.1), ("poll_min_secs", math.nan),
     ("poll_max_secs", math.inf), ("poll_max_secs", "1"),
 ])
@@ -32,5 +33,6 @@ def test_the_longest_wait_is_not_shorter_than_the_first() -> None:
 
 def test_the_edges_that_make_sense_are_accepted() -> None:
     RelayConfig(batch_size=1, max_attempts=1, concurrency=1, poll_min_secs=0.001,
-                poll_max_secs=0.001)
-    RelayConfig(batch_size=10_000, max_attempts=1_000_000, concurrency=32, poll_max_secs=3600)
+                poll_max_secs=0.001, max_jobs_per_event=1)
+    RelayConfig(batch_size=10_000, max_attempts=1_000_000, concurrency=32, poll_max_secs=3600,
+                max_jobs_per_event=1_000_000)

@@ -272,11 +272,15 @@ class OutboxEventOut(BaseModel):
 
 class ReplayBody(_Body):
     """One event (`eventId`), or every event created in [`since`, `until`); either bound of
-    the range may be left out. A time without a zone is UTC."""
+    the range may be left out. `dead`: only the events the relay gave up on, in the range or
+    (alone) all of them. A time without a zone is UTC."""
 
     event_id: UUID | None = Field(default=None, alias="eventId")
     since: Moment | None = None
     until: Moment | None = None
+    # strict: 1 or "yes" is not true, as for a pause's `all`.
+    dead: bool = Field(default=False, strict=True,
+                       description="Only events the relay gave up on (not with eventId).")
 
 
 class Replayed(BaseModel):

@@ -172,11 +172,13 @@ class AsyncClient:
 
     async def replay_outbox(self, event_id: UUID | str | None = None, *,
                             since: datetime | str | None = None,
-                            until: datetime | str | None = None) -> int:
+                            until: datetime | str | None = None,
+                            dead: bool = False) -> int:
         """Hand one event, or every event created in [`since`, `until`), back to the relay;
-        returns how many. Jobs that still exist are not made again. ApiError 404 for an
-        unknown `event_id` (or another tenant's); a time without a zone is UTC."""
-        return await self._send(c.replay_outbox(event_id, since, until))
+        returns how many. `dead=True`: only the events the relay gave up on (alone: all of
+        them). Jobs that still exist are not made again. ApiError 404 for an unknown
+        `event_id` (or another tenant's); a time without a zone is UTC."""
+        return await self._send(c.replay_outbox(event_id, since, until, dead))
 
     async def aclose(self) -> None:
         """Close the client's connections (leaving its `with` or `async with` block does it)."""

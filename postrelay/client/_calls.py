@@ -255,9 +255,10 @@ def get_outbox_event(event_id: UUID | str) -> Call[OutboxEvent]:
 
 
 def replay_outbox(event_id: UUID | str | None, since: datetime | str | None,
-                  until: datetime | str | None) -> Call[int]:
+                  until: datetime | str | None, dead: bool) -> Call[int]:
+    # `dead` is sent only when asked for: false is the API's default.
     return Call("POST", f"{OUTBOX}/replay", _count("replayed"), json=_body(
-        eventId=_uuid(event_id), since=_time(since), until=_time(until)))
+        eventId=_uuid(event_id), since=_time(since), until=_time(until), dead=dead or None))
 
 
 def result(call: Call[T], response: httpx.Response) -> T:

@@ -3,7 +3,12 @@ jobs through routes. Uses only the queue's public names."""
 
 # Exported on purpose for the packages above: the operator's functions (CLI, API, dashboard),
 # the route type the orchestrator builds on, retention for the runtime, and webhook delivery.
-from postrelay.relay.admin import outbox_event_get, outbox_replay, outbox_status
+from postrelay.relay.admin import (
+    outbox_event_get,
+    outbox_replay,
+    outbox_replay_count,
+    outbox_status,
+)
 from postrelay.relay.emit import EventSpec, emit, emit_async, emit_many, emit_many_async
 from postrelay.relay.retention import OUTBOX_TARGET, delete_handled_batch
 from postrelay.relay.routing import Event, JobRequest, Route, RouteRegistry, default_routes, route
@@ -43,6 +48,7 @@ __all__ = [
     "emit_many_async",
     "outbox_event_get",
     "outbox_replay",
+    "outbox_replay_count",
     "outbox_status",
     "route",
     "webhook_add",

@@ -87,25 +87,61 @@ def outbox_replay(
     since: datetime | None = None,
     until: datetime | None = None,
     tenant_id: UUID | str | None = None,
+    dead: bool = False,
 ) -> int:
     """Hand one event, or every event created in [since, until), back to the relay; returns
-    how many. Jobs that still exist are not created again (their delivery links), but for
-    webhook deliveries that stopped unsent (`failed`: the endpoint was disabled or gone)."""
-    if event_id is None and since is None and until is None:
-        raise ValidationError("event_id", "give an event id or a time range (since/until)")
-    if event_id is not None and (since is not None or until is not None):
-        raise ValidationError("event_id", "give an event id or a time range, not both")
-    # An empty range would replay nothing and say so as if that were the answer.
-    if since is not None and until is not None and since >= until:
-        raise ValidationError("until", "must be after since")
-    rows = conn.execute(OUTBOX_SQL["outbox_replay"], {
-        "event_id": _uuid("event_id", event_id) if event_id else None,
-        "since": since, "until": until,
-        "tenant_id": _uuid("tenant_id", tenant_id) if tenant_id else None,
-    }).all()
+    how many. `dead`: only the events the relay gave up on (alone: all of them). Jobs that
+    still exist are not created again (their delivery links), but for webhook deliveries
+    that stopped unsent (`failed`: the endpoint was disabled or gone).
+
+        outbox_replay(conn, dead=True, since=incident_start, tenant_id=acme)
+    """
+    rows = conn.execute(OUTBOX_SQL["outbox_replay"],
+                        _replay_filter(event_id, since, until, tenant_id, dead)).all()
     if event_id is not None and not rows:
         raise NotFoundError(f"no outbox event {event_id}")
     return len(rows)
+
+
+def outbox_replay_count(
+    conn: Connection,
+    *,
+    event_id: UUID | str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    tenant_id: UUID | str | None = None,
+    dead: bool = False,
+) -> int:
+    """How many events `outbox_replay` with the same arguments would hand back now."""
+    count: int = conn.execute(OUTBOX_SQL["outbox_replay_count"],
+                              _replay_filter(event_id, since, until, tenant_id, dead)
+                              ).scalar_one()
+    return count
+
+
+def _replay_filter(event_id: UUID | str | None, since: datetime | None,
+                   until: datetime | None, tenant_id: UUID | str | None,
+                   dead: bool) -> dict[str, Any]:
+    if not isinstance(dead, bool):
+        raise ValidationError("dead", f"must be True or False, got {dead!r}")
+    if event_id is None and since is None and until is None and not dead:
+        raise ValidationError("event_id", "give an event id, a time range (since/until), or "
+                                          "dead (the events the relay gave up on)")
+    if event_id is not None and (since is not None or until is not None):
+        raise ValidationError("event_id", "give an event id or a time range, not both")
+    if event_id is not None and dead:
+        # One named event is replayed whatever its state; `dead` picks among many.
+        raise ValidationError("dead", "selects among events, not one event id: give dead "
+                                      "without an event id")
+    # An empty range would replay nothing and say so as if that were the answer.
+    if since is not None and until is not None and since >= until:
+        raise ValidationError("until", "must be after since")
+    return {
+        "event_id": _uuid("event_id", event_id) if event_id else None,
+        "since": since, "until": until,
+        "tenant_id": _uuid("tenant_id", tenant_id) if tenant_id else None,
+        "dead": dead,
+    }
 
 
 def _uuid(name: str, value: UUID | str) -> UUID:

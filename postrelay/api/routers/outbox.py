@@ -54,18 +54,22 @@ def get_outbox_event(event_id: EventId, caller: Caller, engine: Db) -> Envelope[
 
 @router.post("/replay", response_model=Envelope[Replayed], responses=errors(400, 401, 404))
 def replay_outbox(body: ReplayBody, caller: Caller, engine: Db) -> Envelope[Replayed]:
-    """Hand one event (`eventId`) or a time range (`since`/`until`) back to the relay.
+    """Hand one event (`eventId`) or a time range (`since`/`until`) back to the relay;
+    `dead: true` narrows a range to the events the relay gave up on (alone: all of them).
     Jobs that still exist are not created again, but for webhook deliveries that stopped
     unsent while their endpoint was disabled. An unknown `eventId` (or another
-    tenant's) is 404; a range that matches nothing replays 0."""
+    tenant's) is 404; a range that matches nothing replays 0. A tenant key replays its
+    own tenant's events only."""
     since, until = _utc(body.since), _utc(body.until)
     with engine.begin() as conn:
         count = outbox_replay(conn, event_id=body.event_id, since=since, until=until,
-                              tenant_id=caller.tenant_id)
+                              tenant_id=caller.tenant_id, dead=body.dead)
+    # The record of the replay (there is no audit row): what was asked, by whom, how many.
     event("postrelay.api.outbox_replay", logging.INFO, replayed=count, actor=caller.actor,
+          tenant_id=str(caller.tenant_id) if caller.tenant_id else None,
           event_id=str(body.event_id) if body.event_id else None,
           since=since.isoformat() if since else None,
-          until=until.isoformat() if until else None)
+          until=until.isoformat() if until else None, dead=body.dead)
     return Envelope(data=Replayed(replayed=count))
 
 

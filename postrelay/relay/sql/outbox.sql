@@ -233,14 +233,27 @@ DELETE FROM mdm.aa_outbox_event e USING doomed WHERE e.id = doomed.id;
 
 -- name: outbox_replay
 -- Hand events back to the relay. Their delivery links make the relay create no second
--- copy of a job that still exists (outbox_link_many).
+-- copy of a job that still exists (outbox_link_many). `dead`: only the events the relay
+-- gave up on. Keep the filter as outbox_replay_count's, which counts it before a replay.
 UPDATE mdm.aa_outbox_event
 SET handled_at = NULL, dead_at = NULL, attempts = 0, available_at = now(), last_error = NULL
 WHERE (CAST(:event_id AS uuid) IS NULL OR id = CAST(:event_id AS uuid))
   AND (CAST(:since AS timestamptz) IS NULL OR created_at >= CAST(:since AS timestamptz))
   AND (CAST(:until AS timestamptz) IS NULL OR created_at < CAST(:until AS timestamptz))
   AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
+  AND (NOT CAST(:dead AS boolean) OR dead_at IS NOT NULL)
 RETURNING id;
+
+-- name: outbox_replay_count
+-- How many events outbox_replay would hand back, with the same filter: what the CLI shows
+-- before it asks to replay them.
+SELECT count(*)
+FROM mdm.aa_outbox_event
+WHERE (CAST(:event_id AS uuid) IS NULL OR id = CAST(:event_id AS uuid))
+  AND (CAST(:since AS timestamptz) IS NULL OR created_at >= CAST(:since AS timestamptz))
+  AND (CAST(:until AS timestamptz) IS NULL OR created_at < CAST(:until AS timestamptz))
+  AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
+  AND (NOT CAST(:dead AS boolean) OR dead_at IS NOT NULL);
 
 -- name: outbox_event_get
 -- One event with its relay bookkeeping; another tenant's event is no row, like a missing one.

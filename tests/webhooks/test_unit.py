@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import math
+import ssl
 from datetime import UTC, datetime
 
 import pytest
@@ -16,6 +17,7 @@ from postrelay.relay.webhooks.endpoints import _event_types
 from postrelay.relay.webhooks.handler import message_body
 from postrelay.relay.webhooks.netguard import is_public
 from postrelay.relay.webhooks.responses import parse_retry_after, verdict
+from postrelay.relay.webhooks.trust import CaContexts
 from postrelay.relay.webhooks.urls import validate_url
 from tests.webhooks.receiver import verify_standard_webhook
 
@@ -248,3 +250,14 @@ def test_an_endpoint_directory_that_could_not_route_is_refused(kwargs, field) ->
 def test_a_webhook_handler_with_odd_limits_is_refused(kwargs, field) -> None:
     with pytest.raises(ValueError, match=f"^{field}: must be "):
         webhook_handler(None, **kwargs)  # type: ignore[arg-type]
+
+
+def test_the_default_bundle_is_loaded_once_and_verifies() -> None:
+    """An httpx client left to build its own context loaded certifi's bundle at every
+    delivery (about 20 ms of CPU each, for a plain-HTTP endpoint too): one is kept, and it
+    checks certificates and host names as httpx's default does."""
+    contexts = CaContexts()
+    default = contexts.default()
+    assert contexts.default() is default
+    assert default.verify_mode is ssl.CERT_REQUIRED and default.check_hostname
+    assert default.cert_store_stats()["x509_ca"] > 100  # a public bundle, not an empty store

@@ -108,7 +108,7 @@ def webhook_handler(
         raise ValueError(f"retry_after_cap_secs: must be a number of seconds, 0 or more "
                          f"and finite, got {retry_after_cap_secs!r}")
     policy = throttle or ThrottlePolicy()
-    contexts = CaContexts()  # built once per private CA, not per delivery
+    contexts = CaContexts()  # built once per CA (and the default bundle), not per delivery
 
     async def outbox_dispatch(job: Job) -> None:
         event_id, endpoint_id = _parse_payload(job.payload)
@@ -124,9 +124,8 @@ def webhook_handler(
         msg_id = f"msg_{event_id}"
         attempt = _Attempt(engine, job, event_id, endpoint_id)
         try:
-            # True: httpx's default bundle, as for every endpoint without a private CA.
-            verify: ssl.SSLContext | bool = (True if row["ca_pem"] is None
-                                             else contexts.get(row["ca_pem"]))
+            verify = (contexts.default() if row["ca_pem"] is None
+                      else contexts.get(row["ca_pem"]))
             status, headers, text = await _post(row["url"], row["secret"], msg_id, body,
                                                 int(clock()), allow_private, timeout_secs,
                                                 verify)
@@ -182,7 +181,7 @@ def message_body(event_type: str, payload: Mapping[str, Any], created_at: dateti
 
 async def _post(
     url: str, secret: str, msg_id: str, body: bytes, timestamp: int, allow_private: bool,
-    timeout_secs: float, verify: ssl.SSLContext | bool,
+    timeout_secs: float, verify: ssl.SSLContext,
 ) -> tuple[int, httpx.Headers, str]:
     """POST once; returns status, headers and the first BODY_LIMIT bytes of the body.
 

@@ -19,6 +19,8 @@ import re
 import ssl
 from collections import OrderedDict
 
+import httpx
+
 from postrelay.core.errors import ValidationError
 from postrelay.queue import PermanentError
 
@@ -88,12 +90,21 @@ def ca_context(pem: str) -> ssl.SSLContext:
 
 
 class CaContexts:
-    """One TLS context per distinct CA, the least recently used dropped past `size`:
-    loading a CA and building a context costs more than many a delivery."""
+    """One TLS context per distinct CA, the least recently used dropped past `size`, and
+    the default bundle's: loading a bundle and building a context costs more than many a
+    delivery (an httpx client left to build its own loads certifi's bundle each time, for
+    a plain-HTTP endpoint too)."""
 
     def __init__(self, size: int = CACHED_CONTEXTS) -> None:
         self.size = size
         self._contexts: OrderedDict[str, ssl.SSLContext] = OrderedDict()
+        self._default: ssl.SSLContext | None = None
+
+    def default(self) -> ssl.SSLContext:
+        """The context of an endpoint without a private CA: httpx's own default."""
+        if self._default is None:
+            self._default = httpx.create_ssl_context(verify=True, trust_env=False)
+        return self._default
 
     def get(self, pem: str) -> ssl.SSLContext:
         context = self._contexts.get(pem)

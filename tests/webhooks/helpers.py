@@ -5,12 +5,15 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Engine, text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from postrelay.queue import Job
+from postrelay.queue.effects import collecting, effect_statements
 from postrelay.relay import emit
 from postrelay.relay.webhooks import webhook_add
 
@@ -38,6 +41,21 @@ def dispatch_job(tenant: uuid.UUID, event_id: uuid.UUID, endpoint_id: uuid.UUID,
     payload = {"channel": "webhook", "event_id": str(event_id), "endpoint_id": str(endpoint_id)}
     return Job(uuid.uuid4(), tenant, "outbox_dispatch", payload, 100, attempts, 8, now, now,
                now, None)
+
+
+def as_worker_runs(handler: Callable[[Job], Awaitable[Any]],
+                   async_engine: AsyncEngine) -> Callable[[Job], Awaitable[Any]]:
+    """`handler` run as the worker runs it: what it records with its outcome (the attempt's
+    row) is written once it has returned or raised, in a transaction of its own."""
+    async def run(job: Job) -> Any:
+        with collecting() as effects:
+            try:
+                return await handler(job)
+            finally:
+                async with async_engine.begin() as conn:
+                    for statement, params in effect_statements(effects):
+                        await conn.execute(statement, params)
+    return run
 
 
 def attempts_of(engine: Engine, endpoint_id: uuid.UUID) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ from sqlalchemy import text
 
 from postrelay.relay import Event, JobRequest, Relay, RouteRegistry
 from postrelay.relay.webhooks import webhook_handler
-from tests.webhooks.helpers import add_endpoint, dispatch_job, emit_event
+from tests.webhooks.helpers import add_endpoint, as_worker_runs, dispatch_job, emit_event
 from tests.webhooks.test_end_to_end import relay_once
 
 # The earliest and latest times Python has, as the CLI, the API and the dashboard show
@@ -56,7 +56,7 @@ async def test_a_webhook_of_an_event_created_at_infinity_is_delivered(
     load failed, every attempt, until the delivery was dead-lettered unsent."""
     endpoint_id, secret = add_endpoint(engine, wh_tenant, receiver.url())
     receiver.secret = secret
-    deliver = webhook_handler(async_engine, allow_private=True)
+    deliver = as_worker_runs(webhook_handler(async_engine, allow_private=True), async_engine)
     for at, shown in SHOWN.items():
         event_id = emit_event(engine, wh_tenant)
         created_at(engine, event_id, at)

@@ -17,6 +17,7 @@ from postrelay.relay.webhooks import WebhookDeliveryError, webhook_handler
 from postrelay.relay.webhooks.netguard import AddressRefused
 from tests.webhooks.helpers import (
     add_endpoint,
+    as_worker_runs,
     attempts_of,
     dispatch_job,
     emit_event,
@@ -45,7 +46,7 @@ def throttles(engine) -> list[tuple[str, str, float]]:
 
 def handler_for(async_engine, **kwargs):
     kwargs.setdefault("allow_private", True)  # the receiver is on loopback
-    return webhook_handler(async_engine, **kwargs)
+    return as_worker_runs(webhook_handler(async_engine, **kwargs), async_engine)
 
 
 async def test_2xx_delivers_a_signed_standard_webhook(engine, async_engine, setup, receiver):
@@ -219,7 +220,7 @@ async def test_private_addresses_are_refused_unless_allowed(engine, async_engine
     endpoint_id, secret = add_endpoint(engine, wh_tenant, receiver.url(host=host))
     receiver.secret = secret
     event_id = emit_event(engine, wh_tenant)
-    handler = webhook_handler(async_engine)  # allow_private defaults to False
+    handler = handler_for(async_engine, allow_private=False)  # (its default)
     with pytest.raises(AddressRefused, match="non-public address") as info:
         await handler(dispatch_job(wh_tenant, event_id, endpoint_id))
     assert isinstance(info.value, PermanentError)  # DLQ, no retries burnt
@@ -227,8 +228,7 @@ async def test_private_addresses_are_refused_unless_allowed(engine, async_engine
     (attempt,) = attempts_of(engine, endpoint_id)
     assert attempt["status_code"] is None and "POSTRELAY_WEBHOOK_ALLOW_PRIVATE" in attempt["error"]
     # Allowed, the same endpoint is reached, by name (Host header kept) if it was one.
-    await webhook_handler(async_engine, allow_private=True)(
-        dispatch_job(wh_tenant, event_id, endpoint_id, attempts=2))
+    await handler_for(async_engine)(dispatch_job(wh_tenant, event_id, endpoint_id, attempts=2))
     (request,) = receiver.requests
     assert request.verified and request.headers["host"] == f"{host}:{receiver.port}"
 

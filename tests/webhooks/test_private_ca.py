@@ -19,7 +19,7 @@ from postrelay.relay.webhooks import (
 from postrelay.relay.webhooks.netguard import AddressRefused
 from postrelay.relay.webhooks.trust import BadEndpointCa
 from tests.httpserver import serving_https
-from tests.webhooks.helpers import attempts_of, dispatch_job, emit_event
+from tests.webhooks.helpers import as_worker_runs, attempts_of, dispatch_job, emit_event
 from tests.webhooks.receiver import Receiver
 
 
@@ -36,7 +36,8 @@ def add(engine, tenant: uuid.UUID, url: str, receiver: Receiver, ca_pem: str | N
 
 async def deliver(async_engine, engine, tenant, endpoint_id, *, allow_private: bool = True):
     event_id = emit_event(engine, tenant)
-    handler = webhook_handler(async_engine, allow_private=allow_private)
+    handler = as_worker_runs(webhook_handler(async_engine, allow_private=allow_private),
+                             async_engine)
     await handler(dispatch_job(tenant, event_id, endpoint_id))
 
 

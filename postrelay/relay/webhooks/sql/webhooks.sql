@@ -108,6 +108,18 @@ SELECT :job_id, w.id, :event_id, :attempt, :status_code, :duration_ms, :response
 FROM mdm.aa_webhook_endpoint w
 WHERE w.id = :endpoint_id;
 
+-- name: webhook_attempt_insert_many
+-- The attempts of a batch of deliveries, written with their jobs' outcomes (handler.py:
+-- record_with_outcome). An endpoint deleted meanwhile takes its attempts with it, as above.
+INSERT INTO mdm.aa_webhook_attempt
+    (job_id, endpoint_id, event_id, attempt, status_code, duration_ms, response_body, error)
+SELECT r.job_id, w.id, r.event_id, r.attempt, r.status_code, r.duration_ms, r.response_body,
+       r.error
+FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(
+    job_id uuid, endpoint_id uuid, event_id uuid, attempt integer, status_code integer,
+    duration_ms integer, response_body text, error text)
+JOIN mdm.aa_webhook_endpoint w ON w.id = r.endpoint_id;
+
 -- name: webhook_attempt_list
 SELECT a.id, a.job_id, a.endpoint_id, a.event_id, a.attempt, a.status_code, a.duration_ms,
        a.response_body, a.error, a.created_at

@@ -68,8 +68,7 @@ def webhooks_list(
     tenant: str | None = typer.Option(None, "--tenant", help="Only this tenant's endpoints."),
     as_json: bool = JSON_OPT,
 ) -> None:
-    """Every endpoint with its filter and state, and whether it trusts a private CA
-    (secrets and CAs are never listed)."""
+    """Every endpoint with its filter, state and CA (secrets and CAs are never listed)."""
     with transaction() as conn:
         endpoints = webhook_list(conn, tenant_id=tenant)
     if as_json:
@@ -88,8 +87,9 @@ def webhooks_set_ca(
     ca_file: Path | None = typer.Option(None, "--ca-file", help=CA_FILE_HELP),
     clear: bool = typer.Option(False, "--clear", help="Trust the default CAs again."),
 ) -> None:
-    """Trust a private CA for an https:// endpoint (--ca-file), or the default CAs again
-    (--clear), from its next delivery on."""
+    """Trust a private CA for an https:// endpoint, or the default CAs again (--clear).
+
+    It applies from the endpoint's next delivery on."""
     with transaction() as conn, _named_ca_file():
         if (ca_file is None) == (not clear):
             raise ValidationError("--ca-file", "give either --ca-file PATH or --clear, one of them")

@@ -268,7 +268,10 @@ WALK: dict[tuple[str, str], Probe] = {
     ("GET", "/dashboard/outbox"): lambda w: one(w.dash.get("/dashboard/outbox"), {200}),
     ("POST", "/dashboard/outbox/replay"): lambda w: [
         (w.form("/dashboard/outbox/replay", event_id=str(w.b.dead_event)), {404}),
-        (w.form("/dashboard/outbox/replay", since="2000-01-01T00:00"), {303}),
+        # Counted for A's own events alone, then confirmed: B's stay as they were.
+        (w.form("/dashboard/outbox/replay", since="2000-01-01T00:00"), {200}),
+        (w.form("/dashboard/outbox/replay", since="2000-01-01T00:00", confirmed="1"), {303}),
+        (w.form("/dashboard/outbox/replay", dead="1", confirmed="1"), {303}),
     ],
     ("GET", "/dashboard/emails"): lambda w: [
         (w.dash.get("/dashboard/emails", params={"tenant": str(w.b.tenant)}), {200}),

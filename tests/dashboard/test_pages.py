@@ -272,7 +272,7 @@ def test_outbox_shows_dead_events_and_replays_them(admin, engine, tenant):
                                {"id": event}).scalar()
     assert dead_at is None
     response = admin.post("/dashboard/outbox/replay", data={"csrf": token})
-    assert response.status_code == 400 and "give an event id or a time range" in response.text
+    assert response.status_code == 400 and "give an event id, a time range" in response.text
 
 def test_email_log_filters_and_story(admin, engine, tenant, other_tenant):
     with engine.begin() as conn:

@@ -1,5 +1,6 @@
-"""The outbox: backlog and relay lag, dead events with their error, and replay (one event
-or a time range) through relay.admin, as `postrelay outbox` and the API do it."""
+"""The outbox: backlog and relay lag, dead events with their error, and replay (one event,
+a time range, the dead events) through relay.admin, as `postrelay outbox` and the API do
+it. Anything but one event is counted and confirmed first, as the CLI asks."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from postrelay.dashboard.web import (
     render,
     tenant_names,
 )
-from postrelay.relay import outbox_replay, outbox_status
+from postrelay.relay import outbox_replay, outbox_replay_count, outbox_status
 
 router = APIRouter()
 
@@ -43,21 +44,34 @@ def outbox_replay_form(request: Request, user: CurrentUser, engine: Db,
     event_id = optional_uuid("eventId", first(form, "event_id"))
     since = optional_time("since", first(form, "since"))
     until = optional_time("until", first(form, "until"))
-    if event_id is None and since is None and until is None:
-        raise ValidationError("eventId", "give an event id or a time range (since/until)")
-    if event_id is not None and (since is not None or until is not None):
+    dead = first(form, "dead") == "1"
+    if event_id is None and since is None and until is None and not dead:
+        raise ValidationError("eventId", "give an event id, a time range (since/until) or "
+                                         "dead (the events the relay gave up on)")
+    if event_id is not None and (since is not None or until is not None or dead):
         raise ValidationError("eventId", "give an event id or a time range, not both")
     if since is not None and until is not None and since >= until:
         raise ValidationError("until", "must be after since")
+    if event_id is None and first(form, "confirmed") != "1":
+        with engine.begin() as conn:
+            count = outbox_replay_count(conn, since=since, until=until,
+                                        tenant_id=user.tenant_id, dead=dead)
+        if count == 0:  # nothing to confirm
+            return redirect_with_notice(request, "/outbox",
+                                        "No event matches: nothing was replayed.")
+        return render(request, "outbox_confirm.html", {
+            "count": count, "since": since, "until": until, "dead": dead,
+            "fields": {"since": first(form, "since"), "until": first(form, "until")}},
+            user=user)
     with engine.begin() as conn:
         count = outbox_replay(conn, event_id=event_id, since=since, until=until,
-                              tenant_id=user.tenant_id)
+                              tenant_id=user.tenant_id, dead=dead)
     # The relay keeps no audit row of a replay: this event is its record, so it names the
     # range as well as the event (as the API's does).
     event("postrelay.dashboard.outbox_replay", replayed=count, actor=user.actor,
           event_id=str(event_id) if event_id else None,
           since=since.isoformat() if since else None,
-          until=until.isoformat() if until else None)
+          until=until.isoformat() if until else None, dead=dead)
     return redirect_with_notice(
         request, "/outbox", f"{count:,} event{'' if count == 1 else 's'} handed back to the "
         "relay; jobs that still exist are not created again.")

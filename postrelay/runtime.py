@@ -226,7 +226,8 @@ def build_relay(
     config = RelayConfig(batch_size=settings.relay_batch_size,
                          max_attempts=settings.relay_max_attempts, listen=settings.listens,
                          concurrency=settings.relay_concurrency,
-                         max_jobs_per_event=settings.relay_max_jobs_per_event)
+                         max_jobs_per_event=settings.relay_max_jobs_per_event,
+                         max_bytes_per_event=settings.relay_max_bytes_per_event)
     directory = EndpointDirectory(engine, listen_url=db.libpq_url if settings.listens else None)
     webhooks = RouteRegistry()
     add_webhook_route(webhooks, directory)

@@ -53,6 +53,8 @@ MAX_RELAY_BATCH_SIZE = 10_000
 MAX_RELAY_CONCURRENCY = 32
 MAX_RELAY_ATTEMPTS = 1_000_000
 MAX_RELAY_JOBS_PER_EVENT = 1_000_000
+MIN_RELAY_BYTES_PER_EVENT = 1 << 20
+MAX_RELAY_BYTES_PER_EVENT = 1 << 30
 
 
 class Settings(BaseSettings):
@@ -111,6 +113,11 @@ class Settings(BaseSettings):
     # Jobs the routes may ask for one event: past it the event fails alone, with no job
     # made, rather than writing an unbounded fan-out in one relay transaction.
     relay_max_jobs_per_event: int = Field(default=10_000, ge=1, le=MAX_RELAY_JOBS_PER_EVENT)
+    # Bytes of job payload (JSON) one event's routes may ask for: a split route copies the
+    # event's payload into every job, and ten thousand copies of a large one held the relay's
+    # memory and transaction for gigabytes.
+    relay_max_bytes_per_event: int = Field(default=64 << 20, ge=MIN_RELAY_BYTES_PER_EVENT,
+                                           le=MAX_RELAY_BYTES_PER_EVENT)
 
     # LISTEN/NOTIFY wake-ups; off whenever `pooler` is "transaction".
     notify: bool = True

@@ -11,9 +11,9 @@ Under a backlog, up to `concurrency` batches are in flight at once, each in its 
 transaction: one batch's routing runs in Python while another's writes run in PostgreSQL.
 
 An event whose routing fails (a route raises, asks for an invalid job, or for more jobs
-than `max_jobs_per_event`) is isolated: it is recorded with its error and retried with
-backoff, then parked as dead after `max_attempts`; the events beside it are relayed in the
-same batch.
+than `max_jobs_per_event` or more payload than `max_bytes_per_event`) is isolated: it is
+recorded with its error and retried with backoff, then parked as dead after
+`max_attempts`; the events beside it are relayed in the same batch.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from postrelay.core.service import ErrorBackoff, ServiceLoop, until_woken
 from postrelay.core.settings import (
     MAX_RELAY_ATTEMPTS,
     MAX_RELAY_BATCH_SIZE,
+    MAX_RELAY_BYTES_PER_EVENT,
     MAX_RELAY_CONCURRENCY,
     MAX_RELAY_JOBS_PER_EVENT,
 )
@@ -80,12 +81,15 @@ class RelayConfig:
     # Jobs one event's routes may ask for (POSTRELAY_RELAY_MAX_JOBS_PER_EVENT): past it
     # the event fails by itself, as when a route raises.
     max_jobs_per_event: int = 10_000
+    # Bytes of job payload (JSON) they may ask for (POSTRELAY_RELAY_MAX_BYTES_PER_EVENT).
+    max_bytes_per_event: int = 64 << 20
 
     def __post_init__(self) -> None:
         _whole("batch_size", self.batch_size, MAX_RELAY_BATCH_SIZE)
         _whole("max_attempts", self.max_attempts, MAX_RELAY_ATTEMPTS)
         _whole("concurrency", self.concurrency, MAX_RELAY_CONCURRENCY)
         _whole("max_jobs_per_event", self.max_jobs_per_event, MAX_RELAY_JOBS_PER_EVENT)
+        _whole("max_bytes_per_event", self.max_bytes_per_event, MAX_RELAY_BYTES_PER_EVENT)
         for name in ("poll_min_secs", "poll_max_secs"):
             value = getattr(self, name)
             if (isinstance(value, bool) or not isinstance(value, int | float)
@@ -203,7 +207,9 @@ class Relay:
         """The jobs the routes ask for, each checked here: a job a route got wrong fails
         its own event, not the batch."""
         jobs: list[tuple[str, ValidatedJob, bool]] = []
+        names: set[str] = set()  # of `jobs`: a fan-out of thousands is checked in linear time
         cap = self.config.max_jobs_per_event
+        size, max_size = 0, self.config.max_bytes_per_event
         for route in self.routes.matching(event.event_type):
             # One request past what is left is enough to know: a route that yields without
             # end is read no further, and none of the event's jobs is checked or made.
@@ -218,7 +224,7 @@ class Relay:
                 name = route.name if request.key is None else f"{route.name}:{request.key}"
                 # Two links of one name in a batch would fail the whole batch, again at
                 # every retry, and stall every event behind this one.
-                if any(name == taken for taken, _, _ in jobs):
+                if name in names:
                     raise ValidationError(
                         "key", f"route {route.name!r} asked for two jobs named {name!r}: "
                                "each job of an event needs its own key")
@@ -239,6 +245,16 @@ class Relay:
                     raise ValidationError(
                         exc.field, f"{exc.rule} (route {name!r} asked for an invalid job)"
                     ) from None
+                size += len(job["payload"])  # ASCII JSON: characters are bytes
+                if size > max_size:
+                    raise ValidationError(
+                        "jobs", f"route {route.name!r} takes the event past {max_size:,} "
+                                "bytes of job payload, the limit per event "
+                                "(POSTRELAY_RELAY_MAX_BYTES_PER_EVENT); no job of the event "
+                                "was made: a split route copies the event's payload into "
+                                "every job, so keep what the template does not need out of "
+                                "it, or spread the recipients over several events")
+                names.add(name)
                 jobs.append((name, job, request.ordered))
         return jobs
 

@@ -1,6 +1,7 @@
-"""The cap on jobs per event (POSTRELAY_RELAY_MAX_JOBS_PER_EVENT): a route that asks for
-more fails its own event, with no job of it made, and the batch goes on; the relay process
-reads the cap from its setting."""
+"""The caps per event on jobs (POSTRELAY_RELAY_MAX_JOBS_PER_EVENT) and on their payload
+bytes (POSTRELAY_RELAY_MAX_BYTES_PER_EVENT): routes that ask for more fail their own event,
+with no job of it made, and the batch goes on; the relay process reads the caps from its
+settings."""
 
 from __future__ import annotations
 
@@ -120,3 +121,43 @@ def test_the_relay_process_takes_the_cap_from_its_setting(engine, tenant, worker
     assert (handled, jobs, links) == (False, 0, 0)
     assert "route 'blast' takes the event past 3 jobs" in error and CAP_RULE in error
     assert "postrelay.relay.routing_failed" in output
+
+
+def copying_routes() -> RouteRegistry:
+    """list.copied: `n` jobs that each carry the event's whole payload, as a split email
+    route does."""
+    routes = RouteRegistry()
+
+    @routes.route("list.copied", name="copies")
+    def copies(event: Event) -> list[JobRequest]:
+        return [JobRequest("reindex", dict(event.payload), key=str(n))
+                for n in range(event.payload["n"])]
+
+    return routes
+
+
+async def test_an_event_past_the_payload_bytes_per_event_fails_alone(
+        engine, async_engine, tenant, outbox_clean):
+    """Ten thousand copies of a large payload were written in one relay transaction, every
+    copy held in the relay's memory first: gigabytes for one newsletter event."""
+    with engine.begin() as conn:
+        under, past = (emit(conn, "list.copied", {"n": n, "text": "x" * 2_000},
+                            tenant_id=tenant, aggregate_type="list", aggregate_id=n)
+                       for n in (4, 6))
+    relay = Relay(async_engine, copying_routes(),
+                  RelayConfig(max_bytes_per_event=10_000, max_attempts=1),
+                  backoff=FixedBackoff(0))
+    result = await relay.run_once()
+    assert (result.handled, result.jobs, result.failed) == (1, 4, 1)
+    found = outcome(engine)
+    assert found[under][:3] == (True, 4, 4)
+    handled, jobs, links, error = found[past]
+    assert (handled, jobs, links) == (False, 0, 0)  # nothing half-written
+    assert "route 'copies' takes the event past 10,000 bytes of job payload" in error
+    assert "(POSTRELAY_RELAY_MAX_BYTES_PER_EVENT)" in error
+
+
+def test_the_default_payload_bytes_per_event_is_the_settings_and_the_relays(monkeypatch):
+    monkeypatch.delenv("POSTRELAY_RELAY_MAX_BYTES_PER_EVENT", raising=False)
+    assert load_settings().relay_max_bytes_per_event == \
+        RelayConfig().max_bytes_per_event == 64 << 20

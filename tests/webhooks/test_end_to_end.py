@@ -29,6 +29,14 @@ def make_worker(async_engine, libpq, **kwargs) -> Worker:
                   registry=registry, backoff=FixedBackoff(0.05), listen_url=libpq)
 
 
+async def stop(worker: Worker) -> None:
+    """Stop the worker, then release what its handlers hold (the claim reads' connection),
+    as the worker process does."""
+    await worker.stop()
+    for close in worker.registry.closers:
+        await close()
+
+
 async def relay_once(async_engine) -> None:
     directory = EndpointDirectory(async_engine)
     await directory.run_once()
@@ -67,7 +75,7 @@ async def test_delivered_after_retries_with_stable_id_and_fresh_timestamps(
     try:
         await wait_for(lambda: jobs_by_endpoint(engine)[str(endpoint_id)]["status"] == "done")
     finally:
-        await worker.stop()
+        await stop(worker)
 
     assert len(receiver.requests) == 4 and all(r.verified for r in receiver.requests)
     assert {r.headers["webhook-id"] for r in receiver.requests} == {f"msg_{event_id}"}
@@ -110,7 +118,7 @@ async def test_permanent_gone_and_retry_after_through_the_worker(
             await wait_for(lambda: all(j["attempts"] == 1 and j["status"] != "running"
                                        for j in jobs_by_endpoint(engine).values()))
         finally:
-            await worker.stop()
+            await stop(worker)
     finally:
         for r in (gone_receiver, slow_receiver):
             r.stop()

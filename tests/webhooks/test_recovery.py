@@ -8,7 +8,7 @@ from sqlalchemy import text
 from postrelay.relay import outbox_replay
 from postrelay.relay.webhooks import webhook_disable, webhook_enable
 from tests.webhooks.helpers import add_endpoint, emit_event
-from tests.webhooks.test_end_to_end import make_worker, relay_once, wait_for
+from tests.webhooks.test_end_to_end import make_worker, relay_once, stop, wait_for
 
 
 def dispatch_jobs(engine) -> list[tuple[str, str]]:
@@ -41,7 +41,7 @@ async def test_replay_redelivers_what_stopped_while_the_endpoint_was_disabled(
         await relay_once(async_engine)
         await wait_for(lambda: [s for s, _ in dispatch_jobs(engine)] == ["failed", "done"])
     finally:
-        await worker.stop()
+        await stop(worker)
     (request,) = receiver.requests
     assert request.verified and request.headers["webhook-id"] == f"msg_{event_id}"
     (_, stopped), (_, delivered) = dispatch_jobs(engine)

@@ -4,11 +4,12 @@
     worker = Worker(engine, config, registry=builtin.merged(registry), ...)
 
 One attempt: read the event and the endpoint (a removed or disabled endpoint stops the job
-unsent), check the target address, POST the event's JSON with `webhook-id` (the same on
-every retry, so receivers can deduplicate), a fresh `webhook-timestamp` and a
-`webhook-signature` over exactly the bytes sent, record the attempt in aa_webhook_attempt
-(written with the job's outcome, in its transaction), and turn the answer into the job's
-outcome (see `responses`). Redirects are not followed.
+unsent; the read is started for the whole claim when the job is claimed: `claimed`), check
+the target address, POST the event's JSON with `webhook-id` (the same on every retry, so
+receivers can deduplicate), a fresh `webhook-timestamp` and a `webhook-signature` over
+exactly the bytes sent, record the attempt in aa_webhook_attempt (written with the job's
+outcome, in its transaction), and turn the answer into the job's outcome (see `responses`).
+Redirects are not followed.
 HTTPS is verified against the default bundle, or against the endpoint's private CA alone
 when it has one (`trust`); the host name is always checked.
 
@@ -31,7 +32,7 @@ from typing import Any
 from uuid import UUID
 
 import httpx
-from sqlalchemy import RowMapping, TextClause
+from sqlalchemy import TextClause
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from postrelay.core import jsontext
@@ -48,6 +49,7 @@ from postrelay.queue import (
     throttle_refused,
 )
 from postrelay.relay.webhooks import signing
+from postrelay.relay.webhooks.claimed import ClaimedDeliveries
 from postrelay.relay.webhooks.endpoints import WEBHOOK_SQL
 from postrelay.relay.webhooks.netguard import AddressRefused, Target, resolve
 from postrelay.relay.webhooks.responses import RETRY_AFTER_CAP_SECS, THROTTLE_STATUSES, verdict
@@ -81,11 +83,14 @@ def webhook_registry(
 ) -> Registry:
     """A Registry with the `outbox_dispatch` handler, to merge into the worker's."""
     registry = Registry()
+    claimed = ClaimedDeliveries(engine, _parse_payload)
     fn = webhook_handler(engine, allow_private=allow_private, timeout_secs=timeout_secs,
                          clock=clock, retry_after_cap_secs=retry_after_cap_secs,
-                         throttle=throttle)
+                         throttle=throttle, claimed=claimed)
     # The request has its own deadline; the rest is two short database round trips.
-    registry.register(DISPATCH_KIND, fn, timeout=timeout_secs + 30.0)
+    registry.register(DISPATCH_KIND, fn, timeout=timeout_secs + 30.0,
+                      on_claim=claimed.claimed)
+    registry.closers.append(claimed.close)
     return registry
 
 
@@ -97,11 +102,14 @@ def webhook_handler(
     clock: Callable[[], float] = time.time,
     retry_after_cap_secs: float = RETRY_AFTER_CAP_SECS,
     throttle: ThrottlePolicy | None = None,
+    claimed: ClaimedDeliveries | None = None,
 ) -> Callable[[Job], Any]:
     """The handler coroutine. `allow_private` comes from POSTRELAY_WEBHOOK_ALLOW_PRIVATE;
     `clock` gives the unix time for webhook-timestamp (tests pass their own). A 429 or 503
     throttles the endpoint's deliveries for every worker by `throttle` (default:
-    ThrottlePolicy()); the delivery itself is retried as any other."""
+    ThrottlePolicy()); the delivery itself is retried as any other. With `claimed` (whose
+    `claimed` is the kind's claim hook), a run takes its row from the read started at its
+    claim when that is fresh; without, every run reads its own."""
     # NaN passed `<= 0` and broke every delivery's deadline; a negative cap turned every
     # Retry-After into a negative wait, so a receiver asking for time was hammered.
     if not _finite(timeout_secs) or not timeout_secs > 0:
@@ -114,10 +122,10 @@ def webhook_handler(
     contexts = CaContexts()  # built once per CA (and the default bundle), not per delivery
 
     async def outbox_dispatch(job: Job) -> None:
-        event_id, endpoint_id = _parse_payload(job.payload)
-        async with engine.connect() as conn:
-            row = (await conn.execute(WEBHOOK_SQL["webhook_delivery_load"], {
-                "event_id": event_id, "endpoint_id": endpoint_id})).mappings().one()
+        event_id, endpoint_id = _parse_payload(job)
+        row = None if claimed is None else await claimed.take(job)
+        if row is None:  # no fresh read from the claim: this run's own
+            row = await _delivery_load(engine, event_id, endpoint_id)
         _check_deliverable(job, row, event_id, endpoint_id)
         if row["delivered"]:  # a re-run after a recorded success (e.g. a rescued job)
             log_event("postrelay.webhook.already_delivered", job_id=str(job.id),
@@ -308,7 +316,8 @@ class _Attempt:
                   duration_ms=duration_ms, error=error)
 
 
-def _parse_payload(payload: Mapping[str, Any]) -> tuple[UUID, UUID]:
+def _parse_payload(job: Job) -> tuple[UUID, UUID]:
+    payload = job.payload
     if payload.get("channel", CHANNEL) != CHANNEL:
         raise PermanentError(f"outbox_dispatch channel {payload.get('channel')!r} is not "
                              f"{CHANNEL!r}; no handler for it in this worker")
@@ -318,7 +327,14 @@ def _parse_payload(payload: Mapping[str, Any]) -> tuple[UUID, UUID]:
         raise PermanentError(f"payload needs event_id and endpoint_id UUIDs: {exc!r}") from None
 
 
-def _check_deliverable(job: Job, row: RowMapping, event_id: UUID,
+async def _delivery_load(engine: AsyncEngine, event_id: UUID,
+                         endpoint_id: UUID) -> Mapping[Any, Any]:
+    async with engine.connect() as conn:
+        return (await conn.execute(WEBHOOK_SQL["webhook_delivery_load"], {
+            "event_id": event_id, "endpoint_id": endpoint_id})).mappings().one()
+
+
+def _check_deliverable(job: Job, row: Mapping[Any, Any], event_id: UUID,
                        endpoint_id: UUID) -> None:
     if row["endpoint_id"] is None:
         raise StopJob(f"webhook endpoint {endpoint_id} was removed; not sent")

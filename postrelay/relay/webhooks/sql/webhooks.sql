@@ -101,6 +101,23 @@ FROM (VALUES (1)) AS one(x)
 LEFT JOIN mdm.aa_outbox_event e ON e.id = CAST(:event_id AS uuid)
 LEFT JOIN mdm.aa_webhook_endpoint w ON w.id = CAST(:endpoint_id AS uuid);
 
+-- name: webhook_delivery_load_many
+-- webhook_delivery_load for a claim's deliveries at once (handler.py, claimed.py): one row
+-- per (job, event, endpoint) given, with the job's id. A left join from the given rows keeps
+-- a row when the event or the endpoint is gone, as above.
+SELECT p.job_id, e.id AS event_id, e.tenant_id AS event_tenant_id, e.event_type, e.payload,
+       LEAST(GREATEST(e.created_at, TIMESTAMPTZ '0001-01-01 00:00:00+00'),
+             TIMESTAMPTZ '9999-12-31 23:59:59.999999+00') AS event_created_at,
+       w.id AS endpoint_id, w.tenant_id AS endpoint_tenant_id, w.url, w.secret, w.ca_pem,
+       w.enabled,
+       EXISTS (SELECT 1 FROM mdm.aa_webhook_attempt a
+               WHERE a.event_id = p.event_id
+                 AND a.endpoint_id = p.endpoint_id
+                 AND a.status_code BETWEEN 200 AND 299) AS delivered
+FROM jsonb_to_recordset(CAST(:pairs AS jsonb)) AS p(job_id uuid, event_id uuid, endpoint_id uuid)
+LEFT JOIN mdm.aa_outbox_event e ON e.id = p.event_id
+LEFT JOIN mdm.aa_webhook_endpoint w ON w.id = p.endpoint_id;
+
 -- name: webhook_attempt_insert
 INSERT INTO mdm.aa_webhook_attempt
     (job_id, endpoint_id, event_id, attempt, status_code, duration_ms, response_body, error)

@@ -53,7 +53,6 @@ MAX_RELAY_BATCH_SIZE = 10_000
 MAX_RELAY_CONCURRENCY = 32
 MAX_RELAY_ATTEMPTS = 1_000_000
 MAX_RELAY_JOBS_PER_EVENT = 1_000_000
-MIN_RELAY_BYTES_PER_EVENT = 1 << 20
 MAX_RELAY_BYTES_PER_EVENT = 1 << 30
 
 
@@ -110,13 +109,11 @@ class Settings(BaseSettings):
     # attempts are: the relay compares it as a PostgreSQL integer, and past that range the
     # failure of an event could not be recorded at all (integer out of range).
     relay_max_attempts: int = Field(default=10, ge=1, le=MAX_RELAY_ATTEMPTS)
-    # Jobs the routes may ask for one event: past it the event fails alone, with no job
-    # made, rather than writing an unbounded fan-out in one relay transaction.
+    # Jobs, and bytes of job payload, one event's routes may ask for: past either the event
+    # fails alone, no job made, rather than an unbounded fan-out (a split route copies the
+    # payload into every job) filling the relay's memory and one transaction.
     relay_max_jobs_per_event: int = Field(default=10_000, ge=1, le=MAX_RELAY_JOBS_PER_EVENT)
-    # Bytes of job payload (JSON) one event's routes may ask for: a split route copies the
-    # event's payload into every job, and ten thousand copies of a large one held the relay's
-    # memory and transaction for gigabytes.
-    relay_max_bytes_per_event: int = Field(default=64 << 20, ge=MIN_RELAY_BYTES_PER_EVENT,
+    relay_max_bytes_per_event: int = Field(default=64 << 20, ge=1 << 20,
                                            le=MAX_RELAY_BYTES_PER_EVENT)
 
     # LISTEN/NOTIFY wake-ups; off whenever `pooler` is "transaction".

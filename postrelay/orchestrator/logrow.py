@@ -4,28 +4,15 @@ with the job's outcome (`record_with_outcome`: in the transaction of the job's n
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
-
-from sqlalchemy import TextClause
 
 from postrelay.core.telemetry import event as log_event
 from postrelay.orchestrator import queries
 from postrelay.orchestrator.attempts import LostAttempt, attempt_log_id
 from postrelay.orchestrator.job import EmailJob
 from postrelay.orchestrator.replies import Reply, refuses_mailbox, says_passing
-from postrelay.queue import Job, record_with_outcome
-
-
-class RowWriter:
-    """An effect the completer writes in the outcome's transaction: its rows, batched."""
-
-    def __init__(self, name: str,
-                 statement: Callable[[Sequence[dict[str, Any]]], tuple[TextClause, Any]]
-                 ) -> None:
-        self.name = name
-        self.statement = statement
-
+from postrelay.queue import Job, RowWriter, record_with_outcome
 
 EMAIL_LOG = RowWriter("email_log", queries.email_log_upsert_many)
 LOST_ATTEMPTS = RowWriter("email_log_lost", queries.email_log_add_lost_many)

@@ -26,7 +26,7 @@ from postrelay.queue.admin import (
 )
 from postrelay.queue.backoff import Backoff, ExponentialBackoff, FixedBackoff, backoff_from
 from postrelay.queue.cron import CronEntry, cron_create, cron_delete, cron_list
-from postrelay.queue.effects import EffectWriter, record_with_outcome
+from postrelay.queue.effects import EffectWriter, RowWriter, record_with_outcome
 from postrelay.queue.enqueue import (
     enqueue,
     enqueue_async,
@@ -117,6 +117,7 @@ __all__ = [
     "Registry",
     "Rescuer",
     "RetryAfter",
+    "RowWriter",
     "SMALLINT_MAX",
     "SMALLINT_MIN",
     "STATUSES",

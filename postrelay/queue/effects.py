@@ -16,7 +16,7 @@ true.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -32,6 +32,19 @@ class EffectWriter(Protocol):
     name: str
 
     def statement(self, rows: Sequence[Any]) -> tuple[TextClause, Any]: ...
+
+
+class RowWriter:
+    """An EffectWriter made of its name and a function that turns the rows into their
+    statement: what most writers are.
+
+        EMAIL_LOG = RowWriter("email_log", queries.email_log_upsert_many)
+    """
+
+    def __init__(self, name: str,
+                 statement: Callable[[Sequence[Any]], tuple[TextClause, Any]]) -> None:
+        self.name = name
+        self.statement = statement
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,7 @@ from postrelay.queue import (
     PermanentError,
     Registry,
     RetryAfter,
+    RowWriter,
     StopJob,
     ThrottlePolicy,
     record_with_outcome,
@@ -271,18 +272,14 @@ async def _send_to_first_reachable(
     raise failure
 
 
-class _AttemptRows:
-    """The attempts' rows, written by the completer in their outcomes' transaction, many
-    in one statement: a transaction of their own cost each delivery a connection and two
-    more round trips, and one committed before the outcome said no more than the outcome."""
-
-    name = "webhook_attempt"
-
-    def statement(self, rows: Sequence[dict[str, Any]]) -> tuple[TextClause, Any]:
-        return WEBHOOK_SQL["webhook_attempt_insert_many"], {"rows": jsontext.encode_rows(rows)}
+def _attempt_rows(rows: Sequence[dict[str, Any]]) -> tuple[TextClause, Any]:
+    return WEBHOOK_SQL["webhook_attempt_insert_many"], {"rows": jsontext.encode_rows(rows)}
 
 
-ATTEMPT_ROWS = _AttemptRows()
+# The attempts' rows, written by the completer in their outcomes' transaction, many in one
+# statement: a transaction of their own cost each delivery a connection and two more round
+# trips, and one committed before the outcome said no more than the outcome.
+ATTEMPT_ROWS = RowWriter("webhook_attempt", _attempt_rows)
 
 
 class _Attempt:

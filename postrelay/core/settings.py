@@ -110,7 +110,7 @@ class Settings(BaseSettings):
     # failure of an event could not be recorded at all (integer out of range).
     relay_max_attempts: int = Field(default=10, ge=1, le=MAX_RELAY_ATTEMPTS)
     # Jobs, and bytes of job payload, one event's routes may ask for: past either the event
-    # fails alone, no job made, rather than an unbounded fan-out (a split route copies the
+    # fails alone, no job made, rather than an unbounded fan-out (a route that copies the
     # payload into every job) filling the relay's memory and one transaction.
     relay_max_jobs_per_event: int = Field(default=10_000, ge=1, le=MAX_RELAY_JOBS_PER_EVENT)
     relay_max_bytes_per_event: int = Field(default=64 << 20, ge=1 << 20,

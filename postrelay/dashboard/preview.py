@@ -14,7 +14,7 @@ from typing import Any
 
 from postrelay.core.errors import PostrelayError
 from postrelay.dashboard.web import pretty_json
-from postrelay.orchestrator import Templates
+from postrelay.orchestrator import Templates, event_context
 
 # The preview frame's own policy: inline styles (emails need them), images only inline,
 # nothing else; `sandbox` without allow-scripts keeps any script in the HTML from running.
@@ -33,13 +33,24 @@ class Preview:
 
 
 def of(templates: Templates, log: dict[str, Any], job: dict[str, Any] | None,
-       tenant_name: str) -> Preview:
+       tenant_name: str, event: dict[str, Any] | None = None) -> Preview:
+    """`event`: the message's outbox event, with its payload, None once it is gone."""
     payload = job.get("payload") if job else None
     if not isinstance(payload, dict):
         return Preview(log.get("subject"), log["template"], None,
                        note="The job is gone (job retention), and with it the context the "
                             "template was rendered with.")
     context = payload.get("context")
+    if payload.get("context_from_event") is True:  # a split route's message: its event's
+        if event is None or not isinstance(event.get("payload"), dict):
+            return Preview(log.get("subject"), log["template"], None,
+                           note="The event is gone (outbox retention), and with it the "
+                                "context the template was rendered with.")
+        context = event_context(event["payload"], event_id=event["id"],
+                                event_type=event["event_type"], tenant_id=log["tenant_id"],
+                                aggregate_type=event["aggregate_type"],
+                                aggregate_id=event["aggregate_id"],
+                                created_at=event["created_at"])
     if not isinstance(context, dict):
         context = {}
     shown = pretty_json(context)

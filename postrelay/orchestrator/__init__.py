@@ -14,6 +14,7 @@ from postrelay.orchestrator.admin import (
     suppression_remove,
 )
 from postrelay.orchestrator.cancel import cancel_job, cancel_jobs
+from postrelay.orchestrator.contexts import event_context
 from postrelay.orchestrator.email_hours import EmailHourTally
 from postrelay.orchestrator.feedback import Feedback, Recorded, SuppressionPolicy, record_feedback
 from postrelay.orchestrator.feedback.admin import feedback_list, suppression_audit
@@ -74,6 +75,7 @@ __all__ = [
     "email_story",
     "enqueue_email",
     "enqueue_email_async",
+    "event_context",
     "feedback_counts",
     "feedback_list",
     "feedback_rates",

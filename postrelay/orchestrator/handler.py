@@ -6,7 +6,8 @@
 One attempt, in order:
 1. Parse the addresses strictly (a bad one fails the job permanently, logged `failed`).
 2. Render (at run time, so a fixed template and a DLQ retry send the fixed mail) and build
-   the MIME message; its Message-ID is derived from the job, the same on every attempt.
+   the MIME message; its Message-ID is derived from the job, the same on every attempt. A
+   split route's messages render their event's payload, read then (orchestrator/contexts.py).
 3. One read, started for the jobs of a claim together as soon as they are claimed
    (orchestrator/claimed.py), learns what earlier attempts left (orchestrator/attempts.py):
    a `sent` row means the message went out and the job completes without sending again;
@@ -44,6 +45,7 @@ from postrelay.orchestrator import queries
 from postrelay.orchestrator.addresses import parse_address, parse_addresses
 from postrelay.orchestrator.attempts import SENT, SendCheck
 from postrelay.orchestrator.claimed import ClaimedJobs, Ready
+from postrelay.orchestrator.contexts import EventContexts, shared_key
 from postrelay.orchestrator.feedback.unsubscribe import UnsubscribeLinks
 from postrelay.orchestrator.feedback.verp import ReturnPath
 from postrelay.orchestrator.job import (
@@ -107,7 +109,7 @@ def email_registry(
                          message_id_domain=message_id_domain, return_path=return_path,
                          unsubscribe=unsubscribe, throttle=throttle, concurrency=concurrency)
     registry.register(EMAIL_KIND, sender.send, timeout=timeout_secs,
-                      on_claim=sender.claimed_jobs.claimed)
+                      on_claim=sender.claimed)
     registry.closers.append(sender.close)
     return registry
 
@@ -131,6 +133,7 @@ class EmailSender:
         self.throttle = throttle or ThrottlePolicy()
         self.checks = SendCheckBatcher(engine, concurrency=concurrency)
         self.claimed_jobs = ClaimedJobs(self.checks, self.parse)
+        self.contexts = EventContexts(engine)
         self.templates = templates
         self.pool = pool
         self.default_from = default_from
@@ -151,6 +154,12 @@ class EmailSender:
         parsed = _Parsed(spec, sender, to, cc, bcc, reply_to, message_id)
         return parsed, [r.lower() for r in envelope_recipients(to, cc, bcc)]
 
+    def claimed(self, jobs: Sequence[Job]) -> None:
+        """The claim hook: each job's reads start now, for the claim's jobs together."""
+        self.claimed_jobs.claimed(jobs)
+        self.contexts.prefetch(key for job in jobs
+                               if (key := shared_key(job.tenant_id, job.payload)) is not None)
+
     async def send(self, job: Job) -> None:
         ready = self.claimed_jobs.take(job)  # made ready at the claim (claimed.py)
         parsed, recipients = (ready.parsed, ready.recipients) if ready else self._parse(job)
@@ -165,8 +174,8 @@ class EmailSender:
 
         tenant_keys = (await self._tenant_name(job.tenant_id), str(job.tenant_id))
         try:
-            rendered = self.templates.render(spec.template, spec.context,
-                                             tenant_keys=tenant_keys)
+            context = await self.contexts.of(job.tenant_id, spec)  # a split route's: shared
+            rendered = self.templates.render(spec.template, context, tenant_keys=tenant_keys)
             log.update(template_version=rendered.version, subject=rendered.subject)
             bulk = rendered.unsubscribe or spec.unsubscribe
             if bulk:
@@ -215,6 +224,7 @@ class EmailSender:
 
     async def close(self) -> None:
         self.claimed_jobs.clear()
+        self.contexts.clear()
         await self.checks.close()
 
     def _parse(self, job: Job) -> tuple[_Parsed, list[str]]:

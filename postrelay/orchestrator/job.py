@@ -55,6 +55,10 @@ class EmailJob:
     # Bulk mail: carries a one-click unsubscribe link for its category (the category, else
     # the template's name), whatever its template says.
     unsubscribe: bool = False
+    # The context is the event's (`event_id`), read when the message is sent
+    # (contexts.py): the messages a route makes from one event share it instead of each
+    # carrying a copy. `context` is then empty.
+    context_from_event: bool = False
 
     def to_payload(self) -> dict[str, Any]:
         payload: dict[str, Any] = {
@@ -65,6 +69,8 @@ class EmailJob:
         }
         if self.unsubscribe:  # absent otherwise: the payload jobs had before the flag
             payload["unsubscribe"] = True
+        if self.context_from_event:  # likewise
+            payload["context_from_event"] = True
         return payload
 
     @classmethod
@@ -84,6 +90,13 @@ class EmailJob:
             raise ValidationError("unsubscribe", "must be true or false")
         category = payload.get("category")
         check_category(category)
+        shared = payload.get("context_from_event", False)
+        if not isinstance(shared, bool):
+            raise ValidationError("context_from_event", "must be true or false")
+        event_id = _event_id(payload.get("event_id"))
+        if shared and event_id is None:
+            raise ValidationError("event_id", "names the event whose payload is the context "
+                                              "(context_from_event), so it must be given")
         return cls(
             template=template,
             to=_strings(payload, "to"),
@@ -93,8 +106,9 @@ class EmailJob:
             sender=sender,
             reply_to=_strings(payload, "reply_to"),
             category=category,
-            event_id=_event_id(payload.get("event_id")),
+            event_id=event_id,
             unsubscribe=unsubscribe,
+            context_from_event=shared,
         )
 
 
@@ -217,6 +231,9 @@ def _checked_payload(message: EmailJob) -> dict[str, Any]:
     check_unsubscribe(message.unsubscribe, message.category)
     if message.event_id is not None and not isinstance(message.event_id, UUID):
         _event_id(message.event_id)  # a string is fine if it is one
+    if message.context_from_event and message.event_id is None:
+        raise ValidationError("event_id", "names the event whose payload is the context "
+                                          "(context_from_event), so it must be given")
     if message.unsubscribe:
         check_bulk_recipients(envelope_recipients(
             *(parse_addresses(list(getattr(message, name)), field=name)

@@ -13,7 +13,9 @@ event handled, with the idempotency key `outbox:<event>:<route>[:<n>]` naming it
 link: a replayed event never makes a second message. Recipients come from a dotted path
 into the payload, a literal address (anything with an `@`), or a function of the event.
 The template's context is the event's payload, plus `event` (its id, type, aggregate and
-time) unless the payload has a key of that name.
+time) unless the payload has a key of that name. A route that makes several messages of one
+event (split, bulk) does not copy the payload into each: their jobs name the event, whose
+payload the worker reads when it sends them (contexts.py).
 
 An event whose payload gives a route no usable recipients (the path is missing, it holds
 nothing, or not an address or a list of them; the route's function raised) still gets
@@ -39,6 +41,7 @@ from uuid import UUID
 from postrelay.core.errors import ValidationError
 from postrelay.core.limits import MAX_MAX_PAYLOAD_BYTES
 from postrelay.orchestrator.addresses import parse_address
+from postrelay.orchestrator.contexts import event_context
 from postrelay.orchestrator.job import (
     EMAIL_KIND,
     UNROUTABLE,
@@ -117,12 +120,16 @@ def email_route(
         one_each = split or (unsubscribe and len(unique) > 1)
         groups = [(str(n), (addr,)) for n, addr in unique] if one_each else [
             (None, recipients)]
+        # Several messages of one event share its payload, read when each is sent: a copy
+        # in each job made the jobs of a list of n recipients hold n copies of that list.
+        shared = len(groups) > 1
+        context = {} if shared else template_context(event)
         return [
             JobRequest(
                 EMAIL_KIND,
-                EmailJob(template=template, to=group, context=template_context(event),
-                         sender=sender, category=category, event_id=event.id,
-                         unsubscribe=unsubscribe, **common).to_payload(),
+                EmailJob(template=template, to=group, context=context, sender=sender,
+                         category=category, event_id=event.id, unsubscribe=unsubscribe,
+                         context_from_event=shared, **common).to_payload(),
                 priority=priority,
                 max_attempts=max_attempts,
                 key=key,
@@ -170,13 +177,9 @@ def _check_options(template: object, sender: object, priority: object, max_attem
 
 
 def template_context(event: Event) -> dict[str, Any]:
-    context = dict(event.payload)
-    context.setdefault("event", {
-        "id": str(event.id), "type": event.event_type, "tenant_id": str(event.tenant_id),
-        "aggregate_type": event.aggregate_type, "aggregate_id": event.aggregate_id,
-        "created_at": event.created_at.isoformat(),
-    })
-    return context
+    return event_context(event.payload, event_id=event.id, event_type=event.event_type,
+                         tenant_id=event.tenant_id, aggregate_type=event.aggregate_type,
+                         aggregate_id=event.aggregate_id, created_at=event.created_at)
 
 
 def _each_mailbox_once(recipients: Sequence[str]) -> list[tuple[int, str]]:

@@ -251,9 +251,9 @@ class Relay:
                         "jobs", f"route {route.name!r} takes the event past {max_size:,} "
                                 "bytes of job payload, the limit per event "
                                 "(POSTRELAY_RELAY_MAX_BYTES_PER_EVENT); no job of the event "
-                                "was made: a split route copies the event's payload into "
-                                "every job, so keep what the template does not need out of "
-                                "it, or spread the recipients over several events")
+                                "was made: a route that copies the event's payload into "
+                                "each of its jobs multiplies it; let the jobs read the "
+                                "event instead, or spread the fan-out over several events")
                 names.add(name)
                 jobs.append((name, job, request.ordered))
         return jobs

@@ -336,6 +336,26 @@ def test_the_email_preview_is_rendered_again_and_framed_in_a_sandbox(admin, acme
     assert "Not rendered again" in admin.get(f"/dashboard/emails/{broken}").text
     assert acme.get(f"/dashboard/emails/{broken}/preview").status_code == 404
 
+def test_a_split_route_s_message_is_previewed_with_its_event_s_payload(admin, engine, tenant):
+    """Its job names the event (context_from_event) instead of carrying a copy."""
+    from postrelay.relay import emit
+
+    with engine.begin() as conn:
+        event = emit(conn, "team.formed", {"user": {"name": "Bea"}, "plan": "Team"},
+                     tenant_id=tenant, aggregate_type="team", aggregate_id="t1")
+        shared = {"template": "welcome", "to": ["ann@example.com"], "context": {},
+                  "event_id": str(event), "context_from_event": True}
+        sent = insert_email(conn, tenant, event_id=event, job_id=insert_job(
+            conn, tenant_id=tenant, kind="email_send", status="done",
+            completed_at=datetime.now(UTC), payload=shared))
+        gone = insert_email(conn, tenant, event_id=uuid.uuid4(), job_id=insert_job(
+            conn, tenant_id=tenant, kind="email_send", status="done",
+            completed_at=datetime.now(UTC), payload={**shared, "event_id": str(uuid.uuid4())}))
+    story = admin.get(f"/dashboard/emails/{sent}").text
+    assert "Welcome to Acme, Bea" in story and "team.formed" in story
+    assert "Your Team plan" in admin.get(f"/dashboard/emails/{sent}/preview").text
+    assert "The event is gone (outbox retention)" in admin.get(f"/dashboard/emails/{gone}").text
+
 def test_the_overview_fragment_is_the_panels_alone(admin, engine, tenant):
     with engine.begin() as conn:
         insert_job(conn, tenant_id=tenant, status="running", claimed_at=datetime.now(UTC))

@@ -78,7 +78,7 @@ def _story_shown(request: Request, engine: Engine, log_id: str, user: User
     story, tenants = _story(engine, log_id, user)
     log = story["log"]
     shown = preview.of(request.app.state.email_templates, log, story["job"],
-                       tenants.get(UUID(str(log["tenant_id"])), ""))
+                       tenants.get(UUID(str(log["tenant_id"])), ""), story["event"])
     return story, tenants, shown
 
 

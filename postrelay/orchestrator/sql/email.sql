@@ -390,3 +390,12 @@ DELETE FROM mdm.aa_email_hour WHERE hour < CAST(:before AS timestamptz);
 -- The tally's mark: every hour before it is in aa_email_hour (NULL: none yet). Read apart
 -- from the rates so that they are planned with it as a constant.
 SELECT (SELECT until FROM mdm.aa_email_hour_rollup) AS until;
+
+-- name: email_event_contexts
+-- The events whose payloads are the template context of messages that share them (a split
+-- or bulk route's: `context_from_event`), each read only for its own tenant. `size` (the
+-- payload's JSON text, not its compressed storage) bounds the worker's cache of them.
+SELECT e.id, e.tenant_id, e.aggregate_type, e.aggregate_id, e.event_type, e.payload,
+       e.created_at, octet_length(CAST(e.payload AS text)) AS size
+FROM unnest(CAST(:tenant_ids AS uuid[]), CAST(:event_ids AS uuid[])) AS k(tenant_id, event_id)
+JOIN mdm.aa_outbox_event e ON e.id = k.event_id AND e.tenant_id = k.tenant_id;

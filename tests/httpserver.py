@@ -16,8 +16,9 @@ import trustme
 def serving(server: ThreadingHTTPServer, scheme: str = "http") -> Iterator[str]:
     """Serve `server` on a daemon thread until the block ends; yields its base URL."""
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    host, port = server.server_address[:2]
     try:
-        yield f"{scheme}://127.0.0.1:{server.server_address[1]}"
+        yield f"{scheme}://{host}:{port}"
     finally:
         server.shutdown()
         server.server_close()
@@ -25,11 +26,12 @@ def serving(server: ThreadingHTTPServer, scheme: str = "http") -> Iterator[str]:
 
 @contextmanager
 def serving_https(handler: type[BaseHTTPRequestHandler], ca: trustme.CA,
-                  *hosts: str) -> Iterator[str]:
-    """`handler` over HTTPS, its certificate issued by `ca` for `hosts` (127.0.0.1 unless
-    given), until the block ends; yields its base URL. A request still being answered
-    (a body that never ends) does not hold the block's end."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+                  *hosts: str, bind: str = "127.0.0.1", port: int = 0) -> Iterator[str]:
+    """`handler` over HTTPS on `bind`:`port` (any free port unless given), its certificate
+    issued by `ca` for `hosts` (127.0.0.1 unless given), until the block ends; yields its
+    base URL. A request still being answered (a body that never ends) does not hold the
+    block's end."""
+    server = ThreadingHTTPServer((bind, port), handler)
     server.daemon_threads = True
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ca.issue_cert(*(hosts or ("127.0.0.1",))).configure_cert(context)

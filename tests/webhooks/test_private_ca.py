@@ -124,3 +124,25 @@ async def test_a_stored_ca_that_no_longer_loads_stops_the_delivery(
     (attempt,) = attempts_of(engine, endpoint_id)
     assert "cannot be loaded" in attempt["error"]
     assert receiver.requests == []
+
+
+async def test_a_refused_certificate_ends_the_attempt_without_trying_other_addresses(
+        engine, async_engine, wh_tenant, receiver, ca, dns):
+    """The name's first address presents a certificate the endpoint's CA did not sign: that
+    is the receiver's identity failing, not the route to it, so its second address (whose
+    certificate would pass) is not tried, and the attempt ends with the verification error."""
+    other = Receiver()
+    untrusted = trustme.CA()
+    with serving_https(receiver.handler_class(), untrusted, "hooks.test") as base:
+        port = int(base.rsplit(":", 1)[1])
+        with serving_https(other.handler_class(), ca, "hooks.test", bind="127.0.0.2",
+                           port=port):
+            dns["hooks.test"] = ["127.0.0.1", "127.0.0.2"]
+            endpoint_id = add(engine, wh_tenant, f"https://hooks.test:{port}/hook", receiver,
+                              pem(ca))
+            other.secret = receiver.secret
+            with pytest.raises(WebhookDeliveryError, match="CERTIFICATE_VERIFY_FAILED"):
+                await deliver(async_engine, engine, wh_tenant, endpoint_id)
+    assert receiver.requests == [] and other.requests == []
+    (attempt,) = attempts_of(engine, endpoint_id)
+    assert "CERTIFICATE_VERIFY_FAILED" in attempt["error"]

@@ -254,7 +254,9 @@ async def _send_to_first_reachable(
 ) -> httpx.Response:
     """Send to the checked addresses in order until one accepts the connection (a name
     such as `localhost` may resolve to ::1 first while the server listens on 127.0.0.1).
-    The URL's host name stays in the Host header and in TLS (SNI, certificate check)."""
+    The URL's host name stays in the Host header and in TLS (SNI, certificate check).
+    A refused certificate ends the attempt there: the receiver's identity failed, not the
+    route to it, and another address of the name must not get to answer in its place."""
     extensions = {"sni_hostname": url.host} if url.scheme == "https" else {}
     failure: httpx.ConnectError | None = None
     for address in target.addresses:
@@ -267,9 +269,23 @@ async def _send_to_first_reachable(
         try:
             return await client.send(request, stream=True)
         except httpx.ConnectError as exc:  # nothing was sent: the next address is safe
+            if _certificate_refused(exc):
+                raise
             failure = exc
     assert failure is not None  # resolve() never returns an empty target
     raise failure
+
+
+def _certificate_refused(exc: BaseException) -> bool:
+    """Whether `exc` is the certificate check's refusal: the ssl error is on the chain of
+    exceptions under httpx's ConnectError (httpcore's pool re-raises its own ConnectError
+    `from None`, which leaves the ssl error as its context, not its cause)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _attempt_rows(rows: Sequence[dict[str, Any]]) -> tuple[TextClause, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import socket
 import threading
 import time
 from collections import deque
@@ -52,6 +53,7 @@ class Answer:
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b"ok"
     delay_secs: float = 0.0
+    drop: bool = False  # read the request, then close the connection without an answer
 
 
 @dataclass(frozen=True)
@@ -65,14 +67,24 @@ class Received:
 
 class Receiver:
     """Answers POSTs with programmed answers, in order (then 200), after verifying each
-    signature with `secret`; a bad signature is answered 401."""
+    signature with `secret`; a bad signature is answered 401.
 
-    def __init__(self) -> None:
+    HTTP/1.0 by default: the connection closes after each answer. With `keep_alive`,
+    HTTP/1.1 with connections kept open, each closed by the receiver once idle for
+    `idle_timeout_secs` (if given). `connections` counts the TCP connections it took,
+    `closed` those it has closed."""
+
+    def __init__(self, *, keep_alive: bool = False, idle_timeout_secs: float | None = None,
+                 bind: str = "127.0.0.1", port: int = 0) -> None:
         self.secret: str | None = None
         self.answers: deque[Answer] = deque()
         self.requests: list[Received] = []
+        self.keep_alive = keep_alive
+        self.idle_timeout_secs = idle_timeout_secs
+        self.connections = 0
+        self.closed = 0
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self.handler_class())
+        self._server = ThreadingHTTPServer((bind, port), self.handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -107,6 +119,25 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if receiver.keep_alive else "HTTP/1.0"
+            timeout = receiver.idle_timeout_secs  # a socket timeout: ends an idle connection
+
+            def setup(self) -> None:
+                super().setup()
+                with receiver._lock:
+                    receiver.connections += 1
+
+            def finish(self) -> None:
+                try:
+                    super().finish()
+                    # The FIN goes out before the close is counted, so that a test that
+                    # waits for the count finds the client's side already readable.
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                with receiver._lock:
+                    receiver.closed += 1
+
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
                 headers = {k.lower(): v for k, v in self.headers.items()}
@@ -114,6 +145,9 @@ class Receiver:
                     receiver.secret, headers, body)
                 answer = receiver._next(
                     Received(self.path, headers, body, verified, time.time()))
+                if answer.drop:
+                    self.close_connection = True
+                    return
                 if answer.delay_secs:
                     time.sleep(answer.delay_secs)
                 try:

@@ -132,3 +132,29 @@ async def test_permanent_gone_and_retry_after_through_the_worker(
     assert (waiting["available_at"] - datetime.now(UTC)).total_seconds() > 25
     for endpoint in (bad, gone, slow):
         assert len(attempts_of(engine, endpoint)) == 1
+
+
+async def test_a_worker_reuses_connections_and_closes_them_when_it_stops(
+        engine, async_engine, libpq, wh_tenant):
+    """50 deliveries to one endpoint through the worker take far fewer connections than
+    deliveries (at most one per delivery running at once), and stopping the worker (its
+    registry's closers, as the worker process runs them) closes every one left open."""
+    receiver = Receiver(keep_alive=True)
+    receiver.start()
+    try:
+        endpoint_id, receiver.secret = add_endpoint(engine, wh_tenant, receiver.url())
+        for n in range(50):
+            emit_event(engine, wh_tenant, payload={"order": n})
+        await relay_once(async_engine)
+        worker = make_worker(async_engine, libpq)
+        await worker.start()
+        try:
+            await wait_for(lambda: len(attempts_of(engine, endpoint_id)) == 50)
+            assert receiver.closed == 0  # all kept open for the next deliveries
+        finally:
+            await stop(worker)
+        await wait_for(lambda: receiver.closed == receiver.connections)
+    finally:
+        receiver.stop()
+    assert len(receiver.requests) == 50 and all(r.verified for r in receiver.requests)
+    assert receiver.connections <= worker.config.concurrency < 50

@@ -7,6 +7,7 @@ import shutil
 import ssl
 import subprocess
 import threading
+from contextlib import AsyncExitStack
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
@@ -14,6 +15,7 @@ import pytest
 
 from postrelay.relay.webhooks.handler import _send_to_first_reachable
 from postrelay.relay.webhooks.netguard import resolve
+from postrelay.relay.webhooks.pool import DeliveryClients
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
 
@@ -50,11 +52,13 @@ def tls_server(tmp_path):
 async def post(host: str, port: int, cert) -> int:
     url = httpx.URL(f"https://{host}:{port}/hook")
     target = await resolve(url.host, port, allow_private=True)
-    async with httpx.AsyncClient(verify=ssl.create_default_context(cafile=str(cert)),
-                                 trust_env=False) as client:
+    clients = DeliveryClients()
+    async with AsyncExitStack() as held:
         response = await _send_to_first_reachable(
-            client, url, target, {"host": url.netloc.decode()}, b"{}")
+            held, clients, url, port, target, ssl.create_default_context(cafile=str(cert)),
+            10.0, {"host": url.netloc.decode()}, b"{}")
         await response.aclose()
+    await clients.close()
     return response.status_code
 
 

@@ -11,7 +11,9 @@ exactly the bytes sent, record the attempt in aa_webhook_attempt (written with t
 outcome, in its transaction), and turn the answer into the job's outcome (see `responses`).
 Redirects are not followed.
 HTTPS is verified against the default bundle, or against the endpoint's private CA alone
-when it has one (`trust`); the host name is always checked.
+when it has one (`trust`); the host name is always checked. Deliveries to one target (the
+same checked address, host name and TLS trust) reuse its open connections (`pool`); the
+registry's closer closes them when the worker stops.
 
 Delivery is at least once: a crash after the POST and before the job is marked done sends
 again (with the same webhook-id). A job re-run after an attempt was recorded as 2xx does
@@ -27,6 +29,7 @@ import math
 import ssl
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AsyncExitStack
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -53,6 +56,7 @@ from postrelay.relay.webhooks import signing
 from postrelay.relay.webhooks.claimed import ClaimedDeliveries
 from postrelay.relay.webhooks.endpoints import WEBHOOK_SQL
 from postrelay.relay.webhooks.netguard import AddressRefused, Target, resolve
+from postrelay.relay.webhooks.pool import DeliveryClients, TargetKey
 from postrelay.relay.webhooks.responses import RETRY_AFTER_CAP_SECS, THROTTLE_STATUSES, verdict
 from postrelay.relay.webhooks.route import CHANNEL, DISPATCH_KIND
 from postrelay.relay.webhooks.trust import BadEndpointCa, CaContexts
@@ -85,13 +89,14 @@ def webhook_registry(
     """A Registry with the `outbox_dispatch` handler, to merge into the worker's."""
     registry = Registry()
     claimed = ClaimedDeliveries(engine, _parse_payload)
+    clients = DeliveryClients()
     fn = webhook_handler(engine, allow_private=allow_private, timeout_secs=timeout_secs,
                          clock=clock, retry_after_cap_secs=retry_after_cap_secs,
-                         throttle=throttle, claimed=claimed)
+                         throttle=throttle, claimed=claimed, clients=clients)
     # The request has its own deadline; the rest is two short database round trips.
     registry.register(DISPATCH_KIND, fn, timeout=timeout_secs + 30.0,
                       on_claim=claimed.claimed)
-    registry.closers.append(claimed.close)
+    registry.closers.extend((claimed.close, clients.close))
     return registry
 
 
@@ -104,13 +109,16 @@ def webhook_handler(
     retry_after_cap_secs: float = RETRY_AFTER_CAP_SECS,
     throttle: ThrottlePolicy | None = None,
     claimed: ClaimedDeliveries | None = None,
+    clients: DeliveryClients | None = None,
 ) -> Callable[[Job], Any]:
     """The handler coroutine. `allow_private` comes from POSTRELAY_WEBHOOK_ALLOW_PRIVATE;
     `clock` gives the unix time for webhook-timestamp (tests pass their own). A 429 or 503
     throttles the endpoint's deliveries for every worker by `throttle` (default:
     ThrottlePolicy()); the delivery itself is retried as any other. With `claimed` (whose
     `claimed` is the kind's claim hook), a run takes its row from the read started at its
-    claim when that is fresh; without, every run reads its own."""
+    claim when that is fresh; without, every run reads its own. With `clients`, deliveries
+    to one target reuse its open connections, and the caller closes `clients` once the
+    handler is done with; without, each delivery's connection is closed after its answer."""
     # NaN passed `<= 0` and broke every delivery's deadline; a negative cap turned every
     # Retry-After into a negative wait, so a receiver asking for time was hammered.
     if not _finite(timeout_secs) or not timeout_secs > 0:
@@ -121,6 +129,8 @@ def webhook_handler(
                          f"and finite, got {retry_after_cap_secs!r}")
     policy = throttle or ThrottlePolicy()
     contexts = CaContexts()  # built once per CA (and the default bundle), not per delivery
+    if clients is None:
+        clients = DeliveryClients(idle_per_target=0)  # nothing would close what it kept
 
     async def outbox_dispatch(job: Job) -> None:
         event_id, endpoint_id = _parse_payload(job)
@@ -138,9 +148,9 @@ def webhook_handler(
         try:
             verify = (contexts.default() if row["ca_pem"] is None
                       else contexts.get(row["ca_pem"]))
-            status, headers, text = await _post(row["url"], row["secret"], msg_id, body,
-                                                int(clock()), allow_private, timeout_secs,
-                                                verify)
+            status, headers, text = await _post(clients, row["url"], row["secret"], msg_id,
+                                                body, int(clock()), allow_private,
+                                                timeout_secs, verify)
         except (AddressRefused, BadEndpointUrl, BadEndpointCa) as exc:
             await attempt.record(error=str(exc))
             raise
@@ -192,20 +202,21 @@ def message_body(event_type: str, payload: Mapping[str, Any], created_at: dateti
 
 
 async def _post(
-    url: str, secret: str, msg_id: str, body: bytes, timestamp: int, allow_private: bool,
-    timeout_secs: float, verify: ssl.SSLContext,
+    clients: DeliveryClients, url: str, secret: str, msg_id: str, body: bytes,
+    timestamp: int, allow_private: bool, timeout_secs: float, verify: ssl.SSLContext,
 ) -> tuple[int, httpx.Headers, str]:
     """POST once; returns status, headers and the first BODY_LIMIT bytes of the body.
 
     One deadline covers resolving, connecting and receiving the headers; the body is read
     within what is left of it, and a body cut short still leaves the status. The body is
     only kept for the attempts log: it is asked for uncompressed and kept as it arrived.
+    The connection is kept for the target's next delivery only if the whole body was read
+    (httpcore closes one whose answer was left unread).
     """
     original = _parsed_url(url)
     port = original.port or (443 if original.scheme == "https" else 80)
     deadline = asyncio.get_running_loop().time() + timeout_secs
-    async with httpx.AsyncClient(timeout=timeout_secs, follow_redirects=False,
-                                 trust_env=False, verify=verify) as client:
+    async with AsyncExitStack() as held:  # the clients used, released after the response
         async with asyncio.timeout_at(deadline):
             # The ASCII (IDNA) host, as httpx sends it: the resolver would encode a Unicode
             # name again by other rules and could look up another name.
@@ -214,7 +225,8 @@ async def _post(
             headers = {**signing.headers(secret, msg_id, timestamp, body),
                        "host": original.netloc.decode("ascii"), "user-agent": USER_AGENT,
                        "accept-encoding": "identity"}
-            response = await _send_to_first_reachable(client, original, target, headers, body)
+            response = await _send_to_first_reachable(held, clients, original, port, target,
+                                                      verify, timeout_secs, headers, body)
         try:
             received = bytearray()
             async with asyncio.timeout_at(deadline):
@@ -249,26 +261,33 @@ def _parsed_url(url: str) -> httpx.URL:
 
 
 async def _send_to_first_reachable(
-    client: httpx.AsyncClient, url: httpx.URL, target: Target, headers: dict[str, str],
+    held: AsyncExitStack, clients: DeliveryClients, url: httpx.URL, port: int,
+    target: Target, verify: ssl.SSLContext, timeout_secs: float, headers: dict[str, str],
     body: bytes,
 ) -> httpx.Response:
     """Send to the checked addresses in order until one accepts the connection (a name
     such as `localhost` may resolve to ::1 first while the server listens on 127.0.0.1).
     The URL's host name stays in the Host header and in TLS (SNI, certificate check).
     A refused certificate ends the attempt there: the receiver's identity failed, not the
-    route to it, and another address of the name must not get to answer in its place."""
+    route to it, and another address of the name must not get to answer in its place.
+    Each address has its own client (`clients`), held until `held` closes: a connection
+    reused is one to the address just checked."""
     extensions = {"sni_hostname": url.host} if url.scheme == "https" else {}
     failure: httpx.ConnectError | None = None
     for address in target.addresses:
+        key = TargetKey(url.scheme, url.host, port, address, verify)
+        client = await held.enter_async_context(clients.client(key))
         try:
             request = client.build_request("POST", url.copy_with(host=str(address)),
                                            content=body, headers=headers,
-                                           extensions=extensions)
+                                           extensions=extensions, timeout=timeout_secs)
         except (httpx.InvalidURL, ValueError, UnicodeError) as exc:
             raise BadEndpointUrl(f"no request can be built for {url} ({exc})") from None
         try:
             return await client.send(request, stream=True)
-        except httpx.ConnectError as exc:  # nothing was sent: the next address is safe
+        # A connect error comes from opening a new connection (httpcore replaces a pooled
+        # one found closed before sending on it): nothing was sent, the next address is safe.
+        except httpx.ConnectError as exc:
             if _certificate_refused(exc):
                 raise
             failure = exc

@@ -118,7 +118,7 @@ def webhook_handler(
     `claimed` is the kind's claim hook), a run takes its row from the read started at its
     claim when that is fresh; without, every run reads its own. With `clients`, deliveries
     to one target reuse its open connections, and the caller closes `clients` once the
-    handler is done with; without, each delivery's connection is closed after its answer."""
+    handler is done with it; without, each delivery's connection is closed after its answer."""
     # NaN passed `<= 0` and broke every delivery's deadline; a negative cap turned every
     # Retry-After into a negative wait, so a receiver asking for time was hammered.
     if not _finite(timeout_secs) or not timeout_secs > 0:

@@ -51,7 +51,8 @@ async def test_the_built_worker_tells_the_email_handler_of_each_claim(database_u
     process = build_worker(Settings(database_url=database_url,
                                     email_from="Acme <noreply@acme.example>"),
                            db, registry=Registry(), maintenance=False)
-    email_sender = process.closers[1].__self__  # type: ignore[attr-defined]
+    (email_sender,) = [close.__self__ for close in process.closers  # type: ignore[attr-defined]
+                       if type(close.__self__).__name__ == "EmailSender"]
     now = datetime.now(UTC)
     job = Job(uuid4(), uuid4(), "email_send",
               {"template": "welcome", "to": ["ann@example.com"], "context": {}}, 100, 1, 3,
@@ -73,10 +74,12 @@ async def test_stopping_a_worker_process_runs_its_handlers_closers(database_url,
     db = Database(url=sqlalchemy_url(database_url))
     process = build_worker(Settings(database_url=database_url), db, registry=app,
                            maintenance=False)
-    # The built-in handlers' connections (the webhook claim reads, the email read before
-    # sending), the application's resource, the SMTP pool.
-    webhook_reads, email_sender, app_closer, smtp_pool = process.closers
+    # The built-in handlers' connections (the webhook claim reads, the webhook receivers'
+    # kept connections, the email read before sending), the application's resource, the
+    # SMTP pool.
+    webhook_reads, webhook_clients, email_sender, app_closer, smtp_pool = process.closers
     assert type(webhook_reads.__self__).__name__ == "ClaimedDeliveries"  # type: ignore[attr-defined]
+    assert type(webhook_clients.__self__).__name__ == "DeliveryClients"  # type: ignore[attr-defined]
     assert type(email_sender.__self__).__name__ == "EmailSender"  # type: ignore[attr-defined]
     assert app_closer is close_app_resource
     assert type(smtp_pool.__self__).__name__ == "SmtpPool"  # type: ignore[attr-defined]

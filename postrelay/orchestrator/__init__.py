@@ -41,7 +41,13 @@ from postrelay.orchestrator.feedback.webhook import (
 )
 from postrelay.orchestrator.handler import email_registry
 from postrelay.orchestrator.identity import check_identity_settings
-from postrelay.orchestrator.job import EMAIL_KIND, EmailJob, enqueue_email, enqueue_email_async
+from postrelay.orchestrator.job import (
+    EMAIL_KIND,
+    EmailJob,
+    check_email_payload,
+    enqueue_email,
+    enqueue_email_async,
+)
 from postrelay.orchestrator.message import build_message, message_id_domain, message_id_for
 from postrelay.orchestrator.retention import (
     EMAIL_FEEDBACK_TARGET,
@@ -64,6 +70,7 @@ __all__ = [
     "build_message",
     "cancel_job",
     "cancel_jobs",
+    "check_email_payload",
     "categories_text",
     "check_identity_settings",
     "email_feedback_delete_batch",

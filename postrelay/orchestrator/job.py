@@ -3,7 +3,8 @@
 Addresses are kept as written and parsed strictly by the handler, so an invalid one fails
 its job permanently with the reason in the email log, rather than failing the relay batch
 that made the job. `enqueue_email` checks them at once instead, for domain code that calls
-it directly and wants the error in hand.
+it directly and wants the error in hand; so does `check_email_payload`, with the same code,
+for a payload the HTTP API's service-role key enqueues.
 
 The trust boundary: an `email_send` payload is trusted code's (email routes,
 `enqueue_email`). Its `from` becomes the message's From and, unless
@@ -217,6 +218,19 @@ async def enqueue_email_async(
         return await pq.enqueue_async(
             conn, EMAIL_KIND, payload, tenant_id=tenant_id, priority=priority, delay=delay,
             max_attempts=max_attempts, idempotency_key=idempotency_key, created_by=created_by)
+
+
+def check_email_payload(payload: Mapping[str, Any]) -> None:
+    """Refuse an `email_send` payload written by hand (the HTTP API's service-role key) that
+    its first run would fail: read as the handler reads it, then checked as `enqueue_email`
+    checks a message. Raises ValidationError naming the payload's field (`to[0]`,
+    `template`); writes nothing. The payload-wide rules (size, depth, NUL) stay `enqueue`'s.
+
+        check_email_payload({"template": "welcome", "to": ["ann@example.com"]})
+    """
+    message = EmailJob.from_payload(payload)
+    check_routed(payload)
+    _checked_payload(message)
 
 
 def _checked_payload(message: EmailJob) -> dict[str, Any]:

@@ -100,7 +100,7 @@ def clean_db(engine: Engine) -> Iterator[None]:
         conn.execute(text(f"TRUNCATE {', '.join(TABLES_TO_CLEAN)} CASCADE"))
         conn.execute(text("DELETE FROM mdm.aa_cron_entry WHERE name NOT LIKE 'postrelay.%'"))
         conn.execute(text("UPDATE mdm.aa_cron_entry SET last_run = NULL, next_run = NULL, "
-                          "failing_since = NULL, last_error = NULL"))
+                          "failing_since = NULL, last_error = NULL, failure_logged_at = NULL"))
         conn.execute(text("DELETE FROM mdm.aa_tenant WHERE name <> 'system'"))
     yield
 

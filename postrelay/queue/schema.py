@@ -293,6 +293,9 @@ cron_entry = Table(
     # cleared by the next firing that succeeds (queue/maintenance/scheduler.py).
     Column("failing_since", TIMESTAMPTZ),
     Column("last_error", Text),
+    # When the latest line about those failures was logged, by whichever worker (migration
+    # 0032): the scheduler's claim of the next line, so N workers say it once.
+    Column("failure_logged_at", TIMESTAMPTZ),
     CheckConstraint("jsonb_typeof(payload) = 'object'", name="cron_payload_is_object_chk"),
     CheckConstraint("max_attempts IS NULL OR max_attempts >= 1", name="cron_max_attempts_chk"),
     # Names are per tenant (migration 0010); `postrelay.*` are the system's (queue/reserved.py).

@@ -7,12 +7,16 @@ slot; the row lock and the key let exactly one job through.
 
 An entry whose firing fails (a payload over a limit lowered since its creation, a schedule
 that never comes) rolls its transaction back, so its slot is still due and it fails again
-the next tick, every tick. One broken entry must neither stop the others nor flood the log:
-a scheduler logs an entry's failures when they start, when their reason changes (at most
+the next tick, every tick, in every worker. One broken entry must neither stop the others nor
+flood the log: its failures are logged when they start, when their reason changes (at most
 every REASON_GAP), once every FAILING_LOG_INTERVAL while they go on (how many since when),
-and when the entry fires again; and at each of those lines it records the failure on the
+and when the entry fires again; and at each of those lines the failure is recorded on the
 entry (`failing_since`, `last_error`: `postrelay cron list`, the API, the dashboard), which
-the next firing that succeeds clears. The times are the rounds' (the database's clock).
+the next firing that succeeds clears. Those lines are the entry's, not each worker's: the
+record is also the claim of the line (`cron_entry_failing` returns a row to one scheduler
+only), and the recovery is said by the scheduler whose firing cleared it. Each scheduler
+asks only when its own view says a line may be due, so a failing entry costs no write a
+round. The times are the rounds' (the database's clock).
 """
 
 from __future__ import annotations
@@ -49,11 +53,18 @@ class Fired:
 class _Failing:
     """An entry whose firings fail, as this scheduler has seen them since the first."""
 
-    since: datetime
-    failures: int
+    failures: int  # this scheduler's failed firings
     reason: str  # the latest
-    logged_reason: str  # the one the last line gave
-    logged_at: datetime
+    asked_reason: str | None = None  # the reason of the last ask for a line (None: never)
+    asked_at: datetime | None = None
+
+    def may_be_due(self, at: datetime) -> bool:
+        """Whether a line may be due by what this scheduler saw: ask the entry then."""
+        if self.asked_at is None:
+            return True
+        quiet = at - self.asked_at
+        return quiet >= FAILING_LOG_INTERVAL or (
+            self.reason != self.asked_reason and quiet >= REASON_GAP)
 
 
 class CronScheduler:
@@ -83,66 +94,71 @@ class CronScheduler:
                 if due is not None and (result := await self._fire(entry_id, *due)):
                     fired.append(result)
             except Exception as exc:  # one broken entry must not stop the others
-                await self._failed(entry_id, name, tenant_id, schedule, at, exc)
-            else:
-                self._succeeded(entry_id, name, tenant_id)
+                await self._failed(entry_id, name, tenant_id, schedule, last_run, at, exc)
+            else:  # fired, by this scheduler or another, or not due: failing no more
+                self._failing.pop(entry_id, None)
         if self._failing:  # deleted entries: nothing more to say about them
             for gone in self._failing.keys() - {entry[0] for entry in entries}:
                 del self._failing[gone]
         return fired
 
-    async def _fire(self, entry_id: object, slot: datetime, next_run: datetime) -> Fired | None:
+    async def _fire(self, entry_id: UUID, slot: datetime, next_run: datetime) -> Fired | None:
         async with self.engine.begin() as conn:
             row = (await conn.execute(
                 CRON_SQL["cron_claim_slot"], {"id": entry_id, "slot": slot, "next_run": next_run}
             )).first()
             if row is None:  # another scheduler fired it, or the entry was deleted
                 return None
-            name, tenant_id, kind, payload, priority, max_attempts = row
+            name, tenant_id, kind, payload, priority, max_attempts, was_failing_since = row
             await enqueue_async(
                 conn, kind, payload if isinstance(payload, dict) else json.loads(payload),
                 tenant_id=tenant_id, priority=priority, max_attempts=max_attempts,
                 idempotency_key=f"cron:{entry_id}:{slot.isoformat()}", created_by=f"cron:{name}",
             )
         event("postrelay.cron.fired", name=name, slot=slot.isoformat())
+        if was_failing_since is not None:  # this firing ended the entry's failures
+            failing = self._failing.get(entry_id)
+            _say("postrelay.cron.entry_recovered", logging.INFO, entry_id, name, tenant_id,
+                 failures=failing.failures if failing else 0,
+                 since=was_failing_since.isoformat())
         return Fired(name, slot)
 
     async def _failed(self, entry_id: UUID, name: str, tenant_id: UUID, schedule: str,
-                      at: datetime, exc: Exception) -> None:
+                      last_run: datetime | None, at: datetime, exc: Exception) -> None:
         reason = failure_reason(exc)
         failing = self._failing.get(entry_id)
         if failing is None:
-            failing = self._failing[entry_id] = _Failing(at, 1, reason, reason, at)
-            _say("postrelay.cron.entry_failing", logging.WARNING, entry_id, name, tenant_id,
-                 schedule=schedule, error=reason)
+            failing = self._failing[entry_id] = _Failing(1, reason)
         else:
             failing.failures += 1
             failing.reason = reason
-            quiet = at - failing.logged_at
-            since = failing.since.isoformat()
-            if reason != failing.logged_reason and quiet >= REASON_GAP:
-                _say("postrelay.cron.entry_failing", logging.WARNING, entry_id, name,
-                     tenant_id, schedule=schedule, error=reason, failures=failing.failures,
-                     since=since, previous_error=failing.logged_reason)
-            elif quiet >= FAILING_LOG_INTERVAL:
-                _say("postrelay.cron.entry_still_failing", logging.WARNING, entry_id, name,
-                     tenant_id, error=reason, failures=failing.failures, since=since)
-            else:
-                return
-            failing.logged_reason, failing.logged_at = reason, at
+        if not failing.may_be_due(at):
+            return
+        failing.asked_reason, failing.asked_at = reason, at
         try:
             async with self.engine.begin() as conn:
-                await conn.execute(CRON_SQL["cron_entry_failing"],
-                                   {"id": entry_id, "since": failing.since, "error": reason})
-        except Exception as record_exc:  # the line above said it; the listing waits
+                claimed = (await conn.execute(CRON_SQL["cron_entry_failing"], {
+                    "id": entry_id, "last_run": last_run, "at": at, "error": reason,
+                    "reason_before": at - REASON_GAP,
+                    "still_before": at - FAILING_LOG_INTERVAL})).first()
+        except Exception as record_exc:  # not recorded, and unknown whether said elsewhere
             _say("postrelay.cron.entry_failing_unrecorded", logging.WARNING, entry_id, name,
-                 tenant_id, error=failure_reason(record_exc))
-
-    def _succeeded(self, entry_id: UUID, name: str, tenant_id: UUID) -> None:
-        failing = self._failing.pop(entry_id, None)
-        if failing is not None:
-            _say("postrelay.cron.entry_recovered", logging.INFO, entry_id, name, tenant_id,
-                 failures=failing.failures, since=failing.since.isoformat())
+                 tenant_id, schedule=schedule, error=reason,
+                 record_error=failure_reason(record_exc))
+            return
+        if claimed is None:  # another scheduler said it, or the entry fired meanwhile
+            return
+        since, was_failing_since, previous_error = claimed
+        if was_failing_since is None:
+            _say("postrelay.cron.entry_failing", logging.WARNING, entry_id, name, tenant_id,
+                 schedule=schedule, error=reason)
+        elif reason != previous_error:
+            _say("postrelay.cron.entry_failing", logging.WARNING, entry_id, name, tenant_id,
+                 schedule=schedule, error=reason, failures=failing.failures,
+                 since=since.isoformat(), previous_error=previous_error)
+        else:
+            _say("postrelay.cron.entry_still_failing", logging.WARNING, entry_id, name,
+                 tenant_id, error=reason, failures=failing.failures, since=since.isoformat())
 
 
 def _say(what: str, level: int, entry_id: UUID, name: str, tenant_id: UUID,

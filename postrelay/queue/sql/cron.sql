@@ -73,18 +73,45 @@ FROM mdm.aa_cron_entry;
 -- last_run = :slot and get no row, so a slot fires once however many workers run the
 -- scheduler; the job's idempotency key (entry + slot) guards the same thing a second way.
 -- A deleted entry yields no row and never fires again. A firing that succeeds (this
--- transaction commits with its job) ends a run of failures (cron_entry_failing).
-UPDATE mdm.aa_cron_entry
-SET last_run = :slot, next_run = :next_run, failing_since = NULL, last_error = NULL
-WHERE id = :id AND (last_run IS NULL OR last_run < :slot)
-RETURNING name, tenant_id, job_kind::text AS kind, payload, priority, max_attempts;
+-- transaction commits with its job) ends a run of failures (cron_entry_failing); the
+-- entry's failing_since before it, read under the same lock, tells the one scheduler whose
+-- firing ended them to say so.
+WITH entry AS (
+    SELECT id, failing_since FROM mdm.aa_cron_entry WHERE id = :id FOR UPDATE
+)
+UPDATE mdm.aa_cron_entry e
+SET last_run = :slot, next_run = :next_run, failing_since = NULL, last_error = NULL,
+    failure_logged_at = NULL
+FROM entry
+WHERE e.id = entry.id AND (e.last_run IS NULL OR e.last_run < :slot)
+RETURNING e.name, e.tenant_id, e.job_kind::text AS kind, e.payload, e.priority,
+          e.max_attempts, entry.failing_since AS was_failing_since;
 
 -- name: cron_entry_failing
 -- A firing failed (its transaction rolled back, the slot still due): the entry shows since
 -- when its firings fail and the latest reason, for `cron list`, the API and the dashboard.
--- Written when the scheduler logs the failure (it starts, its reason changes, once a minute
--- while it goes on), not every round. :since is the first failure of this run of them.
-UPDATE mdm.aa_cron_entry
-SET failing_since = COALESCE(failing_since, CAST(:since AS timestamptz)),
-    last_error = :error
-WHERE id = :id;
+-- Every worker fails the same slot every round, so this is also the claim of the line that
+-- says it: a row comes back only to the one scheduler whose update is the line's, and it
+-- alone logs. A line is due when the failures start (failing_since is null), when their
+-- reason changes (the last line at or before :reason_before, at most every 10 s), and once
+-- a minute while they go on (the last line at or before :still_before). The values before
+-- the update, read under the row lock, say which line it is. An entry that fired since the
+-- round read it (its last_run moved) is not failing any more: no row.
+WITH entry AS (
+    SELECT id, failing_since, last_error FROM mdm.aa_cron_entry
+    WHERE id = :id AND last_run IS NOT DISTINCT FROM CAST(:last_run AS timestamptz)
+    FOR UPDATE
+)
+UPDATE mdm.aa_cron_entry e
+SET failing_since = COALESCE(e.failing_since, CAST(:at AS timestamptz)),
+    last_error = :error,
+    failure_logged_at = :at
+FROM entry
+WHERE e.id = entry.id
+  AND e.last_run IS NOT DISTINCT FROM CAST(:last_run AS timestamptz)
+  AND (e.failing_since IS NULL
+       OR e.failure_logged_at IS NULL
+       OR e.failure_logged_at <= :still_before
+       OR (e.last_error IS DISTINCT FROM :error AND e.failure_logged_at <= :reason_before))
+RETURNING e.failing_since, entry.failing_since AS was_failing_since,
+          entry.last_error AS previous_error;

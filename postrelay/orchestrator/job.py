@@ -37,6 +37,7 @@ from postrelay.core.dbcall import (
 from postrelay.core.errors import ValidationError
 from postrelay.orchestrator.addresses import check_header_value, parse_addresses
 from postrelay.orchestrator.message import envelope_recipients
+from postrelay.orchestrator.templates import check_template_name
 
 EMAIL_KIND = "email_send"
 MAX_CATEGORY_BYTES = 100
@@ -234,7 +235,8 @@ def check_email_payload(payload: Mapping[str, Any]) -> None:
 
 
 def _checked_payload(message: EmailJob) -> dict[str, Any]:
-    """The message's addresses and headers checked; its payload."""
+    """The message's template name, addresses and headers checked; its payload."""
+    check_template_name(message.template)  # else its run fails it: `../x` names no folder
     if not message.to:
         raise ValidationError("to", "a message needs at least one recipient")
     for name in ("to", "cc", "bcc", "reply_to"):

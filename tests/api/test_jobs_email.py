@@ -34,6 +34,8 @@ BAD = [
     ({"from": 5}, "payload.from"),
     ({"template": ""}, "payload.template"),
     ({"template": 3}, "payload.template"),
+    ({"template": "../secrets"}, "payload.template"),  # names no template folder
+    ({"context_from_event": True}, "payload.event_id"),  # names no event to read
     ({"context": [1, 2]}, "payload.context"),
     ({"category": "a\r\nb"}, "payload.category"),
     ({"category": "x" * 101}, "payload.category"),

@@ -1,10 +1,11 @@
 """A minimal HTTP receiver for the webhook benchmark, run as its own process so that its work
 does not share the measured process's interpreter:
 
-    python -m bench.http_sink PORT
+    python -m bench.http_sink PORT [CERT KEY]
 
-uvicorn serving an ASGI app that reads each request's body and answers 204. It prints `ready`
-once it listens and stops on SIGTERM.
+uvicorn serving an ASGI app that reads each request's body and answers 204, over HTTPS with
+the certificate and key files given. It prints `ready` once it listens and stops on
+SIGTERM.
 """
 
 from __future__ import annotations
@@ -38,8 +39,10 @@ class _Ready(uvicorn.Server):
 
 def main() -> None:
     port = int(sys.argv[1])
+    cert, key = sys.argv[2:4] if len(sys.argv) > 3 else (None, None)
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                            access_log=False, lifespan="off")
+                            access_log=False, lifespan="off", ssl_certfile=cert,
+                            ssl_keyfile=key)
     _Ready(config).run()
 
 

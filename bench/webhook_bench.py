@@ -4,13 +4,14 @@ POST, record the attempt, complete the job) to a receiver on loopback, beside a 
 client posting as many requests of the same size to the same receiver at the same
 concurrency.
 
-    .venv/bin/python -m bench.webhook_bench [--deliveries 3000] [--concurrency 50]
+    .venv/bin/python -m bench.webhook_bench [--deliveries 3000] [--concurrency 50] [--https]
 
-The receiver (bench/http_sink.py) is a process of its own that answers 204. The events are
-emitted and relayed into their delivery jobs before the worker starts; the delivery rate is
-timed from the first claim to the last completion. The baseline keeps its connections open
-between requests; a delivery opens one of its own (it connects to the address it checked,
-netguard.py), so the baseline is the rate HTTP itself allows here, not a peer's.
+The receiver (bench/http_sink.py) is a process of its own that answers 204; with --https it
+serves a certificate of a throw-away authority (trustme), which the endpoint names as its
+private CA and the baseline trusts. The events are emitted and relayed into their delivery
+jobs before the worker starts; the delivery rate is timed from the first claim to the last
+completion. Both keep their connections open between requests (the worker per target,
+relay/webhooks/pool.py), so the baseline is the rate HTTP itself allows here, not a peer's.
 """
 
 from __future__ import annotations
@@ -20,14 +21,18 @@ import asyncio
 import json
 import os
 import socket
+import ssl
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
+import trustme
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from bench.harness import (
@@ -52,27 +57,38 @@ PAYLOAD = {"order": {"id": 0, "lines": [{"sku": f"SKU-{n}", "qty": n} for n in r
 class Sink:
     url: str
     pid: int
+    ca_pem: str | None = None  # the authority of its certificate, over HTTPS
 
 
 @contextmanager
-def http_sink() -> Iterator[Sink]:
+def http_sink(https: bool = False) -> Iterator[Sink]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "bench.http_sink", str(port)],
-                            cwd=REPO_ROOT, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
-    try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
-        yield Sink(f"http://127.0.0.1:{port}/hooks", proc.pid)
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with tempfile.TemporaryDirectory(prefix="postrelay-bench-https-") as folder:
+        tls: list[str] = []
+        ca = trustme.CA() if https else None
+        if ca is not None:
+            issued = ca.issue_cert("127.0.0.1")
+            tls = [str(Path(folder, "cert.pem")), str(Path(folder, "key.pem"))]
+            issued.cert_chain_pems[0].write_to_path(tls[0])
+            issued.private_key_pem.write_to_path(tls[1])
+        proc = subprocess.Popen([sys.executable, "-m", "bench.http_sink", str(port), *tls],
+                                cwd=REPO_ROOT, stdout=subprocess.PIPE,
+                                stdin=subprocess.DEVNULL)
+        try:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+            yield Sink(f"{'https' if https else 'http'}://127.0.0.1:{port}/hooks", proc.pid,
+                       ca.cert_pem.bytes().decode() if ca is not None else None)
+        finally:
+            proc.terminate()
+            proc.wait(10)
 
 
 def delivery_jobs(bench: BenchDatabase, sink: Sink, n: int) -> None:
     """One endpoint, `n` events relayed into their `outbox_dispatch` jobs, not yet run."""
     with bench.engine.begin() as conn:
-        webhook_add(conn, bench.tenant_id, sink.url, allow_private=True)
+        webhook_add(conn, bench.tenant_id, sink.url, allow_private=True, ca_pem=sink.ca_pem)
         emit_many(conn, [EventSpec("order.placed", {**PAYLOAD, "n": i}, bench.tenant_id,
                                    "order", i) for i in range(n)])
 
@@ -118,7 +134,10 @@ def baseline_rate(sink: Sink, n: int, concurrency: int) -> float:
 
     async def post_all() -> float:
         limits = httpx.Limits(max_connections=concurrency)
-        async with httpx.AsyncClient(limits=limits, trust_env=False) as client:
+        verify: ssl.SSLContext | bool = True
+        if sink.ca_pem is not None:
+            verify = ssl.create_default_context(cadata=sink.ca_pem)
+        async with httpx.AsyncClient(limits=limits, trust_env=False, verify=verify) as client:
             pending = iter(range(n))
 
             async def poster() -> None:
@@ -138,11 +157,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--deliveries", type=int, default=3000)
     parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument("--https", action="store_true",
+                        help="the receiver over HTTPS, its CA the endpoint's private CA")
     args = parser.parse_args()
     cpu: dict[str, float] = {}
-    with bench_database() as bench, http_sink() as sink:
-        print(f"server: {bench.server}; {args.deliveries:,} deliveries, worker concurrency "
-              f"{args.concurrency}, {os.cpu_count()} cores")
+    with bench_database() as bench, http_sink(args.https) as sink:
+        print(f"server: {bench.server}; {args.deliveries:,} deliveries over "
+              f"{'HTTPS' if args.https else 'HTTP'}, worker concurrency {args.concurrency}, "
+              f"{os.cpu_count()} cores")
         ours = delivery_rate(bench, sink, args.deliveries, args.concurrency, cpu)
         baseline = baseline_rate(sink, args.deliveries, args.concurrency)
     print_table([Row("webhook deliveries", rate(ours), rate(baseline), ratio(ours, baseline))])

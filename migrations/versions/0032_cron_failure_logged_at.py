@@ -10,7 +10,7 @@ next firing that succeeds.
 
 Revision ID: 0032
 Revises: 0031
-Create Date: 2026-12-10
+Create Date: 2026-12-07
 """
 
 from collections.abc import Sequence

@@ -18,8 +18,10 @@ from __future__ import annotations
 import re
 import ssl
 from collections import OrderedDict
+from datetime import UTC, datetime
 
 import httpx
+from cryptography import x509
 
 from postrelay.core.errors import ValidationError
 from postrelay.queue import PermanentError
@@ -35,13 +37,14 @@ class BadEndpointCa(PermanentError):
     nothing was sent."""
 
 
-def validate_ca_pem(pem: str, *, field: str = "ca_pem") -> str:
+def validate_ca_pem(pem: str, *, field: str = "ca_pem", now: datetime | None = None) -> str:
     """The CA certificates of `pem` as they are stored: each one PEM-encoded again from what
     Python's ssl loaded, so the row holds nothing else (no comments, no keys).
 
     Raises ValidationError(field, ...) unless `pem` is ASCII text of at most
     MAX_CA_PEM_CHARS characters holding only `CERTIFICATE` blocks, at least one, each of
-    which ssl loads as a certificate authority (basicConstraints CA:TRUE, or self-signed).
+    which ssl loads as a certificate authority (basicConstraints CA:TRUE, or self-signed)
+    that is valid at `now` (default: the current time): between its notBefore and notAfter.
     """
     if not isinstance(pem, str) or not pem.strip():
         raise ValidationError(field, "must hold at least one PEM CA certificate "
@@ -72,8 +75,42 @@ def validate_ca_pem(pem: str, *, field: str = "ca_pem") -> str:
         raise ValidationError(field, f"must hold CA certificates only; {count} of them is "
                                      "not a CA (a server's own certificate?): give the CA "
                                      "that signed it")
-    return "".join(ssl.DER_cert_to_PEM_cert(der)
-                   for der in context.get_ca_certs(binary_form=True))
+    ders = context.get_ca_certs(binary_form=True)
+    for der in ders:
+        _check_validity(der, field, now or datetime.now(UTC))
+    return "".join(ssl.DER_cert_to_PEM_cert(der) for der in ders)
+
+
+def _check_validity(der: bytes, field: str, now: datetime) -> None:
+    """ValidationError unless the certificate is valid at `now`. ssl loads an expired CA
+    without a word, and every delivery through it would then fail verification."""
+    try:
+        cert = x509.load_der_x509_certificate(der)
+        not_before, not_after = cert.not_valid_before_utc, cert.not_valid_after_utc
+    except ValueError as exc:  # ssl loaded it, so this is unlikely; refuse rather than store
+        raise ValidationError(field, f"must be CA certificates whose validity can be read: "
+                                     f"{exc}") from None
+    if now > not_after:
+        raise ValidationError(field, f"the CA certificate {_subject(cert)} expired on "
+                                     f"{_when(not_after)} (notAfter): give one valid now")
+    if now < not_before:
+        raise ValidationError(field, f"the CA certificate {_subject(cert)} is not valid before "
+                                     f"{_when(not_before)} (notBefore): give one valid now")
+
+
+def _subject(cert: x509.Certificate) -> str:
+    """The certificate's subject as one short line of printable ASCII: it goes into an error
+    that a terminal or a browser shows, and its text is the certificate maker's."""
+    try:
+        subject = cert.subject.rfc4514_string()
+    except ValueError:
+        subject = "?"
+    safe = "".join(ch if ch.isascii() and ch.isprintable() else "?" for ch in subject)
+    return repr(safe[:120] + ("..." if len(safe) > 120 else ""))
+
+
+def _when(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def ca_context(pem: str) -> ssl.SSLContext:

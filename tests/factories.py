@@ -104,3 +104,20 @@ def insert_throttle(conn: Connection, *, kind: str = "email_send",
         " 1, now() + make_interval(secs => :paused), :reason)"),
         {"kind": kind, "key_path": key_path, "key": key, "tenant_id": tenant_id, "rate": rate,
          "ceiling": ceiling, "paused": paused_secs, "ends": ends_in_secs, "reason": reason})
+
+
+def insert_attempt(conn: Connection, endpoint_id: uuid.UUID, *,
+                   event_id: uuid.UUID | None = None, attempt: int = 1,
+                   status_code: int | None = 200, response_body: str | None = "ok",
+                   error: str | None = None, ago_secs: float = 0.0) -> uuid.UUID:
+    """One delivery attempt in the webhook log (as the handler records one); returns its
+    event's id."""
+    event_id = event_id or uuid.uuid4()
+    conn.execute(text(
+        "INSERT INTO mdm.aa_webhook_attempt (job_id, endpoint_id, event_id, attempt,"
+        " status_code, duration_ms, response_body, error, created_at)"
+        " VALUES (:job, :endpoint, :event, :attempt, :status, 12, :body, :error,"
+        " now() - make_interval(secs => :ago))"),
+        {"job": uuid.uuid4(), "endpoint": endpoint_id, "event": event_id, "attempt": attempt,
+         "status": status_code, "body": response_body, "error": error, "ago": ago_secs})
+    return event_id

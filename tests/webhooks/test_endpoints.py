@@ -12,14 +12,18 @@ import pytest
 from sqlalchemy import text
 
 from postrelay.core.errors import NotFoundError, ValidationError
+from postrelay.queue import ensure_tenant
 from postrelay.relay.webhooks import (
     webhook_add,
+    webhook_attempts,
     webhook_disable,
     webhook_enable,
+    webhook_get,
     webhook_list,
     webhook_remove,
 )
 from postrelay.relay.webhooks.signing import secret_key
+from tests.factories import insert_attempt
 
 POSTRELAY = str(Path(sys.executable).parent / "postrelay")
 
@@ -43,6 +47,30 @@ def test_add_list_disable_enable_remove(engine, wh_tenant):
         webhook_remove(conn, endpoint.id)
         with pytest.raises(NotFoundError):
             webhook_remove(conn, endpoint.id)
+
+
+def test_get_and_the_attempts_held_to_a_tenant(engine, wh_tenant):
+    with engine.begin() as conn:
+        other = ensure_tenant(conn, "globex")
+        mine, _ = webhook_add(conn, wh_tenant, "https://example.com/mine")
+        theirs, _ = webhook_add(conn, other, "https://example.com/theirs")
+        event = insert_attempt(conn, mine.id)
+        insert_attempt(conn, theirs.id, event_id=event)  # the same event id, on both
+    with engine.begin() as conn:
+        assert webhook_get(conn, str(mine.id)) == mine
+        assert webhook_get(conn, mine.id, tenant_id=wh_tenant) == mine
+        with pytest.raises(NotFoundError):
+            webhook_get(conn, theirs.id, tenant_id=wh_tenant)  # not that tenant's
+        with pytest.raises(NotFoundError):
+            webhook_get(conn, uuid.uuid4())
+        with pytest.raises(ValidationError) as info:
+            webhook_get(conn, "nope")
+        assert info.value.field == "endpoint_id"
+        assert {a.endpoint_id for a in webhook_attempts(conn, event_id=event)} == {
+            mine.id, theirs.id}
+        held = webhook_attempts(conn, event_id=event, tenant_id=wh_tenant)
+        assert [a.endpoint_id for a in held] == [mine.id]
+        assert webhook_attempts(conn, endpoint_id=theirs.id, tenant_id=wh_tenant) == []
 
 
 async def test_async_connection_and_caller_transaction(engine, async_engine, wh_tenant):

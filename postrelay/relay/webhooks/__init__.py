@@ -1,8 +1,9 @@
 """Webhook delivery of outbox events (`outbox_dispatch` jobs), following Standard Webhooks.
 
-- `webhook_add` / `webhook_list` / `webhook_disable` / `webhook_enable` / `webhook_remove`
-  / `webhook_set_ca` manage a tenant's endpoints (CLI: `postrelay webhooks …`); an
-  endpoint behind a private CA trusts that CA (trust.py).
+- `webhook_add` / `webhook_list` / `webhook_get` / `webhook_disable` / `webhook_enable`
+  / `webhook_remove` / `webhook_set_ca` manage a tenant's endpoints (CLI: `postrelay
+  webhooks …`, API: `/v1/functions/webhooks`); an endpoint behind a private CA trusts that
+  CA (trust.py).
 - The relay side: an `EndpointDirectory` (cached endpoints, refreshed every second and on
   NOTIFY) and `add_webhook_route`, which asks for one job per (event, matching endpoint).
 - The worker side: `webhook_registry(engine, allow_private=…)` handles those jobs, sending
@@ -14,11 +15,13 @@ from postrelay.relay.webhooks.directory import DirectoryNotReady, EndpointDirect
 
 # Exported on purpose for the relay package's users: the attempts log and its retention.
 from postrelay.relay.webhooks.endpoints import (
+    WebhookAttempt,
     WebhookEndpoint,
     webhook_add,
     webhook_attempts,
     webhook_disable,
     webhook_enable,
+    webhook_get,
     webhook_list,
     webhook_remove,
     webhook_set_ca,
@@ -41,6 +44,7 @@ __all__ = [
     "EndpointDirectory",
     "RelayWithWebhooks",
     "WEBHOOK_ROUTE",
+    "WebhookAttempt",
     "WebhookDeliveryError",
     "WebhookEndpoint",
     "add_webhook_route",
@@ -49,6 +53,7 @@ __all__ = [
     "webhook_attempts",
     "webhook_disable",
     "webhook_enable",
+    "webhook_get",
     "webhook_handler",
     "webhook_list",
     "webhook_registry",

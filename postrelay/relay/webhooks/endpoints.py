@@ -131,6 +131,30 @@ def _list_steps(tenant: UUID | None) -> Steps[list[WebhookEndpoint]]:
 
 
 @overload
+def webhook_get(
+    conn: SyncConnection, endpoint_id: UUID | str, *, tenant_id: UUID | str | None = ...
+) -> WebhookEndpoint: ...
+@overload
+def webhook_get(
+    conn: AsyncAnyConnection, endpoint_id: UUID | str, *, tenant_id: UUID | str | None = ...
+) -> Awaitable[WebhookEndpoint]: ...
+def webhook_get(
+    conn: AnyConnection, endpoint_id: UUID | str, *, tenant_id: UUID | str | None = None
+) -> WebhookEndpoint | Awaitable[WebhookEndpoint]:
+    """One endpoint; NotFoundError if there is none of that id (of that tenant, if given)."""
+    params = {"id": _uuid("endpoint_id", endpoint_id),
+              "tenant_id": None if tenant_id is None else _uuid("tenant_id", tenant_id)}
+    return drive(conn, _get_steps(params))
+
+
+def _get_steps(params: dict[str, Any]) -> Steps[WebhookEndpoint]:
+    rows = yield WEBHOOK_SQL["webhook_endpoint_get"], params
+    if not rows:
+        raise NotFoundError(f"no webhook endpoint with id {params['id']}")
+    return WebhookEndpoint.from_row(rows[0])
+
+
+@overload
 def webhook_set_ca(
     conn: SyncConnection, endpoint_id: UUID | str, ca_pem: str | None, *,
     tenant_id: UUID | str | None = ...,
@@ -291,22 +315,24 @@ class WebhookAttempt:
 @overload
 def webhook_attempts(
     conn: SyncConnection, *, endpoint_id: UUID | str | None = ...,
-    event_id: UUID | str | None = ..., limit: int = ...,
+    event_id: UUID | str | None = ..., limit: int = ..., tenant_id: UUID | str | None = ...,
 ) -> list[WebhookAttempt]: ...
 @overload
 def webhook_attempts(
     conn: AsyncAnyConnection, *, endpoint_id: UUID | str | None = ...,
-    event_id: UUID | str | None = ..., limit: int = ...,
+    event_id: UUID | str | None = ..., limit: int = ..., tenant_id: UUID | str | None = ...,
 ) -> Awaitable[list[WebhookAttempt]]: ...
 def webhook_attempts(
     conn: AnyConnection, *, endpoint_id: UUID | str | None = None,
-    event_id: UUID | str | None = None, limit: int = 50,
+    event_id: UUID | str | None = None, limit: int = 50, tenant_id: UUID | str | None = None,
 ) -> list[WebhookAttempt] | Awaitable[list[WebhookAttempt]]:
-    """The delivery log, newest first, of one endpoint and/or one event."""
+    """The delivery log, newest first, of one endpoint and/or one event; only the attempts
+    of `tenant_id`'s endpoints, if given."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 500:
         raise ValidationError("limit", "must be an integer from 1 to 500")
     params = {"endpoint_id": None if endpoint_id is None else _uuid("endpoint_id", endpoint_id),
               "event_id": None if event_id is None else _uuid("event_id", event_id),
+              "tenant_id": None if tenant_id is None else _uuid("tenant_id", tenant_id),
               "limit": limit}
     return drive(conn, _attempts_steps(params))
 

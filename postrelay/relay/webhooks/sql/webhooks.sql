@@ -138,11 +138,16 @@ FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(
 JOIN mdm.aa_webhook_endpoint w ON w.id = r.endpoint_id;
 
 -- name: webhook_attempt_list
+-- :tenant_id (NULL: every tenant) holds the log to that tenant's endpoints, as a tenant
+-- key's view of it must be.
 SELECT a.id, a.job_id, a.endpoint_id, a.event_id, a.attempt, a.status_code, a.duration_ms,
        a.response_body, a.error, a.created_at
 FROM mdm.aa_webhook_attempt a
 WHERE (CAST(:endpoint_id AS uuid) IS NULL OR a.endpoint_id = CAST(:endpoint_id AS uuid))
   AND (CAST(:event_id AS uuid) IS NULL OR a.event_id = CAST(:event_id AS uuid))
+  AND (CAST(:tenant_id AS uuid) IS NULL
+       OR EXISTS (SELECT 1 FROM mdm.aa_webhook_endpoint w
+                  WHERE w.id = a.endpoint_id AND w.tenant_id = CAST(:tenant_id AS uuid)))
 ORDER BY a.created_at DESC, a.id DESC
 LIMIT :limit;
 

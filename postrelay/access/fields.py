@@ -24,4 +24,7 @@ API_FIELD_NAMES = {
     "created_from": "createdFrom",
     "created_to": "createdTo",
     "event_id": "eventId",
+    "event_types": "eventTypes",
+    "ca_pem": "caPem",
+    "endpoint_id": "id",
 }

@@ -27,13 +27,15 @@ from postrelay.api.routers import (
     outbox,
     pauses,
     unsubscribe,
+    webhooks,
 )
 from postrelay.core.db import Database
 from postrelay.core.migrate import head_revision
 from postrelay.core.settings import Settings
 from postrelay.orchestrator import ProviderWebhooks, UnsubscribeLinks
 
-DESCRIPTION = """postrelay's admin API: jobs, the dead-letter queue and cron entries.
+DESCRIPTION = """postrelay's admin API: jobs, the dead-letter queue, cron entries, flow
+control, the outbox and webhook endpoints.
 
 Send the service-role key (or a tenant key) as the `apikey` header or as
 `Authorization: Bearer <key>`. Every answer is `{"data": ..., "meta": ...}`; every error is
@@ -67,10 +69,10 @@ def create_app(settings: Settings, db: Database) -> FastAPI:
     install_error_handlers(app)
     # dlq before jobs: `/jobs/dlq` must match the DLQ route, not `/jobs/{id}`.
     for module in (health, metrics, dlq, cancel, jobs, cron, outbox, pauses, limits,
-                   unsubscribe, feedback):
+                   webhooks, unsubscribe, feedback):
         # The admin resources refuse a query parameter they do not take; health, metrics
         # and the links and webhooks others call are left to whatever their callers add.
-        checked = module in (dlq, cancel, jobs, cron, outbox, pauses, limits)
+        checked = module in (dlq, cancel, jobs, cron, outbox, pauses, limits, webhooks)
         app.include_router(module.router,
                            dependencies=[Depends(query_checked)] if checked else None,
                            responses=errors(400) if checked else None)

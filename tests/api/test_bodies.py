@@ -14,14 +14,16 @@ from tests.api.conftest import error
 BODY_ENDPOINTS = ["/v1/functions/jobs", "/v1/functions/jobs/cancel", "/v1/functions/cron",
                   "/v1/functions/pauses", "/v1/functions/pauses/resume",
                   "/v1/functions/limits", "/v1/functions/limits/remove",
-                  "/v1/functions/outbox/replay"]
+                  "/v1/functions/outbox/replay", "/v1/functions/webhooks"]
 JOB = b'{"kind": "reindex"}'
 
 
 def nothing_written(engine) -> bool:
     with engine.connect() as conn:
         return conn.execute(text("SELECT (SELECT count(*) FROM mdm.aa_job) "
-                                 "+ (SELECT count(*) FROM mdm.aa_job_pause)")).scalar_one() == 0
+                                 "+ (SELECT count(*) FROM mdm.aa_job_pause) "
+                                 "+ (SELECT count(*) FROM mdm.aa_webhook_endpoint)")
+                            ).scalar_one() == 0
 
 
 @pytest.mark.parametrize("path", BODY_ENDPOINTS)

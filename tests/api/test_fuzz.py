@@ -33,7 +33,7 @@ def test_fuzz_the_served_api(api_url, tenant, mode):
     schema = schemathesis.openapi.from_url(f"{api_url}/openapi.json")
     schema.config.update(base_url=api_url, headers={"apikey": SERVICE_KEY})
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) == 24  # the cancel, pause and limit routes included
+    assert len(operations) == 31  # the cancel, pause, limit and webhook routes included
     failures = []
     with requests.Session() as session:
         for operation in operations:

@@ -94,6 +94,11 @@ def test_openapi_documents_every_path_with_envelopes_and_no_422(anonymous):
         ("GET", "/v1/functions/pauses"), ("POST", "/v1/functions/pauses"),
         ("POST", "/v1/functions/pauses/resume"), ("GET", "/v1/functions/limits"),
         ("POST", "/v1/functions/limits"), ("POST", "/v1/functions/limits/remove"),
+        ("GET", "/v1/functions/webhooks"), ("POST", "/v1/functions/webhooks"),
+        ("GET", "/v1/functions/webhooks/{id}"), ("DELETE", "/v1/functions/webhooks/{id}"),
+        ("POST", "/v1/functions/webhooks/{id}/disable"),
+        ("POST", "/v1/functions/webhooks/{id}/enable"),
+        ("GET", "/v1/functions/webhooks/{id}/attempts"),
     }
     for path, item in schema["paths"].items():
         for operation in item.values():

@@ -55,7 +55,7 @@ def test_the_parameters_an_endpoint_takes_still_work(api, engine, tenant, anonym
 def test_the_openapi_document_says_every_admin_endpoint_can_answer_400(anonymous):
     paths = anonymous.get("/openapi.json").json()["paths"]
     for path in ("/v1/functions/cron", "/v1/functions/pauses", "/v1/functions/limits",
-                 "/v1/functions/outbox/status"):
+                 "/v1/functions/outbox/status", "/v1/functions/webhooks"):
         assert "400" in paths[path]["get"]["responses"], path
 
 

@@ -36,12 +36,14 @@ class B:
     handled_event: uuid.UUID
     cron_name: str
     idempotency_key: str
+    webhook: uuid.UUID
+    webhook_secret: str
 
     def secrets(self) -> list[str]:
         ids = (self.tenant, self.dead_job, self.done_job, self.pending_job, self.email_log,
-               self.dead_event, self.handled_event)
+               self.dead_event, self.handled_event, self.webhook)
         return [MARK, "globex", self.cron_name, self.idempotency_key, B_RECIPIENT,
-                *(str(i) for i in ids)]
+                self.webhook_secret, *(str(i) for i in ids)]
 
 
 @dataclass
@@ -202,6 +204,25 @@ WALK: dict[tuple[str, str], Probe] = {
         (w.api.post("/v1/functions/outbox/replay",
                     json={"since": "2000-01-01T00:00:00Z"}), {200}),  # A's events only
     ],
+    # --- the API: webhook endpoints (B has one, with a delivery attempt) -----------------
+    ("GET", "/v1/functions/webhooks"): lambda w: [
+        (w.api.get("/v1/functions/webhooks"), {200}),
+        (w.api.get("/v1/functions/webhooks", params={"tenantId": str(w.b.tenant)}), {400}),
+    ],
+    ("POST", "/v1/functions/webhooks"): lambda w: [
+        (w.api.post("/v1/functions/webhooks", json={"url": "https://hooks.acme.example/",
+                                                    "tenantId": str(w.b.tenant)}), {400}),
+    ],
+    ("GET", "/v1/functions/webhooks/{id}"): lambda w: one(
+        w.api.get(f"/v1/functions/webhooks/{w.b.webhook}"), {404}),
+    ("POST", "/v1/functions/webhooks/{id}/disable"): lambda w: one(
+        w.api.post(f"/v1/functions/webhooks/{w.b.webhook}/disable"), {404}),
+    ("POST", "/v1/functions/webhooks/{id}/enable"): lambda w: one(
+        w.api.post(f"/v1/functions/webhooks/{w.b.webhook}/enable"), {404}),
+    ("DELETE", "/v1/functions/webhooks/{id}"): lambda w: one(
+        w.api.delete(f"/v1/functions/webhooks/{w.b.webhook}"), {404}),
+    ("GET", "/v1/functions/webhooks/{id}/attempts"): lambda w: one(
+        w.api.get(f"/v1/functions/webhooks/{w.b.webhook}/attempts"), {404}),
     # --- the dashboard -------------------------------------------------------------------
     ("GET", "/dashboard/login"): lambda w: one(w.dash.get("/dashboard/login"), {303}),
     ("POST", "/dashboard/login"): lambda w: one(_sign_in_again(w), {303}),

@@ -27,6 +27,7 @@ from postrelay.core.db import Database, sqlalchemy_url
 from postrelay.core.settings import Settings
 from postrelay.queue import limit_set, pause
 from postrelay.queue.cron import cron_create
+from postrelay.relay import webhook_add, webhook_disable
 from postrelay.web import create_web_app
 from tests.dashboard.conftest import SERVICE_KEY, insert_email, insert_event, sign_in, tenant_key
 from tests.dashboard.tenant_walk import (
@@ -41,7 +42,7 @@ from tests.dashboard.tenant_walk import (
     Walk,
     assert_clean,
 )
-from tests.factories import insert_job
+from tests.factories import insert_attempt, insert_job
 
 
 def app_routes() -> set[tuple[str, str]]:
@@ -120,8 +121,14 @@ def b_rows(engine: Engine, other_tenant: uuid.UUID) -> B:
         pause(conn, actor=MARK, kind="reindex", tenant_id=other_tenant)
         limit_set(conn, actor=MARK, kind="reindex", tenant_id=other_tenant, concurrency=7,
                   key=MARK.replace("-", "_"))
+        webhook, webhook_secret = webhook_add(conn, other_tenant,
+                                              f"https://{MARK}.example/hooks",
+                                              event_types=[f"{MARK}.*"])
+        webhook_disable(conn, webhook.id, reason=MARK)
+        insert_attempt(conn, webhook.id, event_id=handled_event, response_body=MARK,
+                       error=MARK)
     return B(other_tenant, dead, done, pending, log, dead_event, handled_event,
-             B_CRON, B_KEY)
+             B_CRON, B_KEY, webhook.id, webhook_secret)
 
 
 @pytest.fixture
@@ -135,6 +142,7 @@ def a_rows(engine: Engine, tenant: uuid.UUID, b_rows: B) -> A:
         event = insert_event(conn, tenant, dead_at=now, last_error="acme err")
         insert_email(conn, tenant, job_id=job, event_id=event, subject="Acme hello")
         cron_create(conn, "acme-nightly", "0 3 * * *", "reindex", {}, tenant_id=tenant)
+        webhook_add(conn, tenant, "https://hooks.acme.example/")
         crossed = insert_email(conn, tenant, job_id=b_rows.dead_job,
                                event_id=b_rows.handled_event, subject="Acme crossed")
         conn.execute(text("INSERT INTO mdm.aa_outbox_delivery (event_id, route, job_id) "
@@ -160,6 +168,10 @@ def b_snapshot(engine: Engine, b: B) -> dict[str, list[Any]]:
                   "WHERE tenant_id = :t ORDER BY id",
         "limits": "SELECT job_kind::text, key_path, concurrency, created_by "
                   "FROM mdm.aa_job_limit WHERE tenant_id = :t ORDER BY id",
+        "webhooks": "SELECT id, url, enabled, disabled_reason, secret, updated_at "
+                    "FROM mdm.aa_webhook_endpoint WHERE tenant_id = :t ORDER BY id",
+        "attempts": "SELECT a.id FROM mdm.aa_webhook_attempt a JOIN mdm.aa_webhook_endpoint w "
+                    "ON w.id = a.endpoint_id WHERE w.tenant_id = :t ORDER BY a.id",
     }
     with engine.connect() as conn:
         return {name: [tuple(r) for r in conn.execute(text(sql), {"t": b.tenant})]

@@ -6,8 +6,9 @@
         job = api.enqueue_job("reindex", {"order": 42}, delay_secs=60, max_attempts=3)
         print(api.get_job(job["id"])["status"])
 
-Methods return the answer's `data`: jobs, cron entries, pauses, limits and outbox events as
-dicts with the API's field names, or a count (`requeue_dlq`, `cancel_jobs`, `replay_outbox`);
+Methods return the answer's `data`: jobs, cron entries, pauses, limits, outbox events and
+webhook endpoints as dicts with the API's field names, or a count (`requeue_dlq`,
+`cancel_jobs`, `replay_outbox`); `add_webhook` returns the endpoint and its secret;
 `list_throttles` returns the limits' answer's `meta.throttled`. An error answer raises
 `ApiError` with its `status`, `code` and `message` (and `retry_after`, in seconds, when the
 API or a proxy asks to wait); a redirect is not followed (the key would go along) but

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self, TypeVar
@@ -11,6 +11,7 @@ from uuid import UUID
 import httpx
 
 from postrelay.client import _calls as c
+from postrelay.client import _webhooks as w
 from postrelay.client._calls import (
     CancelledJob,
     CronEntry,
@@ -21,6 +22,7 @@ from postrelay.client._calls import (
     Pause,
     Throttle,
 )
+from postrelay.client._webhooks import AddedWebhook, Webhook, WebhookAttempt
 
 T = TypeVar("T")
 
@@ -179,6 +181,48 @@ class AsyncClient:
         them). Jobs that still exist are not made again. ApiError 404 for an unknown
         `event_id` (or another tenant's); a time without a zone is UTC."""
         return await self._send(c.replay_outbox(event_id, since, until, dead))
+
+    async def list_webhooks(self, tenant_id: UUID | str | None = None) -> list[Webhook]:
+        """Every webhook endpoint the key may see (a tenant key: its tenant's; the
+        service-role key: `tenant_id`'s if given), oldest first. Never a secret or a CA's
+        certificates: `private_ca` says whether an endpoint has one."""
+        return await self._send(w.list_webhooks(tenant_id))
+
+    async def get_webhook(self, endpoint_id: UUID | str) -> Webhook:
+        """One webhook endpoint; ApiError 404 if missing (or another tenant's)."""
+        return await self._send(w.get_webhook(endpoint_id))
+
+    async def add_webhook(self, url: str, *, event_types: Iterable[str] | None = None,
+                          ca_pem: str | None = None,
+                          tenant_id: UUID | str | None = None) -> AddedWebhook:
+        """Add an enabled endpoint; returns `{"endpoint": ..., "secret": "whsec_..."}`, the
+        signing secret shown this once only. `event_types`: exact types or globs
+        (`order.*`), None for every type; `ca_pem`: a private CA (PEM) an https:// URL's
+        deliveries trust instead of the default CAs; `tenant_id`: required for the
+        service-role key. ApiError 400 naming `url`, `eventTypes` or `caPem` for bad input
+        (nothing is added)."""
+        return await self._send(w.add_webhook(url, event_types, ca_pem, tenant_id))
+
+    async def disable_webhook(self, endpoint_id: UUID | str) -> Webhook:
+        """Stop delivering to an endpoint (its queued deliveries stop unsent); returns it.
+        ApiError 404 if missing (or another tenant's)."""
+        return await self._send(w.disable_webhook(endpoint_id))
+
+    async def enable_webhook(self, endpoint_id: UUID | str) -> Webhook:
+        """Deliver to an endpoint again, events from now on (`replay_outbox` sends what it
+        missed); returns it. ApiError 404 if missing (or another tenant's)."""
+        return await self._send(w.enable_webhook(endpoint_id))
+
+    async def delete_webhook(self, endpoint_id: UUID | str) -> None:
+        """Delete an endpoint and its delivery log; ApiError 404 if missing (or another
+        tenant's)."""
+        await self._send(w.delete_webhook(endpoint_id))
+
+    async def list_webhook_attempts(self, endpoint_id: UUID | str,
+                                    limit: int = 50) -> list[WebhookAttempt]:
+        """An endpoint's delivery attempts, newest first; `limit` 1-500. ApiError 404 if the
+        endpoint is missing (or another tenant's)."""
+        return await self._send(w.list_webhook_attempts(endpoint_id, limit))
 
     async def aclose(self) -> None:
         """Close the client's connections (leaving its `with` or `async with` block does it)."""

@@ -124,7 +124,8 @@ def _time(value: datetime | str | None) -> str | None:
 _ARGUMENTS = {"delaySecs": "delay_secs", "maxAttempts": "max_attempts",
               "idempotencyKey": "idempotency_key", "tenantId": "tenant_id",
               "createdFrom": "created_from", "createdTo": "created_to",
-              "eventId": "event_id", "all": "everything"}
+              "eventId": "event_id", "all": "everything", "eventTypes": "event_types",
+              "caPem": "ca_pem"}
 
 
 def _body(**fields: Any) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""postrelay.client's cancel, pause, limit and outbox methods against the served API.
+"""postrelay.client's cancel, pause, limit, outbox and webhook methods against the served API.
 
 Every test runs twice, on the sync `Client` and on the `AsyncClient` (each of its calls
 awaited in a loop of its own), so the two are held to the same answers."""
@@ -13,13 +13,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import trustme
 from sqlalchemy import text
 
 from postrelay.client import ApiError, AsyncClient, Client
 from postrelay.relay import emit
 from tests.api.conftest import SERVICE_KEY, tenant_key
 from tests.api.test_client import answering
-from tests.factories import insert_job, insert_throttle, job_row
+from tests.factories import insert_attempt, insert_job, insert_throttle, job_row
 
 
 class Awaited:
@@ -262,8 +263,77 @@ def test_replay_outbox(admin, acme, engine, tenant, other_tenant):
     (b'{"data": {"cancelled": 1.5}, "meta": null}', lambda api: api.cancel_jobs(kind="x")),
     (b'{"data": {"replayed": true}, "meta": null}', lambda api: api.replay_outbox("x")),
     (b'{"data": [], "meta": null}', lambda api: api.get_outbox_status()),
+    (b'{"data": {"endpoint": {"id": "x"}}, "meta": null}',
+     lambda api: api.add_webhook("https://x.example/", tenant_id=uuid.uuid4())),
+    (b'{"data": {"secret": "whsec_x", "endpoint": null}, "meta": null}',
+     lambda api: api.add_webhook("https://x.example/", tenant_id=uuid.uuid4())),
 ])
 def test_an_answer_of_another_shape_is_an_api_error(body, call):
     with answering(200, body, {"Content-Type": "application/json"}) as url, \
             Client(url, SERVICE_KEY) as api, refused(200, "unexpected_answer"):
         call(api)
+
+
+HOOK_URL = "https://hooks.acme.example/in"
+
+
+def test_add_list_get_disable_enable_and_delete(acme, tenant):
+    added = acme.add_webhook(HOOK_URL, event_types=("order.*", "user.created"))
+    endpoint, secret = added["endpoint"], added["secret"]
+    assert secret.startswith("whsec_")
+    assert (endpoint["tenant_id"], endpoint["event_types"]) == (
+        str(tenant), ["order.*", "user.created"])
+    assert acme.list_webhooks() == [endpoint]
+    assert acme.get_webhook(uuid.UUID(endpoint["id"])) == endpoint
+    assert acme.disable_webhook(endpoint["id"])["enabled"] is False
+    assert acme.enable_webhook(endpoint["id"])["enabled"] is True
+    assert acme.list_webhook_attempts(endpoint["id"]) == []
+    assert acme.delete_webhook(endpoint["id"]) is None
+    with refused(404, "not_found"):
+        acme.get_webhook(endpoint["id"])
+    assert acme.list_webhooks() == []
+
+
+def test_attempts_and_their_limit(acme, engine):
+    endpoint = acme.add_webhook(HOOK_URL)["endpoint"]
+    with engine.begin() as conn:
+        for n in (1, 2, 3):
+            insert_attempt(conn, endpoint["id"], attempt=n, ago_secs=10 - n)
+    assert [a["attempt"] for a in acme.list_webhook_attempts(endpoint["id"])] == [3, 2, 1]
+    assert [a["attempt"] for a in acme.list_webhook_attempts(endpoint["id"], limit=1)] == [3]
+    with refused(400, field="limit"):
+        acme.list_webhook_attempts(endpoint["id"], limit=0)
+
+
+def test_a_tenant_key_reaches_its_own_tenants_endpoints_only(admin, acme, connect, engine,
+                                                            tenant, other_tenant):
+    theirs = admin.add_webhook(HOOK_URL, tenant_id=other_tenant)["endpoint"]
+    mine = acme.add_webhook(HOOK_URL)["endpoint"]
+    assert {e["id"] for e in admin.list_webhooks()} == {theirs["id"], mine["id"]}
+    assert [e["id"] for e in admin.list_webhooks(tenant_id=str(tenant))] == [mine["id"]]
+    assert acme.list_webhooks() == [mine]
+    for call in (acme.get_webhook, acme.disable_webhook, acme.enable_webhook,
+                 acme.delete_webhook, acme.list_webhook_attempts):
+        with refused(404, "not_found"):
+            call(theirs["id"])
+    with refused(400, field="tenantId"):
+        acme.add_webhook(HOOK_URL, tenant_id=other_tenant)
+    with refused(400, field="tenantId"):
+        acme.list_webhooks(tenant_id=other_tenant)
+    assert admin.get_webhook(theirs["id"]) == theirs  # untouched
+    globex = connect(tenant_key(engine, "globex-app", other_tenant))
+    assert globex.list_webhooks() == [theirs]
+
+
+def test_bad_input_names_the_field(admin, acme, tenant):
+    with refused(400, field="tenantId"):
+        admin.add_webhook(HOOK_URL)  # the service role names the tenant
+    with refused(400, field="url"):
+        acme.add_webhook("ftp://hooks.acme.example/")
+    with refused(400, field="eventTypes"):
+        acme.add_webhook(HOOK_URL, event_types="order.*")  # one string, not a list of them
+    with refused(400, field="caPem"):
+        acme.add_webhook(HOOK_URL, ca_pem="not a certificate")
+    assert acme.list_webhooks() == []
+    ca = trustme.CA().cert_pem.bytes().decode("ascii")
+    assert acme.add_webhook(HOOK_URL, ca_pem=ca)["endpoint"]["private_ca"] is True

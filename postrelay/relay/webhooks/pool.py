@@ -16,11 +16,12 @@ A target is (scheme, host name, port, checked IP address, TLS context):
   CA, so endpoints of one CA share). The key holds the context itself: its identity cannot
   be taken by another context while the key lives.
 Every request a client sends has the same origin, so httpcore's own rules decide whether
-its connection is reused, and what they guarantee holds: an idle connection is closed instead of reused
-once its keep-alive has expired or once its socket is readable (an idle HTTP/1.1 connection
-that is readable was closed by the server), and a new one is opened; nothing had been sent
-on it. A request that fails after it was written (the server closed the connection as it
-went out) is not sent again: it fails the attempt, which the job retries later.
+its connection is reused, and what they guarantee holds: an idle connection is closed
+instead of reused once its keep-alive has expired or once its socket is readable (an idle
+HTTP/1.1 connection that is readable was closed by the server), and a new one is opened;
+nothing had been sent on it. A request that fails after it was written (the server closed
+the connection as it went out) is not sent again: it fails the attempt, which the job
+retries later.
 
     clients = DeliveryClients()
     async with clients.client(TargetKey("https", "example.com", 443, address, context)) as c:

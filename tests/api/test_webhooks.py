@@ -147,6 +147,19 @@ def test_the_service_role_sees_every_tenant_and_names_the_tenant_it_adds_to(
     assert unknown["field"] == "tenantId" and "no tenant" in unknown["message"]
 
 
+def test_a_tenant_key_s_endpoint_may_never_reach_a_private_address(
+        api, acme_client, tenant, engine):
+    """Its host name could resolve inside the network at delivery, where the operator's
+    POSTRELAY_WEBHOOK_ALLOW_PRIVATE lets their own endpoints reach: it is recorded as not
+    private_allowed (tests/webhooks/test_private_allowed.py delivers to both kinds)."""
+    theirs = add(acme_client)["endpoint"]
+    ours = add(api, tenantId=str(tenant))["endpoint"]
+    with engine.connect() as conn:
+        allowed = dict(conn.execute(text(
+            "SELECT id::text, private_allowed FROM mdm.aa_webhook_endpoint")).all())
+    assert allowed == {theirs["id"]: False, ours["id"]: True}
+
+
 def test_the_secret_is_answered_by_the_add_alone_and_a_ca_never(acme_client, engine):
     ca = trustme.CA()
     pem = ca.cert_pem.bytes().decode("ascii")

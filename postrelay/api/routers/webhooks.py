@@ -153,11 +153,13 @@ def add_webhook(body: WebhookBody, caller: Caller, engine: Db, request: Request,
     else:
         tenant = _own(caller, body.tenant_id or caller.tenant_id)
         # The setting is the operator's for their own receivers: a tenant key must not
-        # point deliveries at addresses inside the installation's network.
+        # point deliveries at addresses inside the installation's network, neither now nor
+        # through a host name that resolves there later (private_allowed).
         allow_private = False
     with engine.begin() as conn, _for_tenant_keys(caller):
         endpoint, secret = webhook_add(conn, tenant, body.url, event_types=body.event_types,
-                                       allow_private=allow_private, ca_pem=body.ca_pem)
+                                       allow_private=allow_private, ca_pem=body.ca_pem,
+                                       private_allowed=caller.tenant_id is None)
     response.headers["Cache-Control"] = "no-store"  # the secret: no copy in any cache
     event("postrelay.api.webhook_add", logging.INFO, endpoint_id=str(endpoint.id),
           tenant_id=str(endpoint.tenant_id), actor=caller.actor)

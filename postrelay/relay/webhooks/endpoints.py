@@ -68,13 +68,13 @@ class WebhookEndpoint:
 def webhook_add(
     conn: SyncConnection, tenant_id: UUID | str, url: str, *,
     event_types: Iterable[str] | None = ..., allow_private: bool = ...,
-    ca_pem: str | None = ...,
+    ca_pem: str | None = ..., private_allowed: bool = ...,
 ) -> tuple[WebhookEndpoint, str]: ...
 @overload
 def webhook_add(
     conn: AsyncAnyConnection, tenant_id: UUID | str, url: str, *,
     event_types: Iterable[str] | None = ..., allow_private: bool = ...,
-    ca_pem: str | None = ...,
+    ca_pem: str | None = ..., private_allowed: bool = ...,
 ) -> Awaitable[tuple[WebhookEndpoint, str]]: ...
 def webhook_add(
     conn: AnyConnection,
@@ -84,12 +84,16 @@ def webhook_add(
     event_types: Iterable[str] | None = None,
     allow_private: bool = False,
     ca_pem: str | None = None,
+    private_allowed: bool = True,
 ) -> tuple[WebhookEndpoint, str] | Awaitable[tuple[WebhookEndpoint, str]]:
     """Add an enabled endpoint; returns it with its new `whsec_…` secret (shown only now).
 
     `event_types` are exact types or globs (`order.*`); None or empty means every type.
     The URL is stored as `validate_url` normalises it; `allow_private` (the CLI passes
     POSTRELAY_WEBHOOK_ALLOW_PRIVATE) lets it name a loopback or private address.
+    `private_allowed=False` (an endpoint a tenant adds) keeps its deliveries from every
+    such address whatever its host name resolves to then, even where the worker's setting
+    lets an operator's endpoints reach them.
     `ca_pem`, for an https:// URL, is a private CA's certificates (PEM text) that its
     deliveries trust instead of the default bundle (trust.py).
     """
@@ -98,7 +102,8 @@ def webhook_add(
         raise _not_https(valid_url)
     params = {"tenant_id": _uuid("tenant_id", tenant_id), "url": valid_url,
               "event_types": _event_types(event_types), "secret": new_secret(),
-              "ca_pem": None if ca_pem is None else validate_ca_pem(ca_pem)}
+              "ca_pem": None if ca_pem is None else validate_ca_pem(ca_pem),
+              "private_allowed": bool(private_allowed)}
     return drive(conn, _add_steps(params))
 
 

@@ -111,7 +111,8 @@ def webhook_handler(
     claimed: ClaimedDeliveries | None = None,
     clients: DeliveryClients | None = None,
 ) -> Callable[[Job], Any]:
-    """The handler coroutine. `allow_private` comes from POSTRELAY_WEBHOOK_ALLOW_PRIVATE;
+    """The handler coroutine. `allow_private` comes from POSTRELAY_WEBHOOK_ALLOW_PRIVATE,
+    and holds for an operator's endpoints only (`private_allowed`; not a tenant key's);
     `clock` gives the unix time for webhook-timestamp (tests pass their own). A 429 or 503
     throttles the endpoint's deliveries for every worker by `throttle` (default:
     ThrottlePolicy()); the delivery itself is retried as any other. With `claimed` (whose
@@ -149,7 +150,8 @@ def webhook_handler(
             verify = (contexts.default() if row["ca_pem"] is None
                       else contexts.get(row["ca_pem"]))
             status, headers, text = await _post(clients, row["url"], row["secret"], msg_id,
-                                                body, int(clock()), allow_private,
+                                                body, int(clock()),
+                                                allow_private and row["private_allowed"],
                                                 timeout_secs, verify)
         except (AddressRefused, BadEndpointUrl, BadEndpointCa) as exc:
             await attempt.record(error=str(exc))

@@ -45,6 +45,10 @@ webhook_endpoint = Table(
     # A private CA's certificates (PEM), trusted instead of the default bundle for this
     # endpoint's HTTPS (trust.py); NULL: the default bundle (migration 0031).
     Column("ca_pem", Text),
+    # False for an endpoint a tenant key added: its deliveries never reach a loopback or
+    # private address, even where POSTRELAY_WEBHOOK_ALLOW_PRIVATE lets an operator's
+    # endpoints reach them (migration 0033).
+    Column("private_allowed", Boolean, nullable=False, server_default=text("false")),
     CheckConstraint("url ~ '^https?://'", name="webhook_endpoint_url_http_chk"),
     CheckConstraint("left(secret, 6) = 'whsec_'", name="webhook_endpoint_secret_chk"),
     Index("ix_webhook_endpoint_tenant", "tenant_id"),

@@ -6,8 +6,10 @@
 -- Selecting from aa_tenant turns an unknown tenant into "no row" instead of a foreign-key
 -- error that would abort the caller's transaction.
 WITH inserted AS (
-    INSERT INTO mdm.aa_webhook_endpoint (tenant_id, url, secret, event_types, ca_pem)
-    SELECT t.id, :url, :secret, CAST(:event_types AS text[]), CAST(:ca_pem AS text)
+    INSERT INTO mdm.aa_webhook_endpoint (tenant_id, url, secret, event_types, ca_pem,
+                                         private_allowed)
+    SELECT t.id, :url, :secret, CAST(:event_types AS text[]), CAST(:ca_pem AS text),
+           CAST(:private_allowed AS boolean)
     FROM mdm.aa_tenant t
     WHERE t.id = :tenant_id
     RETURNING id, tenant_id, url, event_types, enabled, disabled_reason, created_at, updated_at,
@@ -92,7 +94,7 @@ SELECT e.id AS event_id, e.tenant_id AS event_tenant_id, e.event_type, e.payload
        LEAST(GREATEST(e.created_at, TIMESTAMPTZ '0001-01-01 00:00:00+00'),
              TIMESTAMPTZ '9999-12-31 23:59:59.999999+00') AS event_created_at,
        w.id AS endpoint_id, w.tenant_id AS endpoint_tenant_id, w.url, w.secret, w.ca_pem,
-       w.enabled,
+       w.enabled, w.private_allowed,
        EXISTS (SELECT 1 FROM mdm.aa_webhook_attempt a
                WHERE a.event_id = CAST(:event_id AS uuid)
                  AND a.endpoint_id = CAST(:endpoint_id AS uuid)
@@ -109,7 +111,7 @@ SELECT p.job_id, e.id AS event_id, e.tenant_id AS event_tenant_id, e.event_type,
        LEAST(GREATEST(e.created_at, TIMESTAMPTZ '0001-01-01 00:00:00+00'),
              TIMESTAMPTZ '9999-12-31 23:59:59.999999+00') AS event_created_at,
        w.id AS endpoint_id, w.tenant_id AS endpoint_tenant_id, w.url, w.secret, w.ca_pem,
-       w.enabled,
+       w.enabled, w.private_allowed,
        EXISTS (SELECT 1 FROM mdm.aa_webhook_attempt a
                WHERE a.event_id = p.event_id
                  AND a.endpoint_id = p.endpoint_id

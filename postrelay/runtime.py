@@ -13,6 +13,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from uuid import UUID
 
 from postrelay.core.db import Database
@@ -22,6 +23,7 @@ from postrelay.core.service import Service
 from postrelay.core.settings import Settings
 from postrelay.orchestrator import (
     EMAIL_FEEDBACK_TARGET,
+    EMAIL_KIND,
     EMAIL_LOG_TARGET,
     EmailHourTally,
     ReturnPath,
@@ -57,6 +59,7 @@ from postrelay.queue import (
     maintenance_interval,
 )
 from postrelay.relay import (
+    EVENT_READERS,
     OUTBOX_TARGET,
     EndpointDirectory,
     Relay,
@@ -69,6 +72,10 @@ from postrelay.relay import (
     webhook_attempt_delete_batch,
     webhook_registry,
 )
+
+# The job kinds that read their outbox event when they run, for which retention keeps it:
+# webhook deliveries, and a split email route's messages (their context is its payload).
+OUTBOX_READERS = (*EVENT_READERS, EMAIL_KIND)
 
 
 def import_apps(modules: Iterable[str]) -> None:
@@ -167,7 +174,8 @@ def build_worker(
         return_path=ReturnPath.from_settings(settings),
         unsubscribe=UnsubscribeLinks.from_settings(settings), throttle=throttle,
         concurrency=concurrency))
-    outbox = Cleaner(delete_handled_batch, settings.outbox_retention_days)
+    outbox = Cleaner(partial(delete_handled_batch, readers=OUTBOX_READERS),
+                     settings.outbox_retention_days)
     attempts = Cleaner(webhook_attempt_delete_batch, settings.webhook_attempt_retention_days)
     # Every window from the settings: the handler takes none from a job's payload.
     email_log = Cleaner(email_log_delete_batch, settings.email_log_retention_days)

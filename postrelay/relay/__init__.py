@@ -10,7 +10,7 @@ from postrelay.relay.admin import (
     outbox_status,
 )
 from postrelay.relay.emit import EventSpec, emit, emit_async, emit_many, emit_many_async
-from postrelay.relay.retention import OUTBOX_TARGET, delete_handled_batch
+from postrelay.relay.retention import EVENT_READERS, OUTBOX_TARGET, delete_handled_batch
 from postrelay.relay.routing import Event, JobRequest, Route, RouteRegistry, default_routes, route
 from postrelay.relay.service import Relay, RelayConfig
 from postrelay.relay.webhooks import (
@@ -32,6 +32,7 @@ from postrelay.relay.webhooks import (
 )
 
 __all__ = [
+    "EVENT_READERS",
     "EndpointDirectory",
     "Event",
     "EventSpec",

@@ -6,6 +6,7 @@ keeps the event while they wait, and one whose event is gone fails with the reas
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 import pytest
 from sqlalchemy import text
@@ -15,6 +16,7 @@ from postrelay.orchestrator import EMAIL_KIND, EmailJob, email_route, enqueue_em
 from postrelay.orchestrator.contexts import EventContexts
 from postrelay.queue import enqueue, ensure_tenant
 from postrelay.relay import Relay, RouteRegistry, delete_handled_batch, emit
+from postrelay.runtime import OUTBOX_READERS
 from tests.orchestrator.conftest import write_template
 
 TEAM = [f"member{n}@example.com" for n in range(3)]
@@ -147,11 +149,15 @@ async def test_retention_keeps_an_event_while_its_messages_wait(
     event_id = form_team(engine, tenant, TEAM)
     await Relay(async_engine, team_routes()).run_once()
     later = datetime.now(UTC) + timedelta(days=1)
-    assert await delete_handled_batch(async_engine, later, 100) == 0  # three jobs pending
+    clean = partial(delete_handled_batch, readers=OUTBOX_READERS)  # as the worker's retention
+    assert await clean(async_engine, later, 100) == 0  # three messages pending
+    assert await delete_handled_batch(async_engine, later, 100) == 1  # the relay's alone
+    event_id = form_team(engine, tenant, TEAM)
+    await Relay(async_engine, team_routes()).run_once()
     with engine.begin() as conn:
         conn.execute(text("UPDATE mdm.aa_job SET status = 'done', completed_at = now() "
                           "WHERE job_kind = 'email_send'"))
-    assert await delete_handled_batch(async_engine, later, 100) == 1
+    assert await clean(async_engine, later, 100) == 1
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM mdm.aa_outbox_event WHERE id = :e"),
                             {"e": event_id}).scalar_one() == 0

@@ -212,17 +212,18 @@ SELECT ARRAY(SELECT t FROM unnest(CAST(:tenant_ids AS uuid[])) AS t
 -- name: outbox_delete_handled_before
 -- Retention: one bounded batch of handled events and their delivery links (the links
 -- have no foreign key to cascade from). Unhandled and dead events are never touched, nor
--- an event one of whose jobs is still to run: a job may read its event when it runs (a
--- webhook delivery does, and so does a message of a split email route, whose context is
--- the event's payload), and would find it gone. A dead-lettered job does not keep its
--- event (the DLQ is kept until discarded: its events would pile up at the head of every
--- batch).
+-- an event with a job still to run of a kind in :readers, whose jobs read their event when
+-- they run (a webhook delivery does, and so does a message of a split email route, whose
+-- context is the event's payload), and would find it gone. A dead-lettered job does not
+-- keep its event (the DLQ is kept until discarded: its events would pile up at the head of
+-- every batch).
 WITH doomed AS (
     SELECT e.id FROM mdm.aa_outbox_event e
     WHERE e.handled_at < CAST(:before AS timestamptz)
       AND NOT EXISTS (
           SELECT 1 FROM mdm.aa_outbox_delivery d JOIN mdm.aa_job j ON j.id = d.job_id
-          WHERE d.event_id = e.id AND j.status IN ('pending', 'running'))
+          WHERE d.event_id = e.id AND CAST(j.job_kind AS text) = ANY (CAST(:readers AS text[]))
+            AND j.status IN ('pending', 'running'))
     ORDER BY e.handled_at
     LIMIT :batch
     FOR UPDATE SKIP LOCKED

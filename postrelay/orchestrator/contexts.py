@@ -22,12 +22,10 @@ from uuid import UUID
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from postrelay.core.dbcall import driver_fetch
 from postrelay.core.errors import ValidationError
-from postrelay.core.sqlfiles import load_queries
+from postrelay.orchestrator import queries
 from postrelay.orchestrator.job import EmailJob
 
-EMAIL_SQL = load_queries("postrelay.orchestrator", "sql/email.sql")
 # A split route's messages are sent within moments of each other, so a few events cover a
 # worker's traffic; the bytes bound keeps large payloads (a list of ten thousand
 # recipients) from piling up.
@@ -66,7 +64,8 @@ class EventContexts:
     """Events' contexts by (tenant, event), read in batches and kept while they fit."""
 
     def __init__(self, engine: AsyncEngine) -> None:
-        self.engine = engine.execution_options(isolation_level="AUTOCOMMIT")  # reads only
+        """`engine`: one in autocommit mode (each read is one statement)."""
+        self.engine = engine
         self._cached: OrderedDict[Key, tuple[dict[str, Any], int]] = OrderedDict()
         self._cached_bytes = 0
         self._reading: dict[Key, asyncio.Future[dict[str, Any] | None]] = {}
@@ -123,9 +122,9 @@ class EventContexts:
         try:
             self.reads += 1
             async with self.engine.connect() as conn:
-                rows = await driver_fetch(conn, EMAIL_SQL["email_event_contexts"], {
-                    "tenant_ids": [tenant for tenant, _ in futures],
-                    "event_ids": [event for _, event in futures]})
+                rows = await queries.email_event_contexts(
+                    conn, tenant_ids=[tenant for tenant, _ in futures],
+                    event_ids=[event for _, event in futures])
             found = {}
             for (event_id, tenant_id, aggregate_type, aggregate_id, event_type, payload,
                  created_at, size) in rows:

@@ -133,7 +133,7 @@ class EmailSender:
         self.throttle = throttle or ThrottlePolicy()
         self.checks = SendCheckBatcher(engine, concurrency=concurrency)
         self.claimed_jobs = ClaimedJobs(self.checks, self.parse)
-        self.contexts = EventContexts(engine)
+        self.contexts = EventContexts(self.engine)
         self.templates = templates
         self.pool = pool
         self.default_from = default_from

@@ -47,6 +47,14 @@ async def email_send_history(conn: AsyncConnection, *, job_id: UUID) -> tuple[st
     return tuple(result.scalar_one())
 
 
+async def email_event_contexts(conn: AsyncConnection, *, tenant_ids: Sequence[UUID],
+                               event_ids: Sequence[UUID]) -> list[tuple[Any, ...]]:
+    """The events named by the pairs (tenant_ids[i], event_ids[i]) that exist: id, tenant,
+    aggregate type and id, type, payload, created_at, and the payload's size in bytes."""
+    return await driver_fetch(conn, EMAIL_SQL["email_event_contexts"], {
+        "tenant_ids": list(tenant_ids), "event_ids": list(event_ids)})
+
+
 async def tenant_name(conn: AsyncConnection, *, tenant_id: UUID) -> str | None:
     result = await conn.execute(EMAIL_SQL["tenant_name"], {"tenant_id": tenant_id})
     return result.scalar_one_or_none()

@@ -90,7 +90,7 @@ async def test_an_event_listing_five_thousand_recipients_makes_small_jobs(
 async def test_the_messages_of_one_claim_read_their_events_once(
         engine, async_engine, tenant, clean_db):
     first, second = form_team(engine, tenant, TEAM), form_team(engine, tenant, TEAM[:1])
-    contexts = EventContexts(async_engine)
+    contexts = EventContexts(async_engine.execution_options(isolation_level="AUTOCOMMIT"))
     contexts.prefetch([(tenant, first), (tenant, second), (tenant, first)])
     got = [await contexts.get(tenant, first), await contexts.get(tenant, second),
            await contexts.get(tenant, first)]
@@ -105,7 +105,7 @@ async def test_another_tenant_s_event_is_no_context(engine, async_engine, tenant
     event_id = form_team(engine, tenant, TEAM)
     with engine.begin() as conn:
         other = ensure_tenant(conn, "globex")
-    contexts = EventContexts(async_engine)
+    contexts = EventContexts(async_engine.execution_options(isolation_level="AUTOCOMMIT"))
     assert await contexts.get(other, event_id) is None
     assert await contexts.get(tenant, event_id) is not None
 

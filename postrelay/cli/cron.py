@@ -10,6 +10,7 @@ from postrelay.cli.common import actor, transaction
 from postrelay.cli.output import echo, print_json, table
 from postrelay.cli.root import app
 from postrelay.core import jsontext
+from postrelay.orchestrator import check_job_payload
 from postrelay.queue import SYSTEM_TENANT_ID, cron_create, cron_delete, cron_list
 
 cron_app = typer.Typer(help="Cron entries: each firing enqueues one job (times in UTC).",
@@ -27,9 +28,11 @@ def cron_add(
     priority: int = typer.Option(100, "--priority"),
     max_attempts: int | None = typer.Option(None, "--max-attempts"),
 ) -> None:
-    """Create a cron entry. A system kind (cleanup_jobs) runs only in the system tenant."""
+    """Create a cron entry. A system kind (cleanup_jobs) runs only in the system tenant.
+    An email_send payload is checked as enqueue_email checks a message."""
     with transaction() as conn:
         body = jsontext.parse_document(payload, "payload")
+        check_job_payload(kind, body)
         entry = cron_create(conn, name, schedule, kind, body, tenant_id=tenant,
                             priority=priority, max_attempts=max_attempts, created_by=actor())
     echo(f"created {entry.name}: '{entry.schedule}' -> {entry.kind}")

@@ -45,6 +45,7 @@ from postrelay.orchestrator.job import (
     EMAIL_KIND,
     EmailJob,
     check_email_payload,
+    check_job_payload,
     enqueue_email,
     enqueue_email_async,
 )
@@ -71,6 +72,7 @@ __all__ = [
     "cancel_job",
     "cancel_jobs",
     "check_email_payload",
+    "check_job_payload",
     "categories_text",
     "check_identity_settings",
     "email_feedback_delete_batch",

@@ -234,6 +234,19 @@ def check_email_payload(payload: Mapping[str, Any]) -> None:
     _checked_payload(message)
 
 
+def check_job_payload(kind: str, payload: Mapping[str, Any]) -> None:
+    """What a job of `kind` written by hand (the HTTP API, a cron entry, which enqueues its
+    payload at every firing) is checked for before it is stored: an `email_send` payload
+    as `check_email_payload` checks it, the field named inside the payload (`payload.to[0]`);
+    any other kind's payload is its handler's to read."""
+    if kind != EMAIL_KIND:
+        return
+    try:
+        check_email_payload(payload)
+    except ValidationError as exc:
+        raise ValidationError(f"payload.{exc.field}", exc.rule) from None
+
+
 def _checked_payload(message: EmailJob) -> dict[str, Any]:
     """The message's template name, addresses and headers checked; its payload."""
     check_template_name(message.template)  # else its run fails it: `../x` names no folder

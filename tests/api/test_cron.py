@@ -122,3 +122,20 @@ async def test_an_entry_whose_firings_fail_says_since_when_and_why(api, async_en
     fired = entries(api)["too-big"]
     assert fired["failing_since"] is None and fired["last_error"] is None
     assert fired["last_run"] is not None
+
+
+@pytest.mark.parametrize(("payload", "field"), [
+    ({"template": "welcome", "to": ["a@x.example\r\nBcc: evil@x.example"]}, "payload.to[0]"),
+    ({"template": "../secrets", "to": ["ann@x.example"]}, "payload.template"),
+    ({"template": "welcome", "to": []}, "payload.to"),
+])
+def test_an_email_send_payload_is_checked_as_a_job_is_at_enqueue(api, tenant, payload, field):
+    """Every firing enqueues the payload: a message its first run would fail is a 400 when
+    the entry is created, naming the field, and no entry is written."""
+    body = {"name": "digest", "schedule": "0 8 * * *", "kind": "email_send",
+            "payload": payload, "tenantId": str(tenant)}
+    err = error(api.post(CRON, json=body), 400)
+    assert err["field"] == field and err["message"].startswith(f"{field}: ")
+    assert entries(api) == {}
+    good = {"template": "welcome", "to": ["Ann <ann@x.example>"]}
+    assert data(api.post(CRON, json=body | {"payload": good}), 201)["kind"] == "email_send"

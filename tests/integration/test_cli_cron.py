@@ -57,3 +57,14 @@ def test_cron_names_per_tenant_and_the_reserved_ones(worker_env, tenant, engine)
     system_kind = run(worker_env, "cron", "add", "sweep", "0 3 * * *", "cleanup_jobs",
                       "--tenant", str(tenant))
     assert system_kind.returncode == 1 and "runs only in the system tenant" in system_kind.stderr
+
+
+def test_cron_add_checks_an_email_send_payload_as_enqueue_email_does(worker_env, tenant):
+    refused = run(worker_env, "cron", "add", "digest", "0 8 * * *", "email_send", "--payload",
+                  '{"template": "welcome", "to": ["not an address"]}', "--tenant", str(tenant))
+    assert refused.returncode == 1 and "payload.to[0]:" in refused.stderr
+    listed = run(worker_env, "cron", "list", "--json", "--tenant", str(tenant))
+    assert json.loads(listed.stdout) == []
+    added = run(worker_env, "cron", "add", "digest", "0 8 * * *", "email_send", "--payload",
+                '{"template": "welcome", "to": ["ann@x.example"]}', "--tenant", str(tenant))
+    assert added.returncode == 0, added.stderr

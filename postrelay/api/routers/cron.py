@@ -14,6 +14,7 @@ from postrelay.api.common import Db, errors, tenant_for_write
 from postrelay.api.models import CronBody, CronDeleted, CronOut, Envelope
 from postrelay.core.errors import NotFoundError
 from postrelay.core.telemetry import event
+from postrelay.orchestrator import check_job_payload
 from postrelay.queue import check_kind, cron_create, cron_delete, cron_list
 
 router = APIRouter(prefix="/v1/functions/cron", tags=["cron"], route_class=JsonBodyRoute)
@@ -27,9 +28,12 @@ def create_cron_job(body: CronBody, caller: Caller, engine: Db) -> Envelope[Cron
 
     Names are unique per tenant: 409 only when this tenant has the name already. Names
     starting `postrelay.` are the system's (403 `name_reserved`); the kinds a tenant key
-    may not enqueue it may not schedule either (403 `kind_reserved`)."""
+    may not enqueue it may not schedule either (403 `kind_reserved`). An `email_send`
+    payload is checked as a job's is at enqueue (400 naming `payload.to[0]`), since every
+    firing enqueues it."""
     tenant = tenant_for_write(caller, body.tenant_id)
     check_kind(body.kind, tenant, tenant_key=not caller.is_service_role)
+    check_job_payload(body.kind, body.payload)
     with engine.begin() as conn:
         entry = cron_create(
             conn, body.name, body.schedule, body.kind, body.payload, tenant_id=tenant,

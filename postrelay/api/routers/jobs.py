@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 
@@ -13,8 +13,8 @@ from postrelay.api.auth import Caller
 from postrelay.api.bodies import JsonBodyRoute
 from postrelay.api.common import DIGITS, Db, JobId, errors, tenant_for_write
 from postrelay.api.models import EnqueueBody, Envelope, JobOut, JobStatus
-from postrelay.core.errors import NotFoundError, ValidationError
-from postrelay.orchestrator import EMAIL_KIND, check_email_payload
+from postrelay.core.errors import NotFoundError
+from postrelay.orchestrator import check_job_payload
 from postrelay.queue import LIST_LIMIT_MAX, check_kind, job_get, job_list
 
 router = APIRouter(prefix="/v1/functions/jobs", tags=["jobs"], route_class=JsonBodyRoute)
@@ -38,8 +38,7 @@ def enqueue_job(
     settings = request.app.state.settings
     tenant = tenant_for_write(caller, body.tenant_id)
     check_kind(body.kind, tenant, tenant_key=not caller.is_service_role)
-    if body.kind == EMAIL_KIND:
-        _check_email(body.payload)
+    check_job_payload(body.kind, body.payload)
     max_attempts = body.max_attempts if body.max_attempts is not None else settings.job_max_retries
     with engine.begin() as conn:
         job_id = pq.enqueue(
@@ -74,11 +73,3 @@ def get_job(job_id: JobId, caller: Caller, engine: Db) -> Envelope[JobOut]:
     if job is None:
         raise NotFoundError(f"no job {job_id}")
     return Envelope(data=JobOut.of(job))
-
-
-def _check_email(payload: dict[str, Any]) -> None:
-    """`check_email_payload`, its field named inside the body's `payload`."""
-    try:
-        check_email_payload(payload)
-    except ValidationError as exc:
-        raise ValidationError(f"payload.{exc.field}", exc.rule) from None

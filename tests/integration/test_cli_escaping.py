@@ -36,7 +36,8 @@ def evil_rows(engine, tenant):
                               error=EVIL, recipients=[f"{EVIL}@example.com"], status="failed")
         endpoint_id = conn.execute(text(
             "INSERT INTO mdm.aa_webhook_endpoint (tenant_id, url, secret, enabled,"
-            " disabled_reason) VALUES (:t, :url, 'whsec_x', false, :evil) RETURNING id"),
+            " disabled_reason, disabled_by) VALUES (:t, :url, 'whsec_x', false, :evil,"
+            " 'operator') RETURNING id"),
             {"t": tenant, "url": f"https://example.com/{EVIL}", "evil": EVIL}).scalar_one()
         conn.execute(text(
             "INSERT INTO mdm.aa_webhook_attempt (endpoint_id, event_id, attempt, status_code,"

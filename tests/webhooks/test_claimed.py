@@ -107,8 +107,8 @@ async def test_a_run_after_the_window_reads_again_and_sees_a_disabled_endpoint(
         await run.fn(early)  # at once: the claim's row
         assert claimed.round_trips == 1 and own_reads == []
         with engine.begin() as conn:
-            conn.execute(text("UPDATE mdm.aa_webhook_endpoint SET enabled = false "
-                              "WHERE id = :e"), {"e": endpoint_id})
+            conn.execute(text("UPDATE mdm.aa_webhook_endpoint SET enabled = false, "
+                              "disabled_by = 'operator' WHERE id = :e"), {"e": endpoint_id})
         clock.now += EARLY_SECS
         with pytest.raises(StopJob, match="disabled"):
             await run.fn(late)

@@ -16,7 +16,7 @@ import re
 from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, overload
+from typing import Any, Literal, overload
 from uuid import UUID
 
 from postrelay.core.dbcall import (
@@ -26,7 +26,7 @@ from postrelay.core.dbcall import (
     SyncConnection,
     drive,
 )
-from postrelay.core.errors import NotFoundError, ValidationError
+from postrelay.core.errors import ForbiddenError, NotFoundError, ValidationError
 from postrelay.core.limits import checked_text
 from postrelay.core.sqlfiles import load_queries
 from postrelay.relay.webhooks.signing import new_secret
@@ -36,6 +36,11 @@ from postrelay.relay.webhooks.urls import validate_url
 WEBHOOK_SQL = load_queries("postrelay.relay.webhooks", "sql/webhooks.sql")
 
 MAX_EVENT_TYPES = 100
+# Who disabled an endpoint: an operator (no tenant_id: the CLI, the service-role key, code),
+# the tenant (a tenant_id given: its API key) or the receiver (the worker, on a 410 Gone).
+DisabledBy = Literal["operator", "tenant", "receiver"]
+# The ForbiddenError code of a tenant's enable of an endpoint an operator disabled.
+DISABLED_BY_OPERATOR = "disabled_by_operator"
 _EVENT_TYPE = re.compile(r"^\S{1,200}$")
 
 
@@ -50,6 +55,7 @@ class WebhookEndpoint:
     event_types: list[str] | None
     enabled: bool
     disabled_reason: str | None
+    disabled_by: DisabledBy | None  # None while enabled
     created_at: datetime
     updated_at: datetime
     private_ca: bool
@@ -58,7 +64,7 @@ class WebhookEndpoint:
     def from_row(cls, row: Any) -> WebhookEndpoint:
         m = row._mapping
         return cls(m["id"], m["tenant_id"], m["url"], m["event_types"], m["enabled"],
-                   m["disabled_reason"], m["created_at"], m["updated_at"],
+                   m["disabled_reason"], m["disabled_by"], m["created_at"], m["updated_at"],
                    m["private_ca"])
 
 
@@ -213,7 +219,12 @@ def webhook_disable(
     conn: AnyConnection, endpoint_id: UUID | str, *, reason: str = "disabled by an operator",
     tenant_id: UUID | str | None = None,
 ) -> WebhookEndpoint | Awaitable[WebhookEndpoint]:
-    """Stop delivering to the endpoint. Jobs already queued for it stop as `failed`."""
+    """Stop delivering to the endpoint. Jobs already queued for it stop as `failed`.
+
+    Without `tenant_id` an operator disables it (`disabled_by` 'operator', whoever had
+    disabled it before), and only an operator enables it again. With `tenant_id` the
+    tenant does ('tenant'); an endpoint an operator disabled is answered unchanged, its
+    disable still the operator's."""
     if not isinstance(reason, str) or not reason.strip():
         raise ValidationError("reason", "must be a non-empty string")
     checked_text(reason, "reason")
@@ -233,7 +244,12 @@ def webhook_enable(
 ) -> WebhookEndpoint | Awaitable[WebhookEndpoint]:
     """Deliver to the endpoint again, events from now on. What it missed while disabled
     (its deliveries stopped unsent, and events with no delivery for it) is delivered by
-    replaying those events (`outbox_replay`, `postrelay outbox replay --since ...`)."""
+    replaying those events (`outbox_replay`, `postrelay outbox replay --since ...`).
+
+    With `tenant_id` (a tenant's own call) an endpoint that an operator disabled is not
+    the tenant's to enable: ForbiddenError `disabled_by_operator`, nothing written. What
+    the tenant or the receiver (a 410 Gone) disabled, it enables; an operator (no
+    `tenant_id`) enables any."""
     return _set_enabled(conn, endpoint_id, True, None, tenant_id)
 
 
@@ -241,16 +257,32 @@ def _set_enabled(
     conn: AnyConnection, endpoint_id: UUID | str, enabled: bool, reason: str | None,
     tenant_id: UUID | str | None,
 ) -> WebhookEndpoint | Awaitable[WebhookEndpoint]:
+    tenant = None if tenant_id is None else _uuid("tenant_id", tenant_id)
+    by: DisabledBy | None = None if enabled else "operator" if tenant is None else "tenant"
     params = {"id": _uuid("endpoint_id", endpoint_id), "enabled": enabled, "reason": reason,
-              "tenant_id": None if tenant_id is None else _uuid("tenant_id", tenant_id)}
+              "disabled_by": by, "tenant_id": tenant}
     return drive(conn, _set_enabled_steps(params))
 
 
 def _set_enabled_steps(params: dict[str, Any]) -> Steps[WebhookEndpoint]:
-    rows = yield WEBHOOK_SQL["webhook_endpoint_set_enabled"], params
-    if not rows:
-        raise NotFoundError(f"no webhook endpoint with id {params['id']}")
-    return WebhookEndpoint.from_row(rows[0])
+    while True:
+        rows = yield WEBHOOK_SQL["webhook_endpoint_set_enabled"], params
+        if rows:
+            return WebhookEndpoint.from_row(rows[0])
+        # Nothing changed: no such endpoint (of that tenant), or the tenant's call met one
+        # an operator disabled, which the statement's guard leaves as it is.
+        found = yield WEBHOOK_SQL["webhook_endpoint_get"], params
+        if not found:
+            raise NotFoundError(f"no webhook endpoint with id {params['id']}")
+        endpoint = WebhookEndpoint.from_row(found[0])
+        if endpoint.disabled_by == "operator":
+            if params["enabled"]:
+                raise ForbiddenError(
+                    DISABLED_BY_OPERATOR,
+                    f"webhook endpoint {endpoint.id} was disabled by an operator "
+                    f"({endpoint.disabled_reason}); only an operator enables it")
+            return endpoint  # a tenant's disable: it stays the operator's
+        # An operator enabled it between the two statements: the guard lets it by now.
 
 
 @overload

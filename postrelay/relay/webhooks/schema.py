@@ -40,6 +40,10 @@ webhook_endpoint = Table(
     Column("event_types", ARRAY(Text)),
     Column("enabled", Boolean, nullable=False, server_default=text("true")),
     Column("disabled_reason", Text),
+    # Who disabled it: 'operator' (the CLI, the service-role key, code without a tenant),
+    # 'tenant' (a tenant key) or 'receiver' (a 410 Gone); NULL while enabled. A tenant key
+    # enables no endpoint an operator disabled (migration 0034).
+    Column("disabled_by", Text),
     Column("created_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
     Column("updated_at", TIMESTAMPTZ, nullable=False, server_default=text("now()")),
     # A private CA's certificates (PEM), trusted instead of the default bundle for this
@@ -51,6 +55,10 @@ webhook_endpoint = Table(
     Column("private_allowed", Boolean, nullable=False, server_default=text("false")),
     CheckConstraint("url ~ '^https?://'", name="webhook_endpoint_url_http_chk"),
     CheckConstraint("left(secret, 6) = 'whsec_'", name="webhook_endpoint_secret_chk"),
+    CheckConstraint("disabled_by IN ('operator', 'tenant', 'receiver')",
+                    name="webhook_endpoint_disabled_by_chk"),
+    CheckConstraint("(disabled_by IS NULL) = enabled",
+                    name="webhook_endpoint_disabled_by_enabled_chk"),
     Index("ix_webhook_endpoint_tenant", "tenant_id"),
 )
 

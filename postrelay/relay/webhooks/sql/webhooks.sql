@@ -12,29 +12,36 @@ WITH inserted AS (
            CAST(:private_allowed AS boolean)
     FROM mdm.aa_tenant t
     WHERE t.id = :tenant_id
-    RETURNING id, tenant_id, url, event_types, enabled, disabled_reason, created_at, updated_at,
-              ca_pem IS NOT NULL AS private_ca
+    RETURNING id, tenant_id, url, event_types, enabled, disabled_reason, disabled_by,
+              created_at, updated_at, ca_pem IS NOT NULL AS private_ca
 )
 SELECT inserted.*, pg_notify('postrelay_webhooks', '') AS _notified FROM inserted;
 
 -- name: webhook_endpoint_list
 -- Whether an endpoint has a private CA, never the CA itself.
-SELECT id, tenant_id, url, event_types, enabled, disabled_reason, created_at, updated_at,
-       ca_pem IS NOT NULL AS private_ca
+SELECT id, tenant_id, url, event_types, enabled, disabled_reason, disabled_by, created_at,
+       updated_at, ca_pem IS NOT NULL AS private_ca
 FROM mdm.aa_webhook_endpoint
 WHERE CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid)
 ORDER BY tenant_id, created_at, id;
 
 -- name: webhook_endpoint_set_enabled
+-- :disabled_by is NULL to enable, or who disables: 'operator' (no :tenant_id) or 'tenant'.
+-- The guard leaves an endpoint an operator disabled to operators: a tenant's call changes
+-- nothing there, neither enabling it nor taking its disable over; webhook_endpoint_get
+-- then says why nothing changed (endpoints.py).
 WITH changed AS (
     UPDATE mdm.aa_webhook_endpoint
     SET enabled = :enabled,
         disabled_reason = CASE WHEN :enabled THEN NULL ELSE :reason END,
+        disabled_by = CAST(:disabled_by AS text),
         updated_at = now()
     WHERE id = :id
-      AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
-    RETURNING id, tenant_id, url, event_types, enabled, disabled_reason, created_at, updated_at,
-              ca_pem IS NOT NULL AS private_ca
+      AND (CAST(:tenant_id AS uuid) IS NULL
+           OR (tenant_id = CAST(:tenant_id AS uuid)
+               AND disabled_by IS DISTINCT FROM 'operator'))
+    RETURNING id, tenant_id, url, event_types, enabled, disabled_reason, disabled_by,
+              created_at, updated_at, ca_pem IS NOT NULL AS private_ca
 )
 SELECT changed.*, pg_notify('postrelay_webhooks', '') AS _notified FROM changed;
 
@@ -47,14 +54,14 @@ WITH changed AS (
     WHERE id = :id
       AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
       AND (CAST(:ca_pem AS text) IS NULL OR left(url, 8) = 'https://')
-    RETURNING id, tenant_id, url, event_types, enabled, disabled_reason, created_at, updated_at,
-              ca_pem IS NOT NULL AS private_ca
+    RETURNING id, tenant_id, url, event_types, enabled, disabled_reason, disabled_by,
+              created_at, updated_at, ca_pem IS NOT NULL AS private_ca
 )
 SELECT changed.*, pg_notify('postrelay_webhooks', '') AS _notified FROM changed;
 
 -- name: webhook_endpoint_get
-SELECT id, tenant_id, url, event_types, enabled, disabled_reason, created_at, updated_at,
-       ca_pem IS NOT NULL AS private_ca
+SELECT id, tenant_id, url, event_types, enabled, disabled_reason, disabled_by, created_at,
+       updated_at, ca_pem IS NOT NULL AS private_ca
 FROM mdm.aa_webhook_endpoint
 WHERE id = :id
   AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid));
@@ -73,7 +80,7 @@ SELECT deleted.id, pg_notify('postrelay_webhooks', '') AS _notified FROM deleted
 -- same endpoint disable it (and notify) once.
 WITH changed AS (
     UPDATE mdm.aa_webhook_endpoint
-    SET enabled = false, disabled_reason = :reason, updated_at = now()
+    SET enabled = false, disabled_reason = :reason, disabled_by = 'receiver', updated_at = now()
     WHERE id = :id AND enabled
     RETURNING id
 )

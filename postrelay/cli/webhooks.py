@@ -68,7 +68,10 @@ def webhooks_list(
     tenant: str | None = typer.Option(None, "--tenant", help="Only this tenant's endpoints."),
     as_json: bool = JSON_OPT,
 ) -> None:
-    """Every endpoint with its filter, state and CA (secrets and CAs are never listed)."""
+    """Every endpoint with its filter, state and CA (secrets and CAs are never listed).
+
+    BY says who disabled an endpoint: operator (this CLI, the service-role key), tenant (a
+    tenant's API key) or receiver (it answered 410 Gone)."""
     with transaction() as conn:
         endpoints = webhook_list(conn, tenant_id=tenant)
     if as_json:
@@ -76,8 +79,8 @@ def webhooks_list(
         return
     rows = [[e.id, e.tenant_id, e.url, ",".join(e.event_types or ["*"]),
              "private" if e.private_ca else "default", "enabled" if e.enabled else "disabled",
-             e.disabled_reason] for e in endpoints]
-    echo(table(["ID", "TENANT", "URL", "EVENT_TYPES", "CA", "STATE", "REASON"], rows)
+             e.disabled_by, e.disabled_reason] for e in endpoints]
+    echo(table(["ID", "TENANT", "URL", "EVENT_TYPES", "CA", "STATE", "BY", "REASON"], rows)
                if rows else "no webhook endpoints")
 
 
@@ -128,7 +131,10 @@ def webhooks_disable(
     endpoint_id: str = typer.Argument(...),
     reason: str = typer.Option("disabled by an operator", "--reason"),
 ) -> None:
-    """Stop delivering to an endpoint; its queued deliveries stop unsent."""
+    """Stop delivering to an endpoint; its queued deliveries stop unsent.
+
+    It is recorded as disabled by an operator: the tenant's API key cannot enable it
+    again, only this command's `enable` or the service-role key."""
     with transaction() as conn:
         webhook_disable(conn, endpoint_id, reason=reason)
     echo(f"disabled {endpoint_id}")
@@ -136,7 +142,7 @@ def webhooks_disable(
 
 @webhooks_app.command("enable")
 def webhooks_enable(endpoint_id: str = typer.Argument(...)) -> None:
-    """Deliver to an endpoint again (events from now on).
+    """Deliver to an endpoint again (events from now on), whoever disabled it.
 
     `postrelay outbox replay --since ...` then sends what it missed while disabled."""
     with transaction() as conn:

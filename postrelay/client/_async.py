@@ -204,13 +204,17 @@ class AsyncClient:
         return await self._send(w.add_webhook(url, event_types, ca_pem, tenant_id))
 
     async def disable_webhook(self, endpoint_id: UUID | str) -> Webhook:
-        """Stop delivering to an endpoint (its queued deliveries stop unsent); returns it.
-        ApiError 404 if missing (or another tenant's)."""
+        """Stop delivering to an endpoint (its queued deliveries stop unsent); returns it,
+        `disabled_by` saying who disabled it (`operator` for the service-role key, `tenant`
+        for a tenant key). A tenant key's disable of one the operator disabled returns it
+        unchanged. ApiError 404 if missing (or another tenant's)."""
         return await self._send(w.disable_webhook(endpoint_id))
 
     async def enable_webhook(self, endpoint_id: UUID | str) -> Webhook:
         """Deliver to an endpoint again, events from now on (`replay_outbox` sends what it
-        missed); returns it. ApiError 404 if missing (or another tenant's)."""
+        missed); returns it. ApiError 403 `disabled_by_operator` for a tenant key when the
+        operator disabled it (only the service-role key or the CLI enables it then); 404 if
+        missing (or another tenant's)."""
         return await self._send(w.enable_webhook(endpoint_id))
 
     async def delete_webhook(self, endpoint_id: UUID | str) -> None:

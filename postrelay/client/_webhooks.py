@@ -11,8 +11,8 @@ from postrelay.client._calls import Call, _body, _id, _nothing, _object, _object
 WEBHOOKS = "/v1/functions/webhooks"
 
 # As the API answers them, in snake_case like the outbox: an endpoint (never its secret or
-# its CA's certificates, `private_ca` says whether it has one), `{"endpoint", "secret"}`
-# for the one just added, and a delivery attempt.
+# its CA's certificates, `private_ca` says whether it has one; `disabled_by` who disabled
+# it), `{"endpoint", "secret"}` for the one just added, and a delivery attempt.
 Webhook = dict[str, Any]
 AddedWebhook = dict[str, Any]
 WebhookAttempt = dict[str, Any]

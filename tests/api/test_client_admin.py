@@ -294,6 +294,18 @@ def test_add_list_get_disable_enable_and_delete(acme, tenant):
     assert acme.list_webhooks() == []
 
 
+def test_an_endpoint_the_operator_disabled_is_the_operator_s_to_enable(admin, acme):
+    endpoint = acme.add_webhook(HOOK_URL)["endpoint"]
+    assert admin.disable_webhook(endpoint["id"])["disabled_by"] == "operator"
+    with refused(403, "disabled_by_operator"):
+        acme.enable_webhook(endpoint["id"])
+    kept = acme.disable_webhook(endpoint["id"])
+    assert (kept["enabled"], kept["disabled_by"]) == (False, "operator")
+    assert admin.enable_webhook(endpoint["id"])["disabled_by"] is None
+    assert acme.disable_webhook(endpoint["id"])["disabled_by"] == "tenant"
+    assert acme.enable_webhook(endpoint["id"])["enabled"] is True
+
+
 def test_attempts_and_their_limit(acme, engine):
     endpoint = acme.add_webhook(HOOK_URL)["endpoint"]
     with engine.begin() as conn:

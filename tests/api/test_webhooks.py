@@ -21,7 +21,7 @@ from tests.webhooks.test_private_ca_input import dated_ca
 HOOKS = "/v1/functions/webhooks"
 URL = "https://hooks.acme.example/in"
 ENDPOINT_FIELDS = {"id", "tenant_id", "url", "event_types", "enabled", "disabled_reason",
-                   "private_ca", "created_at", "updated_at"}
+                   "disabled_by", "private_ca", "created_at", "updated_at"}
 ATTEMPT_FIELDS = {"id", "job_id", "endpoint_id", "event_id", "attempt", "status_code",
                   "duration_ms", "response_body", "error", "created_at"}
 

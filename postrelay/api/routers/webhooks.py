@@ -6,6 +6,10 @@ answers 404 exactly like a missing one, on every route, and every statement read
 the tenant. The service role sees every tenant's and names the tenant of an endpoint it
 adds. No answer carries the signing secret, but the add's (shown once), nor a private CA's
 certificates (`private_ca` says only whether there is one).
+
+What the operator disabled stays the operator's: an endpoint the service-role key (or the
+CLI) disabled is enabled by the service role alone, a tenant key's enable is refused (403
+`disabled_by_operator`) and its disable leaves it as it is. `disabled_by` says who did.
 """
 
 from __future__ import annotations
@@ -73,6 +77,10 @@ class WebhookOut(BaseModel):
     event_types: list[str] | None = Field(description="Null: every event type.")
     enabled: bool
     disabled_reason: str | None
+    disabled_by: Literal["operator", "tenant", "receiver"] | None = Field(
+        description="Who disabled it: `operator` (the service-role key, the CLI), `tenant` "
+                    "(a tenant key) or `receiver` (it answered 410 Gone); null while "
+                    "enabled. A tenant key enables no endpoint an operator disabled.")
     private_ca: bool = Field(description="Whether its deliveries trust a private CA.")
     created_at: datetime
     updated_at: datetime
@@ -81,7 +89,8 @@ class WebhookOut(BaseModel):
     def of(cls, found: WebhookEndpoint) -> WebhookOut:
         return cls(id=found.id, tenant_id=found.tenant_id, url=found.url,
                    event_types=found.event_types, enabled=found.enabled,
-                   disabled_reason=found.disabled_reason, private_ca=found.private_ca,
+                   disabled_reason=found.disabled_reason, disabled_by=found.disabled_by,
+                   private_ca=found.private_ca,
                    created_at=found.created_at, updated_at=found.updated_at)
 
 
@@ -179,7 +188,9 @@ def get_webhook(endpoint_id: EndpointId, caller: Caller, engine: Db) -> Envelope
 def disable_webhook(endpoint_id: EndpointId, caller: Caller,
                     engine: Db) -> Envelope[WebhookOut]:
     """Stop delivering to the endpoint; its queued deliveries stop unsent. The reason
-    recorded names the key that disabled it."""
+    recorded names the key that disabled it, and `disabled_by` whether it was the service
+    role (`operator`) or a tenant key (`tenant`). A tenant key's disable of an endpoint
+    the operator disabled answers it unchanged: it stays the operator's to enable."""
     with engine.begin() as conn:
         found = webhook_disable(conn, endpoint_id, reason=f"disabled by {caller.actor}",
                                 tenant_id=caller.tenant_id)
@@ -189,11 +200,15 @@ def disable_webhook(endpoint_id: EndpointId, caller: Caller,
 
 
 @router.post("/{id}/enable", response_model=Envelope[WebhookOut],
-             responses=errors(400, 401, 404))
+             responses=errors(400, 401, 403, 404))
 def enable_webhook(endpoint_id: EndpointId, caller: Caller,
                    engine: Db) -> Envelope[WebhookOut]:
     """Deliver to the endpoint again, events from now on; what it missed while disabled
-    is sent by replaying those events (`POST /v1/functions/outbox/replay`)."""
+    is sent by replaying those events (`POST /v1/functions/outbox/replay`).
+
+    A tenant key enables what a tenant key or the receiver (a 410 Gone) disabled; one the
+    operator disabled (the service-role key, the CLI) is refused with 403
+    `disabled_by_operator`, nothing changed. The service-role key enables any."""
     with engine.begin() as conn:
         found = webhook_enable(conn, endpoint_id, tenant_id=caller.tenant_id)
     event("postrelay.api.webhook_enable", logging.INFO, endpoint_id=str(endpoint_id),

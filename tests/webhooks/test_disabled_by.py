@@ -69,7 +69,9 @@ def test_a_tenant_enables_what_it_disabled_and_an_operator_takes_a_disable_over(
         assert (mine.enabled, mine.disabled_by) == (False, "tenant")
         again = webhook_enable(conn, endpoint.id, tenant_id=wh_tenant)
         assert (again.enabled, again.disabled_by) == (True, None)
-        webhook_disable(conn, endpoint.id, reason="receiver moving", tenant_id=wh_tenant)
+        unsaid = webhook_disable(conn, endpoint.id, tenant_id=wh_tenant)
+        assert (unsaid.disabled_reason, unsaid.disabled_by) == (
+            "disabled by the tenant", "tenant")
         taken = webhook_disable(conn, endpoint.id, reason="abuse")
         assert (taken.disabled_reason, taken.disabled_by) == ("abuse", "operator")
         with pytest.raises(ForbiddenError):

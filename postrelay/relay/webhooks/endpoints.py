@@ -207,16 +207,16 @@ def _not_https(url: str) -> ValidationError:
 
 @overload
 def webhook_disable(
-    conn: SyncConnection, endpoint_id: UUID | str, *, reason: str = ...,
+    conn: SyncConnection, endpoint_id: UUID | str, *, reason: str | None = ...,
     tenant_id: UUID | str | None = ...,
 ) -> WebhookEndpoint: ...
 @overload
 def webhook_disable(
-    conn: AsyncAnyConnection, endpoint_id: UUID | str, *, reason: str = ...,
+    conn: AsyncAnyConnection, endpoint_id: UUID | str, *, reason: str | None = ...,
     tenant_id: UUID | str | None = ...,
 ) -> Awaitable[WebhookEndpoint]: ...
 def webhook_disable(
-    conn: AnyConnection, endpoint_id: UUID | str, *, reason: str = "disabled by an operator",
+    conn: AnyConnection, endpoint_id: UUID | str, *, reason: str | None = None,
     tenant_id: UUID | str | None = None,
 ) -> WebhookEndpoint | Awaitable[WebhookEndpoint]:
     """Stop delivering to the endpoint. Jobs already queued for it stop as `failed`.
@@ -224,7 +224,9 @@ def webhook_disable(
     Without `tenant_id` an operator disables it (`disabled_by` 'operator', whoever had
     disabled it before), and only an operator enables it again. With `tenant_id` the
     tenant does ('tenant'); an endpoint an operator disabled is answered unchanged, its
-    disable still the operator's."""
+    disable still the operator's. `reason` defaults to saying which of the two disabled it."""
+    if reason is None:
+        reason = "disabled by an operator" if tenant_id is None else "disabled by the tenant"
     if not isinstance(reason, str) or not reason.strip():
         raise ValidationError("reason", "must be a non-empty string")
     checked_text(reason, "reason")

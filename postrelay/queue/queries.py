@@ -21,7 +21,8 @@ from postrelay.core.dbcall import driver_fetch, driver_fetch_after, psycopg_sql
 from postrelay.core.sqlfiles import load_queries
 from postrelay.queue.model import Job
 
-JOB_SQL = load_queries("postrelay.queue", "sql/job.sql", "sql/claim.sql")
+JOB_SQL = load_queries(
+    "postrelay.queue", "sql/job.sql", "sql/claim.sql", "sql/limited.sql")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +88,7 @@ async def _fetch_claim(conn: AsyncConnection | psycopg.AsyncConnection[Any], nam
 
 
 # Candidates a limited claim considers per claim: beyond them, a job of a key that has
-# tokens waits behind the throttled keys ahead of it (sql/claim.sql, job_claim_limited).
+# tokens waits behind the throttled keys ahead of it (sql/limited.sql, job_claim_limited).
 LIMITED_CLAIM_SCAN = 1000
 
 

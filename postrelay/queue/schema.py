@@ -182,7 +182,7 @@ job_pause = Table(
                      postgresql_nulls_not_distinct=True),
 )
 
-# Rate and concurrency limits (migration 0015), enforced in the claim (sql/claim.sql,
+# Rate and concurrency limits (migration 0015), enforced in the claim (sql/limited.sql,
 # job_claim_limited): per
 # kind, optionally within a tenant (the tenant's own limit governs its jobs), optionally per
 # value of a payload field (key_path, a path into the payload). One row per scope.

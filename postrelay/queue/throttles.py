@@ -5,7 +5,7 @@ A destination is a kind as a whole (the SMTP server of `email_send`) or one valu
 payload field (a webhook endpoint of `outbox_dispatch`, by `endpoint_id`). When it refuses
 (SMTP 421/454, HTTP 429/503) the handler that got the refusal calls `throttle_refused`; the
 job itself is retried as it would be anyway. From then on the limited claim
-(sql/claim.sql, job_claim_limited) takes none of the destination's jobs for the pause (the
+(sql/limited.sql, job_claim_limited) takes none of the destination's jobs for the pause (the
 receiver's Retry-After, or the sender's own wait; at least a second), then claims them at
 half the configured rate (the floor when none is configured), doubling every
 `step_secs` until the configured rate is reached (none configured: until `free_per_sec`),

@@ -1,5 +1,5 @@
 """Rate and concurrency limits (queue/limits.py) on a real PostgreSQL: what a limited
-claim (sql/claim.sql, job_claim_limited) takes, per kind, tenant and payload key, and bad
+claim (sql/limited.sql, job_claim_limited) takes, per kind, tenant and payload key, and bad
 input refused with nothing written. Time is moved by rewriting a bucket's refill time,
 never by sleeping."""
 

@@ -1,5 +1,5 @@
 """Throttled destinations (queue/throttles.py) on a real PostgreSQL: what a refusal writes,
-what the limited claim (sql/claim.sql, job_claim_limited) then takes, how the rate steps back
+what the limited claim (sql/limited.sql, job_claim_limited) then takes, how the rate steps back
 up, how the throttle ends, and idle limit buckets pruned by maintenance. Time is moved by
 rewriting the rows' times, never by sleeping."""
 

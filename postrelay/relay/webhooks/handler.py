@@ -177,7 +177,7 @@ def webhook_handler(
             return
         if status in THROTTLE_STATUSES:
             wait = "" if answer.delay_secs is None else f", Retry-After {answer.delay_secs:g} s"
-            # The key as the claim reads it from the payload (sql/claim.sql, job_claim_limited).
+            # The key as the claim reads it from the payload (sql/limited.sql, job_claim_limited).
             await throttle_refused(
                 engine, policy, kind=DISPATCH_KIND, key_path=[ENDPOINT_KEY],
                 key=str(job.payload[ENDPOINT_KEY]), tenant_id=job.tenant_id,

@@ -49,6 +49,35 @@ def drain_variants(bench: BenchDatabase, n: int, concurrency: int, rounds: int,
     return best
 
 
+def limited_drain_variants(bench: BenchDatabase, n: int, concurrency: int, rounds: int,
+                           base_tree: Path | None) -> dict[str, Drained]:
+    """One tenant's `n` jobs drained with no limit (`plain`) and under a limit that never
+    binds (`limited`: a rate far past any drain's), so every claim is a limited one: what
+    the limited claim costs beside the plain claim, by this code and by the code in
+    `base_tree` (`base limited`), when given; fair claiming on; best of `rounds`."""
+    variants: dict[str, tuple[bool, Path | None]] = {"plain": (False, None),
+                                                     "limited": (True, None)}
+    if base_tree is not None:
+        variants["base limited"] = (True, base_tree)
+    best: dict[str, Drained] = {}
+    for _ in range(rounds):
+        for name, (limited, tree) in variants.items():
+            prefill(bench, n)
+            if limited:
+                with bench.engine.begin() as conn:
+                    limit_set(conn, actor="bench", kind="reindex", rate="1000000/s",
+                              burst=1_000_000)
+            try:
+                result = _drain(bench, n, concurrency, FAIR, tree)
+            finally:
+                if limited:
+                    with bench.engine.begin() as conn:
+                        limit_remove(conn, actor="bench", kind="reindex")
+            if name not in best or result.per_sec > best[name].per_sec:
+                best[name] = result
+    return best
+
+
 def tenants_drain(bench: BenchDatabase, n: int, tenants: int, concurrency: int,
                   rounds: int) -> dict[str, Drained]:
     """`n` jobs of `tenants` tenants, interleaved (job i is tenant i mod tenants), drained

@@ -32,6 +32,7 @@ from bench.drain_bench import baseline_drain, worker_drain
 from bench.enqueue_bench import enqueue_batches, enqueue_one_per_txn
 from bench.flow_bench import (
     drain_variants,
+    limited_drain_variants,
     pickup_behind_backlog,
     rate_achieved,
     tenants_drain,
@@ -291,6 +292,10 @@ def _flow_rows(bench: BenchDatabase, args: argparse.Namespace) -> list[Row]:
               f"{' and the base tree' if args.base_tree else ''}, {args.flow_rounds} rounds "
               f"({args.jobs} jobs, concurrency {concurrency})")
     one = drain_variants(bench, args.jobs, concurrency, args.flow_rounds, args.base_tree)
+    _progress(f"flow: one tenant's drain with no limit and under one that never binds"
+              f"{' and the base tree' if args.base_tree else ''}, {args.flow_rounds} rounds")
+    limited = limited_drain_variants(bench, args.jobs, concurrency, args.flow_rounds,
+                                     args.base_tree)
     _progress(f"flow: {args.flow_tenants} tenants interleaved, fair off and on "
               f"({args.jobs} jobs)")
     many = tenants_drain(bench, args.jobs, args.flow_tenants, concurrency, args.flow_rounds)
@@ -313,6 +318,13 @@ def _flow_rows(bench: BenchDatabase, args: argparse.Namespace) -> list[Row]:
                      ratio(fair, base), target, met(fair >= FAIR_DRAIN_TARGET * base)),
                  Row("  fair claiming off, vs the base tree's", rate(unfair), rate(base),
                      ratio(unfair, base))]
+    capped, plain = limited["limited"].per_sec, limited["plain"].per_sec
+    rows.append(Row("drain under a limit that never binds, vs no limit", rate(capped),
+                    rate(plain), ratio(capped, plain)))
+    if "base limited" in limited:
+        base_capped = limited["base limited"].per_sec
+        rows.append(Row("  same, vs the base tree's under that limit", rate(capped),
+                        rate(base_capped), ratio(capped, base_capped)))
     m_fair, m_unfair = many["fair"].per_sec, many["unfair"].per_sec
     rows += [
         Row(f"drain, {args.flow_tenants:,} tenants interleaved, fair vs off", rate(m_fair),
@@ -332,6 +344,7 @@ def _flow_rows(bench: BenchDatabase, args: argparse.Namespace) -> list[Row]:
             met(achieved.busiest_second <= LIMIT_RATE + LIMIT_BURST)),
     ]
     args.notes += [f"flow drain, {name}: {d.detail()}" for name, d in one.items()]
+    args.notes += [f"limited drain, {name}: {d.detail()}" for name, d in limited.items()]
     args.notes += [f"flow drain, {args.flow_tenants} tenants, {name}: {d.detail()}"
                    for name, d in many.items()]
     args.notes.append(f"tenant B's pickup: A's pending backlog {pickup.backlog_before:,} when "

@@ -87,9 +87,11 @@ async def _fetch_claim(conn: AsyncConnection | psycopg.AsyncConnection[Any], nam
     return await driver_fetch(conn, JOB_SQL[name], params)
 
 
-# Candidates a limited claim considers per claim: beyond them, a job of a key that has
-# tokens waits behind the throttled keys ahead of it (sql/limited.sql, job_claim_limited).
+# The most urgent due jobs a limited claim considers, and the (priority level, tenant) pairs
+# its walk may visit beyond them for their oldest jobs (sql/limited.sql, job_claim_limited):
+# past both, a job waits behind the held-back ones ahead of it.
 LIMITED_CLAIM_SCAN = 1000
+LIMITED_CLAIM_PAIRS = 32
 
 
 async def job_claim_limited(
@@ -100,18 +102,29 @@ async def job_claim_limited(
     tenant_ids: Sequence[UUID] | None,
     kinds: Sequence[str],
     local_settings: bool = False,
+    fair: FairShares | None = None,
+    fair_start: UUID | None = None,
 ) -> list[Job]:
     """Claim up to `demand` jobs of limited `kinds`, as many as their limits allow: one
     transaction, in which job_limit_lock makes limited claims of these kinds take turns
     across every worker, and job_claim_limited claims in a statement of its own (so it
-    sees what the claim before it committed)."""
+    sees what the claim before it committed). With `fair`, the claim looks past a tenant's
+    held-back backlog for the others' jobs and shares the allowances out across tenants
+    within a priority level, its round of tenants starting at `fair_start` (random when
+    not given; see next_fair_start)."""
     driver = await _driver(conn)
+    shares = fair or FairShares.of()
     params = {
         "worker": worker,
         "demand": demand,
         "tenant_ids": list(tenant_ids) if tenant_ids else None,
         "kinds": list(kinds),
         "scan": max(LIMITED_CLAIM_SCAN, demand),
+        "fair": fair is not None,
+        "start": fair_start or uuid4(),
+        "pairs": LIMITED_CLAIM_PAIRS,
+        "weight_tenants": shares.tenants,
+        "weights": shares.weights,
     }
     async with driver.transaction():
         if local_settings:

@@ -89,6 +89,7 @@ class Worker:
         self.kinds = registered_kinds(self.registry.kinds(), config.kinds)
         self._fair = FairShares.of(config.tenant_weights) if config.fair else None
         self._fair_start = uuid.uuid4()  # where the next fair claim's round begins
+        self._limited_start = uuid.uuid4()  # the same, for the limited claims
         self._shared_before = False  # the last claim served several tenants
         self._limited: frozenset[str] = frozenset()
         self._limits_read_at = float("-inf")
@@ -300,11 +301,17 @@ class Worker:
                     self._fair_start = queries.next_fair_start(self._fair_start, jobs)
                     self._shared_before = len({job.tenant_id for job in jobs}) > 1
             if capped and len(jobs) < demand:
-                jobs += await queries.job_claim_limited(
+                limited_jobs = await queries.job_claim_limited(
                     conn, worker=self.id, demand=demand - len(jobs),
                     tenant_ids=self.config.tenants, kinds=capped,
-                    local_settings=self._claim_conn.local_settings,
+                    local_settings=self._claim_conn.local_settings, fair=self._fair,
+                    fair_start=self._limited_start,
                 )
+                # Nothing taken: the tenants met first are all held back, so the next
+                # claim's round starts elsewhere.
+                self._limited_start = (queries.next_fair_start(self._limited_start, limited_jobs)
+                                       if limited_jobs else uuid.uuid4())
+                jobs += limited_jobs
             self.claimed += len(jobs)
             if jobs:
                 # Limited kinds may have more as their buckets refill.

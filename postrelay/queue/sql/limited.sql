@@ -35,15 +35,24 @@ SELECT (SELECT count(*) FROM limits) AS limits, (SELECT count(*) FROM throttles)
 -- value at the limit's key_path ('' without one). Per limit and key, it may take
 -- min(tokens, concurrency - running): the tokens are the bucket's, refilled by the rate for
 -- the time since it was last drawn (up to the burst; a new bucket starts full), running are
--- the jobs of that limit and key running now. The :scan oldest due jobs are the candidates:
--- a key throttled at the head of the queue holds back the others beyond them. `clock` is
--- read once, after job_limit_lock was granted, so buckets are drawn in the order they are
--- locked. A throttled job is never claimed, so no attempt is spent on it.
+-- the jobs of that limit and key running now. `clock` is read once, after job_limit_lock
+-- was granted, so buckets are drawn in the order they are locked. A throttled job is never
+-- claimed, so no attempt is spent on it.
 -- A throttled destination (sql/throttles.sql: a kind, or a value of a payload field, that
 -- refused work) caps its jobs the same way, with a bucket of its own at the rate it allows
 -- now (none while it is paused): a job must fit both its limit's allowance and its
--- throttle's, each counted in its own order of priority and due time.
-WITH clock AS MATERIALIZED (
+-- throttle's, each counted in its own order.
+-- The candidates are the :scan most urgent due jobs (`plain`) and, with :fair, those that
+-- `walk` finds beyond them: a tenant's backlog held back by its own limit, or a throttled
+-- key at the head of the queue, would otherwise hide every job behind it. The walk visits
+-- (priority level, tenant) pairs through ix_job_fair, one index probe each, from the most
+-- urgent level down the levels, each level's tenants from :start down and then round from
+-- the highest (as job_claim_fair's walk; the worker moves :start on, queries.py), :pairs
+-- pairs at most; each pair brings its oldest due jobs (`picks`). With :fair the allowances
+-- then go round the tenants within a level: a job's `turn` is its place among its tenant's
+-- candidates at its level, over the tenant's weight, and jobs are taken by priority, turn
+-- and due time; without :fair, by priority and due time.
+WITH RECURSIVE clock AS MATERIALIZED (
     SELECT clock_timestamp() AS now
 ), lim AS MATERIALIZED (
     SELECT id, job_kind, tenant_id, key_path, rate_per_sec, burst, concurrency
@@ -59,8 +68,10 @@ WITH clock AS MATERIALIZED (
                                              AS float8) / t.step_secs)) END AS rate
     FROM mdm.aa_job_throttle t CROSS JOIN clock c
     WHERE t.job_kind = ANY(CAST(:kinds AS mdm.job_kind[])) AND t.ends_at > c.now
-), candidate AS MATERIALIZED (
-    SELECT j.id, j.priority, j.available_at, l.id AS limit_id,
+), due AS NOT MATERIALIZED (
+    -- Every due job of these kinds that no pause holds, with the limit and throttle that
+    -- govern it. Not materialized: each scan below reads it through its own bounds.
+    SELECT j.id, j.tenant_id, j.priority, j.available_at, l.id AS limit_id,
            COALESCE(j.payload #>> l.key_path, '') AS key, t.id AS throttle_id
     FROM mdm.aa_job j
     LEFT JOIN LATERAL (
@@ -85,8 +96,80 @@ WITH clock AS MATERIALIZED (
            OR NOT EXISTS (SELECT FROM mdm.aa_job_pause p
                           WHERE (p.tenant_id IS NULL OR p.tenant_id = j.tenant_id)
                             AND (p.job_kind IS NULL OR p.job_kind = j.job_kind)))
-    ORDER BY j.priority, j.available_at
-    LIMIT :scan
+), plain AS MATERIALIZED (
+    SELECT * FROM due ORDER BY priority, available_at LIMIT :scan
+), walk (priority, tenant_id, lap, n) AS (
+    SELECT f.priority, f.tenant_id, f.lap, 1
+    FROM (SELECT priority FROM plain ORDER BY priority, available_at LIMIT 1) s
+    CROSS JOIN LATERAL (
+        (SELECT d.priority, d.tenant_id, 0 AS lap FROM due d
+         WHERE d.priority = s.priority AND d.tenant_id < CAST(:start AS uuid)
+         ORDER BY d.tenant_id DESC LIMIT 1)
+        UNION ALL
+        (SELECT d.priority, d.tenant_id, 1 AS lap FROM due d
+         WHERE d.priority = s.priority AND d.tenant_id >= CAST(:start AS uuid)
+         ORDER BY d.tenant_id DESC LIMIT 1)
+        LIMIT 1
+    ) f
+    WHERE CAST(:fair AS boolean)
+    UNION ALL
+    SELECT x.priority, x.tenant_id, x.lap, w.n + 1
+    FROM walk w CROSS JOIN LATERAL (
+        -- The level's next tenant down in this lap; of each UNION ALL ... LIMIT 1 a branch
+        -- runs only when those before it found none.
+        (SELECT d.priority, d.tenant_id, w.lap AS lap FROM due d
+         WHERE d.priority = w.priority AND d.tenant_id < w.tenant_id
+           AND (w.lap = 0 OR d.tenant_id >= CAST(:start AS uuid))
+         ORDER BY d.tenant_id DESC LIMIT 1)
+        UNION ALL
+        -- Round from the level's highest tenant, once.
+        (SELECT d.priority, d.tenant_id, 1 AS lap FROM due d
+         WHERE w.lap = 0 AND d.priority = w.priority AND d.tenant_id >= CAST(:start AS uuid)
+         ORDER BY d.tenant_id DESC LIMIT 1)
+        UNION ALL
+        -- The next level, its tenants from :start down as well.
+        (SELECT nf.priority, nf.tenant_id, nf.lap
+         FROM (SELECT min(e.priority) AS priority FROM due e WHERE e.priority > w.priority) nl
+         CROSS JOIN LATERAL (
+             (SELECT d.priority, d.tenant_id, 0 AS lap FROM due d
+              WHERE d.priority = nl.priority AND d.tenant_id < CAST(:start AS uuid)
+              ORDER BY d.tenant_id DESC LIMIT 1)
+             UNION ALL
+             (SELECT d.priority, d.tenant_id, 1 AS lap FROM due d
+              WHERE d.priority = nl.priority AND d.tenant_id >= CAST(:start AS uuid)
+              ORDER BY d.tenant_id DESC LIMIT 1)
+             LIMIT 1
+         ) nf)
+        LIMIT 1
+    ) x
+    WHERE w.n < :pairs
+), picks AS MATERIALIZED (
+    -- Each pair's oldest jobs: all a claim could take when the walk found one or two
+    -- pairs, fewer each when it found more, twice its even part of the claim at least.
+    SELECT d.*
+    FROM (SELECT priority, tenant_id,
+                 LEAST(:demand, CEIL(2.0 * :demand / count(*) OVER ())) AS share
+          FROM walk) w
+    CROSS JOIN LATERAL (
+        SELECT * FROM due
+        WHERE due.priority = w.priority AND due.tenant_id = w.tenant_id
+        ORDER BY due.available_at
+        LIMIT w.share
+    ) d
+), weights AS MATERIALIZED (
+    SELECT * FROM unnest(CAST(:weight_tenants AS uuid[]), CAST(:weights AS integer[]))
+        AS x (tenant_id, weight)
+), candidate AS MATERIALIZED (
+    SELECT c.*,
+           CASE WHEN CAST(:fair AS boolean)
+                THEN row_number() OVER (PARTITION BY c.priority, c.tenant_id
+                                        ORDER BY c.available_at)
+                     / CAST(COALESCE(wt.weight, 1) AS float8)
+                ELSE 0 END AS turn
+    FROM (SELECT * FROM plain
+          UNION ALL
+          SELECT * FROM picks p WHERE NOT EXISTS (SELECT FROM plain WHERE plain.id = p.id)) c
+    LEFT JOIN weights wt ON wt.tenant_id = c.tenant_id
 ), running AS MATERIALIZED (
     SELECT l.id AS limit_id, COALESCE(j.payload #>> l.key_path, '') AS key, count(*) AS n
     FROM lim l
@@ -130,10 +213,11 @@ WITH clock AS MATERIALIZED (
           WHERE t.id IN (SELECT throttle_id FROM candidate)) AS b
 ), ranked AS MATERIALIZED (
     SELECT c.id, c.limit_id, c.key, c.throttle_id, c.priority, c.available_at,
+           c.turn,
            row_number() OVER (PARTITION BY c.limit_id, c.key
-                              ORDER BY c.priority, c.available_at) AS rank,
+                              ORDER BY c.priority, c.turn, c.available_at) AS rank,
            row_number() OVER (PARTITION BY c.throttle_id
-                              ORDER BY c.priority, c.available_at) AS throttle_rank
+                              ORDER BY c.priority, c.turn, c.available_at) AS throttle_rank
     FROM candidate c
 ), picked AS MATERIALIZED (
     SELECT r.id
@@ -142,7 +226,7 @@ WITH clock AS MATERIALIZED (
     LEFT JOIN throttle_allowance ta ON ta.id = r.throttle_id
     WHERE (r.limit_id IS NULL OR r.rank <= a.allowed)
       AND (r.throttle_id IS NULL OR r.throttle_rank <= ta.allowed)
-    ORDER BY r.priority, r.available_at
+    ORDER BY r.priority, r.turn, r.available_at
     LIMIT :demand
 ), locked AS MATERIALIZED (
     -- Rechecked under the row lock: a job cancelled or claimed meanwhile is passed by.

@@ -1,0 +1,51 @@
+"""A tenant's own limit, with two real worker processes: tenant A, limited to one job at a
+time, has 3,000 jobs waiting ahead of tenant B's at a more urgent priority; B's jobs all
+run while A's limit holds, and A never has two running. Before, B's jobs waited until
+fewer than 1,000 of A's were left. Counted in runs, not in seconds."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import text
+
+from postrelay.queue import JobSpec, enqueue_many, ensure_tenant, limit_set
+from tests.acceptance.conftest import WorkerPool, wait_for, wait_registered
+from tests.acceptance.flow_helpers import FLOW_APP, flow_runs, runs
+
+pytestmark = pytest.mark.acceptance
+__all__ = ["flow_runs"]  # the fixture, used by name
+
+BACKLOG = 3_000
+
+
+def most_running_at_once(engine, tenant) -> int:
+    """Of the tenant's runs, the most that overlapped (each start against the runs then
+    under way, an unfinished one as under way still)."""
+    with engine.connect() as conn:
+        return conn.execute(text(
+            "SELECT COALESCE(max((SELECT count(*) FROM public.flow_run b "
+            "    WHERE b.tenant_id = a.tenant_id AND b.started_at <= a.started_at "
+            "      AND (b.ended_at IS NULL OR b.ended_at > a.started_at))), 0) "
+            "FROM public.flow_run a WHERE a.tenant_id = :t"), {"t": tenant}).scalar_one()
+
+
+def test_a_tenants_own_limit_holds_back_only_its_own_jobs(workers: WorkerPool, engine,
+                                                          tenant, flow_runs):
+    a = tenant
+    with engine.begin() as conn:
+        b = ensure_tenant(conn, "globex")
+        limit_set(conn, actor="api:key:acme", kind="virus_scan", tenant_id=a, concurrency=1)
+        conn.execute(text(
+            "INSERT INTO mdm.aa_job (tenant_id, job_kind, payload, priority, available_at) "
+            "SELECT :t, 'virus_scan', '{\"sleep\": 0.05}', 10, "
+            "       now() - interval '1 hour' + g * interval '1 ms' "
+            "FROM generate_series(1, :n) AS g"), {"t": a, "n": BACKLOG})
+        enqueue_many(conn, [JobSpec("virus_scan", {}, tenant_id=b) for _ in range(20)])
+    procs = [workers.start(app=FLOW_APP, concurrency=4) for _ in range(2)]
+    wait_registered(engine, *procs)
+    wait_for(lambda: sum(r["tenant_id"] == b and r["ended_at"] is not None
+                         for r in runs(engine, "virus_scan")) == 20,
+             timeout=60, what="B's 20 jobs to run beside A's limited backlog")
+    a_runs = sum(r["tenant_id"] == a for r in runs(engine, "virus_scan"))
+    assert a_runs < BACKLOG - 1_000  # B did not wait for A's backlog to shrink
+    assert most_running_at_once(engine, a) == 1

@@ -42,8 +42,8 @@ SELECT (SELECT count(*) FROM limits) AS limits, (SELECT count(*) FROM throttles)
 -- refused work) caps its jobs the same way, with a bucket of its own at the rate it allows
 -- now (none while it is paused): a job must fit both its limit's allowance and its
 -- throttle's, each counted in its own order.
--- The candidates are the :scan most urgent due jobs (`plain`) and, with :fair, those that
--- `walk` finds beyond them: a tenant's backlog held back by its own limit, or a throttled
+-- The candidates are the :scan most urgent due jobs (`plain`) and, with :fair when fewer
+-- than :pairs tenants own those, the jobs that `walk` finds beyond them: a tenant's backlog held back by its own limit, or a throttled
 -- key at the head of the queue, would otherwise hide every job behind it. The walk visits
 -- (priority level, tenant) pairs through ix_job_fair, one index probe each, from the most
 -- urgent level down the levels, each level's tenants from :start down and then round from
@@ -111,7 +111,10 @@ WITH RECURSIVE clock AS MATERIALIZED (
          ORDER BY d.tenant_id DESC LIMIT 1)
         LIMIT 1
     ) f
+    -- Needed only when few tenants' jobs fill `plain`: among many, the turns below share
+    -- the claim, and another tenant hidden behind them is one of many.
     WHERE CAST(:fair AS boolean)
+      AND (SELECT count(DISTINCT tenant_id) FROM plain) < :pairs
     UNION ALL
     SELECT x.priority, x.tenant_id, x.lap, w.n + 1
     FROM walk w CROSS JOIN LATERAL (

@@ -99,20 +99,11 @@ WITH RECURSIVE clock AS MATERIALIZED (
 ), plain AS MATERIALIZED (
     SELECT * FROM due ORDER BY priority, available_at LIMIT :scan
 ), walk (priority, tenant_id, lap, n) AS (
-    SELECT f.priority, f.tenant_id, f.lap, 1
-    FROM (SELECT priority FROM plain ORDER BY priority, available_at LIMIT 1) s
-    CROSS JOIN LATERAL (
-        (SELECT d.priority, d.tenant_id, 0 AS lap FROM due d
-         WHERE d.priority = s.priority AND d.tenant_id < CAST(:start AS uuid)
-         ORDER BY d.tenant_id DESC LIMIT 1)
-        UNION ALL
-        (SELECT d.priority, d.tenant_id, 1 AS lap FROM due d
-         WHERE d.priority = s.priority AND d.tenant_id >= CAST(:start AS uuid)
-         ORDER BY d.tenant_id DESC LIMIT 1)
-        LIMIT 1
-    ) f
-    -- Needed only when few tenants' jobs fill `plain`: among many, the turns below share
-    -- the claim, and another tenant hidden behind them is one of many.
+    -- A start before the most urgent level (no level, no tenant), which the step below
+    -- leaves for that level's first tenant. Needed only when few tenants' jobs fill
+    -- `plain`: among many, the turns below share the claim, and another tenant hidden
+    -- behind them is one of many.
+    SELECT CAST(NULL AS smallint), CAST(NULL AS uuid), 1, 0
     WHERE CAST(:fair AS boolean)
       AND (SELECT count(DISTINCT tenant_id) FROM plain) < :pairs
     UNION ALL
@@ -132,7 +123,9 @@ WITH RECURSIVE clock AS MATERIALIZED (
         UNION ALL
         -- The next level, its tenants from :start down as well.
         (SELECT nf.priority, nf.tenant_id, nf.lap
-         FROM (SELECT min(e.priority) AS priority FROM due e WHERE e.priority > w.priority) nl
+         FROM (SELECT e.priority FROM due e  -- not min(): this stops at the first
+               WHERE e.priority > COALESCE(w.priority, -32769)
+               ORDER BY e.priority LIMIT 1) nl
          CROSS JOIN LATERAL (
              (SELECT d.priority, d.tenant_id, 0 AS lap FROM due d
               WHERE d.priority = nl.priority AND d.tenant_id < CAST(:start AS uuid)
@@ -152,7 +145,7 @@ WITH RECURSIVE clock AS MATERIALIZED (
     SELECT d.*
     FROM (SELECT priority, tenant_id,
                  LEAST(:demand, CEIL(2.0 * :demand / count(*) OVER ())) AS share
-          FROM walk) w
+          FROM walk WHERE n > 0) w
     CROSS JOIN LATERAL (
         SELECT * FROM due
         WHERE due.priority = w.priority AND due.tenant_id = w.tenant_id

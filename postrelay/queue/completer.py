@@ -26,6 +26,7 @@ from uuid import UUID
 
 import psycopg
 from sqlalchemy import TextClause
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from postrelay.core.heldconn import HeldConnection
@@ -57,6 +58,18 @@ FULL_BATCH = 32
 MAX_REFUSALS = 5  # writes of one outcome the database refused, with the backoff between
 # Failures that say nothing about the batch: the connection or the server, not a row.
 TRANSIENT = (psycopg.OperationalError, psycopg.InterfaceError, OSError)
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether a failed write says nothing about its outcomes: the connection or the
+    server failed, not a row. A write on a fresh connection fails in SQLAlchemy's connect,
+    which wraps the driver's error (or times out waiting for the pool): counted as a
+    refusal, a database down for two seconds sent finished jobs to the DLQ without their
+    effects."""
+    if isinstance(exc, (*TRANSIENT, sa_exc.TimeoutError)):
+        return True
+    return isinstance(exc, sa_exc.DBAPIError) and (
+        exc.connection_invalidated or isinstance(exc.orig, TRANSIENT))
 
 
 class Completer:
@@ -134,7 +147,7 @@ class Completer:
         refused it. Then each of its outcomes is written on its own, and one refused on its
         own waits behind the others, until it is replaced by outcome.unrecordable after
         MAX_REFUSALS refusals."""
-        if isinstance(exc, TRANSIENT):  # the batch is not at fault
+        if transient(exc):  # the batch is not at fault
             self._queue[:0] = batch
             return
         if len(batch) > 1:  # one of its outcomes is: write each on its own

@@ -135,6 +135,32 @@ def test_claim_retries_back_off_while_running_jobs_finish_in_an_outage(
     assert [(gap, delay) for gap, delay in gaps if gap < 0.9 * delay] == []
 
 
+def test_an_outcome_waits_out_a_long_outage_and_is_written_done(
+    own_db, workers: WorkerPool, marks: Path
+):
+    """A run that finishes while the database is down keeps its outcome, however many
+    writes fail while the worker cannot connect: a failed connect is the server's state, not
+    a refusal of the outcome, which five refusals would send to the DLQ without its
+    effects."""
+    uri, server, engine, tenant = own_db
+    proc = workers.start(concurrency=2, env={"POSTRELAY_DATABASE_URL": uri, **LONG_LEASE})
+    wait_registered(engine, proc)
+    with engine.begin() as conn:
+        job = enqueue(conn, "reindex", {"dir": str(marks), "sleep": 0.5}, tenant_id=tenant)
+    wait_for(lambda: starts(marks, job), what="the job to start")
+    stop_server(server)
+    wait_for(lambda: str(job) in sum(finished(marks).values(), []), what="the run to finish")
+    # Well past five failed writes (their backoff adds up to about 1.5 s).
+    wait_for(lambda: proc.log().count("postrelay.completer.write_failed") >= 8,
+             timeout=60, what="the outcome's writes to fail while the database is down")
+    server.ensure_postgres_running()
+    wait_for(lambda: status_counts(engine) == {"done": 1}, what="the job to be done")
+    assert attempts_by_status(engine, [job]) == {("done", 1): 1}
+    assert "outcome_unrecordable" not in proc.log()
+    proc.send(signal.SIGTERM)
+    assert proc.wait() == 0
+
+
 def test_worker_carries_on_when_its_connections_are_terminated(
     workers: WorkerPool, engine, tenant, marks: Path, worker_env: dict[str, str]
 ):

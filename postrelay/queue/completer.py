@@ -88,6 +88,7 @@ class Completer:
         self._busy = False  # the last write carried more than one outcome
         self._alone = 0  # writes of one outcome each still to make, after a refused batch
         self._refusals: dict[UUID, int] = {}  # job id: refused writes of its outcome alone
+        self._superseded: set[UUID] = set()  # jobs whose outcome is expected to be skipped
         self._loop = ServiceLoop("completer", self.run_once, self._next_wait,
                                  backoff=ErrorBackoff(RETRY_BASE_SECS, RETRY_MAX_SECS),
                                  first_wait=None, failed_event="postrelay.completer.write_failed")
@@ -95,7 +96,12 @@ class Completer:
         self.written = 0
         self.skipped = 0  # outcomes whose guard failed: the job was rescued meanwhile
 
-    def add(self, job: Job, transition: Transition) -> None:
+    def add(self, job: Job, transition: Transition, *, superseded: bool = False) -> None:
+        """Queue the outcome of a run. `superseded`: the job was moved on meanwhile (an
+        operator cancelled it), so its state is not expected to change; only the run's
+        effects are written, and the skip is not warned of."""
+        if superseded:
+            self._superseded.add(job.id)
         self._queue.append((job, transition))
         self._idle.clear()
         self._ready.set()
@@ -180,8 +186,11 @@ class Completer:
             lost = [job for job, _ in batch if job.id not in written]
             self.skipped += len(lost)
             for job in lost:
-                event("postrelay.job.finalize_skipped", logging.WARNING, job_id=str(job.id),
-                      reason="no longer running under this worker's claim (rescued)")
+                if job.id not in self._superseded:
+                    event("postrelay.job.finalize_skipped", logging.WARNING,
+                          job_id=str(job.id),
+                          reason="no longer running under this worker's claim (rescued)")
+        self._superseded.difference_update(job.id for job, _ in batch)
         return len(written)
 
     async def _finalize(

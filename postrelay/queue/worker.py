@@ -98,6 +98,7 @@ class Worker:
         )
         # Claimed jobs whose outcome is not yet handed to the completer.
         self._running: dict[UUID, tuple[Job, asyncio.Task[None]]] = {}
+        self._cancelled: set[UUID] = set()  # runs an operator cancelled, not ended yet
         # Claimed ahead of a free slot, in claim order (priority first), with the monotonic
         # time each was claimed; started as slots free.
         self._ahead: deque[tuple[Job, float]] = deque()
@@ -350,6 +351,11 @@ class Worker:
             self.completer.add(job, transition)
             if self.metrics is not None:
                 self.metrics.finished_run(job.kind, transition, took)
+        elif job.id in self._cancelled:
+            # The cancel made the job `failed` already, so its outcome changes nothing; what
+            # the run recorded (an email's `unknown` attempt) is written all the same.
+            self._cancelled.discard(job.id)
+            self.completer.add(job, transition, superseded=True)
         # Checked here too, not only between claims: a held job must not start after the
         # limit just because a slot freed before the claim loop looked.
         self._release_long_holds()
@@ -359,11 +365,13 @@ class Worker:
             self._wake.set()
 
     def _cancel_held(self, job_id: UUID, actor: str) -> None:
-        """Stop a job an operator cancelled: it is `failed` in the database already, so no
-        outcome is written for it (its run's is dropped, see _run). Asked twice for one job
-        (its request, and the catch-up of a worker that registered again), it acts once."""
+        """Stop a job an operator cancelled: it is `failed` in the database already, so its
+        run's outcome changes nothing, but what the run recorded is written (see _run).
+        Asked twice for one job (its request, and the catch-up of a worker that registered
+        again), it acts once."""
         entry = self._running.pop(job_id, None)
         if entry is not None:
+            self._cancelled.add(job_id)
             entry[1].cancel()
         elif any(held[0].id == job_id for held in self._ahead):
             self._ahead = deque(held for held in self._ahead if held[0].id != job_id)

@@ -172,3 +172,22 @@ async def test_a_message_stopped_while_waiting_for_a_connection_is_not_unknown(
     assert rig.job(waiting)["status"] == "done"  # sent, not held for an operator
     assert [r["status"] for r in rig.log(waiting)] == ["deferred", "sent"]
     assert sink.handler.count_for("billing@example.com") == 1
+
+
+async def test_a_message_cancelled_at_the_server_is_logged_unknown(rig, tenant, sink):
+    """An operator's cancel of a job whose message the server has: the job is `failed`
+    by the cancel, and the attempt the run recorded as it stopped is in the log all the
+    same (a DSN for it finds its row; an operator sees it may have gone)."""
+    from postrelay.orchestrator import cancel_job
+
+    job_id = rig.enqueue(tenant)
+    rig.sink.handler.rules = [("ann@example.com", slow(3.0))]
+    await rig.start()
+    await eventually(lambda: rig.job(job_id)["status"] == "running")
+    await asyncio.sleep(1.0)  # the message is with the server, which has not answered
+    with rig.engine.begin() as conn:
+        assert cancel_job(conn, job_id, actor="ops:alice").was == "running"
+    await eventually(lambda: rig.log(job_id) != [])
+    [row] = rig.log(job_id)
+    assert row["status"] == "unknown" and "whether it was accepted" in row["error"]
+    assert rig.job(job_id)["status"] == "failed"

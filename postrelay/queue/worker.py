@@ -286,24 +286,40 @@ class Worker:
     async def _claim(self, demand: int) -> tuple[list[Job], float | None]:
         """Claim up to `demand` jobs; returns them and, when that says anything, how soon
         to claim again (None: when woken or at the poll)."""
+        claimed: list[Job] = []  # what the claims that committed brought
+        try:
+            return await self._claim_into(claimed, demand)
+        except Exception as exc:
+            if not claimed:
+                raise
+            # The plain claim committed before the limited one failed: its jobs are this
+            # worker's now, and dropped with the error they would stay `running`, unrun,
+            # until a heartbeat found them. They run; the limited kinds wait a moment.
+            event("postrelay.worker.claim_failed", logging.WARNING, error=repr(exc),
+                  retry_in=THROTTLED_RETRY_SECS)
+            self.claimed += len(claimed)
+            return claimed, THROTTLED_RETRY_SECS
+
+    async def _claim_into(self, claimed: list[Job],
+                          demand: int) -> tuple[list[Job], float | None]:
+        """_claim's claims, each one's jobs added to `claimed` once it has committed."""
         async with self._claim_conn.use() as conn:
             limited = await self._limited_kinds(conn)
             free = tuple(k for k in self.kinds if k not in limited)
             capped = tuple(k for k in self.kinds if k in limited)
-            jobs: list[Job] = []
             if free:  # never an empty tuple: to job_claim that means every kind
-                jobs = await queries.job_claim(
+                claimed += await queries.job_claim(
                     conn, worker=self.id, demand=demand,
                     tenant_ids=self.config.tenants, kinds=free,
                     local_settings=self._claim_conn.local_settings, fair=self._fair,
                     fair_start=self._fair_start, shared_before=self._shared_before,
                 )
                 if self._fair is not None:
-                    self._fair_start = queries.next_fair_start(self._fair_start, jobs)
-                    self._shared_before = len({job.tenant_id for job in jobs}) > 1
-            if capped and len(jobs) < demand:
+                    self._fair_start = queries.next_fair_start(self._fair_start, claimed)
+                    self._shared_before = len({job.tenant_id for job in claimed}) > 1
+            if capped and len(claimed) < demand:
                 limited_jobs = await queries.job_claim_limited(
-                    conn, worker=self.id, demand=demand - len(jobs),
+                    conn, worker=self.id, demand=demand - len(claimed),
                     tenant_ids=self.config.tenants, kinds=capped,
                     local_settings=self._claim_conn.local_settings, fair=self._fair,
                     fair_start=self._limited_start,
@@ -312,17 +328,18 @@ class Worker:
                 # claim's round starts elsewhere.
                 self._limited_start = (queries.next_fair_start(self._limited_start, limited_jobs)
                                        if limited_jobs else uuid.uuid4())
-                jobs += limited_jobs
-            self.claimed += len(jobs)
-            if jobs:
+                claimed += limited_jobs
+            self.claimed += len(claimed)
+            if claimed:
                 # Limited kinds may have more as their buckets refill.
-                return jobs, THROTTLED_RETRY_SECS if capped and len(jobs) < demand else None
+                return claimed, (THROTTLED_RETRY_SECS if capped and len(claimed) < demand
+                                 else None)
             due_in = await queries.job_next_due_in(
                 conn, tenant_ids=self.config.tenants, kinds=self.kinds
             )
         if capped and due_in is not None and due_in <= 0:
             due_in = THROTTLED_RETRY_SECS  # due but throttled: ask again soon, not at once
-        return jobs, due_in
+        return claimed, due_in
 
     async def _limited_kinds(self, conn: Any) -> frozenset[str]:
         """The served kinds that have a limit, read at most every LIMITS_REFRESH_SECS."""

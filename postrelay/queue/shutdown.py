@@ -8,6 +8,9 @@ long as the process lived, and SIGTERM never ended the process. Past the wait th
 stops without it: the job stays `running` (it may be doing its work still, so it is not
 handed back for a second worker to run at once), the heartbeat stops, and the rescuer
 takes the job back after the lease, the attempt counted, as after a crash.
+
+And how it ends its claim loop: a claim in flight finishes first, so that the jobs it
+brings in are handed back with the rest.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from collections.abc import Collection
 from postrelay.core.telemetry import event
 
 CANCEL_WAIT_SECS = 5.0  # for the cancelled runs to end: a handler's cleanup, its awaits
+CLAIM_WAIT_SECS = 10.0  # for a claim in flight, as long as a connect may take
 
 
 async def end_runs(
@@ -41,3 +45,17 @@ async def end_runs(
               reason="their handlers ignored the cancel; the rescuer takes their jobs back "
                      "after the lease")
     return going
+
+
+async def end_claim(task: asyncio.Task[None] | None, wait_secs: float = CLAIM_WAIT_SECS) -> None:
+    """Let a claim loop already told to stop end by itself: a claim in flight finishes,
+    and the worker hands back what it brought in. Cancelled instead, a claim whose commit
+    the server had made left its jobs `running` under a worker about to be gone, for the
+    rescuer after the lease, their attempt counted. A claim still waiting after `wait_secs`
+    (a database that does not answer) is cancelled."""
+    if task is None:
+        return
+    _, waiting = await asyncio.wait({task}, timeout=wait_secs)
+    if waiting:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

@@ -46,7 +46,7 @@ from postrelay.queue.pace import ClaimPace
 from postrelay.queue.queries import FairShares
 from postrelay.queue.registry import Registry
 from postrelay.queue.served import migrated_kinds, registered_kinds
-from postrelay.queue.shutdown import end_runs
+from postrelay.queue.shutdown import end_claim, end_runs
 from postrelay.queue.workerconfig import WorkerConfig as WorkerConfig  # its home before
 
 JOBS_CHANNEL = "postrelay_jobs"  # enqueue's NOTIFY (sql/job.sql)
@@ -156,6 +156,8 @@ class Worker:
         """Stop claiming; let running jobs finish within the grace period; hand back the
         rest without counting the attempt; write every outcome; deregister."""
         self.stop_claiming()
+        event("postrelay.worker.stopping", worker=self.id, running=len(self._running),
+              grace_secs=self.config.grace_secs)
         self._hand_back_held()  # they never started: at once, uncounted
         # Runs that ignore the cancel stay held, so no beat hands their jobs back (shutdown.py).
         stuck = await end_runs([task for _, task in self._running.values()],
@@ -165,9 +167,7 @@ class Worker:
             if task not in stuck:
                 del self._running[job.id]
                 self._hand_back(job)
-        if self._claiming is not None:
-            self._claiming.cancel()
-            await asyncio.gather(self._claiming, return_exceptions=True)
+        await end_claim(self._claiming)
         # What a claim in flight at the stop brought in while the runs had their grace:
         # held, it would stay `running` under a gone worker until the lease ran out.
         self._hand_back_held()

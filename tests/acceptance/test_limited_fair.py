@@ -6,6 +6,8 @@ claim before it took. Counted in runs, not in seconds."""
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 from sqlalchemy import text
 
@@ -91,3 +93,32 @@ def test_jobs_of_a_committed_claim_run_when_the_limited_claim_after_it_fails(
     # be logged `unknown` though it never began.
     assert rescues == 0 and "orphans_released" not in proc.log()
     assert "postrelay.worker.claim_failed" in proc.log()
+
+
+def test_a_claim_in_flight_when_the_worker_stops_is_handed_back_uncounted(
+        workers: WorkerPool, engine, tenant, flow_runs):
+    """SIGTERM while a claim waits (its limited part, for the limits' lock): the stop lets
+    the claim finish and hands back what it took, the attempt not counted, instead of
+    cancelling it and leaving what it had committed `running` under a gone worker until
+    the lease ran out."""
+    with engine.begin() as conn:
+        limit_set(conn, actor="ops:alice", kind="virus_scan", concurrency=5)
+        job = enqueue_many(conn, [JobSpec("reindex", {}, tenant_id=tenant)])[0]
+    with engine.connect() as holder:
+        holder.execute(text("SELECT id FROM mdm.aa_job_limit FOR UPDATE"))
+        proc = workers.start(app=FLOW_APP, concurrency=4)
+        wait_registered(engine, proc)
+        wait_for(lambda: job_row(engine, job) == ("running", 1),
+                 what="the claim to take the job and wait for the limits' lock")
+        proc.send(signal.SIGTERM)
+        wait_for(lambda: "postrelay.worker.stopping" in proc.log(), what="the stop to begin")
+        holder.rollback()
+    assert proc.wait() == 0
+    assert job_row(engine, job) == ("pending", 0)
+    assert runs(engine) == []
+
+
+def job_row(engine, job) -> tuple[str, int]:
+    with engine.connect() as conn:
+        return tuple(conn.execute(text("SELECT status::text, attempts FROM mdm.aa_job "
+                                       "WHERE id = :id"), {"id": job}).one())

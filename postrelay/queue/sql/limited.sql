@@ -42,16 +42,17 @@ SELECT (SELECT count(*) FROM limits) AS limits, (SELECT count(*) FROM throttles)
 -- refused work) caps its jobs the same way, with a bucket of its own at the rate it allows
 -- now (none while it is paused): a job must fit both its limit's allowance and its
 -- throttle's, each counted in its own order.
--- The candidates are the :scan most urgent due jobs (`plain`) and, with :fair when fewer
--- than :pairs tenants own those, the jobs that `walk` finds beyond them: a tenant's backlog held back by its own limit, or a throttled
--- key at the head of the queue, would otherwise hide every job behind it. The walk visits
--- (priority level, tenant) pairs through ix_job_fair, one index probe each, from the most
--- urgent level down the levels, each level's tenants from :start down and then round from
--- the highest (as job_claim_fair's walk; the worker moves :start on, queries.py), :pairs
--- pairs at most; each pair brings its oldest due jobs (`picks`). With :fair the allowances
--- then go round the tenants within a level: a job's `turn` is its place among its tenant's
--- candidates at its level, over the tenant's weight, and jobs are taken by priority, turn
--- and due time; without :fair, by priority and due time.
+-- The candidates are the :scan most urgent due jobs (`plain`) and, with :fair when more
+-- are due and fewer than :pairs tenants own those, the jobs that `walk` finds beyond them:
+-- a tenant's backlog held back by its own limit, or a throttled key at the head of the
+-- queue, would otherwise hide every job behind it. The walk visits (priority level,
+-- tenant) pairs through ix_job_fair, one index probe each, from the most urgent level down
+-- the levels, each level's tenants from :start down and then round from the highest (as
+-- job_claim_fair's walk; the worker moves :start on, queries.py), :pairs pairs at most;
+-- each pair brings its oldest due jobs (`picks`). With :fair the allowances then go round
+-- the tenants within a level: a job's `turn` is its place among its tenant's candidates at
+-- its level, over the tenant's weight, and jobs are taken by priority, turn and due time;
+-- without :fair, by priority and due time.
 WITH RECURSIVE clock AS MATERIALIZED (
     SELECT clock_timestamp() AS now
 ), lim AS MATERIALIZED (
@@ -101,10 +102,11 @@ WITH RECURSIVE clock AS MATERIALIZED (
 ), walk (priority, tenant_id, lap, n) AS (
     -- A start before the most urgent level (no level, no tenant), which the step below
     -- leaves for that level's first tenant. Needed only when few tenants' jobs fill
-    -- `plain`: among many, the turns below share the claim, and another tenant hidden
-    -- behind them is one of many.
+    -- `plain`: short of :scan, it holds every due job; among many tenants, the turns below
+    -- share the claim, and another tenant hidden behind them is one of many.
     SELECT CAST(NULL AS smallint), CAST(NULL AS uuid), 1, 0
     WHERE CAST(:fair AS boolean)
+      AND (SELECT count(*) FROM plain) >= :scan
       AND (SELECT count(DISTINCT tenant_id) FROM plain) < :pairs
     UNION ALL
     SELECT x.priority, x.tenant_id, x.lap, w.n + 1

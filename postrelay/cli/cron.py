@@ -29,6 +29,7 @@ def cron_add(
     max_attempts: int | None = typer.Option(None, "--max-attempts"),
 ) -> None:
     """Create a cron entry. A system kind (cleanup_jobs) runs only in the system tenant.
+
     An email_send payload is checked as enqueue_email checks a message."""
     with transaction() as conn:
         body = jsontext.parse_document(payload, "payload")

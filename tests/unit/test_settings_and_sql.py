@@ -93,7 +93,7 @@ def test_queue_sql_files_load() -> None:
 def test_the_three_claims_return_the_same_columns() -> None:
     # The worker reads every claim's rows alike (queue/claimer.py); the three statements
     # (plain, fair, limited) spell their RETURNING list out each, and must not drift apart.
-    queries = load_queries("postrelay.queue", "sql/claim.sql")
+    queries = load_queries("postrelay.queue", "sql/claim.sql", "sql/limited.sql")
     returning = {name: queries[name].text.rsplit("RETURNING", 1)[1]
                  for name in ("job_claim", "job_claim_fair", "job_claim_limited")}
     assert len(set(returning.values())) == 1, returning

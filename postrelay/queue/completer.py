@@ -190,7 +190,8 @@ class Completer:
                     event("postrelay.job.finalize_skipped", logging.WARNING,
                           job_id=str(job.id),
                           reason="no longer running under this worker's claim (rescued)")
-        self._superseded.difference_update(job.id for job, _ in batch)
+        if self._superseded:  # almost never: only cancelled runs' outcomes are in it
+            self._superseded.difference_update(job.id for job, _ in batch)
         return len(written)
 
     async def _finalize(

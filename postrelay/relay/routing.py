@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import fnmatch
 import itertools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -57,6 +57,10 @@ MATCHING_CACHE_MAX = 10_000  # event types whose routes are remembered
 
 RouteResult = JobRequest | Iterable[JobRequest] | None
 RouteFn = Callable[[Event], RouteResult]
+# Run by the relay in each batch's transaction, on its psycopg connection, after the claim
+# and before any route is asked: a route that reads state kept in memory (the webhook
+# route's endpoint directory) brings it up to what committed before the batch's events.
+Prepare = Callable[[Any], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +68,7 @@ class Route:
     name: str
     event_type: str  # exact, or a glob such as "order.*" or "*"
     fn: RouteFn
+    prepare: Prepare | None = None
 
     def matches(self, event_type: str) -> bool:
         return fnmatch.fnmatchcase(event_type, self.event_type)
@@ -88,8 +93,10 @@ class RouteRegistry:
         # event type -> its routes: glob matching per event costs more than the routing.
         self._matching: dict[str, list[Route]] = {}
 
-    def add(self, event_type: str, fn: RouteFn, *, name: str | None = None) -> Route:
-        """Register `fn` for `event_type` (exact, or a glob). Refused here, by name: what
+    def add(self, event_type: str, fn: RouteFn, *, name: str | None = None,
+            prepare: Prepare | None = None) -> Route:
+        """Register `fn` for `event_type` (exact, or a glob), and `prepare` to run in each
+        relay batch before the routes are asked (see Prepare). Refused here, by name: what
         would otherwise fail at routing time, every matching event (or, for an event type
         that is not text, every event) until parked as dead, or the relay's whole batch."""
         if not isinstance(event_type, str) or not event_type:
@@ -98,6 +105,9 @@ class RouteRegistry:
         checked_text(event_type, "event_type", MAX_NAME_CHARS)
         if not callable(fn):
             raise ValidationError("fn", f"a route must be a function of the event; got {fn!r}")
+        if prepare is not None and not callable(prepare):
+            raise ValidationError("prepare", f"must be a function of the batch's connection; "
+                                             f"got {prepare!r}")
         if name is not None and (not isinstance(name, str) or not name):
             raise ValidationError("name", f"must be a non-empty string; got {name!r}")
         route_name = name or getattr(fn, "__qualname__", None) or repr(fn)
@@ -106,7 +116,7 @@ class RouteRegistry:
         checked_text(route_name, "name", MAX_NAME_CHARS)
         if route_name in self._routes:
             raise ValidationError("name", f"a route named {route_name!r} is registered already")
-        self._routes[route_name] = Route(route_name, event_type, fn)
+        self._routes[route_name] = Route(route_name, event_type, fn, prepare)
         self._matching.clear()
         return self._routes[route_name]
 
@@ -127,8 +137,13 @@ class RouteRegistry:
         """A new registry with this one's routes and `other`'s (names must not clash)."""
         merged = RouteRegistry()
         for r in (*self._routes.values(), *other._routes.values()):
-            merged.add(r.event_type, r.fn, name=r.name)
+            merged.add(r.event_type, r.fn, name=r.name, prepare=r.prepare)
         return merged
+
+    def preparers(self) -> list[Prepare]:
+        """The routes' `prepare` functions, each once, in registration order."""
+        return list(dict.fromkeys(r.prepare for r in self._routes.values()
+                                  if r.prepare is not None))
 
     def matching(self, event_type: str) -> list[Route]:
         routes = self._matching.get(event_type)

@@ -170,6 +170,8 @@ class Relay:
                                       {"batch": self.config.batch_size})
             if not rows:
                 return BatchResult(0, 0, 0, 0)
+            for prepare in self.routes.preparers():
+                await prepare(conn)
             events, unreadable = _events(rows)
             plans, failures = self._plan([e for e in events if e.id not in unreadable])
             failures.update(unreadable)

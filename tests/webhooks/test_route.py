@@ -12,10 +12,14 @@ from sqlalchemy import text
 from postrelay.queue import ensure_tenant
 from postrelay.relay import Relay, RouteRegistry
 from postrelay.relay.webhooks import (
+    WEBHOOK_ROUTE,
     DirectoryNotReady,
     EndpointDirectory,
     add_webhook_route,
     webhook_disable,
+    webhook_enable,
+    webhook_remove,
+    webhook_route,
 )
 from tests.webhooks.helpers import add_endpoint, emit_event
 
@@ -70,9 +74,10 @@ async def test_an_unloaded_or_stale_directory_refuses_to_route(engine, async_eng
     await asyncio.sleep(0.1)
     with pytest.raises(DirectoryNotReady, match="old"):
         directory.matching(wh_tenant, "order.placed")
-    # Through the relay: the event is kept for a retry, not marked handled without webhooks.
+    # Through a relay whose route does not catch the directory up: the event is kept for a
+    # retry, not marked handled without webhooks.
     routes = RouteRegistry()
-    add_webhook_route(routes, directory)
+    routes.add("*", webhook_route(directory), name=WEBHOOK_ROUTE)
     event_id = emit_event(engine, wh_tenant)
     result = await Relay(async_engine, routes).run_once()
     assert (result.handled, result.failed) == (0, 1)
@@ -80,6 +85,14 @@ async def test_an_unloaded_or_stale_directory_refuses_to_route(engine, async_eng
         row = conn.execute(text("SELECT handled_at, last_error FROM mdm.aa_outbox_event "
                                 "WHERE id = :e"), {"e": event_id}).one()
     assert row[0] is None and "DirectoryNotReady" in row[1]
+    # add_webhook_route's does, in the batch: the snapshot is checked (and found current),
+    # so the event is relayed.
+    routes = RouteRegistry()
+    add_webhook_route(routes, directory)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE mdm.aa_outbox_event SET available_at = now()"))
+    result = await Relay(async_engine, routes).run_once()
+    assert (result.handled, result.failed) == (1, 0)
 
 
 async def test_changes_reach_the_directory_through_notify(engine, async_engine, libpq, wh_tenant):
@@ -101,3 +114,43 @@ async def test_changes_reach_the_directory_through_notify(engine, async_engine, 
             await asyncio.sleep(0.01)
     finally:
         await directory.stop()
+
+
+async def test_an_event_after_an_endpoint_change_is_routed_by_that_change(
+        engine, async_engine, wh_tenant):
+    # No NOTIFY and a refresh far beyond the test, as behind a transaction pooler between
+    # two reloads: the relay's batch must still see what committed before its events did.
+    directory = EndpointDirectory(async_engine, refresh_secs=3600.0, max_stale_secs=3600.0)
+    await directory.run_once()
+    routes = RouteRegistry()
+    add_webhook_route(routes, directory)
+    relay = Relay(async_engine, routes)
+    url = "https://hooks.example.com/in"
+    added, _ = add_endpoint(engine, wh_tenant, url)
+    first = emit_event(engine, wh_tenant)
+    assert (await relay.run_once()).jobs == 1
+    assert [e for _, e, _, _ in webhook_jobs(engine, first)] == [str(added)]
+    # Enabled again after a disable, and a second one added: both get the next event...
+    with engine.begin() as conn:
+        webhook_disable(conn, added)
+    disabled = emit_event(engine, wh_tenant)
+    assert (await relay.run_once()).jobs == 0
+    assert webhook_jobs(engine, disabled) == []
+    with engine.begin() as conn:
+        webhook_enable(conn, added)
+    other, _ = add_endpoint(engine, wh_tenant, url)
+    second = emit_event(engine, wh_tenant)
+    assert (await relay.run_once()).jobs == 2
+    assert sorted(e for _, e, _, _ in webhook_jobs(engine, second)) == sorted(
+        [str(added), str(other)])
+    # ...and one removed gets none.
+    with engine.begin() as conn:
+        webhook_remove(conn, other)
+    third = emit_event(engine, wh_tenant)
+    assert (await relay.run_once()).jobs == 1
+    assert [e for _, e, _, _ in webhook_jobs(engine, third)] == [str(added)]
+    # A batch after no change reloads nothing: one statement checks the snapshot.
+    loads = directory.loads
+    emit_event(engine, wh_tenant)
+    assert (await relay.run_once()).jobs == 1
+    assert directory.loads == loads

@@ -5,7 +5,8 @@
   webhooks …`, API: `/v1/functions/webhooks`); an endpoint behind a private CA trusts that
   CA (trust.py).
 - The relay side: an `EndpointDirectory` (cached endpoints, refreshed every second and on
-  NOTIFY) and `add_webhook_route`, which asks for one job per (event, matching endpoint).
+  NOTIFY, and checked by each relay batch before it routes) and `add_webhook_route`, which
+  asks for one job per (event, matching endpoint).
 - The worker side: `webhook_registry(engine, allow_private=…)` handles those jobs, sending
   each receiver's deliveries on the connections it keeps open (pool.py); its closer closes
   them when the worker stops.

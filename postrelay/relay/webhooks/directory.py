@@ -6,23 +6,34 @@ process keeps this directory: it loads all enabled endpoints (id, tenant, filter
 reloads them every `refresh_secs` (1 s), and at once when NOTIFY postrelay_webhooks arrives
 (every endpoint change sends it at commit).
 
-Staleness window: a change is seen within milliseconds when LISTEN works, and within
-`refresh_secs` otherwise. An event relayed inside that window is routed by the previous
-snapshot: a just-added endpoint may miss it, and a just-disabled or removed one may get a
-job, which the handler then stops without sending (it reads the endpoint again). If the
-directory cannot reload for `max_stale_secs`, the route raises instead of routing on old
-data, so the relay retries those events with backoff rather than mis-route them.
+The reloads keep the snapshot close; what makes it exact is `catch_up`, the webhook route's
+`prepare`: in each relay batch's transaction, after the claim, one statement counts the
+enabled endpoints and sums their row versions, and a snapshot that differs is reloaded
+there and then, before any event of the batch is routed. An endpoint change that
+committed before an event did is therefore seen by that event's routing, whether or not
+the NOTIFY came first (behind a transaction pooler there is none, and a reload waits up to
+`refresh_secs`): relayed by the older snapshot, an event emitted just after an endpoint was
+added or enabled got no delivery for it, and a replay did not help once the event was
+handled. A change that commits after the batch's check may or may not reach the batch's
+events; they committed before it. If the directory has neither reloaded nor been checked
+for `max_stale_secs`, the route raises instead of routing on old data, so the relay
+retries those events with backoff rather than mis-route them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 from uuid import UUID
 
+import psycopg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from postrelay.core.dbcall import driver_fetch
 from postrelay.core.errors import PostrelayError
 from postrelay.core.listener import Listener
 from postrelay.core.service import periodic
@@ -70,6 +81,12 @@ class EndpointDirectory:
         self.max_stale_secs = max_stale_secs
         self._by_tenant: dict[UUID, tuple[EndpointFilter, ...]] = {}
         self._loaded_at: float | None = None  # time.monotonic() of the last good load
+        # (enabled endpoints, sum of their row versions) of the snapshot, as
+        # webhook_endpoint_directory_version counts them; None before the first load.
+        self._version: tuple[int, int] | None = None
+        # One load at a time, so that a snapshot is never replaced by an older one.
+        self._lock = asyncio.Lock()
+        self.loads = 0  # snapshots loaded, for tests and metrics
         # After a failed reload, the next is a refresh later: the last snapshot serves
         # until then, and matching() refuses it once it is too old.
         self._loop = periodic("webhook_directory", self.run_once, refresh_secs,
@@ -89,18 +106,40 @@ class EndpointDirectory:
 
     async def run_once(self) -> int:
         """Reload the snapshot; returns how many enabled endpoints it holds."""
-        # Note the time before reading: a change committed during the read is then
-        # judged by a snapshot no younger than the read's start.
+        async with self._lock:
+            # Note the time before reading: a change committed during the read is then
+            # judged by a snapshot no younger than the read's start.
+            started = time.monotonic()
+            async with self.engine.connect() as conn:
+                rows = (await conn.execute(WEBHOOK_SQL["webhook_endpoint_directory"])).all()
+            self._load(rows, started)
+        return len(rows)
+
+    async def catch_up(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Make the snapshot at least as new as what `conn`'s transaction (a relay batch,
+        after its claim) sees of the endpoints: one statement when it is, a reload on
+        `conn` when it is not. The webhook route's `prepare` (route.py)."""
         started = time.monotonic()
-        async with self.engine.connect() as conn:
-            rows = (await conn.execute(WEBHOOK_SQL["webhook_endpoint_directory"])).all()
+        ((endpoints, versions),) = await driver_fetch(
+            conn, WEBHOOK_SQL["webhook_endpoint_directory_version"], {})
+        async with self._lock:
+            if self._version == (endpoints, int(versions)) and self._loaded_at is not None:
+                # As good as a load made when the count was: it matched.
+                self._loaded_at = max(self._loaded_at, started)
+                return
+            started = time.monotonic()
+            rows = await driver_fetch(conn, WEBHOOK_SQL["webhook_endpoint_directory"], {})
+            self._load(rows, started)
+
+    def _load(self, rows: Sequence[Sequence[Any]], started: float) -> None:
         by_tenant: dict[UUID, list[EndpointFilter]] = {}
-        for endpoint_id, tenant_id, event_types in rows:
+        for endpoint_id, tenant_id, event_types, _ in rows:
             by_tenant.setdefault(tenant_id, []).append(
                 EndpointFilter(endpoint_id, tenant_id, tuple(event_types or ())))
         self._by_tenant = {t: tuple(es) for t, es in by_tenant.items()}  # one atomic swap
+        self._version = (len(rows), sum(row[3] for row in rows))
         self._loaded_at = started
-        return len(rows)
+        self.loads += 1
 
     @property
     def ready(self) -> bool:

@@ -8,8 +8,8 @@
 Each job's key is the endpoint id, so its idempotency key is
 `outbox:<event id>:postrelay.webhooks:<endpoint id>`, naming its delivery link: replaying
 the event never makes a second delivery job for the same endpoint. Matching reads the
-relay's EndpointDirectory (see there for its staleness window); the handler re-reads the
-endpoint before sending.
+relay's EndpointDirectory, brought up to each batch's events before they are routed (see
+there); the handler re-reads the endpoint before sending.
 """
 
 from __future__ import annotations
@@ -49,9 +49,10 @@ def add_webhook_route(
     routes: RouteRegistry, directory: EndpointDirectory, *, priority: int = 100,
     max_attempts: int | None = None,
 ) -> Route:
-    """Register the webhook route (every event type; each endpoint filters) in `routes`."""
+    """Register the webhook route (every event type; each endpoint filters) in `routes`;
+    each relay batch brings the directory up to its events first (`catch_up`)."""
     fn = webhook_route(directory, priority=priority, max_attempts=max_attempts)
-    return routes.add("*", fn, name=WEBHOOK_ROUTE)
+    return routes.add("*", fn, name=WEBHOOK_ROUTE, prepare=directory.catch_up)
 
 
 @dataclass

@@ -8,7 +8,7 @@ reloads them every `refresh_secs` (1 s), and at once when NOTIFY postrelay_webho
 
 The reloads keep the snapshot close; what makes it exact is `catch_up`, the webhook route's
 `prepare`: in each relay batch's transaction, after the claim, one statement counts the
-enabled endpoints and sums their row versions, and a snapshot that differs is reloaded
+enabled endpoints and sums their (id, row version) hashes, and a snapshot that differs is reloaded
 there and then, before any event of the batch is routed. An endpoint change that
 committed before an event did is therefore seen by that event's routing, whether or not
 the NOTIFY came first (behind a transaction pooler there is none, and a reload waits up to
@@ -81,7 +81,7 @@ class EndpointDirectory:
         self.max_stale_secs = max_stale_secs
         self._by_tenant: dict[UUID, tuple[EndpointFilter, ...]] = {}
         self._loaded_at: float | None = None  # time.monotonic() of the last good load
-        # (enabled endpoints, sum of their row versions) of the snapshot, as
+        # (enabled endpoints, sum of their (id, row version) hashes) of the snapshot, as
         # webhook_endpoint_directory_version counts them; None before the first load.
         self._version: tuple[int, int] | None = None
         # One load at a time, so that a snapshot is never replaced by an older one.

@@ -88,21 +88,25 @@ SELECT changed.id, pg_notify('postrelay_webhooks', '') AS _notified FROM changed
 
 -- name: webhook_endpoint_directory
 -- What the relay's endpoint directory caches: every enabled endpoint's filter, and the
--- row version (xmin: the transaction that wrote it) that webhook_endpoint_directory_version
--- sums up.
-SELECT id, tenant_id, event_types, CAST(CAST(xmin AS text) AS bigint) AS version
+-- hash of its id and row version (xmin: the transaction that wrote it) that
+-- webhook_endpoint_directory_version sums up.
+SELECT id, tenant_id, event_types,
+       hashtextextended(CAST(id AS text) || '/' || CAST(xmin AS text), 0) AS version
 FROM mdm.aa_webhook_endpoint
 WHERE enabled;
 
 -- name: webhook_endpoint_directory_version
 -- What a relay batch compares with its directory's snapshot, in the batch's transaction
--- after its claim: the count of enabled endpoints and the sum of their row versions. An
--- endpoint added, enabled, disabled, removed or changed changes the count or the sum (a
--- row's new version is another transaction's id), so a difference means the snapshot
--- misses a change that may have committed before the batch's events did. One scan of
--- the enabled endpoints, without sending them.
-SELECT count(*) AS endpoints, CAST(coalesce(sum(CAST(CAST(xmin AS text) AS bigint)), 0) AS text)
-       AS versions
+-- after its claim: the count of enabled endpoints and the sum of their (id, row version)
+-- hashes. An endpoint added, enabled, disabled, removed or changed changes the count or
+-- the sum (a row's new version is another transaction's id), so a difference means the
+-- snapshot misses a change that may have committed before the batch's events did. Hashed,
+-- not the versions summed as they are: transaction ids are close together, so one change
+-- could offset another's (a row of xid 5 removed as one of xid 7 is rewritten by xid 12).
+-- One scan of the enabled endpoints, without sending them.
+SELECT count(*) AS endpoints,
+       CAST(coalesce(sum(hashtextextended(CAST(id AS text) || '/' || CAST(xmin AS text), 0)),
+                     0) AS text) AS versions
 FROM mdm.aa_webhook_endpoint
 WHERE enabled;
 

@@ -153,3 +153,23 @@ def test_a_jobs_page_and_an_events_jobs_stay_in_the_tenant(acme, engine, tenant,
         event = outbox_event_get(conn, my_event, tenant_id=tenant)
     assert event is not None and event.jobs == []  # the link to globex's job is left out
     assert scalar(engine, "SELECT count(*) FROM mdm.aa_job WHERE id = :j", j=their_job) == 1
+
+
+def test_a_jobs_page_shows_no_other_tenants_email_or_audit_rows_to_the_service_role(
+        admin, engine, tenant, other_tenant):
+    # The service role sees every tenant, but a job's page shows the job's own rows: an
+    # email log or audit row of globex's that names acme's job (written by hand, or an id
+    # copied from a payload) is not acme's job's story, as the job's origin is not.
+    with engine.begin() as conn:
+        my_job = insert_job(conn, tenant_id=tenant, kind="email_send")
+        insert_email(conn, other_tenant, job_id=my_job, subject="Globex secret subject")
+        insert_email(conn, tenant, job_id=my_job, subject="Acme own subject")
+        conn.execute(text("INSERT INTO mdm.aa_job_audit (job_id, tenant_id, job_kind, action, "
+                          "actor, detail) VALUES (:j, :t, 'email_send', 'job_retry', "
+                          "'globex-operator', '{}'), (:j, :me, 'email_send', 'job_retry', "
+                          "'acme-operator', '{}')"),
+                     {"j": my_job, "t": other_tenant, "me": tenant})
+    page = admin.get(f"/dashboard/jobs/{my_job}")
+    assert page.status_code == 200
+    assert "Acme own subject" in page.text and "acme-operator" in page.text
+    assert "Globex secret subject" not in page.text and "globex-operator" not in page.text

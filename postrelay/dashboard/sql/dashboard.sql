@@ -240,11 +240,14 @@ ORDER BY created_at DESC
 LIMIT 50;
 
 -- name: job_audit_list
-SELECT id, action, actor, detail, created_at
-FROM mdm.aa_job_audit
-WHERE job_id = :job_id
-  AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
-ORDER BY id;
+-- A job's audit trail: rows of the job's own tenant only, for the service role too (an
+-- audit row of another tenant's naming this job id is not its story), as job_origin does.
+SELECT a.id, a.action, a.actor, a.detail, a.created_at
+FROM mdm.aa_job_audit a
+JOIN mdm.aa_job j ON j.id = a.job_id AND j.tenant_id = a.tenant_id
+WHERE a.job_id = :job_id
+  AND (CAST(:tenant_id AS uuid) IS NULL OR j.tenant_id = CAST(:tenant_id AS uuid))
+ORDER BY a.id;
 
 -- name: job_origin
 -- The outbox event (and route) a job was made from, while the event is kept. The delivery
@@ -284,11 +287,14 @@ WHERE status = 'dlq'
   AND (CAST(:until AS timestamptz) IS NULL OR completed_at < CAST(:until AS timestamptz));
 
 -- name: email_log_of_job
-SELECT id, status, attempt, recipients, subject, smtp_code, created_at
-FROM mdm.aa_email_log
-WHERE job_id = :job_id
-  AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
-ORDER BY created_at, attempt;
+-- A job's email attempts: log rows of the job's own tenant only, for the service role too
+-- (a row of another tenant's naming this job id is not its attempt), as job_origin does.
+SELECT l.id, l.status, l.attempt, l.recipients, l.subject, l.smtp_code, l.created_at
+FROM mdm.aa_email_log l
+JOIN mdm.aa_job j ON j.id = l.job_id AND j.tenant_id = l.tenant_id
+WHERE l.job_id = :job_id
+  AND (CAST(:tenant_id AS uuid) IS NULL OR j.tenant_id = CAST(:tenant_id AS uuid))
+ORDER BY l.created_at, l.attempt;
 
 -- name: dlq_list_ids
 -- The checked jobs that are (still) in the DLQ, for the confirmation step.

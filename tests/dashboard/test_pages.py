@@ -19,7 +19,7 @@ from tests.dashboard.conftest import (
     insert_email,
     insert_event,
 )
-from tests.factories import audit_rows, insert_job, job_row
+from tests.factories import audit_rows, insert_job, job_row, scalar
 
 
 def test_every_page_answers(admin, engine, tenant):
@@ -233,6 +233,21 @@ def test_cron_create_and_delete_with_the_apis_messages(admin, api_client, engine
     assert [tuple(a) for a in actions] == [("cron_create", "dashboard:service-role"),
                                            ("cron_delete", "dashboard:service-role")]
     assert admin.post("/dashboard/cron/nightly/delete", data={"csrf": token}).status_code == 404
+
+def test_an_email_cron_entry_is_checked_as_the_api_checks_it(admin, api_client, engine, tenant):
+    # Every firing enqueues the payload: a bad message is refused now, in the API's words,
+    # rather than stored to fail at each firing.
+    token = csrf_of(admin, "/dashboard/cron")
+    form = {"name": "digest", "schedule": "0 3 * * *", "kind": "email_send",
+            "payload": '{"template": "welcome", "to": ["not an address"]}'}
+    page = admin.post("/dashboard/cron", data={**form, "csrf": token})
+    answer = api_client.post("/v1/functions/cron", json={
+        **form, "payload": {"template": "welcome", "to": ["not an address"]}})
+    message = answer.json()["error"]["message"]
+    assert answer.status_code == 400 and message.startswith("payload.to[0]: ")
+    assert page.status_code == 400 and message.replace("'", "&#39;") in page.text
+    assert scalar(engine, "SELECT count(*) FROM mdm.aa_cron_entry WHERE name = 'digest'") == 0
+
 
 def test_the_cron_page_shows_since_when_and_why_an_entrys_firings_fail(admin, engine, tenant):
     from postrelay.queue.cron import cron_create

@@ -32,6 +32,7 @@ from postrelay.dashboard.web import (
     render,
     tenant_names,
 )
+from postrelay.orchestrator import check_job_payload
 from postrelay.queue import (
     RESERVED_CRON_PREFIX,
     SYSTEM_TENANT_ID,
@@ -62,6 +63,8 @@ def cron_add(request: Request, user: CurrentUser, engine: Db, form: Form) -> Res
     try:
         arguments = _arguments(user, values)
         check_kind(arguments["kind"], arguments["tenant_id"], tenant_key=not user.is_service_role)
+        # As the API and `postrelay cron add` check it: every firing enqueues the payload.
+        check_job_payload(arguments["kind"], arguments["payload"])
         with engine.begin() as conn:
             entry = cron_create(conn, **arguments, created_by=user.actor)
     except ValidationError as exc:

@@ -182,3 +182,10 @@ def job_emails(conn: Connection, job_id: UUID, tenant_id: UUID | None) -> Rows:
 
 def dlq_by_ids(conn: Connection, ids: list[UUID], tenant_id: UUID | None) -> Rows:
     return conn.execute(DASHBOARD_SQL["dlq_list_ids"], {"ids": ids, "tenant_id": tenant_id}).all()
+
+
+def dlq_lock_ids(conn: Connection, ids: list[UUID],
+                 tenant_id: UUID | None) -> dict[UUID, datetime | None]:
+    """Of `ids`, the jobs still dead, each with when it was dead-lettered; locked."""
+    rows = conn.execute(DASHBOARD_SQL["dlq_lock_ids"], {"ids": ids, "tenant_id": tenant_id})
+    return {row.id: row.at for row in rows}

@@ -61,3 +61,27 @@ def test_confirming_jobs_that_all_left_the_dlq_says_so(admin, engine, tenant):
                           data={"csrf": token, "action": "retry", **form})
         assert gone.status_code == 303
         assert said in admin.get(gone.headers["location"]).text
+
+
+def test_a_job_dead_lettered_again_after_the_confirmation_is_left_alone(admin, engine, tenant):
+    # The confirmation showed the job's death at 30 s ago; meanwhile it was retried (the API,
+    # the CLI, another browser), ran and died again with another error. The page the
+    # operator read never showed that death: the click must not discard (or retry) it.
+    jobs = [dead(engine, tenant, ago=a, last_error="first death") for a in (30, 20)]
+    token = csrf_of(admin, "/dashboard/dlq")
+    for scope in ({"ids": [str(j) for j in jobs]}, {"scope": "matching"}):
+        confirm = admin.post("/dashboard/dlq/confirm",
+                             data={"csrf": token, "action": "discard", **scope})
+        assert "Discard 2 jobs" in confirm.text
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE mdm.aa_job SET completed_at = now(), attempts = "
+                              "attempts + 1, last_error = 'second death' WHERE id = :id"),
+                         {"id": jobs[0]})
+        done = admin.post("/dashboard/dlq/apply", data=form_fields(confirm.text, "/dlq/apply"))
+        assert done.status_code == 303
+        said = admin.get(done.headers["location"]).text
+        assert "1 job discarded; 1 was dead-lettered again since, left alone." in said, said
+        with engine.connect() as conn:
+            assert job_row(conn, jobs[0])["state"] == "dlq"
+            assert [a for a in audit_rows(conn, jobs[0]) if a["action"] == "job_discard"] == []
+        jobs[1] = dead(engine, tenant, ago=10, last_error="first death")  # for the next round

@@ -2,9 +2,10 @@
 retry or discard them with queue.admin's dlq_retry / dlq_discard, so each job gets the same
 audit row as through the API or the CLI (the actor is the dashboard's user).
 
-The confirmation lists the jobs it counted, and the action applies to those alone: a job
-that dead-letters (or is dead-lettered again) after the operator read the count is not
-retried or discarded on the strength of a page that never showed it."""
+The confirmation lists the jobs it counted, each with when it was dead-lettered, and the
+action applies to those alone: a job that dead-letters (or is dead-lettered again, after a
+retry elsewhere) after the operator read the count is not retried or discarded on the
+strength of a page that never showed it."""
 
 from __future__ import annotations
 
@@ -70,13 +71,13 @@ def dlq_confirm(request: Request, user: CurrentUser, engine: Db, form: Form) -> 
             rows = queries.dlq_matching(conn, limit=REQUEUE_LIMIT_MAX, **where)
         else:
             rows = queries.dlq_by_ids(conn, _ids(form), user.tenant_id)
-        ids, sample = [r.id for r in rows], rows[:10]
-        count = len(ids)
+        sample, count = rows[:10], len(rows)
         tenants = tenant_names(conn, user)
     if count == 0:  # nothing to confirm: say why (the page works without its script)
         return redirect_with_notice(request, "/dlq", _why_none(matching, form), **filters)
     return render(request, "dlq_confirm.html", {
-        "action": action, "verb": ACTIONS[action][0], "count": count, "ids": ids,
+        "action": action, "verb": ACTIONS[action][0], "count": count,
+        "ids": [_confirmed_id(r.id, r.at) for r in rows],
         "matching": matching, "filters": filters, "sample": sample, "tenants": tenants,
     }, user=user)
 
@@ -85,19 +86,27 @@ def dlq_confirm(request: Request, user: CurrentUser, engine: Db, form: Form) -> 
 def dlq_apply(request: Request, user: CurrentUser, engine: Db, form: Form) -> Response:
     action = _action(form)
     filters = {f: first(form, f) or "" for f in FILTER_FIELDS}
-    done = skipped = 0
+    done = skipped = again = 0
     apply = dlq_retry if action == "retry" else dlq_discard
-    ids = _ids(form)  # the jobs the confirmation listed, "all matching" included
+    confirmed = _ids_confirmed(form)  # the jobs the confirmation listed, "all matching" too
     with engine.begin() as conn:
-        for job_id in ids:
+        # Locked until the end: no retry or death elsewhere between the check and the action.
+        dead_at = queries.dlq_lock_ids(conn, list(confirmed), user.tenant_id)
+        for job_id, shown in confirmed.items():
+            if job_id in dead_at and shown is not _UNSEEN and dead_at[job_id] != shown:
+                again += 1  # retried and dead-lettered again since the confirmation
+                continue
             try:
                 apply(conn, job_id, actor=user.actor, tenant_id=user.tenant_id)
                 done += 1
             except NotFoundError:  # retried or discarded meanwhile, or another tenant's
                 skipped += 1
-    event("postrelay.dashboard.dlq_" + action, count=done, skipped=skipped, actor=user.actor)
+    event("postrelay.dashboard.dlq_" + action, count=done, skipped=skipped + again,
+          actor=user.actor)
     notice = f"{done:,} job{'' if done == 1 else 's'} {ACTIONS[action][1]}" + (
-        f"; {skipped:,} had already left the DLQ" if skipped else "") + "."
+        f"; {skipped:,} had already left the DLQ" if skipped else "") + (
+        f"; {again:,} {'was' if again == 1 else 'were'} dead-lettered again since, left alone"
+        if again else "") + "."
     return redirect_with_notice(request, "/dlq", notice, **filters)
 
 
@@ -126,8 +135,29 @@ def _action(form: dict[str, list[str]]) -> str:
 
 
 def _ids(form: dict[str, list[str]]) -> list[UUID]:
+    return list(_ids_confirmed(form))
+
+
+# A job id posted alone (a checkbox of the DLQ page): acted on whenever it died.
+_UNSEEN: Any = object()
+
+
+def _confirmed_id(job_id: UUID, dead_at: datetime | None) -> str:
+    """`<id>@<when it was dead-lettered>`, as the confirmation page posts each job."""
+    return f"{job_id}@{dead_at.isoformat() if dead_at is not None else ''}"
+
+
+def _ids_confirmed(form: dict[str, list[str]]) -> dict[UUID, Any]:
+    """The posted jobs, each with the dead-letter time the confirmation showed (None: it
+    had none), or _UNSEEN for an id posted alone."""
     ids = form.get("ids", [])
     if len(ids) > REQUEUE_LIMIT_MAX:
         raise ValidationError("ids", f"at most {REQUEUE_LIMIT_MAX} jobs at a time")
-    parsed = (optional_uuid("ids", i) for i in ids)  # None for an empty field
-    return list(dict.fromkeys(ident for ident in parsed if ident is not None))
+    confirmed: dict[UUID, Any] = {}
+    for value in ids:
+        ident, marked, at = value.partition("@")
+        job_id = optional_uuid("ids", ident)
+        if job_id is None:  # an empty field
+            continue
+        confirmed.setdefault(job_id, optional_time("ids", at) if marked else _UNSEEN)
+    return confirmed

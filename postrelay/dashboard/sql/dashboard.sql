@@ -305,3 +305,16 @@ WHERE id = ANY(CAST(:ids AS uuid[]))
   AND status = 'dlq'
   AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
 ORDER BY completed_at DESC, id DESC;
+
+-- name: dlq_lock_ids
+-- The confirmed jobs still dead, with when they were dead-lettered, locked until the
+-- action's transaction ends: the action applies to a job only if that is still the death
+-- the confirmation showed (one retried and dead-lettered again meanwhile is left alone).
+-- In id order, so two actions on overlapping jobs lock them in the same order.
+SELECT id, completed_at AS at
+FROM mdm.aa_job
+WHERE id = ANY(CAST(:ids AS uuid[]))
+  AND status = 'dlq'
+  AND (CAST(:tenant_id AS uuid) IS NULL OR tenant_id = CAST(:tenant_id AS uuid))
+ORDER BY id
+FOR UPDATE;

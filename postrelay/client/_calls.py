@@ -107,8 +107,30 @@ def _throttles(meta: Any) -> list[Throttle]:
     return _objects(_object(meta)["throttled"])
 
 
-def _id(value: UUID | str) -> str:
-    return quote(str(value), safe="")
+def _id(value: UUID | str, argument: str, routes: tuple[str, ...] = ()) -> str:
+    """An id as its URL's path segment. ValueError naming the argument, before anything is
+    sent, for one that would make the request another route's: an empty segment, `.` or
+    `..` (which the URL resolves away), or a sibling route's name (`routes`). Any other
+    text goes as it is, for the API to answer (400 naming `id` for one not a UUID)."""
+    # Sent as they were, `get_job("dlq")` read the DLQ's list ("expected a JSON object"),
+    # `cancel_job(".")` reached the bulk cancel ("body: Field required"), and an empty id
+    # a redirect to the list ("give it that URL instead"): answers about another route.
+    text = str(value)
+    if text.strip(".") == "" or text in routes:
+        raise ValueError(f"{argument}: must be an id, such as "
+                         f"3f2b1a9c-0d4e-4f5a-8b6c-7d8e9f0a1b2c; got {text!r}")
+    return quote(text, safe="")
+
+
+# The literal segments beside `/jobs/{id}`: an id spelled so names another route.
+_JOB_ROUTES = ("dlq", "cancel")
+
+
+def _name(value: str) -> str:
+    """A cron entry's name as its URL's path segment (ValueError as `_id`)."""
+    if value.strip(".") == "":
+        raise ValueError(f"name: must be a cron entry's name, such as nightly; got {value!r}")
+    return quote(value, safe="")
 
 
 def _uuid(value: UUID | str | None) -> str | None:
@@ -155,7 +177,7 @@ def enqueue_job(kind: str, payload: Mapping[str, Any], *, delay_secs: float | No
 
 
 def get_job(job_id: UUID | str) -> Call[Job]:
-    return Call("GET", f"{JOBS}/{_id(job_id)}", _object)
+    return Call("GET", f"{JOBS}/{_id(job_id, 'job_id', _JOB_ROUTES)}", _object)
 
 
 def list_jobs(status: str | None, limit: int) -> Call[list[Job]]:
@@ -167,7 +189,7 @@ def list_dlq(limit: int) -> Call[list[Job]]:
 
 
 def retry_job(job_id: UUID | str) -> Call[Job]:
-    return Call("POST", f"{JOBS}/{_id(job_id)}/retry", _object)
+    return Call("POST", f"{JOBS}/{_id(job_id, 'job_id', _JOB_ROUTES)}/retry", _object)
 
 
 def requeue_dlq(limit: int | None) -> Call[int]:
@@ -175,7 +197,7 @@ def requeue_dlq(limit: int | None) -> Call[int]:
 
 
 def discard_job(job_id: UUID | str) -> Call[None]:
-    return Call("DELETE", f"{JOBS}/{_id(job_id)}", _nothing)
+    return Call("DELETE", f"{JOBS}/{_id(job_id, 'job_id', _JOB_ROUTES)}", _nothing)
 
 
 def create_cron_job(name: str, schedule: str, kind: str, payload: Mapping[str, Any] | None,
@@ -191,12 +213,12 @@ def list_cron_jobs() -> Call[list[CronEntry]]:
 
 
 def delete_cron_job(name: str, tenant_id: UUID | str | None) -> Call[None]:
-    return Call("DELETE", f"{CRON}/{_id(name)}", _nothing,
+    return Call("DELETE", f"{CRON}/{_name(name)}", _nothing,
                 params=_body(tenantId=_uuid(tenant_id)))
 
 
 def cancel_job(job_id: UUID | str) -> Call[CancelledJob]:
-    return Call("POST", f"{JOBS}/{_id(job_id)}/cancel", _object)
+    return Call("POST", f"{JOBS}/{_id(job_id, 'job_id', _JOB_ROUTES)}/cancel", _object)
 
 
 def cancel_jobs(*, kind: str | None, tenant_id: UUID | str | None,
@@ -252,7 +274,7 @@ def get_outbox_status() -> Call[OutboxStatus]:
 
 
 def get_outbox_event(event_id: UUID | str) -> Call[OutboxEvent]:
-    return Call("GET", f"{OUTBOX}/events/{_id(event_id)}", _object)
+    return Call("GET", f"{OUTBOX}/events/{_id(event_id, 'event_id')}", _object)
 
 
 def replay_outbox(event_id: UUID | str | None, since: datetime | str | None,

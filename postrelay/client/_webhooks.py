@@ -23,7 +23,7 @@ def list_webhooks(tenant_id: UUID | str | None) -> Call[list[Webhook]]:
 
 
 def get_webhook(endpoint_id: UUID | str) -> Call[Webhook]:
-    return Call("GET", f"{WEBHOOKS}/{_id(endpoint_id)}", _object)
+    return Call("GET", f"{WEBHOOKS}/{_id(endpoint_id, 'endpoint_id')}", _object)
 
 
 def add_webhook(url: str, event_types: Iterable[str] | None, ca_pem: str | None,
@@ -45,17 +45,17 @@ def _added(data: Any) -> AddedWebhook:
 
 
 def disable_webhook(endpoint_id: UUID | str) -> Call[Webhook]:
-    return Call("POST", f"{WEBHOOKS}/{_id(endpoint_id)}/disable", _object)
+    return Call("POST", f"{WEBHOOKS}/{_id(endpoint_id, 'endpoint_id')}/disable", _object)
 
 
 def enable_webhook(endpoint_id: UUID | str) -> Call[Webhook]:
-    return Call("POST", f"{WEBHOOKS}/{_id(endpoint_id)}/enable", _object)
+    return Call("POST", f"{WEBHOOKS}/{_id(endpoint_id, 'endpoint_id')}/enable", _object)
 
 
 def delete_webhook(endpoint_id: UUID | str) -> Call[None]:
-    return Call("DELETE", f"{WEBHOOKS}/{_id(endpoint_id)}", _nothing)
+    return Call("DELETE", f"{WEBHOOKS}/{_id(endpoint_id, 'endpoint_id')}", _nothing)
 
 
 def list_webhook_attempts(endpoint_id: UUID | str, limit: int) -> Call[list[WebhookAttempt]]:
-    return Call("GET", f"{WEBHOOKS}/{_id(endpoint_id)}/attempts", _objects,
+    return Call("GET", f"{WEBHOOKS}/{_id(endpoint_id, 'endpoint_id')}/attempts", _objects,
                 params={"limit": limit})

@@ -274,3 +274,41 @@ def test_no_timeout_and_a_whole_number_of_seconds_are_taken():
         for timeout in (None, 5, 0.5):
             with Client(url, SERVICE_KEY, timeout=timeout) as api:
                 assert api.list_jobs() == []
+
+
+@pytest.mark.parametrize(("call", "argument"), [
+    (lambda api: api.get_job("dlq"), "job_id"),  # was the DLQ's list: "expected an object"
+    (lambda api: api.get_job(""), "job_id"),  # was a 307 to the job list, "give that URL"
+    (lambda api: api.cancel_job("."), "job_id"),  # was the bulk cancel: "body: Field required"
+    (lambda api: api.retry_job("dlq"), "job_id"),
+    (lambda api: api.discard_job(".."), "job_id"),
+    (lambda api: api.get_outbox_event(""), "event_id"),
+    (lambda api: api.get_webhook(""), "endpoint_id"),
+    (lambda api: api.disable_webhook("."), "endpoint_id"),
+    (lambda api: api.enable_webhook(".."), "endpoint_id"),
+    (lambda api: api.delete_webhook(""), "endpoint_id"),
+    (lambda api: api.list_webhook_attempts("."), "endpoint_id"),
+    (lambda api: api.delete_cron_job(""), "name"),  # was a 307 to the cron list
+    (lambda api: api.delete_cron_job("."), "name"),
+])
+def test_an_id_that_would_send_the_request_elsewhere_is_refused_naming_it(api_url, clean_db,
+                                                                         call, argument):
+    """An id is a path segment: `dlq`, `.`, `..` or an empty one made the request another
+    route's (the DLQ list, the bulk cancel, a redirect), answered with words about that.
+    Another id not a UUID still goes to the API, which answers 400 naming `id`."""
+    with Client(api_url, SERVICE_KEY) as api, pytest.raises(ValueError, match=f"^{argument}: "):
+        call(api)
+
+    async def main() -> None:
+        async with AsyncClient(api_url, SERVICE_KEY) as api:
+            with pytest.raises(ValueError, match=f"^{argument}: "):
+                await call(api)
+
+    asyncio.run(main())
+
+
+def test_an_id_given_as_text_in_another_spelling_is_sent_as_the_uuid(client, engine, tenant):
+    with engine.begin() as conn:
+        job = insert_job(conn, tenant_id=tenant)
+    for spelling in (str(job).upper(), job.hex, f"{{{job}}}", f"urn:uuid:{job}"):
+        assert client.get_job(spelling)["id"] == str(job)

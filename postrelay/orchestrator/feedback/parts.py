@@ -17,6 +17,8 @@ from postrelay.orchestrator.feedback.outline import BLANK_TEXT_LINE, READ_POLICY
 DETAIL_CHARS = 2000
 # A line that starts a field: its name, then a colon.
 FIELD_START = re.compile(r"[A-Za-z][A-Za-z0-9-]*:")
+# RFC 6533's embedded-unicode-char: one character of a `utf-8` address, in hex.
+EMBEDDED_UNICODE = re.compile(r"\\x\{([0-9A-Fa-f]{1,6})\}")
 
 
 def part_of(msg: Message, types: Iterable[str]) -> Message | None:
@@ -76,11 +78,25 @@ def original_of(msg: Message) -> Message | None:
 
 
 def typed_address(value: str | None) -> str | None:
-    """`rfc822; ann@example.com` → ann@example.com."""
+    """`rfc822; ann@example.com` → ann@example.com. A `utf-8` address in a
+    message/delivery-status part writes its non-ASCII characters as `\\x{HEX}` (RFC 6533
+    3): `utf-8; ann@b\\x{FC}cher.example` → ann@bücher.example."""
     if not value:
         return None
-    address = value.split(";", 1)[-1].strip().strip("<>").strip()
+    kind, typed, address = value.partition(";")
+    if not typed:
+        kind, address = "", kind
+    address = address.strip().strip("<>").strip()
+    if "\\x{" in address and kind.strip().lower() == "utf-8":
+        address = EMBEDDED_UNICODE.sub(_embedded_char, address)
     return address.lower() or None
+
+
+def _embedded_char(found: re.Match[str]) -> str:
+    """The character, if it is one RFC 6533 encodes (not ASCII, not a surrogate)."""
+    code = int(found.group(1), 16)
+    fits = 0x80 <= code <= 0x10FFFF and not 0xD800 <= code <= 0xDFFF
+    return chr(code) if fits else found.group(0)
 
 
 def clean(value: str | None) -> str | None:

@@ -332,6 +332,10 @@ WHERE id IN (SELECT id FROM mdm.aa_email_suppression_audit
 -- that category, its own choice, which lifting a bounce leaves alone). One audit row keeps
 -- what was lifted and by whom (none when nothing was); the reports that made the rows keep,
 -- in their own flag, that they suppressed. `others`: the categories still suppressed.
+-- The audit row's time is the lift's own (clock_timestamp), not its transaction's start:
+-- the count of soft bounces starts afresh after it, and a soft bounce recorded while the
+-- lift waited for the address (email_feedback_lock) came before the lift, later than the
+-- transaction began.
 WITH lifted AS (
     DELETE FROM mdm.aa_email_suppression
     WHERE tenant_id = CAST(:tenant_id AS uuid) AND address = :address
@@ -341,9 +345,11 @@ WITH lifted AS (
     UPDATE mdm.aa_email_feedback SET suppressed = true
     WHERE id = ANY (ARRAY(SELECT feedback_id FROM lifted WHERE feedback_id IS NOT NULL))
 ), audited AS (
-    INSERT INTO mdm.aa_email_suppression_audit (tenant_id, address, action, actor, detail)
+    INSERT INTO mdm.aa_email_suppression_audit (tenant_id, address, action, actor, detail,
+                                                created_at)
     SELECT CAST(:tenant_id AS uuid), :address, 'unsuppress', :actor,
-           jsonb_build_object('lifted', jsonb_agg(to_jsonb(l) ORDER BY l.category))
+           jsonb_build_object('lifted', jsonb_agg(to_jsonb(l) ORDER BY l.category)),
+           clock_timestamp()
     FROM lifted l
     HAVING count(*) > 0
     RETURNING id

@@ -215,7 +215,9 @@ class EmailSender:
         # the suppressions of every category (bounces, complaints).
         suppressed = check.suppressed(log.row["category"] if bulk else None)
         results = {r: {"status": "suppressed"} for r in recipients if r in suppressed}
-        live = [r for r in recipients if r not in suppressed]
+        # RCPT TO as written: a local part may be case-sensitive (RFC 5321 2.4); the log,
+        # the results and the suppression list keep addresses lower-cased.
+        live = [r for r in envelope_recipients(to, cc, bcc) if r.lower() not in suppressed]
         if not live:
             log.record("suppressed", recipient_results=results,
                        error="every recipient is on the tenant's suppression list")
@@ -326,7 +328,7 @@ class EmailSender:
         except Exception as exc:  # e.g. an OSError outside the SMTP dialogue: retried
             log.record("deferred", recipient_results=results, error=repr(exc))
             raise
-        results.update({r: {"status": "accepted"} for r in delivery.accepted})
+        results.update({r.lower(): {"status": "accepted"} for r in delivery.accepted})
         results.update(refusals(delivery.refused))
         partial = any(r["status"] != "accepted" for r in results.values())
         log.record("partial" if partial else "sent", reply=delivery.reply,

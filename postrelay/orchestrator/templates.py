@@ -30,8 +30,10 @@ from jinja2 import (
     FileSystemLoader,
     StrictUndefined,
     Template,
+    TemplateNotFound,
     TemplateSyntaxError,
     UndefinedError,
+    meta,
 )
 from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment
@@ -109,6 +111,10 @@ class Templates:
         # A busy worker renders the same template thousands of times a second: reading its
         # files each time (a dozen stats and three reads) cost more than rendering it.
         self._loaded: dict[tuple[str, tuple[str, ...]], _Loaded] = {}
+        # The files templates include, import or extend (by a constant name), as last read,
+        # and the names each source refers to (parsing is not free; sources rarely change).
+        self._includes: dict[str, str] = {}
+        self._references: dict[str, tuple[str, ...]] = {}
 
     def names(self) -> list[str]:
         """The templates at the root (folders holding a subject.txt), sorted."""
@@ -154,11 +160,53 @@ class Templates:
         for file, path in files.items():  # FILES order, so the hash is stable
             digest.update(f"{self._rel(path)}\0{len(sources[file])}\0".encode())
             digest.update(sources[file].encode())
+        for include, source in self._included(sources):  # files used too: in the version
+            digest.update(f"{include}\0{len(source)}\0".encode())
+            digest.update(source.encode())
         loaded = _Loaded(files, sources, on_unknown, digest.hexdigest()[:12],
                          now + self.reload_secs, unsubscribe)
         if self.reload_secs > 0:
             self._loaded[key] = loaded
         return loaded
+
+    def _included(self, sources: Mapping[str, str]) -> list[tuple[str, str]]:
+        """(name, text) of each file the templates in `sources` include, import or extend,
+        and those include, by name. Jinja reloads such a file only when its mtime changes:
+        one rewritten within the same tick was rendered as it was before, so a change seen
+        here empties the compiled includes. One missing or broken is the render's to report,
+        and one named by a variable is not known before the render."""
+        loader = self._text_env.loader
+        assert loader is not None
+        found: dict[str, str] = {}
+        pending = [text for file, text in sources.items() if file != "template.toml"]
+        while pending:
+            for name in self._referenced(pending.pop()):
+                if name in found:
+                    continue
+                try:
+                    found[name] = loader.get_source(self._text_env, name)[0]
+                except (TemplateNotFound, OSError, UnicodeDecodeError):
+                    continue
+                pending.append(found[name])
+        if any(self._includes.get(name, text) != text for name, text in found.items()):
+            for env in (self._text_env, self._html_env):
+                if env.cache is not None:
+                    env.cache.clear()
+        self._includes.update(found)
+        return sorted(found.items())
+
+    def _referenced(self, source: str) -> tuple[str, ...]:
+        names = self._references.get(source)
+        if names is None:
+            try:
+                parsed = self._text_env.parse(source)
+                names = tuple(n for n in meta.find_referenced_templates(parsed) if n)
+            except TemplateSyntaxError:
+                names = ()
+            if len(self._references) >= 1024:
+                self._references.clear()
+            self._references[source] = names
+        return names
 
     def _environment(self, *, autoescape: bool) -> SandboxedEnvironment:
         # The loader serves {% include %} and {% extends %}; auto_reload re-reads those when

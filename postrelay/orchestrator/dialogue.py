@@ -46,6 +46,13 @@ def envelope_address(address: str, *, utf8: bool) -> bytes:
     return quoted.encode("utf-8" if utf8 else "ascii")
 
 
+def announced_size(value: str | None) -> int | None:
+    """The largest message a server takes, from its `SIZE` keyword's value; None when it
+    names none (no value, 0, or one that is not a number)."""
+    size = (value or "").strip()
+    return int(size) if size.isdigit() and int(size) > 0 else None
+
+
 def message_lines(message: bytes) -> bytes:
     """The message with CRLF line endings, ending with one: what BDAT sends."""
     # Most messages come with CRLF line ends: counting in C is cheaper than a substitution
@@ -72,11 +79,13 @@ class Dialogue(asyncio.Protocol):
     """The commands and replies of one SMTP connection, after its setup."""
 
     def __init__(self, transport: asyncio.Transport, *, pipelining: bool, smtputf8: bool,
-                 timeout_secs: float, chunking: bool = False, eightbitmime: bool = True) -> None:
+                 timeout_secs: float, chunking: bool = False, eightbitmime: bool = True,
+                 max_size: int | None = None) -> None:
         self.pipelining = pipelining
         self.chunking = chunking
         self.smtputf8 = smtputf8
         self.eightbitmime = eightbitmime
+        self.max_size = max_size  # the SIZE the server announced (RFC 1870); None: no limit
         self._transport = transport
         self._timeout = timeout_secs
         self._buffer = bytearray()
@@ -102,7 +111,8 @@ class Dialogue(asyncio.Protocol):
         dialogue = cls(transport, pipelining=pipelining,
                        smtputf8=smtp.supports_extension("smtputf8"), timeout_secs=timeout_secs,
                        chunking=chunking and pipelining and smtp.supports_extension("chunking"),
-                       eightbitmime=smtp.supports_extension("8bitmime"))
+                       eightbitmime=smtp.supports_extension("8bitmime"),
+                       max_size=announced_size(smtp.esmtp_extensions.get("size")))
         transport.set_protocol(dialogue)
         return dialogue
 

@@ -197,8 +197,9 @@ class SmtpPermanent(SmtpError):
 
 class SmtpConfigError(SmtpPermanent):
     """The server cannot be used as configured (STARTTLS or AUTH is required, and it speaks
-    only HELO, which offers neither): nothing was sent, and no retry changes that until the
-    settings or the server do. `reply` is the server's refusal of EHLO."""
+    only HELO, which offers neither), or cannot take this message (larger than its SIZE):
+    nothing was sent, and no retry changes that until the settings, the server or the
+    message do. `reply` is the server's refusal of EHLO, if any."""
 
 
 class SmtpThrottled(SmtpTransient):

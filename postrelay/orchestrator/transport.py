@@ -54,7 +54,7 @@ from postrelay.orchestrator.replies import (
     queue_id_from,
     step,
 )
-from postrelay.orchestrator.verdicts import final_read, not_positive
+from postrelay.orchestrator.verdicts import check_size, final_read, not_positive
 
 if TYPE_CHECKING:
     from postrelay.core.settings import Settings
@@ -267,6 +267,7 @@ class SmtpPool:
         every RCPT was refused (the reply is read by `reset`). A reused connection found
         closed is retried on a fresh one only when the message cannot have gone: it went
         with DATA, or the server's 421 refused it."""
+        check_size(dialogue, message)
         utf8 = _needs_smtputf8(dialogue, sender, recipients)
         if not dialogue.eightbitmime and not message.isascii():
             # Sent as it is, its 8-bit bytes may be cut to 7 on the way (RFC 6152).

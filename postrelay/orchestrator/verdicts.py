@@ -13,6 +13,7 @@ from postrelay.orchestrator.dialogue import Dialogue
 from postrelay.orchestrator.replies import (
     Reply,
     SmtpAnswerLost,
+    SmtpConfigError,
     SmtpError,
     SmtpThrottled,
     SmtpTransient,
@@ -53,3 +54,13 @@ async def final_read(dialogue: Dialogue, stage: Stage, refused: dict[str, Reply]
                 stop.reply.code == 421 and exc.reply is None:
             raise stop from exc
         raise
+
+
+def check_size(dialogue: Dialogue, message: bytes) -> None:
+    """Refuse, before MAIL FROM, a message larger than the SIZE the server announced: it
+    would read it all and refuse it (552), a refusal that reads as the recipients' when
+    the message was at fault. RFC 1870 asks the client not to send it."""
+    if dialogue.max_size is not None and len(message) > dialogue.max_size:
+        raise SmtpConfigError(f"mail: the message is {len(message)} bytes, more than the "
+                              f"{dialogue.max_size} the server takes (its SIZE): not sent",
+                              stage="mail")

@@ -43,7 +43,7 @@ from postrelay.core.errors import ValidationError
 from postrelay.core.telemetry import event as log_event
 from postrelay.orchestrator import queries
 from postrelay.orchestrator.addresses import parse_address, parse_addresses
-from postrelay.orchestrator.attempts import SENT, SendCheck
+from postrelay.orchestrator.attempts import SendCheck
 from postrelay.orchestrator.claimed import ClaimedJobs, Ready
 from postrelay.orchestrator.contexts import EventContexts, shared_key
 from postrelay.orchestrator.feedback.unsubscribe import UnsubscribeLinks
@@ -192,9 +192,11 @@ class EmailSender:
             # recorded as the recipient's (`bounced`), when the input was at fault.
             check_header_lines(data)
         except (TemplateError, ValidationError) as exc:
-            async with self.engine.connect() as conn:
-                earlier = await queries.email_send_history(conn, job_id=job.id)
-            if SENT & set(earlier):
+            # Not sent now; but an earlier attempt may have been (a lost worker's is logged).
+            check = await self._check(ready, log.row)
+            for attempt in check.lost_attempts(job.id):
+                log.record_lost(attempt)
+            if check.already_sent:
                 return _already_sent(job)
             log.record("failed", error=str(exc))
             raise PermanentError(str(exc)) from None

@@ -42,11 +42,6 @@ def _moment(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value) if value is not None else None
 
 
-async def email_send_history(conn: AsyncConnection, *, job_id: UUID) -> tuple[str, ...]:
-    result = await conn.execute(EMAIL_SQL["email_send_history"], {"job_id": job_id})
-    return tuple(result.scalar_one())
-
-
 async def email_event_contexts(conn: AsyncConnection, *, tenant_ids: Sequence[UUID],
                                event_ids: Sequence[UUID]) -> list[tuple[Any, ...]]:
     """The events named by the pairs (tenant_ids[i], event_ids[i]) that exist: id, tenant,

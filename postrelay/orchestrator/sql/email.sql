@@ -43,11 +43,6 @@ SELECT CAST(r.job_id AS text) AS job_id,
        (SELECT lsn FROM flush) AS flushed_to
 FROM r;
 
--- name: email_send_history
--- What earlier attempts of a job left, changing nothing: asked when this attempt cannot be
--- sent anyway (its template fails), to tell "already sent" from "failed".
-SELECT ARRAY(SELECT status FROM mdm.aa_email_log WHERE job_id = :job_id) AS earlier;
-
 -- name: tenant_name
 SELECT name FROM mdm.aa_tenant WHERE id = :tenant_id;
 

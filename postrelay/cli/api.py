@@ -63,7 +63,9 @@ def _check_host(host: str, port: int) -> None:
 
 @keys_app.command("add")
 def keys_add(
-    name: str = typer.Argument(..., help="Unique name; audit rows show it as api:key:NAME."),
+    # Not "api:key:NAME": typer reads help as Rich markup, which prints :key: as an emoji.
+    name: str = typer.Argument(..., help="Unique name; audit rows name the key by it, "
+                                         "after 'api:key' and a colon."),
     tenant: str = typer.Option(..., "--tenant", help="The tenant id the key is bound to."),
 ) -> None:
     """Create a key bound to one tenant and print it. It is shown only this once."""

@@ -44,15 +44,18 @@ def preview(
     context: Path | None = typer.Option(None, "--context", help="JSON object file of variables."),
     tenant: list[str] = typer.Option([], "--tenant",
                                      help="Tenant override folder; repeat in order of preference."),
-    templates: Path | None = typer.Option(None, "--templates",
-                                          help="Templates folder [default: email_templates_dir]."),
+    templates: Path | None = typer.Option(None, "--templates", help="Templates folder.",
+                                          show_default="POSTRELAY_EMAIL_TEMPLATES_DIR"),
     fmt: Format = typer.Option(Format.text, "--format",
                                help="text: subject and text body; html: the HTML body only; "
                                     "raw: the whole MIME message."),
+    # show_default, not "[default: ...]" in the help: typer reads help as Rich markup, in
+    # which that is a style tag, and printed "From of the message ." (test_cli_help.py).
     sender: str | None = typer.Option(None, "--from",
-                                      help="From of the message (--format raw prints it) "
-                                           "[default: email_from]."),
-    to: list[str] = typer.Option([], "--to", help=f"To of the message [default: {DEFAULT_TO}]."),
+                                      help="From of the message (--format raw prints it).",
+                                      show_default="POSTRELAY_EMAIL_FROM"),
+    to: list[str] = typer.Option([], "--to", help="To of the message (repeatable).",
+                                 show_default=DEFAULT_TO),
 ) -> None:
     """Render TEMPLATE with a context and print it; nothing is sent."""
     settings = settings_or_exit()

@@ -25,8 +25,11 @@ def cron_add(
     kind: str = typer.Argument(..., help="The job kind each firing enqueues."),
     payload: str = typer.Option("{}", "--payload", help="JSON object, frozen at creation."),
     tenant: str = typer.Option(str(SYSTEM_TENANT_ID), "--tenant", help="Owning tenant id."),
-    priority: int = typer.Option(100, "--priority"),
-    max_attempts: int | None = typer.Option(None, "--max-attempts"),
+    priority: int = typer.Option(100, "--priority",
+                                 help="Each firing's job priority (lower runs first)."),
+    max_attempts: int | None = typer.Option(
+        None, "--max-attempts", help="Each firing's job attempts.",
+        show_default="POSTRELAY_JOB_MAX_RETRIES"),
 ) -> None:
     """Create a cron entry. A system kind (cleanup_jobs) runs only in the system tenant.
 
@@ -62,7 +65,7 @@ def cron_list_command(
 
 @cron_app.command("rm")
 def cron_rm(
-    name: str = typer.Argument(...),
+    name: str = typer.Argument(..., help="The entry's name."),
     tenant: str | None = typer.Option(
         None, "--tenant", help="The entry's tenant id; needed when several tenants have an "
                                "entry of this name."),

@@ -58,8 +58,9 @@ def emails_list(
     tenant: str | None = typer.Option(None, "--tenant", help="Only this tenant id."),
     recipient: str | None = typer.Option(None, "--recipient", help="Sent to this address."),
     status: str | None = typer.Option(
-        None, "--status", help="sending/sent/partial/deferred/bounced/failed/suppressed/"
-        "unknown, or what feedback said later: delayed/delivered/soft-bounced/complained"),
+        None, "--status", help="sent/partial/deferred/bounced/failed/suppressed/unknown/"
+        "cancelled (sending: rows written before migration 0017), or what feedback said "
+        "later: delayed/delivered/soft-bounced/complained"),
     template: str | None = typer.Option(None, "--template", help="Only this template."),
     event: str | None = typer.Option(None, "--event", help="Made from this outbox event."),
     job: str | None = typer.Option(None, "--job", help="Attempts of this job."),

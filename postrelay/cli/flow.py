@@ -59,8 +59,8 @@ def limits_set(
     kind: str = typer.Option(..., "--kind", help="The job kind it limits."),
     tenant: str | None = typer.Option(None, "--tenant",
                                       help="Only this tenant's jobs (its own limit)."),
-    rate: str | None = typer.Option(None, "--rate", help="Claims per second or minute: "
-                                                         "14/s, 1000/min."),
+    rate: str | None = typer.Option(None, "--rate", help="Claims per second, minute or hour: "
+                                                         "14/s, 1000/min, 3600/h."),
     burst: int | None = typer.Option(None, "--burst",
                                      help="Claims at once on top of the rate (default: one "
                                           "second's worth)."),

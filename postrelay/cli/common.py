@@ -12,6 +12,7 @@ from contextlib import contextmanager
 import typer
 from sqlalchemy import Connection
 
+from postrelay.cli.boundary import fail
 from postrelay.core.db import Database, open_database, pooler_connect_args
 from postrelay.core.errors import ConfigError, PostrelayError
 from postrelay.core.settings import Settings, load_settings
@@ -49,12 +50,13 @@ def require_migrated(db: Database) -> None:
 @contextmanager
 def user_errors() -> Iterator[None]:
     """Turn postrelay's own errors into a one-line message and exit code 1, or 2 for a bad
-    setting (as at start: settings_or_exit)."""
+    setting (as at start: settings_or_exit). The message goes through the boundary's
+    `fail`, escaped: it may repeat what was typed or stored (an address, a category), and
+    printed as it came its ESC sequences and bidi overrides reached the terminal."""
     try:
         yield
     except PostrelayError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2 if isinstance(exc, ConfigError) else 1) from None
+        fail(exc)
 
 
 @contextmanager

@@ -99,3 +99,15 @@ def test_an_error_naming_a_stored_or_typed_value_is_escaped(worker_env, clean_db
     assert done.returncode == 1
     assert done.stderr.startswith("error: ") and len(done.stderr.splitlines()) == 1
     assert not RAW.search(done.stderr.rstrip("\n")), repr(done.stderr)
+
+
+@pytest.mark.parametrize("extra", [(), ("--category", f"news{EVIL}")])
+def test_an_error_that_repeats_a_typed_address_is_escaped(worker_env, tenant, extra):
+    """The errors of the commands that run in one transaction (cli/common.py) were printed
+    as they came: `emails unsuppress` of an address that is not suppressed wrote the
+    address's bidi override and ESC sequences to the terminal."""
+    done = run(worker_env, "emails", "unsuppress", f"ann{EVIL}@example.com", "--tenant",
+               str(tenant), *extra, ok=False)
+    assert done.returncode == 1
+    assert done.stderr.startswith("error: ") and len(done.stderr.splitlines()) == 1
+    assert not RAW.search(done.stderr.rstrip("\n")), repr(done.stderr)

@@ -78,7 +78,8 @@ def limits_set(
 
 @limits_app.command("list")
 def limits_list(
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON: the limits, or with "
+                                                       "--throttled the throttled destinations."),
     only_throttled: bool = typer.Option(False, "--throttled",
                                         help="Only the destinations throttled now."),
 ) -> None:

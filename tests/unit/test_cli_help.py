@@ -63,3 +63,8 @@ def test_every_option_and_argument_of_cron_and_limits_says_what_it_is() -> None:
     rate = next(p for p in root.commands["limits"].commands["set"].params  # type: ignore[attr-defined]
                 if p.name == "rate")
     assert "/h" in rate.help
+    # `limits list --json` prints the limits alone, the throttles only with --throttled,
+    # though the table shows both: its help said only "Print JSON."
+    as_json = next(p for p in root.commands["limits"].commands["list"].params  # type: ignore[attr-defined]
+                   if p.name == "as_json")
+    assert "--throttled" in as_json.help

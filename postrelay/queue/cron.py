@@ -177,10 +177,9 @@ def cron_create(
         raise ValidationError("payload", "must be a JSON object")
     # Each firing enqueues this payload: the same rules as enqueue's.
     payload_json = jsontext.encode_document(payload, "payload", max_payload_bytes())
-    try:
-        tenant = tenant_id if isinstance(tenant_id, UUID) else UUID(str(tenant_id))
-    except ValueError as exc:
-        raise ValidationError("tenant_id", str(exc)) from None
+    tenant = _uuid_or_none(tenant_id)
+    if tenant is None:
+        raise ValidationError("tenant_id", "is required")
     check_system_kind_tenant(kind, tenant)
     if isinstance(priority, bool) or not isinstance(priority, int) or not (
         SMALLINT_MIN <= priority <= SMALLINT_MAX

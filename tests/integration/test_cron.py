@@ -143,6 +143,17 @@ def test_bad_entries_name_the_field_and_write_nothing(engine, tenant, args, fiel
         assert cron_list(conn, tenant_id=tenant) == []
 
 
+@pytest.mark.parametrize(("tenant_id", "rule"), [
+    ("nope", "must be a UUID, got 'nope'"), (None, "is required"),
+])
+def test_a_tenant_that_is_no_uuid_is_refused_in_the_words_of_the_other_commands(
+        engine, tenant, tenant_id, rule):
+    with engine.begin() as conn:
+        with pytest.raises(ValidationError) as info:
+            cron_create(conn, "x", "* * * * *", "reindex", {}, tenant_id=tenant_id)
+        assert (info.value.field, info.value.rule) == ("tenant_id", rule)
+
+
 async def test_fires_once_per_slot_with_two_schedulers(engine, async_engine, tenant):
     with engine.begin() as conn:
         cron_create(conn, "every-second", "* * * * * *", "reindex", {"frozen": 1},

@@ -290,3 +290,19 @@ def _decode_word(match: re.Match[str], field: str) -> str:
         return data.decode(charset, errors="replace")
     except LookupError:  # unknown charset: the byte check above already ran
         return data.decode("latin-1")
+
+
+def stored_form(address: str) -> str:
+    """An address as the email log and the suppression list keep it: lower case, its domain
+    in IDNA form as parse_address gives it. One that names an internationalized domain in
+    Unicode (a report per RFC 6533, an operator's command line) is otherwise another
+    address; one whose domain postrelay could not have sent to is lower-cased only."""
+    address = address.lower()
+    local, at, domain = address.rpartition("@")
+    if domain.isascii() or not at:
+        return address
+    try:
+        ascii_domain = parse_address(f"a@{domain}", field="address").domain
+    except ValidationError:
+        return address
+    return f"{local}@{ascii_domain.lower()}"

@@ -14,6 +14,7 @@ from postrelay.core.errors import NotFoundError, ValidationError
 from postrelay.core.limits import checked_text
 from postrelay.core.timestamps import EARLIEST, LATEST
 from postrelay.orchestrator import queries
+from postrelay.orchestrator.addresses import stored_form
 from postrelay.orchestrator.feedback import queries as feedback_queries
 from postrelay.orchestrator.schema import DELIVERY_OUTCOMES, EMAIL_STATUSES
 
@@ -170,10 +171,11 @@ def categories_text(categories: list[str]) -> str:
 
 
 def address_filter(field: str, value: str | None) -> str | None:
-    """An address to look rows up by, as they are stored (lower-cased), or None for none.
-    Checked first: a NUL or an unpaired surrogate (a byte of a command line that was not
-    UTF-8) failed in the driver, with its words instead of the field's."""
-    return checked_text(value.strip().lower(), field) if value else None
+    """An address to look rows up by, as they are stored (addresses.stored_form: lower
+    case, an internationalized domain in IDNA form), or None for none. Checked first: a NUL
+    or an unpaired surrogate (a byte of a command line that was not UTF-8) failed in the
+    driver, with its words instead of the field's."""
+    return stored_form(checked_text(value.strip(), field)) if value else None
 
 
 def _uuid(field: str, value: UUID | str | None) -> str | None:

@@ -5,6 +5,7 @@ recipient's domain in its IDNA form (parse_address), as the message went out wit
 from __future__ import annotations
 
 from postrelay.orchestrator import ses_reports
+from postrelay.orchestrator.admin import email_list, suppression_list, suppression_remove
 from postrelay.orchestrator.feedback import Feedback
 from postrelay.orchestrator.feedback.parse import parse_mail
 from tests.feedback.conftest import insert_log, record
@@ -82,3 +83,21 @@ def test_an_rfc6533_utf8_address_in_its_ascii_form_is_read():
     )
     (report,) = parse_mail(raw)
     assert (report.kind, report.recipient, report.status) == ("bounced", SENT_TO, "5.1.1")
+
+
+def test_an_operator_finds_and_lifts_the_suppression_by_the_unicode_domain(engine, tenant,
+                                                                           look):
+    """`emails suppressed --address` and `emails unsuppress` take the address as an
+    operator spells it: the suppression is kept in the IDNA form it was sent to."""
+    with engine.begin() as conn:
+        log = insert_log(conn, tenant_id=tenant, recipients=(SENT_TO,))
+    record(engine, Feedback(kind="bounced", source="mail", recipient=SENT_TO, status="5.1.1",
+                            source_event_id="idn-op", log_id=log["id"]))
+    with engine.begin() as conn:
+        shown = suppression_list(conn, address="Ann@Bücher.example")
+        assert [row["address"] for row in shown] == [SENT_TO]
+        assert [row["recipients"] for row in email_list(conn, recipient="ann@bücher.example")
+                ] == [[SENT_TO]]
+        assert suppression_remove(conn, "Ann@Bücher.example", tenant_id=tenant,
+                                  actor="cli:test") == []
+    assert look.suppressed(tenant) == {}

@@ -13,7 +13,7 @@ from uuid import UUID
 
 from postrelay.core.errors import ValidationError
 from postrelay.core.limits import storable
-from postrelay.orchestrator.addresses import ADDRESS_MAX, parse_address
+from postrelay.orchestrator.addresses import ADDRESS_MAX, stored_form
 from postrelay.orchestrator.replies import UNSPECIFIC, refuses_mailbox, says_passing
 from postrelay.orchestrator.schema import FEEDBACK_KINDS
 
@@ -230,20 +230,12 @@ def reply_class(text: str | None) -> str | None:
 
 
 def normal_address(address: str) -> str:
-    """An address as the log keeps its recipients: lower case, the domain in its IDNA form
-    (parse_address). Reports and providers may name an internationalized domain in Unicode
-    (RFC 6533), and the same address read as another one matched no recipient: a hard
-    bounce or a complaint about it suppressed nothing. A local part is left as it came:
-    postrelay sends to ASCII ones only."""
-    address = address.strip().strip("<>").strip().lower()
-    local, at, domain = address.rpartition("@")
-    if domain.isascii() or not at:
-        return address
-    try:
-        ascii_domain = parse_address(f"a@{domain}", field="recipient").domain
-    except ValidationError:  # no domain postrelay could have sent to: kept as it came
-        return address
-    return f"{local}@{ascii_domain.lower()}"
+    """An address as the log keeps its recipients (addresses.stored_form). Reports and
+    providers may name an internationalized domain in Unicode (RFC 6533), and the same
+    address read as another one matched no recipient: a hard bounce or a complaint about
+    it suppressed nothing. A local part is left as it came: postrelay sends to ASCII ones
+    only."""
+    return stored_form(address.strip().strip("<>").strip())
 
 
 def normal_message_id(message_id: str) -> str:

@@ -54,7 +54,7 @@ from postrelay.orchestrator.replies import (
     queue_id_from,
     step,
 )
-from postrelay.orchestrator.verdicts import check_size, final_read, not_positive
+from postrelay.orchestrator.verdicts import check_size, final_read, needs_smtputf8, not_positive
 
 if TYPE_CHECKING:
     from postrelay.core.settings import Settings
@@ -157,7 +157,10 @@ class SmtpPool:
                     return await self._attempt(sender, recipients, message, progress,
                                                reuse=True)
                 except _StaleConnection:
-                    # Nothing was accepted yet, so sending on a fresh connection is safe.
+                    # Nothing was accepted yet, so sending on a fresh connection is safe,
+                    # and a stop while it connects leaves nothing with a server.
+                    if progress is not None:
+                        progress.began = False
                     event("postrelay.smtp.reconnect", logging.DEBUG, host=self.config.host)
                     return await self._attempt(sender, recipients, message, progress,
                                                reuse=False)
@@ -268,7 +271,7 @@ class SmtpPool:
         closed is retried on a fresh one only when the message cannot have gone: it went
         with DATA, or the server's 421 refused it."""
         check_size(dialogue, message)
-        utf8 = _needs_smtputf8(dialogue, sender, recipients)
+        utf8 = needs_smtputf8(dialogue, sender, recipients)
         if not dialogue.eightbitmime and not message.isascii():
             # Sent as it is, its 8-bit bytes may be cut to 7 on the way (RFC 6152).
             raise SmtpPermanent("mail: the message has 8-bit bytes, which need 8BITMIME, "
@@ -367,15 +370,6 @@ class SmtpPool:
             self._paused_until = now + cfg.auth_pause_secs
             event("postrelay.smtp.auth_paused", logging.ERROR, host=cfg.host,
                   username=cfg.username, code=code, pause_secs=cfg.auth_pause_secs)
-
-
-def _needs_smtputf8(dialogue: Dialogue, sender: str, recipients: Sequence[str]) -> bool:
-    if sender.isascii() and all(r.isascii() for r in recipients):
-        return False
-    if not dialogue.smtputf8:
-        raise SmtpPermanent("mail: non-ASCII addresses need SMTPUTF8, which the server lacks",
-                            stage="mail")
-    return True
 
 
 def _check_addresses(sender: str, recipients: Sequence[str]) -> None:

@@ -2,9 +2,14 @@
 
     raise not_positive(dialogue, reply, "data", refused, message_went=True)
     reply = await final_read(dialogue, "data", refused, stop)
+
+And what the server lacks for a message, found before MAIL FROM (check_size,
+needs_smtputf8).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import aiosmtplib
 from aiosmtplib import SMTPResponse
@@ -15,6 +20,7 @@ from postrelay.orchestrator.replies import (
     SmtpAnswerLost,
     SmtpConfigError,
     SmtpError,
+    SmtpPermanent,
     SmtpThrottled,
     SmtpTransient,
     Stage,
@@ -64,3 +70,13 @@ def check_size(dialogue: Dialogue, message: bytes) -> None:
         raise SmtpConfigError(f"mail: the message is {len(message)} bytes, more than the "
                               f"{dialogue.max_size} the server takes (its SIZE): not sent",
                               stage="mail")
+
+
+def needs_smtputf8(dialogue: Dialogue, sender: str, recipients: Sequence[str]) -> bool:
+    """Whether MAIL FROM must ask for SMTPUTF8; refused when the server lacks it."""
+    if sender.isascii() and all(r.isascii() for r in recipients):
+        return False
+    if not dialogue.smtputf8:
+        raise SmtpPermanent("mail: non-ASCII addresses need SMTPUTF8, which the server lacks",
+                            stage="mail")
+    return True

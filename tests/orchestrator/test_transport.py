@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import socket
 
 import pytest
 from pydantic import SecretStr
@@ -13,6 +14,7 @@ from pydantic import SecretStr
 from postrelay.core.errors import PostrelayError
 from postrelay.orchestrator.transport import (
     Reply,
+    SendProgress,
     SmtpAnswerLost,
     SmtpAuthFailed,
     SmtpConfig,
@@ -280,6 +282,32 @@ async def test_dead_connection_found_at_mail_from_is_retried_once(make_sink, mak
 
     assert len(sink.handler.received) == 2 and sink.connections == 2
     assert any(getattr(r, "event", None) == "postrelay.smtp.reconnect" for r in caplog.records)
+
+
+async def test_a_stop_while_reconnecting_after_a_dead_connection_began_nothing(
+        make_sink, make_pool):
+    """MAIL FROM met a dead connection, so the message went nowhere; a stop while the fresh
+    connection waits for its greeting must not report a transaction begun (the handler
+    would log the attempt `unknown`, and hold its job under on_unknown = hold)."""
+    sink = make_sink()
+    pool = make_pool(sink)
+    await pool.send(SENDER, [ANN], message())
+    assert sink.close_sessions() == 1
+    sink.stop()
+    # Bound without a turn of the loop, which would let the pool see the dead connection
+    # before the send takes it; a listener that never accepts, so never greets.
+    silent = socket.create_server((sink.host, sink.port))
+    try:
+        progress = SendProgress()
+        sending = asyncio.create_task(pool.send(SENDER, [ANN], message(), progress))
+        await asyncio.sleep(0.3)  # MAIL FROM met the dead socket; now waiting for a greeting
+        assert not sending.done()
+        sending.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await sending
+        assert progress.began is False
+    finally:
+        silent.close()
 
 
 async def test_cancelled_send_discards_its_connection(make_sink, make_pool):

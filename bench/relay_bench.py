@@ -1,6 +1,7 @@
 """Print the outbox relay's figures for this machine: throughput (events/s into jobs, one
-relay process, one route per event) beside a plain-SQL relay doing the same work, and the
-commit -> job-created latency at a steady 200 events/s.
+relay process, one route per event, and the webhook route beside it with no endpoints, as
+`postrelay relay` runs) beside a plain-SQL relay doing the same work, and the commit ->
+job-created latency at a steady 200 events/s.
 
     .venv/bin/python -m bench.relay_bench [--events 50000] [--quick]
 
@@ -28,11 +29,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from bench.harness import BenchDatabase, Row, bench_database, met, print_table, rate, ratio
 from postrelay.relay import (
+    EndpointDirectory,
     EventSpec,
     JobRequest,
     Relay,
     RelayConfig,
     RouteRegistry,
+    add_webhook_route,
     emit,
     emit_many,
 )
@@ -74,6 +77,16 @@ def routes() -> RouteRegistry:
     registry.add("order.placed", lambda e: JobRequest("reindex", {"order": e.aggregate_id}),
                  name="reindex")
     return registry
+
+
+def relay_as_run(engine: AsyncEngine, config: RelayConfig,
+                 listen_url: str | None = None) -> tuple[Relay, EndpointDirectory]:
+    """The bench's route beside the webhook route, as `postrelay relay` always has it (no
+    endpoints: each batch still checks the directory). Start and stop the directory too."""
+    directory = EndpointDirectory(engine)
+    webhooks = RouteRegistry()
+    add_webhook_route(webhooks, directory)
+    return Relay(engine, routes().merged(webhooks), config, listen_url=listen_url), directory
 
 
 def reset(bench: BenchDatabase) -> None:
@@ -130,8 +143,9 @@ async def relay_throughput(bench: BenchDatabase, n: int, batch: int, concurrency
     emitted = fill(bench, n)
     engine = create_async_engine(bench.url, pool_size=concurrency + 1)
     await open_pool(engine, concurrency)
-    relay = Relay(engine, routes(),
-                  RelayConfig(batch_size=batch, listen=False, concurrency=concurrency))
+    relay, directory = relay_as_run(
+        engine, RelayConfig(batch_size=batch, listen=False, concurrency=concurrency))
+    await directory.start()
     meter = bench.cpu_meter({"relay": os.getpid()})
     with bench.connect(autocommit=True) as watch:
         meter.start()
@@ -144,6 +158,7 @@ async def relay_throughput(bench: BenchDatabase, n: int, batch: int, concurrency
         if cpu is not None:
             cpu.update(meter.stop())
     await relay.stop()
+    await directory.stop()
     await engine.dispose()
     return n / elapsed, emitted
 
@@ -176,7 +191,8 @@ def baseline_throughput(bench: BenchDatabase, n: int, batch: int,
 async def steady_latency(bench: BenchDatabase, n: int, per_sec: float) -> list[float]:
     reset(bench)
     engine = create_async_engine(bench.url)
-    relay = Relay(engine, routes(), RelayConfig(), listen_url=bench.libpq)
+    relay, directory = relay_as_run(engine, RelayConfig(), listen_url=bench.libpq)
+    await directory.start()
     await relay.start()
     await asyncio.sleep(0.5)  # the LISTEN connection is up
     try:
@@ -189,6 +205,7 @@ async def steady_latency(bench: BenchDatabase, n: int, per_sec: float) -> list[f
         await asyncio.sleep(0.5)
     finally:
         await relay.stop()
+        await directory.stop()
         await engine.dispose()
     with bench.connect() as conn:
         rows = conn.execute(

@@ -17,16 +17,20 @@ from sqlalchemy import Connection
 
 # The queue's operator functions, as the package exports them (`admin.job_list`, ...).
 import postrelay.queue as admin
+from postrelay.cli.boundary import GuardedGroup
 from postrelay.cli.common import actor, transaction
 from postrelay.cli.output import cell, echo, jsonable, print_json, table
 from postrelay.cli.root import app
 from postrelay.orchestrator import cancel_job, cancel_jobs
 from postrelay.queue import ensure_tenant
 
-jobs_app = typer.Typer(help="Read and cancel jobs.", no_args_is_help=True)
+jobs_app = typer.Typer(help="Read and cancel jobs.", no_args_is_help=True,
+                       cls=GuardedGroup)
 dlq_app = typer.Typer(help="The dead-letter queue: list, retry, requeue, discard.",
-                      no_args_is_help=True)
-tenants_app = typer.Typer(help="Tenants: every job belongs to one.", no_args_is_help=True)
+                      no_args_is_help=True,
+                      cls=GuardedGroup)
+tenants_app = typer.Typer(help="Tenants: every job belongs to one.", no_args_is_help=True,
+                          cls=GuardedGroup)
 app.add_typer(jobs_app, name="jobs")
 app.add_typer(dlq_app, name="dlq")
 app.add_typer(tenants_app, name="tenants")

@@ -6,6 +6,7 @@ import socket
 
 import typer
 
+from postrelay.cli.boundary import GuardedGroup
 from postrelay.cli.common import check_listen, database, settings_or_exit, transaction
 from postrelay.cli.output import echo, print_json, table
 from postrelay.cli.root import app
@@ -13,7 +14,8 @@ from postrelay.core.errors import ConfigError
 from postrelay.core.heap import freeze_startup_heap
 
 keys_app = typer.Typer(help="API keys bound to one tenant (the service-role key is a setting).",
-                       no_args_is_help=True)
+                       no_args_is_help=True,
+                       cls=GuardedGroup)
 app.add_typer(keys_app, name="keys")
 
 

@@ -10,6 +10,8 @@ logged at DEBUG only (POSTRELAY_LOG_LEVEL=DEBUG).
 from __future__ import annotations
 
 import logging
+import re
+from contextvars import ContextVar
 from typing import Any, NoReturn
 
 import typer
@@ -17,7 +19,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from typer.core import TyperGroup
 
 from postrelay.cli.output import terminal_text
-from postrelay.core.errors import ConfigError, PostrelayError
+from postrelay.core.errors import ConfigError, PostrelayError, ValidationError
 
 _logger = logging.getLogger("postrelay.cli")
 # Raised by typer to end a command on purpose, a usage error (an unknown option, a value
@@ -25,10 +27,21 @@ _logger = logging.getLogger("postrelay.cli")
 # TyperException is the base of the click exceptions typer carries inside (since 0.26 it
 # has its own copy of click, whose classes are not the `click` package's).
 _PASS_THROUGH = (typer.Exit, typer.Abort, typer.TyperException)
+_FIELD_HEAD = re.compile(r"[A-Za-z_]+")  # `payload` of `payload.to[0]`
+
+
+# The command running, as the innermost group resolved it: an error names its options.
+_COMMAND: ContextVar[Any] = ContextVar("postrelay_cli_command", default=None)
 
 
 class GuardedGroup(TyperGroup):
-    """The root command group: runs the command and turns what it raises into `fail`."""
+    """The root command group, and every group of commands beneath it (`postrelay jobs`):
+    runs the command and turns what it raises into `fail`."""
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> tuple[str | None, Any, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        _COMMAND.set(command)
+        return name, command, rest
 
     # `ctx: Any`: typer declares it with the context class of its private copy of click,
     # which it does not export; nothing here depends on it.
@@ -54,6 +67,8 @@ def describe(exc: BaseException) -> tuple[int, str]:
     """The exit code and the one-line message for `exc`."""
     if isinstance(exc, ConfigError):
         return 2, str(exc)
+    if isinstance(exc, ValidationError):
+        return 1, _as_typed(exc, _COMMAND.get())
     if isinstance(exc, PostrelayError):
         return 1, str(exc)
     if isinstance(exc, DBAPIError):
@@ -66,6 +81,24 @@ def describe(exc: BaseException) -> tuple[int, str]:
         return 1, f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
     return 1, (f"unexpected {type(exc).__name__}: {_first_line(exc)} "
                "(POSTRELAY_LOG_LEVEL=DEBUG logs the traceback)")
+
+
+def _as_typed(exc: ValidationError, command: Any) -> str:
+    """The error naming the option or argument that was typed (`--tenant`), where the
+    library named its own field (`tenant_id`); as it came when no parameter matches."""
+    head = _FIELD_HEAD.match(exc.field)
+    if command is None or head is None:
+        return str(exc)
+    name = head[0].removesuffix("_id")
+    spelled = f"--{name.replace('_', '-')}"
+    param = next((param for param in command.params
+                  if param.name in (head[0], name) or spelled in param.opts), None)
+    if param is None:
+        return str(exc)
+    typed = (max(param.opts, key=len) if param.param_type_name == "option"
+             else param.name.upper())  # an argument, as its help shows it (JOB_ID)
+    inside = exc.field[head.end():]
+    return f"{typed} ({exc.field}): {exc.rule}" if inside else f"{typed}: {exc.rule}"
 
 
 def _database_message(exc: DBAPIError) -> str:

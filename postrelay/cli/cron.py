@@ -6,6 +6,7 @@ import json
 
 import typer
 
+from postrelay.cli.boundary import GuardedGroup
 from postrelay.cli.common import actor, transaction
 from postrelay.cli.output import echo, print_json, table
 from postrelay.cli.root import app
@@ -14,7 +15,8 @@ from postrelay.orchestrator import check_job_payload
 from postrelay.queue import SYSTEM_TENANT_ID, cron_create, cron_delete, cron_list
 
 cron_app = typer.Typer(help="Cron entries: each firing enqueues one job (times in UTC).",
-                       no_args_is_help=True)
+                       no_args_is_help=True,
+                       cls=GuardedGroup)
 app.add_typer(cron_app, name="cron")
 
 

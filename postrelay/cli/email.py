@@ -9,6 +9,7 @@ from typing import Any
 
 import typer
 
+from postrelay.cli.boundary import GuardedGroup
 from postrelay.cli.common import settings_or_exit, user_errors
 from postrelay.cli.root import app
 from postrelay.core import jsontext
@@ -23,7 +24,8 @@ from postrelay.orchestrator import (
 )
 
 email_app = typer.Typer(help="Email templates: preview what a message will look like.",
-                        no_args_is_help=True)
+                        no_args_is_help=True,
+                        cls=GuardedGroup)
 app.add_typer(email_app, name="email")
 
 # The preview's Message-ID names no real job: <00000000-0000-0000-0000-000000000000@domain>.

@@ -10,6 +10,7 @@ from typing import Any
 
 import typer
 
+from postrelay.cli.boundary import GuardedGroup
 from postrelay.cli.common import actor, transaction
 from postrelay.cli.output import cell, echo, print_json, table
 from postrelay.cli.root import app
@@ -24,7 +25,8 @@ from postrelay.orchestrator import (
 )
 
 emails_app = typer.Typer(help="The email log: every message attempt and its outcome.",
-                         invoke_without_command=True)
+                         invoke_without_command=True,
+                         cls=GuardedGroup)
 app.add_typer(emails_app, name="emails")
 
 _RELATIVE = re.compile(r"^(\d+)([smhd])$")

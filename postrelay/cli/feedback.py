@@ -14,7 +14,7 @@ import typer
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
-from postrelay.cli.boundary import fail
+from postrelay.cli.boundary import GuardedGroup, fail
 from postrelay.cli.common import (
     cannot_listen,
     check_listen,
@@ -49,7 +49,8 @@ from postrelay.orchestrator import (
 _LISTEN_NAMES = ("--host (POSTRELAY_INBOUND_HOST)", "--port (POSTRELAY_INBOUND_PORT)")
 EX_TEMPFAIL = 75  # sysexits.h: a temporary failure, the caller should try again later
 feedback_app = typer.Typer(help="Delivery feedback: bounces, complaints, delivery reports.",
-                           no_args_is_help=True)
+                           no_args_is_help=True,
+                           cls=GuardedGroup)
 app.add_typer(feedback_app, name="feedback")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import typer
 
 import postrelay.queue as pq
+from postrelay.cli.boundary import GuardedGroup
 from postrelay.cli.common import actor, transaction
 from postrelay.cli.output import echo, print_json, table
 from postrelay.cli.root import app
@@ -50,7 +51,8 @@ def resume_command(kind: str | None = KIND_OPT, tenant: str | None = TENANT_OPT,
 
 
 limits_app = typer.Typer(help="Rate and concurrency limits, enforced in the claim by every "
-                              "worker.", no_args_is_help=True)
+                              "worker.", no_args_is_help=True,
+                         cls=GuardedGroup)
 app.add_typer(limits_app, name="limits")
 
 

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 import typer
 
+from postrelay.cli.boundary import GuardedGroup
 from postrelay.cli.common import (
     actor,
     database,
@@ -22,7 +23,8 @@ from postrelay.cli.root import app
 from postrelay.core.eventloop import run
 from postrelay.core.telemetry import event
 
-outbox_app = typer.Typer(help="The transactional outbox.", no_args_is_help=True)
+outbox_app = typer.Typer(help="The transactional outbox.", no_args_is_help=True,
+                         cls=GuardedGroup)
 app.add_typer(outbox_app, name="outbox")
 
 

@@ -8,12 +8,14 @@ from typing import Any
 import typer
 from sqlalchemy import URL
 
+from postrelay.cli.boundary import GuardedGroup
 from postrelay.cli.common import database, settings_or_exit
 from postrelay.cli.root import app
 from postrelay.core.db import pooler_connect_args, sqlalchemy_url
 from postrelay.core.errors import ValidationError
 
-kinds_app = typer.Typer(help="Job kinds (the mdm.job_kind enum).", no_args_is_help=True)
+kinds_app = typer.Typer(help="Job kinds (the mdm.job_kind enum).", no_args_is_help=True,
+                        cls=GuardedGroup)
 app.add_typer(kinds_app, name="kinds")
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import typer
 
+from postrelay.cli.boundary import GuardedGroup
 from postrelay.cli.common import settings_or_exit, transaction
 from postrelay.cli.output import echo, print_json, table
 from postrelay.cli.root import app
@@ -24,7 +25,8 @@ from postrelay.relay import (
 )
 
 webhooks_app = typer.Typer(help="Webhook endpoints: outbox events POSTed, Standard Webhooks "
-                                "signed.", no_args_is_help=True)
+                                "signed.", no_args_is_help=True,
+                           cls=GuardedGroup)
 app.add_typer(webhooks_app, name="webhooks")
 
 JSON_OPT = typer.Option(False, "--json", help="Print JSON instead of a table.")

@@ -163,11 +163,11 @@ def test_a_key_name_with_a_trailing_newline_or_a_byte_not_utf8_is_refused(worker
     "unexpected UnicodeEncodeError"."""
     added = run(worker_env, "keys", "add", "billing\n", "--tenant", str(tenant))
     assert added.returncode == 1 and added.stdout == "", added.stderr
-    assert added.stderr.startswith("error: name: 1-128 characters"), added.stderr
+    assert added.stderr.startswith("error: NAME: 1-128 characters"), added.stderr
     assert json.loads(run(worker_env, "keys", "list", "--json").stdout) == []
     revoked = run(worker_env, "keys", "revoke", "billing\udcff")
     assert revoked.returncode == 1 and "Traceback" not in revoked.stderr
-    assert revoked.stderr.startswith("error: name: must not contain an unpaired surrogate")
+    assert revoked.stderr.startswith("error: NAME: must not contain an unpaired surrogate")
 
 
 def test_a_key_cannot_be_bound_to_the_system_tenant(worker_env, clean_db):
@@ -175,5 +175,5 @@ def test_a_key_cannot_be_bound_to_the_system_tenant(worker_env, clean_db):
     maintenance) for every tenant."""
     added = run(worker_env, "keys", "add", "sys", "--tenant", str(uuid.UUID(int=0)))
     assert added.returncode == 1 and added.stdout == "", added.stderr
-    assert added.stderr.startswith("error: tenant_id: the system tenant runs postrelay's own")
+    assert added.stderr.startswith("error: --tenant: the system tenant runs postrelay's own")
     assert json.loads(run(worker_env, "keys", "list", "--json").stdout) == []

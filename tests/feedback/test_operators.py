@@ -153,8 +153,8 @@ def test_an_empty_tenant_or_since_is_refused_not_taken_for_no_filter(engine, ten
     """`--tenant "$T"` with T unset listed every tenant's feedback, and `--since ""` every
     report ever received, as if the option had been left out."""
     _feedback(engine, _answered(engine, tenant, 1)[0], "bounced", "mail", "b-1", "5.1.1")
-    for option, message in (("--tenant", "error: tenant: must be a UUID, not empty"),
-                            ("--since", "error: since: must be like 30m, 2h, 7d or an ISO "
+    for option, message in (("--tenant", "error: --tenant: must be a UUID, not empty"),
+                            ("--since", "error: --since: must be like 30m, 2h, 7d or an ISO "
                                         "8601 time, not empty")):
         shown = subprocess.run([POSTRELAY, "feedback", "list", option, ""], env=worker_env,
                                capture_output=True, text=True, timeout=60)
@@ -180,7 +180,7 @@ def test_an_empty_category_lifts_nothing_rather_than_every_suppression(engine, t
                                "--category", category], env=worker_env, capture_output=True,
                               text=True, timeout=60)
         assert (done.returncode, done.stdout) == (1, ""), done.stderr
-        assert done.stderr.startswith("error: category: must name a category")
+        assert done.stderr.startswith("error: --category: must name a category")
     with engine.begin() as conn, pytest.raises(ValidationError, match="category"):
         suppression_remove(conn, ANN, tenant_id=tenant, actor="app", category="  ")
     assert set(look.suppressed(tenant)) == before == {(ANN, ""), (ANN, "news")}

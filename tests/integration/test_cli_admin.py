@@ -90,10 +90,10 @@ def test_jobs_list_and_show(worker_env, engine, tenant):
         (["jobs", "list", "--limit", "0"], "limit: must be between 1 and 500"),
         (["jobs", "list", "--limit", "501"], "limit: must be between 1 and 500"),
         (["jobs", "list", "--status", "dead"], "status: must be one of"),
-        (["jobs", "list", "--tenant", "acme"], "tenant_id: must be a UUID"),
+        (["jobs", "list", "--tenant", "acme"], "--tenant: must be a UUID"),
         (["dlq", "list", "--limit", "501"], "limit: must be between 1 and 500"),
         (["dlq", "requeue", "--limit", "1001"], "limit: must be between 1 and 1000"),
-        (["jobs", "show", "not-a-uuid"], "job_id: must be a UUID"),
+        (["jobs", "show", "not-a-uuid"], "JOB_ID: must be a UUID"),
     ],
 )
 def test_bad_input_is_a_one_line_error(worker_env, clean_db, args, message):

@@ -125,5 +125,5 @@ def test_one_event_is_replayed_without_a_question(worker_env, engine, events):
 def test_dead_with_one_event_is_refused(worker_env, engine, events):
     done = replay(worker_env, "--event", str(events["globex_dead"]), "--dead", "--yes")
     assert done.returncode == 1
-    assert done.stderr.strip().splitlines()[-1].startswith("error: dead: ")
+    assert done.stderr.strip().splitlines()[-1].startswith("error: --dead: ")
     assert states(engine)[events["globex_dead"]] == "dead"

@@ -19,21 +19,21 @@ def test_outbox_replay_refuses_an_empty_range(worker_env, clean_db, args):
     """`--since` at or after `--until` matched nothing and printed "replayed 0", as if
     the range had been right and simply had no events."""
     line = one_line_error(run(worker_env, "outbox", "replay", *args, ok=False))
-    assert line == "error: until: must be after since"
+    assert line == "error: --until: must be after since"
 
 
 def test_outbox_replay_refuses_an_event_with_a_range(worker_env, clean_db):
     line = one_line_error(run(worker_env, "outbox", "replay", "--event",
                               "00000000-0000-0000-0000-000000000001", "--since", "2024-01-01",
                               ok=False))
-    assert line == "error: event_id: give an event id or a time range, not both"
+    assert line == "error: --event: give an event id or a time range, not both"
 
 
 @pytest.mark.parametrize(("args", "field"), [
     (("webhooks", "disable", "00000000-0000-0000-0000-000000000001", "--reason", "x\udcff"),
-     "reason"),
+     "--reason"),
     (("webhooks", "add", "https://example.com/in", "--tenant",
-      "00000000-0000-0000-0000-000000000001", "--event-type", "order.\udcff"), "event_types"),
+      "00000000-0000-0000-0000-000000000001", "--event-type", "order.\udcff"), "--event-type"),
 ])
 def test_webhook_text_that_is_not_utf8_names_the_option(worker_env, clean_db, args, field):
     """A byte that is not UTF-8 on the command line (read as \\udcff) was "unexpected
@@ -44,4 +44,4 @@ def test_webhook_text_that_is_not_utf8_names_the_option(worker_env, clean_db, ar
 
 def test_cron_rm_of_a_name_that_is_not_utf8_names_the_argument(worker_env, clean_db):
     line = one_line_error(run(worker_env, "cron", "rm", "night\udcffly", ok=False))
-    assert line.startswith("error: name: ") and "surrogate" in line
+    assert line.startswith("error: NAME: ") and "surrogate" in line

@@ -34,10 +34,10 @@ def test_pause_shows_in_status_and_resume_lifts_it(worker_env, engine, tenant):
 
 def test_bad_input_is_one_line_naming_the_field_and_nothing_is_written(worker_env, engine,
                                                                       tenant):
-    cases = [(["pause", "--kind", "nope"], "kind: unknown job kind 'nope'"),
-             (["pause", "--tenant", str(uuid.uuid4())], "tenant_id: unknown tenant"),
+    cases = [(["pause", "--kind", "nope"], "--kind: unknown job kind 'nope'"),
+             (["pause", "--tenant", str(uuid.uuid4())], "--tenant: unknown tenant"),
              (["pause"], "scope: give a kind"),
-             (["pause", "--all", "--kind", "reindex"], "all: pauses every job"),
+             (["pause", "--all", "--kind", "reindex"], "--all: pauses every job"),
              (["resume", "--kind", "reindex"], "not paused: kind reindex")]
     for args, message in cases:
         done = run(worker_env, *args, ok=False)

@@ -9,7 +9,7 @@ from alembic import context
 from sqlalchemy import create_engine, pool, text
 
 from postrelay.core.db import SCHEMA, metadata, sqlalchemy_url
-from postrelay.core.migrate import MIGRATION_LOCK_KEY, VERSION_TABLE
+from postrelay.core.migrate import MIGRATION_LOCK_KEY, VERSION_TABLE, refuse_unknown
 
 # Importing the schemas fills `metadata` so autogenerate and the model check see every table.
 import postrelay.queue.schema  # noqa: F401,E402
@@ -70,6 +70,8 @@ def _run(connection) -> None:  # type: ignore[no-untyped-def]
     with context.begin_transaction():
         # Serialise concurrent migrators; released at commit.
         connection.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK_KEY})
+        # Read again under the lock: a newer postrelay may have migrated while we waited.
+        refuse_unknown(context.script, context.get_context().get_current_heads())
         connection.execute(text(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}"))
         context.run_migrations()
 

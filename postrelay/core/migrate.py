@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -153,16 +154,23 @@ def database_revision(url: str | URL, connect_args: dict[str, Any] | None = None
             }).get_current_revision()
     finally:
         engine.dispose()
-    if current is None:
-        return None
-    try:
-        scripts().get_revision(current)
-    except util.CommandError:
-        raise SchemaAheadError(
-            f"the database is at migration {current}, which this postrelay does not have "
-            f"(its newest is {head_revision()}): a newer postrelay migrated it; run that "
-            "version or a later one") from None
+    if current is not None:
+        refuse_unknown(scripts(), (current,))
     return current
+
+
+def refuse_unknown(script: ScriptDirectory, current: Sequence[str]) -> None:
+    """SchemaAheadError when the database is at a migration `script` does not have. Also
+    checked by migrations/env.py under the migration lock: a newer postrelay may have
+    migrated while this one waited its turn."""
+    for revision in current:
+        try:
+            script.get_revision(revision)
+        except util.CommandError:
+            raise SchemaAheadError(
+                f"the database is at migration {revision}, which this postrelay does not "
+                f"have (its newest is {script.get_current_head()}): a newer postrelay "
+                "migrated it; run that version or a later one") from None
 
 
 def require_head(url: str | URL, connect_args: dict[str, Any] | None = None) -> None:

@@ -5,18 +5,33 @@ no SQL printed; and what it prints is where the database is."""
 from __future__ import annotations
 
 import shutil
+import subprocess
+import time
 
 import pytest
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, text
 
 from postrelay.core.db import sqlalchemy_url
-from postrelay.core.migrate import head_revision, migrations_dir, scripts, upgrade
+from postrelay.core.migrate import (
+    MIGRATION_LOCK_KEY,
+    head_revision,
+    migrations_dir,
+    scripts,
+    upgrade,
+)
 from tests.migrations import (
     current_revision,
     pretend_migrated_by_a_newer_postrelay,
     throwaway_database,
 )
-from tests.migrations.test_cli_schema import UNREACHABLE_URL, base_env, run
+from tests.migrations.test_cli_schema import (
+    POSTRELAY,
+    TIMEOUT,
+    UNREACHABLE_URL,
+    base_env,
+    run,
+    waiting_on_advisory_lock,
+)
 
 pytestmark = pytest.mark.processes
 
@@ -126,3 +141,37 @@ def test_a_migrations_folder_that_cannot_be_read_is_a_bad_setting(tmp_path, serv
                                        POSTRELAY_MIGRATIONS_DIR=str(tmp_path)))
     assert done.returncode == 2 and done.stderr.startswith(
         f"error: POSTRELAY_MIGRATIONS_DIR: {tmp_path} holds no env.py"), done.stderr
+
+
+def test_a_newer_postrelay_migrating_while_it_waits_for_the_lock_is_said_so(server_url):
+    """Checked only before the lock, a newer postrelay's migration that committed while
+    this one waited its turn was "unexpected CommandError: Can't locate revision
+    identified by '0099'"."""
+    with throwaway_database(server_url) as url:
+        upgrade(url)
+        eng = create_engine(sqlalchemy_url(url), isolation_level="AUTOCOMMIT")
+        migrator = None
+        try:
+            with eng.connect() as holder:
+                holder.execute(text("SELECT pg_advisory_lock(:k)"), {"k": MIGRATION_LOCK_KEY})
+                migrator = subprocess.Popen(
+                    [str(POSTRELAY), "migrate"], env=base_env(POSTRELAY_DATABASE_URL=url),
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                deadline = time.monotonic() + TIMEOUT
+                while waiting_on_advisory_lock(holder) < 1:
+                    assert migrator.poll() is None, migrator.communicate()
+                    assert time.monotonic() < deadline, "the migrator never queued on the lock"
+                    time.sleep(0.05)
+                pretend_migrated_by_a_newer_postrelay(url, "0099")
+                holder.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": MIGRATION_LOCK_KEY})
+            out, err = migrator.communicate(timeout=TIMEOUT)
+        finally:
+            if migrator is not None and migrator.poll() is None:
+                migrator.kill()
+                migrator.communicate()
+            eng.dispose()
+        assert (migrator.returncode, out) == (1, ""), err
+        assert err == ("error: the database is at migration 0099, which this postrelay does "
+                       f"not have (its newest is {head_revision()}): a newer postrelay "
+                       "migrated it; run that version or a later one\n")
+        assert revision_of(url) == "0099"

@@ -49,8 +49,26 @@ def run_migrations_offline() -> None:
         # The printed script takes the lock `postrelay migrate` takes: run while a
         # migration (or a second copy of itself) runs, it waits its turn.
         context.execute(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})")
+        start = context.get_starting_revision_argument()
+        if start:
+            # A range (`--revision START:END`) changes only a database at START: elsewhere
+            # its DDL ran and alembic's version UPDATE matched no row, and the next
+            # `postrelay migrate` failed on what the range had made.
+            context.execute(_AT_START.format(table=f"{SCHEMA}.{VERSION_TABLE}",
+                                             start=start))
         context.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
         context.run_migrations()
+
+
+_AT_START = """DO $guard$
+BEGIN
+    IF NOT EXISTS (SELECT FROM {table} WHERE version_num = '{start}') THEN
+        RAISE EXCEPTION 'this script upgrades a database at migration {start}, '
+            'this one is at %; print the range that starts where it is',
+            (SELECT coalesce(string_agg(version_num, ', '), 'none') FROM {table});
+    END IF;
+END
+$guard$"""
 
 
 def run_migrations_online() -> None:

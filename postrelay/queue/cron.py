@@ -139,7 +139,13 @@ def slots_between(
 
     Only the latest due slot fires: after downtime a missed slot fires once, not once per
     missed slot.
+
+    Schedules are UTC. croniter reads one in the zone of the times it is given, and the
+    database hands timestamptz values over in its session's `timezone` (the host's zone
+    on many servers, or the worker's PGTZ): taken as they came, `0 2 * * *` fired at 02:00
+    local time, and a DST gap or overlap skipped or repeated slots.
     """
+    after, now = after.astimezone(UTC), now.astimezone(UTC)
     first = croniter(schedule, after, second_at_beginning=True).get_next(datetime)
     if first > now:
         return None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import text
@@ -285,3 +285,36 @@ async def test_an_entry_failing_every_round_is_logged_as_it_starts_changes_and_r
     with engine.connect() as conn:
         (entry,) = cron_list(conn, tenant_id=tenant)
     assert entry.failing_since is None and entry.last_error is None
+
+
+@pytest.mark.parametrize("zone", ["Europe/Berlin", "America/New_York"])
+async def test_slots_are_utc_whatever_the_sessions_time_zone(database_url, engine, tenant,
+                                                             zone):
+    """Times are UTC. A server whose `timezone` is the host's (as initdb sets it), or a
+    worker with PGTZ set, hands timestamptz values over in that zone, and croniter reads a
+    schedule in the zone of the times it is given: `0 2 * * *` fired at 02:00 Berlin time
+    (01:00 UTC), and not at all on the day a DST gap skipped 02:00 there."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from postrelay.core.db import sqlalchemy_url
+
+    with engine.begin() as conn:
+        entry = cron_create(conn, "two-utc", "0 2 * * *", "reindex", {}, tenant_id=tenant)
+        conn.execute(text("UPDATE mdm.aa_cron_entry SET created_at = '2026-03-08 01:30Z' "
+                          "WHERE id = :id"), {"id": entry.id})
+    zoned = create_async_engine(sqlalchemy_url(database_url),
+                                connect_args={"options": f"-c timezone={zone}"})
+    try:
+        scheduler = CronScheduler(zoned)
+        early = await scheduler.run_once(datetime(2026, 3, 8, 1, 59, 59, tzinfo=UTC))
+        fired = await scheduler.run_once(datetime(2026, 3, 8, 2, 0, 1, tzinfo=UTC))
+    finally:
+        await zoned.dispose()
+    assert "two-utc" not in [f.name for f in early]
+    assert [f.slot for f in fired if f.name == "two-utc"] == [
+        datetime(2026, 3, 8, 2, tzinfo=UTC)]
+    (key, _, _), = cron_jobs(engine)
+    assert key == f"cron:{entry.id}:2026-03-08T02:00:00+00:00"
+    with engine.connect() as conn:
+        (listed,) = cron_list(conn, tenant_id=tenant)
+    assert listed.next_run == datetime(2026, 3, 9, 2, tzinfo=UTC)

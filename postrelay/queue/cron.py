@@ -37,6 +37,8 @@ SCHEDULE_FORMAT = (
 )
 MAX_SCHEDULE_CHARS = 1024
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+# croniter's hashed (`H`) and random (`R`) values, as it reads one comma-separated part.
+_DRAWN = re.compile(r"^[HR](\(\d+-\d+\))?(/\d+)?$", re.IGNORECASE)
 # The six stored fields: name, first and last value, and the names croniter also takes.
 _FIELDS = (("second", 0, 59, ()), ("minute", 0, 59, ()), ("hour", 0, 23, ()),
            ("day", 1, 31, ()),
@@ -87,6 +89,7 @@ def normalize_schedule(schedule: str) -> str:
     if len(fields) != 6:
         raise ValidationError("schedule", f"{text!r} has {len(text.split())} fields; "
                                           + SCHEDULE_FORMAT)
+    _check_fixed(fields)
     normalized = " ".join(fields)
     if not croniter.is_valid(normalized, second_at_beginning=True):
         raise ValidationError("schedule", f"{text!r} is not a valid schedule; " + SCHEDULE_FORMAT)
@@ -124,6 +127,16 @@ def _check_steps(value: str, name: str, first: int, last: int, names: tuple[str,
                             f"selects {low} alone")
 
 
+def _check_fixed(fields: list[str]) -> None:
+    """Refuse croniter's random values (`R`): each reading of the schedule draws another,
+    so every scheduler, every round, found another slot due, and `R * * * *` fired dozens
+    of times an hour instead of once."""
+    for value in fields:
+        if any(_DRAWN.fullmatch(part) for part in value.split(",")):
+            raise ValidationError("schedule", f"{value!r} is a random value, which cron "
+                                              "cannot fire once per slot; " + SCHEDULE_FORMAT)
+
+
 def _field_value(text: str, names: tuple[str, ...], first: int) -> int | None:
     if text.isdigit():
         return int(text)
@@ -145,6 +158,7 @@ def slots_between(
     on many servers, or the worker's PGTZ): taken as they came, `0 2 * * *` fired at 02:00
     local time, and a DST gap or overlap skipped or repeated slots.
     """
+    _check_fixed(schedule.split())  # stored before the rule: its firings fail, listed so
     after, now = after.astimezone(UTC), now.astimezone(UTC)
     first = croniter(schedule, after, second_at_beginning=True).get_next(datetime)
     if first > now:

@@ -97,3 +97,21 @@ def test_a_schedule_longer_than_any_real_one_is_refused_before_it_is_read() -> N
     with pytest.raises(ValidationError) as info:
         normalize_schedule(",".join(["0-59"] * 20_000) + " * * * *")
     assert str(info.value) == "schedule: must be at most 1024 characters, got 100007"
+
+
+@pytest.mark.parametrize("schedule", ["R * * * *", "0 r * * *", "0 0 R(1-5) * *",
+                                      "R/10 * * * * *", "0 0 1,R * *"])
+def test_a_random_field_is_refused(schedule: str) -> None:
+    """croniter reads `R` as a random value, drawn afresh each time a schedule is read:
+    every scheduler, every round, drew another minute for `R * * * *`, and the entry
+    fired dozens of times an hour instead of once."""
+    with pytest.raises(ValidationError) as info:
+        normalize_schedule(schedule)
+    assert "random" in str(info.value) and SCHEDULE_FORMAT in str(info.value)
+
+
+def test_a_stored_random_schedule_fails_instead_of_firing_at_random() -> None:
+    """An entry written before the rule (or by hand) fails its firings, so it is listed as
+    failing, rather than firing every time a new draw falls before now."""
+    with pytest.raises(ValidationError, match="random"):
+        slots_between("0 R * * * *", at("2026-11-30T10:00:00"), at("2026-11-30T11:00:00"))

@@ -19,7 +19,9 @@ async def delete_handled_batch(engine: AsyncEngine, before: datetime, batch: int
                                readers: Sequence[str] = EVENT_READERS) -> int:
     """One batch of handled events older than `before`, but those with a job of a kind in
     `readers` (the kinds whose jobs read their event when they run) still to run: the
-    webhook deliveries, and what the packages above add (a split email route's messages)."""
+    webhook deliveries, and what the packages above add (a split email route's messages);
+    and those with an ordered route's job still to run, which their aggregate's later
+    events wait for (relay/ordering.py)."""
     async with engine.begin() as conn:
         result = await conn.execute(OUTBOX_SQL["outbox_delete_handled_before"],
                                     {"before": before, "batch": batch, "readers": list(readers)})

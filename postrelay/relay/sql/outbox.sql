@@ -214,15 +214,18 @@ SELECT ARRAY(SELECT t FROM unnest(CAST(:tenant_ids AS uuid[])) AS t
 -- have no foreign key to cascade from). Unhandled and dead events are never touched, nor
 -- an event with a job still to run of a kind in :readers, whose jobs read their event when
 -- they run (a webhook delivery does, and so does a message of a split email route, whose
--- context is the event's payload), and would find it gone. A dead-lettered job does not
--- keep its event (the DLQ is kept until discarded: its events would pile up at the head of
--- every batch).
+-- context is the event's payload), and would find it gone; nor one with an ordered job
+-- still to run, which holds its aggregate's later events back (outbox_blocked_aggregates
+-- reads the event and its link: without them the next event's job was made at once). A
+-- dead-lettered job does not keep its event (the DLQ is kept until discarded: its events
+-- would pile up at the head of every batch; nor does it stall its aggregate).
 WITH doomed AS (
     SELECT e.id FROM mdm.aa_outbox_event e
     WHERE e.handled_at < CAST(:before AS timestamptz)
       AND NOT EXISTS (
           SELECT 1 FROM mdm.aa_outbox_delivery d JOIN mdm.aa_job j ON j.id = d.job_id
-          WHERE d.event_id = e.id AND CAST(j.job_kind AS text) = ANY (CAST(:readers AS text[]))
+          WHERE d.event_id = e.id
+            AND (d.ordered OR CAST(j.job_kind AS text) = ANY (CAST(:readers AS text[])))
             AND j.status IN ('pending', 'running'))
     ORDER BY e.handled_at
     LIMIT :batch

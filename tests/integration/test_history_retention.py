@@ -74,6 +74,25 @@ async def test_email_log_rows_older_than_the_window_go_in_batches_for_every_tena
     assert _log_counts(engine) == {("acme", False): 5, ("globex", False): 3}
 
 
+@pytest.mark.parametrize(("status", "kept"), [
+    ("pending", True), ("running", True), ("dlq", True), ("done", False), ("failed", False)])
+async def test_an_unknown_row_stays_while_its_job_may_run_again(engine, async_engine, tenant,
+                                                                status, kept):
+    """The next attempt reads it (on_unknown = "hold"), and so does feedback that completes
+    a held job (tests/feedback/test_held_job.py); other rows of the job go."""
+    from tests.factories import insert_job
+
+    with engine.begin() as conn:
+        job = insert_job(conn, tenant_id=tenant, kind="email_send", status=status)
+        conn.execute(text(LOG_ROWS), {"tenant": tenant, "at": utcnow() - timedelta(days=40),
+                                      "n": 2})
+        conn.execute(text("UPDATE mdm.aa_email_log SET job_id = :j"), {"j": job})
+        conn.execute(text("UPDATE mdm.aa_email_log SET status = 'unknown' "
+                          "WHERE message_id = '<1@x>'"))
+    deleted = await email_log_delete_batch(async_engine, utcnow() - timedelta(days=30), 1000)
+    assert deleted == (1 if kept else 2)
+
+
 async def test_the_log_rows_of_a_tenant_deleted_since_age_out_too(engine, async_engine,
                                                                    tenant):
     """The log keeps a deleted tenant's rows; retention went tenant by tenant through the

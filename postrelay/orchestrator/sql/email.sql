@@ -280,7 +280,13 @@ FROM target t;
 -- one index probe), so no index is added for it. The tenants are those the log holds,
 -- read from the same index one after another (a loose index scan): the log keeps the rows
 -- of a tenant deleted since, and they age out too. Nothing references the log, so the
--- delete touches this table alone.
+-- delete touches this table alone. An `unknown` row stays while its job may still run
+-- (pending, running, or held in the DLQ until an operator acts): the next attempt reads it
+-- to follow the template's on_unknown policy, and feedback proving the message left
+-- resolves it and completes the held job (email_feedback_apply_many). Without it, such
+-- feedback matched nothing, the job stayed held and a retry sent the message again, and a
+-- pending job's next attempt sent it despite `hold`. Such rows are few, and go once their
+-- job is done or deleted.
 WITH RECURSIVE tenants AS (
     (SELECT tenant_id FROM mdm.aa_email_log ORDER BY tenant_id LIMIT 1)
     UNION ALL
@@ -292,9 +298,12 @@ WITH RECURSIVE tenants AS (
     SELECT l.id
     FROM tenants t
     CROSS JOIN LATERAL (
-        SELECT id FROM mdm.aa_email_log
-        WHERE tenant_id = t.tenant_id AND created_at < CAST(:before AS timestamptz)
-        ORDER BY created_at
+        SELECT g.id FROM mdm.aa_email_log g
+        WHERE g.tenant_id = t.tenant_id AND g.created_at < CAST(:before AS timestamptz)
+          AND NOT (g.status = 'unknown' AND EXISTS (
+                   SELECT 1 FROM mdm.aa_job j
+                   WHERE j.id = g.job_id AND j.status IN ('pending', 'running', 'dlq')))
+        ORDER BY g.created_at
         LIMIT :batch
     ) l
     LIMIT :batch

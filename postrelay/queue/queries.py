@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, cast
 from uuid import UUID, uuid4
 
@@ -256,8 +256,11 @@ async def job_rescue_stale(
 
 
 async def database_now(conn: AsyncConnection) -> datetime:
+    """The database's clock, in UTC. It comes back in the session's zone (the server's
+    `timezone`, or PGTZ), where subtracting days counts wall-clock days: a window across
+    a change to daylight time ended an hour early."""
     result = await conn.execute(JOB_SQL["database_now"])
-    return cast(datetime, result.scalar_one())
+    return cast(datetime, result.scalar_one()).astimezone(UTC)
 
 
 async def job_delete_done_before(conn: AsyncConnection, *, before: datetime, batch: int) -> int:

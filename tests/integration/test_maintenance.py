@@ -286,3 +286,50 @@ async def test_a_hand_written_claim_time_no_clock_could_have_written_is_rescued(
         assert audit["detail"]["last_error"] == states[job_id].removeprefix("pending ")
         assert states[last].startswith("dlq ")
         assert states[ahead] == "running "
+
+
+def _window_across_a_dst_change(now):
+    """A zone and a window (days) that ends an hour later on the wall clock than on UTC's:
+    daylight time now, standard time the window's length ago, neither near a change."""
+    from zoneinfo import ZoneInfo
+
+    for zone in ("Europe/Berlin", "Australia/Sydney"):
+        tz = ZoneInfo(zone)
+        for days in range(30, 330, 10):
+            ends = [now + timedelta(days=d) for d in (-days - 2, -days + 2)]
+            starts = [now + timedelta(days=d) for d in (-2, 2)]
+            offsets = [t.astimezone(tz).utcoffset() for t in (*ends, *starts)]
+            if offsets[0] == offsets[1] and offsets[2] == offsets[3] and (
+                    offsets[2] - offsets[0] == timedelta(hours=1)):
+                return zone, days
+    raise AssertionError("no window across a DST change found")
+
+
+async def test_retention_windows_are_whole_days_whatever_the_sessions_time_zone(
+        database_url, engine, tenant):
+    """The database's time comes back in the session's zone (the server's `timezone`, the
+    host's on many servers, or PGTZ), and subtracting days from it counted wall-clock
+    days: across a change to daylight time the window was an hour short, and jobs were
+    deleted an hour before it ended."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from postrelay.core.db import sqlalchemy_url
+
+    with engine.connect() as conn:
+        db_now = conn.execute(text("SELECT now()")).scalar_one()
+    zone, days = _window_across_a_dst_change(db_now)
+    with engine.begin() as conn:
+        inside = insert_job(conn, tenant_id=tenant, status="done",
+                            completed_at=db_now - timedelta(days=days, minutes=-30))
+        outside = insert_job(conn, tenant_id=tenant, status="done",
+                             completed_at=db_now - timedelta(days=days, minutes=30))
+    zoned = create_async_engine(sqlalchemy_url(database_url),
+                                connect_args={"options": f"-c timezone={zone}"})
+    try:
+        handler = cleanup_handler(zoned, default_days=days)
+        await handler(Job(outside, tenant, "cleanup_jobs", {}, 100, 1, 3, db_now, db_now,
+                          db_now, None))
+    finally:
+        await zoned.dispose()
+    with engine.connect() as conn:
+        assert set(conn.execute(text("SELECT id FROM mdm.aa_job")).scalars()) == {inside}

@@ -19,10 +19,18 @@ from uuid import UUID
 
 from sqlalchemy import Connection
 
-from postrelay.core.errors import NotFoundError, ValidationError
+from postrelay.core.errors import ConflictError, ForbiddenError, NotFoundError, ValidationError
 from postrelay.core.sqlfiles import load_queries
 from postrelay.core.telemetry import event
-from postrelay.queue.admin import ADMIN_SQL, _actor, _check_kind, _uuid_or_none, _wake_workers
+from postrelay.queue.admin import (
+    ADMIN_SQL,
+    TENANT_KEY_ACTOR,
+    _actor,
+    _check_kind,
+    _uuid_or_none,
+    _wake_workers,
+    made_by_tenant_key,
+)
 
 PAUSES_SQL = load_queries("postrelay.queue", "sql/pauses.sql")
 
@@ -48,17 +56,31 @@ def pause(
 ) -> tuple[Pause, bool]:
     """Pause a scope; returns the pause and whether this call made it (False: it was
     paused already, by the actor and since the time the pause names). `everything` must be
-    given to pause every job, so that a forgotten option never stops the installation."""
+    given to pause every job, so that a forgotten option never stops the installation.
+    An operator (any actor but a tenant key's, `api:key:…`, `dashboard:key:…`) pausing a
+    scope a tenant key paused takes the pause over, so that the key cannot lift it."""
     tenant = _scope(conn, kind=kind, tenant_id=tenant_id, everything=everything)
-    params = {"tenant_id": tenant, "kind": kind, "actor": _actor(actor)}
-    row = conn.execute(PAUSES_SQL["job_pause_insert"], params).first()
-    created = row is not None
-    if row is None:
-        row = conn.execute(PAUSES_SQL["job_pause_get"], params).one()
-    found = Pause(**row._mapping)
-    if created:
-        event("postrelay.queue.job_pause", scope=found.describe(), actor=actor)
-    return found, created
+    params = {"tenant_id": tenant, "kind": kind, "actor": _actor(actor),
+              "tenant_key_actor": TENANT_KEY_ACTOR}
+    # Each statement sees what committed before it: a pause lifted between the insert
+    # finding it and the read below is paused afresh by the next round.
+    for _ in range(3):
+        row = conn.execute(PAUSES_SQL["job_pause_insert"], params).first()
+        if row is not None:
+            found = Pause(**row._mapping)
+            event("postrelay.queue.job_pause", scope=found.describe(), actor=actor)
+            return found, True
+        if not made_by_tenant_key(actor):
+            row = conn.execute(PAUSES_SQL["job_pause_take_over"], params).first()
+            if row is not None:
+                found = Pause(**row._mapping)
+                event("postrelay.queue.job_pause_taken_over", scope=found.describe(),
+                      actor=actor)
+                return found, False
+        row = conn.execute(PAUSES_SQL["job_pause_get"], params).first()
+        if row is not None:
+            return Pause(**row._mapping), False
+    raise ConflictError("the pause was lifted and made again while pausing; try again")
 
 
 def resume(
@@ -66,10 +88,19 @@ def resume(
     tenant_id: UUID | str | None = None, everything: bool = False,
 ) -> Pause:
     """Lift the pause of exactly this scope (narrower pauses inside it stay) and wake idle
-    workers. NotFoundError when the scope is not paused."""
+    workers. NotFoundError when the scope is not paused. A tenant key (by its actor) lifts
+    only what tenant keys paused: ForbiddenError `operator_pause` for the operator's."""
     tenant = _scope(conn, kind=kind, tenant_id=tenant_id, everything=everything)
-    params = {"tenant_id": tenant, "kind": kind, "actor": _actor(actor)}
+    tenant_key = made_by_tenant_key(_actor(actor))
+    params = {"tenant_id": tenant, "kind": kind, "actor": actor,
+              "tenant_key_only": tenant_key, "tenant_key_actor": TENANT_KEY_ACTOR}
     row = conn.execute(PAUSES_SQL["job_pause_delete"], params).first()
+    if row is None and tenant_key:
+        held = conn.execute(PAUSES_SQL["job_pause_get"], params).first()
+        if held is not None:  # the operator's, as the delete judged it
+            raise ForbiddenError("operator_pause", f"{Pause(**held._mapping).describe()} "
+                                 f"was paused by {held.paused_by}; only the operator "
+                                 "resumes it")
     if row is None:
         shown = Pause(tenant, kind, "", datetime.min).describe()
         raise NotFoundError(f"not paused: {shown}")

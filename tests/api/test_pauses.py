@@ -63,3 +63,17 @@ def test_a_tenant_key_lifts_its_own_pauses_but_never_the_operators(api, acme_cli
     lifted = data(acme_client.post("/v1/functions/pauses/resume", json={"kind": "reindex"}))
     assert lifted["pausedBy"].startswith("api:key:")
     data(api.post("/v1/functions/pauses/resume", json=stopped))  # the operator lifts its own
+
+
+def test_an_operator_pause_over_a_tenant_keys_own_is_the_operators(api, acme_client, tenant):
+    """The operator pausing a scope the tenant's key had paused already got 200 "paused",
+    and the key then lifted it: the tenant ran on while the operator believed it stopped."""
+    scope = {"kind": "email_send", "tenantId": str(tenant)}
+    data(acme_client.post("/v1/functions/pauses", json={"kind": "email_send"}), 201)
+    held = data(api.post("/v1/functions/pauses", json=scope), 200)
+    assert held["pausedBy"] == "api:service-role"
+    refused = error(acme_client.post("/v1/functions/pauses/resume",
+                                     json={"kind": "email_send"}), 403)
+    assert refused["code"] == "operator_pause"
+    still = data(api.get("/v1/functions/pauses"))
+    assert [(p["kind"], p["pausedBy"]) for p in still] == [("email_send", "api:service-role")]

@@ -89,3 +89,19 @@ def test_limits_list_shows_throttled_destinations(worker_env, engine, tenant):
     [listed] = json.loads(run(worker_env, "limits", "list", "--throttled", "--json").stdout)
     assert (listed["kind"], listed["key"], listed["reason"]) == ("outbox_dispatch", "ep-1",
                                                                  "HTTP 503")
+
+
+def test_pausing_what_a_tenant_key_paused_makes_it_the_operators(worker_env, engine, tenant):
+    """`already paused ... (by api:key:acme-app)` left the pause the key's to lift, the
+    operator's pause notwithstanding."""
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO mdm.aa_job_pause (tenant_id, job_kind, paused_by) "
+                          "VALUES (:t, 'email_send', 'api:key:acme-app')"), {"t": tenant})
+    out = run(worker_env, "pause", "--kind", "email_send", "--tenant", str(tenant)).stdout
+    assert out.startswith("already paused kind email_send") and "(by cli:" in out, out
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT paused_by FROM mdm.aa_job_pause")).scalar_one() \
+            .startswith("cli:")
+        audit = conn.execute(text("SELECT action, actor, detail FROM mdm.aa_flow_audit")).one()
+    assert audit.action == "paused" and audit.actor.startswith("cli:")
+    assert audit.detail["taken_over_from"] == "api:key:acme-app"

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from postrelay.core.errors import NotFoundError, ValidationError
+from postrelay.core.errors import ForbiddenError, NotFoundError, ValidationError
 from postrelay.queue import ensure_tenant, pause, pause_list, queries, resume
 from tests.factories import insert_job
 
@@ -155,3 +155,28 @@ def test_resuming_what_is_not_paused_is_not_found(engine, tenant):
     with engine.begin() as conn, pytest.raises(NotFoundError, match="kind reindex"):
         resume(conn, actor=ACTOR, kind="reindex")
     assert flow_audit(engine) == []
+
+
+def test_a_tenant_keys_resume_never_lifts_a_pause_the_operator_made_meanwhile(engine, tenant):
+    """The API checks who paused a scope and then resumes it, in one transaction but two
+    statements: an operator's pause (or take-over of the key's) that commits in between
+    was deleted by the key's resume until the delete itself judged who paused the row."""
+    key = "api:key:acme-app"
+    with engine.begin() as conn:
+        pause(conn, actor=key, kind="reindex", tenant_id=tenant)
+    with engine.connect() as keys, keys.begin():
+        assert [p.paused_by for p in pause_list(keys, tenant_id=tenant)] == [key]  # checked
+        with engine.begin() as ops:
+            pause(ops, actor=ACTOR, kind="bulk_import", tenant_id=tenant)
+        with pytest.raises(ForbiddenError) as refused:
+            resume(keys, actor="dashboard:key:acme-app", kind="bulk_import", tenant_id=tenant)
+        assert refused.value.code == "operator_pause"
+        with engine.begin() as ops:
+            assert pause(ops, actor=ACTOR, kind="reindex", tenant_id=tenant)[0].paused_by == ACTOR
+        with pytest.raises(ForbiddenError):
+            resume(keys, actor=key, kind="reindex", tenant_id=tenant)
+    with engine.connect() as conn:
+        assert {(p.kind, p.paused_by) for p in pause_list(conn)} == {
+            ("reindex", ACTOR), ("bulk_import", ACTOR)}
+    assert [(action, actor) for action, _, _, actor in flow_audit(engine)] == [
+        ("paused", key), ("paused", ACTOR), ("paused", ACTOR)]

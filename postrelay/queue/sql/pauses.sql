@@ -16,6 +16,28 @@ WITH paused AS (
 )
 SELECT tenant_id, job_kind::text AS kind, paused_by, paused_at FROM paused;
 
+-- name: job_pause_take_over
+-- An operator pausing a scope a tenant key paused takes the pause over (its time stays):
+-- kept as the key's, the key could lift what the operator had just been told was paused.
+-- Rows of other actors are left as they are (pausing what is paused keeps the first pause).
+WITH old AS (
+    SELECT id, paused_by FROM mdm.aa_job_pause
+    WHERE tenant_id IS NOT DISTINCT FROM CAST(:tenant_id AS uuid)
+      AND job_kind IS NOT DISTINCT FROM CAST(CAST(:kind AS text) AS mdm.job_kind)
+      AND paused_by ~ :tenant_key_actor
+    FOR UPDATE
+), taken AS (
+    UPDATE mdm.aa_job_pause p SET paused_by = :actor
+    FROM old WHERE p.id = old.id
+    RETURNING p.tenant_id, p.job_kind, p.paused_by, p.paused_at, old.paused_by AS was
+), audited AS (
+    INSERT INTO mdm.aa_flow_audit (action, tenant_id, job_kind, actor, detail)
+    SELECT 'paused', t.tenant_id, t.job_kind, :actor,
+           jsonb_build_object('taken_over_from', t.was, 'paused_at', t.paused_at)
+    FROM taken t
+)
+SELECT tenant_id, job_kind::text AS kind, paused_by, paused_at FROM taken;
+
 -- name: job_pause_get
 SELECT tenant_id, job_kind::text AS kind, paused_by, paused_at
 FROM mdm.aa_job_pause
@@ -24,11 +46,14 @@ WHERE tenant_id IS NOT DISTINCT FROM CAST(:tenant_id AS uuid)
 
 -- name: job_pause_delete
 -- Resumes a scope: exactly that row, not narrower pauses inside it. The audit row keeps
--- who had paused it and since when.
+-- who had paused it and since when. :tenant_key_only (a tenant key resuming) deletes only a
+-- pause tenant keys made, judged on the row as it is when deleted: an operator's pause or
+-- take-over that commits after the caller looked cannot be lifted in between.
 WITH resumed AS (
     DELETE FROM mdm.aa_job_pause
     WHERE tenant_id IS NOT DISTINCT FROM CAST(:tenant_id AS uuid)
       AND job_kind IS NOT DISTINCT FROM CAST(CAST(:kind AS text) AS mdm.job_kind)
+      AND (NOT CAST(:tenant_key_only AS boolean) OR paused_by ~ :tenant_key_actor)
     RETURNING tenant_id, job_kind, paused_by, paused_at
 ), audited AS (
     INSERT INTO mdm.aa_flow_audit (action, tenant_id, job_kind, actor, detail)

@@ -120,3 +120,18 @@ def test_a_kind_wide_limit_set_later_removes_the_one_a_tenant_key_set(api, acme_
     again = error(acme_client.post("/v1/functions/limits", json={
         "kind": "email_send", "rate": "1000000/s"}), 403)
     assert again["code"] == "kind_wide_limit"
+
+
+def test_a_rate_too_slow_for_the_claims_arithmetic_is_refused(api, acme_client, engine):
+    """A tenant key's limit of 5e-324/s on its own jobs made the refill (rate x seconds
+    idle) underflow in PostgreSQL, which raises: every other limited claim failed, of
+    every limited kind and tenant."""
+    for rate in (5e-324, 1e-101, "0." + "0" * 110 + "1/s"):
+        said = error(acme_client.post("/v1/functions/limits",
+                                      json={"kind": "reindex", "rate": rate}), 400)
+        assert said["field"] == "rate" and "at least 1e-100/s" in said["message"], rate
+    huge = error(api.post("/v1/functions/limits", content=b'{"kind": "reindex", "rate": 1e400}',
+                          headers={"content-type": "application/json"}), 400)
+    assert huge["message"] == "rate: must be at most 1,000,000/s"
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM mdm.aa_job_limit")).scalar_one() == 0

@@ -203,3 +203,22 @@ def test_set_replaces_list_shows_and_remove_deletes_with_audit_rows(engine, tena
     with engine.connect() as conn:
         actions = conn.execute(text("SELECT action FROM mdm.aa_flow_audit ORDER BY id")).all()
     assert [a for (a,) in actions] == ["limit_set"] * 3 + ["limit_removed"]
+
+
+async def test_the_slowest_rate_allowed_claims_without_an_underflow(engine, tenant, claim):
+    """Below 1e-100/s the refill underflowed (PostgreSQL raises) and the limited claim
+    failed for every kind it serves; at the floor it takes the burst and then waits."""
+    refused = pytest.raises(ValidationError, match="rate: must be at least 1e-100/s")
+    with refused, engine.begin() as conn:
+        limit_set(conn, actor=ACTOR, kind="virus_scan", rate=5e-324)
+    with engine.begin() as conn:
+        limit_set(conn, actor=ACTOR, kind="virus_scan", rate=1e-100)
+        limit_set(conn, actor=ACTOR, kind="index_sync", rate="100/s")
+    jobs(engine, tenant, 2)
+    other = jobs(engine, tenant, 2, kind="index_sync")
+    first = await claim(kinds=("virus_scan", "index_sync"))
+    assert len([j for j in first if j.id in other]) == 2 and len(first) == 3
+    for _ in range(3):  # the bucket drawn, a few microseconds and more idle
+        assert await claim(kinds=("virus_scan", "index_sync")) == []
+    age_buckets(engine, 0.5)
+    assert await claim(kinds=("virus_scan", "index_sync")) == []

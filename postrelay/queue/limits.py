@@ -23,7 +23,7 @@ from uuid import UUID
 
 from sqlalchemy import Connection
 
-from postrelay.core.errors import NotFoundError, ValidationError
+from postrelay.core.errors import ForbiddenError, NotFoundError, ValidationError
 from postrelay.core.rates import parse_rate
 from postrelay.core.sqlfiles import load_queries
 from postrelay.core.telemetry import event
@@ -33,6 +33,7 @@ from postrelay.queue.admin import (
     _actor,
     _check_kind,
     _uuid_or_none,
+    made_by_tenant_key,
 )
 
 LIMITS_SQL = load_queries("postrelay.queue", "sql/limits.sql")
@@ -79,7 +80,9 @@ def limit_set(
     fields). A kind-wide limit removes the limits tenant keys had set on the kind within
     their tenants (each a `limit_removed` audit row by `actor`, reason `kind_wide_limit`):
     none may take its tenant's jobs out of it. Bad input is a ValidationError naming the
-    field; nothing is written."""
+    field; nothing is written. A tenant key (by its actor) changes no limit the operator
+    set and sets none on a kind limited for every tenant (ForbiddenError `operator_limit`,
+    `kind_wide_limit`), judged as it writes."""
     if not isinstance(kind, str) or not kind:
         raise ValidationError("kind", "is required")
     _check_kind(conn, kind)
@@ -94,11 +97,16 @@ def limit_set(
     if per_sec is not None:
         burst = max(1, math.ceil(per_sec)) if burst is None else _count("burst", burst)
     cap = None if concurrency is None else _count("concurrency", concurrency)
+    tenant_key = made_by_tenant_key(_actor(actor))
+    if tenant is None or tenant_key:
+        conn.execute(LIMITS_SQL["job_limit_kind_lock"], {"kind": kind})
     row = conn.execute(LIMITS_SQL["job_limit_upsert"], {
         "kind": kind, "tenant_id": tenant, "key_path": _key_path(key),
-        "rate_per_sec": per_sec, "burst": burst, "concurrency": cap, "actor": _actor(actor),
-        "tenant_key_actor": TENANT_KEY_ACTOR,
-    }).one()
+        "rate_per_sec": per_sec, "burst": burst, "concurrency": cap, "actor": actor,
+        "tenant_key_actor": TENANT_KEY_ACTOR, "tenant_key_only": tenant_key,
+    }).first()
+    if row is None:
+        raise _not_a_tenant_keys(conn, kind, tenant)
     fields = dict(row._mapping)
     displaced = fields.pop("displaced")
     found = Limit(**fields)
@@ -131,8 +139,14 @@ def limit_remove(conn: Connection, *, actor: str, kind: str,
         raise ValidationError("kind", "is required")
     _check_kind(conn, kind)
     tenant = _uuid_or_none("tenant_id", tenant_id)
-    row = conn.execute(LIMITS_SQL["job_limit_delete"], {"kind": kind, "tenant_id": tenant,
-                                               "actor": _actor(actor)}).first()
+    tenant_key = made_by_tenant_key(_actor(actor))
+    row = conn.execute(LIMITS_SQL["job_limit_delete"], {
+        "kind": kind, "tenant_id": tenant, "actor": actor,
+        "tenant_key_actor": TENANT_KEY_ACTOR, "tenant_key_only": tenant_key,
+    }).first()
+    if row is None and tenant_key and any(lim.kind == kind and lim.tenant_id == tenant
+                                          for lim in limit_list(conn, tenant_id=tenant)):
+        raise _not_a_tenant_keys(conn, kind, tenant)
     if row is None:
         raise NotFoundError(f"no limit for kind {kind}"
                             + (f", tenant {tenant}" if tenant else ""))
@@ -145,6 +159,19 @@ def limit_list(conn: Connection, *, tenant_id: UUID | str | None = None) -> list
     """Every limit; with `tenant_id`, those that govern that tenant's jobs."""
     params = {"tenant_id": _uuid_or_none("tenant_id", tenant_id)}
     return [Limit(**row._mapping) for row in conn.execute(LIMITS_SQL["job_limit_list"], params)]
+
+
+def _not_a_tenant_keys(conn: Connection, kind: str, tenant: UUID | None) -> ForbiddenError:
+    """Why a tenant key's write of `kind`'s limit in `tenant` found nothing it may change
+    (the rule of access.check_limit_change, which the API asks first)."""
+    for found in limit_list(conn, tenant_id=tenant):
+        if found.kind == kind and found.tenant_id is not None \
+                and not made_by_tenant_key(found.created_by):
+            return ForbiddenError("operator_limit", f"{found.describe()} was set by "
+                                  f"{found.created_by}; only the operator changes it")
+    return ForbiddenError("kind_wide_limit", f"kind {kind} has a limit for every tenant; a "
+                          "limit of this tenant's own would take its jobs out of it, so "
+                          "only the operator sets one")
 
 
 def _count(field: str, value: int) -> int:

@@ -1,6 +1,12 @@
 -- Rate and concurrency limits (and what they leave in aa_flow_audit). Loaded by
 -- queue/limits.py; the claim that enforces them is job_claim_limited in job.sql.
 
+-- name: job_limit_kind_lock
+-- Taken by a kind-wide limit's set and by a tenant key's, before job_limit_upsert: the two
+-- take turns per kind, so each sees what the other committed (else a tenant key's limit
+-- made while a kind-wide one was being set escaped both the refusal and the displacement).
+SELECT pg_advisory_xact_lock(hashtext('postrelay.job_limit'), hashtext(CAST(:kind AS text)));
+
 -- name: job_limit_upsert
 -- Sets the limit of a scope (kind, optional tenant), replacing the one there was; a
 -- changed rate or key starts its buckets afresh (full). The claim reads it from its next
@@ -9,6 +15,10 @@
 -- a tenant's own limit governs its jobs instead of the kind-wide one, and a tenant key may
 -- not take its jobs out of a limit every tenant shares, whichever came first. Limits the
 -- operator set within a tenant stay. `displaced` counts what was removed.
+-- :tenant_key_only (a tenant key setting) writes nothing where the row as found holds the
+-- operator's limit of the scope, or a kind-wide limit of the kind exists: no row comes back,
+-- and the caller tells why. It judges what committed before the statement, so an
+-- operator's limit made after the caller's own check is not overwritten.
 WITH old AS (
     SELECT id, key_path, rate_per_sec, burst, concurrency FROM mdm.aa_job_limit
     WHERE job_kind = CAST(CAST(:kind AS text) AS mdm.job_kind)
@@ -16,17 +26,22 @@ WITH old AS (
 ), set AS (
     INSERT INTO mdm.aa_job_limit
         (job_kind, tenant_id, key_path, rate_per_sec, burst, concurrency, created_by)
-    VALUES (CAST(CAST(:kind AS text) AS mdm.job_kind), CAST(:tenant_id AS uuid),
-            CAST(:key_path AS text[]), :rate_per_sec, :burst, :concurrency, :actor)
+    SELECT CAST(CAST(:kind AS text) AS mdm.job_kind), CAST(:tenant_id AS uuid),
+           CAST(:key_path AS text[]), :rate_per_sec, :burst, :concurrency, :actor
+    WHERE NOT (CAST(:tenant_key_only AS boolean) AND EXISTS (
+        SELECT FROM mdm.aa_job_limit w
+        WHERE w.job_kind = CAST(CAST(:kind AS text) AS mdm.job_kind) AND w.tenant_id IS NULL))
     ON CONFLICT ON CONSTRAINT job_limit_scope_uk DO UPDATE
     SET key_path = EXCLUDED.key_path, rate_per_sec = EXCLUDED.rate_per_sec,
         burst = EXCLUDED.burst, concurrency = EXCLUDED.concurrency,
         created_by = EXCLUDED.created_by, created_at = now()
+    WHERE NOT CAST(:tenant_key_only AS boolean)
+       OR mdm.aa_job_limit.created_by ~ :tenant_key_actor
     RETURNING id, job_kind, tenant_id, key_path, rate_per_sec, burst, concurrency, created_by,
               created_at
 ), reset AS (
     DELETE FROM mdm.aa_job_limit_bucket b USING old
-    WHERE b.limit_id = old.id
+    WHERE b.limit_id = old.id AND EXISTS (SELECT FROM set)
       AND (old.key_path IS DISTINCT FROM CAST(:key_path AS text[])
            OR old.rate_per_sec IS DISTINCT FROM :rate_per_sec OR old.burst IS DISTINCT FROM :burst)
 ), audited AS (
@@ -56,10 +71,13 @@ SELECT job_kind::text AS kind, tenant_id, key_path, rate_per_sec, burst, concurr
 FROM set;
 
 -- name: job_limit_delete
+-- :tenant_key_only (a tenant key removing) deletes only a limit tenant keys set, judged on
+-- the row as it is when deleted.
 WITH removed AS (
     DELETE FROM mdm.aa_job_limit
     WHERE job_kind = CAST(CAST(:kind AS text) AS mdm.job_kind)
       AND tenant_id IS NOT DISTINCT FROM CAST(:tenant_id AS uuid)
+      AND (NOT CAST(:tenant_key_only AS boolean) OR created_by ~ :tenant_key_actor)
     RETURNING job_kind, tenant_id, key_path, rate_per_sec, burst, concurrency, created_by,
               created_at
 ), audited AS (

@@ -1,10 +1,11 @@
 """Tenant-scoped API keys: create (the key is shown once), list, revoke, and look up.
 
 A key is `secrets.token_urlsafe(32)` (256 random bits); only its sha256 is stored. Plain
-functions on the caller's sync Connection; they never commit.
+functions on the caller's sync Connection; they never commit. The key's row names who made
+it and who revoked it (`actor`, as the flow controls' audit rows do).
 
     with engine.begin() as conn:
-        view, key = api_key_create(conn, "billing-app", tenant_id=tenant)
+        view, key = api_key_create(conn, "billing-app", tenant_id=tenant, actor="ops:alice")
 """
 
 from __future__ import annotations
@@ -71,7 +72,9 @@ class ApiKeyView:
     name: str
     tenant_id: UUID
     created_at: datetime
+    created_by: str | None  # None: made before migration 0035 recorded it
     revoked_at: datetime | None
+    revoked_by: str | None
 
 
 def key_hash(key: str) -> str:
@@ -79,8 +82,11 @@ def key_hash(key: str) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
-def api_key_create(conn: Connection, name: str, *, tenant_id: UUID | str) -> tuple[ApiKeyView, str]:
-    """Create a key bound to one tenant; returns the key's row and the key (shown once)."""
+def api_key_create(conn: Connection, name: str, *, tenant_id: UUID | str,
+                   actor: str) -> tuple[ApiKeyView, str]:
+    """Create a key bound to one tenant, made by `actor`; returns the key's row and the key
+    (shown once)."""
+    _check_actor(actor)
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise ValidationError("name", "1-128 characters: letters, digits and . _ : - "
                                       "(starting with a letter or digit)")
@@ -94,7 +100,7 @@ def api_key_create(conn: Connection, name: str, *, tenant_id: UUID | str) -> tup
         raise ValidationError("tenant_id", "the system tenant runs postrelay's own jobs; "
                                            "bind the key to one of your tenants")
     key = secrets.token_urlsafe(32)
-    params = {"name": name, "tenant_id": tenant, "key_hash": key_hash(key)}
+    params = {"name": name, "tenant_id": tenant, "key_hash": key_hash(key), "actor": actor}
     row = conn.execute(API_KEY_SQL["api_key_insert"], params).first()
     if row is not None:
         return ApiKeyView(**row._mapping), key
@@ -109,15 +115,24 @@ def api_key_list(conn: Connection) -> list[ApiKeyView]:
     return [ApiKeyView(**row._mapping) for row in conn.execute(API_KEY_SQL["api_key_list"])]
 
 
-def api_key_revoke(conn: Connection, name: str) -> ApiKeyView:
-    """Revoke a key by name: it stops working at once. Unknown name: NotFoundError."""
+def api_key_revoke(conn: Connection, name: str, *, actor: str) -> ApiKeyView:
+    """Revoke a key by name, by `actor`: it stops working at once (a request whose key was
+    checked before the revocation commits still finishes). Unknown name: NotFoundError.
+    Revoking again keeps the first revocation's time and actor."""
+    _check_actor(actor)
     # Only what no column can hold is refused, not the naming rule of api_key_create: a
     # name stored before that rule was enforced can still be revoked.
     checked_text(name, "name")
-    row = conn.execute(API_KEY_SQL["api_key_revoke"], {"name": name}).first()
+    row = conn.execute(API_KEY_SQL["api_key_revoke"], {"name": name, "actor": actor}).first()
     if row is None:
         raise NotFoundError(f"no API key named {name!r}")
     return ApiKeyView(**row._mapping)
+
+
+def _check_actor(actor: str) -> None:
+    if not isinstance(actor, str) or not actor.strip():
+        raise ValidationError("actor", "must be a non-empty string")
+    checked_text(actor, "actor")
 
 
 def api_key_find(conn: Connection, key: str) -> tuple[str, UUID] | None:

@@ -7,7 +7,7 @@ import socket
 import typer
 
 from postrelay.cli.boundary import GuardedGroup
-from postrelay.cli.common import check_listen, database, settings_or_exit, transaction
+from postrelay.cli.common import actor, check_listen, database, settings_or_exit, transaction
 from postrelay.cli.output import echo, print_json, table
 from postrelay.cli.root import app
 from postrelay.core.errors import ConfigError
@@ -74,7 +74,7 @@ def keys_add(
     from postrelay.access import api_key_create
 
     with transaction() as conn:
-        view, key = api_key_create(conn, name, tenant_id=tenant)
+        view, key = api_key_create(conn, name, tenant_id=tenant, actor=actor())
     echo(key)
     echo(f"created key {view.name} for tenant {view.tenant_id}; store it now, it is "
                "not shown again", err=True)
@@ -82,7 +82,7 @@ def keys_add(
 
 @keys_app.command("list")
 def keys_list(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Every key (never the key itself), revoked ones included."""
+    """Every key (never the key itself), revoked ones too, with who made and revoked it."""
     from postrelay.access import api_key_list
 
     with transaction() as conn:
@@ -90,8 +90,10 @@ def keys_list(as_json: bool = typer.Option(False, "--json", help="Print JSON."))
     if as_json:
         print_json(keys)
         return
-    rows = [[k.name, k.tenant_id, k.created_at, k.revoked_at] for k in keys]
-    echo(table(["NAME", "TENANT", "CREATED_AT", "REVOKED_AT"], rows) if rows else "no keys")
+    rows = [[k.name, k.tenant_id, k.created_at, k.created_by or "(not recorded)",
+             k.revoked_at, k.revoked_by] for k in keys]
+    echo(table(["NAME", "TENANT", "CREATED_AT", "CREATED_BY", "REVOKED_AT", "REVOKED_BY"],
+               rows) if rows else "no keys")
 
 
 @keys_app.command("revoke")
@@ -100,5 +102,5 @@ def keys_revoke(name: str = typer.Argument(..., help="The key's name.")) -> None
     from postrelay.access import api_key_revoke
 
     with transaction() as conn:
-        api_key_revoke(conn, name)
+        api_key_revoke(conn, name, actor=actor())
     echo(f"revoked {name}")

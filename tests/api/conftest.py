@@ -48,7 +48,7 @@ def other_tenant(engine: Engine, tenant: uuid.UUID) -> uuid.UUID:
 
 def tenant_key(engine: Engine, name: str, tenant_id: uuid.UUID) -> str:
     with engine.begin() as conn:
-        _, key = api_key_create(conn, name, tenant_id=tenant_id)
+        _, key = api_key_create(conn, name, tenant_id=tenant_id, actor="test:ops")
     return key
 
 

@@ -163,7 +163,7 @@ def test_metrics_need_the_service_role_key(acme_client, anonymous):
 def test_a_revoked_key_stops_working_at_once(acme_client, engine, tenant):
     data(acme_client.get("/v1/functions/jobs"))
     with engine.begin() as conn:
-        api_key_revoke(conn, "acme-app")
+        api_key_revoke(conn, "acme-app", actor="test:ops")
     assert error(acme_client.get("/v1/functions/jobs"), 401)["message"] == "invalid API key"
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import text
 
 from postrelay.access.keys import api_key_create, api_key_find, api_key_list, api_key_revoke
 from postrelay.core.errors import ConflictError, NotFoundError, ValidationError
@@ -144,17 +145,17 @@ def test_keys_add_list_revoke(worker_env, engine, tenant):
 
 def test_key_rules(engine, tenant):
     with engine.begin() as conn:
-        view, key = api_key_create(conn, "billing", tenant_id=tenant)
+        view, key = api_key_create(conn, "billing", tenant_id=tenant, actor="test:ops")
         assert view.name == "billing" and api_key_find(conn, key) == ("billing", tenant)
         with pytest.raises(ConflictError, match="already exists"):
-            api_key_create(conn, "billing", tenant_id=tenant)
+            api_key_create(conn, "billing", tenant_id=tenant, actor="test:ops")
     for name, tenant_id, field in [("has space", tenant, "name"), ("x", "acme", "tenant_id"),
                                    ("x", uuid.UUID(int=0xBEEF), "tenant_id")]:
         with engine.begin() as conn, pytest.raises(ValidationError) as info:
-            api_key_create(conn, name, tenant_id=tenant_id)
+            api_key_create(conn, name, tenant_id=tenant_id, actor="test:ops")
         assert info.value.field == field
     with engine.begin() as conn, pytest.raises(NotFoundError, match="no API key named 'nobody'"):
-        api_key_revoke(conn, "nobody")
+        api_key_revoke(conn, "nobody", actor="test:ops")
 
 
 def test_a_key_name_with_a_trailing_newline_or_a_byte_not_utf8_is_refused(worker_env, tenant):
@@ -177,3 +178,21 @@ def test_a_key_cannot_be_bound_to_the_system_tenant(worker_env, clean_db):
     assert added.returncode == 1 and added.stdout == "", added.stderr
     assert added.stderr.startswith("error: --tenant: the system tenant runs postrelay's own")
     assert json.loads(run(worker_env, "keys", "list", "--json").stdout) == []
+
+
+def test_keys_add_and_revoke_record_who_did_it(worker_env, engine, tenant):
+    """A key opens a tenant's data: its row kept when it was made and revoked, but not by
+    whom, and no other audit row named the actor either."""
+    assert run(worker_env, "keys", "add", "billing", "--tenant", str(tenant)).returncode == 0
+    assert run(worker_env, "keys", "revoke", "billing").returncode == 0
+    assert run(worker_env, "keys", "revoke", "billing").returncode == 0  # the first stays
+    (entry,) = json.loads(run(worker_env, "keys", "list", "--json").stdout)
+    assert entry["created_by"].startswith("cli:") and entry["revoked_by"].startswith("cli:")
+    table = run(worker_env, "keys", "list").stdout.splitlines()
+    assert table[0].split() == ["NAME", "TENANT", "CREATED_AT", "CREATED_BY", "REVOKED_AT",
+                                "REVOKED_BY"]
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE mdm.aa_api_key SET revoked_by = 'cli:first@host'"))
+    run(worker_env, "keys", "revoke", "billing")
+    (entry,) = json.loads(run(worker_env, "keys", "list", "--json").stdout)
+    assert entry["revoked_by"] == "cli:first@host"

@@ -93,7 +93,7 @@ def acme(dash_url: str, acme_key: str) -> Iterator[httpx.Client]:
 
 def tenant_key(engine: Engine, name: str, tenant_id: uuid.UUID) -> str:
     with engine.begin() as conn:
-        _, key = api_key_create(conn, name, tenant_id=tenant_id)
+        _, key = api_key_create(conn, name, tenant_id=tenant_id, actor="test:ops")
     return key
 
 

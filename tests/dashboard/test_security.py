@@ -113,7 +113,7 @@ def test_non_ascii_tokens_and_cookies_are_refused_not_a_500(admin, anonymous, da
 def test_a_revoked_tenant_key_ends_its_session_at_once(acme, engine):
     assert acme.get("/dashboard/").status_code == 200
     with engine.begin() as conn:
-        api_key_revoke(conn, "acme-dash")
+        api_key_revoke(conn, "acme-dash", actor="test:ops")
     assert acme.get("/dashboard/").status_code == 303
     response = acme.post("/dashboard/login", data={"csrf": login_token(acme), "key": "x"})
     assert response.status_code == 401

@@ -19,7 +19,7 @@ TABLES = ("aa_api_key", "aa_cron_entry", "aa_job_limit", "aa_webhook_endpoint")
 
 
 @pytest.mark.parametrize("call, field", [
-    (lambda conn, t: api_key_create(conn, "ci\n", tenant_id=t), "name"),
+    (lambda conn, t: api_key_create(conn, "ci\n", tenant_id=t, actor="test:ops"), "name"),
     (lambda conn, t: cron_create(conn, "nightly\n", "0 3 * * *", "reindex", {},
                                  tenant_id=t), "name"),
     (lambda conn, t: limit_set(conn, actor="test:ops", kind="reindex", concurrency=2,

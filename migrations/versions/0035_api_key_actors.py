@@ -7,7 +7,7 @@ actor code passes). Keys made before this have nobody: NULL, shown as not record
 
 Revision ID: 0035
 Revises: 0034
-Create Date: 2026-12-10
+Create Date: 2026-12-07
 """
 
 from collections.abc import Sequence

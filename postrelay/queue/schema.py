@@ -202,7 +202,8 @@ job_limit = Table(
                      postgresql_nulls_not_distinct=True),
     CheckConstraint("rate_per_sec IS NOT NULL OR concurrency IS NOT NULL",
                     name="job_limit_something_chk"),
-    CheckConstraint("rate_per_sec IS NULL OR (rate_per_sec > 0 AND burst >= 1)",
+    # 1e-100: core/rates.py's MIN_RATE_PER_SEC (migration 0036 says why).
+    CheckConstraint("rate_per_sec IS NULL OR (rate_per_sec >= 1e-100 AND burst >= 1)",
                     name="job_limit_rate_chk"),
     CheckConstraint("concurrency IS NULL OR concurrency >= 1", name="job_limit_concurrency_chk"),
 )

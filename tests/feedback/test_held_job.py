@@ -3,6 +3,8 @@ holds it, feedback proves the message left, and nothing is sent again."""
 
 from __future__ import annotations
 
+from uuid import UUID
+
 from sqlalchemy import text
 
 from postrelay.orchestrator.feedback import Feedback, record_feedback
@@ -12,11 +14,11 @@ from postrelay.queue.maintenance.rescuer import Rescuer
 ADDRESS = "billing@example.com"
 
 
-async def test_feedback_for_a_held_message_completes_its_job_without_sending_it_again(
-        rig, tenant, sink, engine):
+async def held_in_dlq(rig, tenant, engine) -> tuple[UUID, str]:
+    """An invoice whose worker died after handing it over: rescued, its next attempt logs
+    it `unknown` and holds the job in the DLQ. Its job id and Message-ID."""
     job_id = rig.enqueue(tenant, to=[ADDRESS], template="invoice")
-    message_id = message_id_for(job_id, "mail.acme.example")
-    with engine.begin() as conn:  # a worker died after handing the message over
+    with engine.begin() as conn:
         conn.execute(text(
             "UPDATE mdm.aa_job SET status = 'running', attempts = 1, claimed_by = 'gone', "
             "claimed_at = now() - interval '1 hour' WHERE id = :id"), {"id": job_id})
@@ -24,6 +26,12 @@ async def test_feedback_for_a_held_message_completes_its_job_without_sending_it_
     await rig.start()
     await rig.settle(job_id)
     assert rig.job(job_id)["status"] == "dlq"
+    return job_id, message_id_for(job_id, "mail.acme.example")
+
+
+async def test_feedback_for_a_held_message_completes_its_job_without_sending_it_again(
+        rig, tenant, sink, engine):
+    job_id, message_id = await held_in_dlq(rig, tenant, engine)
     assert [r["status"] for r in rig.log(job_id)] == ["unknown"]
 
     with engine.begin() as conn:
@@ -47,16 +55,7 @@ async def test_retention_keeps_the_unknown_row_of_a_held_job_for_its_feedback(
     from postrelay.core.clock import utcnow
     from postrelay.orchestrator.retention import email_log_delete_batch
 
-    job_id = rig.enqueue(tenant, to=[ADDRESS], template="invoice")
-    message_id = message_id_for(job_id, "mail.acme.example")
-    with engine.begin() as conn:  # a worker died after handing the message over
-        conn.execute(text(
-            "UPDATE mdm.aa_job SET status = 'running', attempts = 1, claimed_by = 'gone', "
-            "claimed_at = now() - interval '1 hour' WHERE id = :id"), {"id": job_id})
-    assert (await Rescuer(rig.async_engine, lease_secs=60, actor="test").run_once()).pending
-    await rig.start()
-    await rig.settle(job_id)
-    assert rig.job(job_id)["status"] == "dlq"
+    job_id, message_id = await held_in_dlq(rig, tenant, engine)
     with engine.begin() as conn:  # held for longer than the log's window
         conn.execute(text("UPDATE mdm.aa_email_log SET created_at = now() - interval '40 days' "
                           "WHERE job_id = :id"), {"id": job_id})

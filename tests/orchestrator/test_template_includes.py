@@ -9,13 +9,7 @@ from pathlib import Path
 import pytest
 
 from postrelay.orchestrator.templates import TemplateError, Templates
-
-
-def write(root: Path, relative: str, text: str) -> Path:
-    path = root / relative
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return path
+from tests.orchestrator.test_templates import write
 
 
 @pytest.fixture

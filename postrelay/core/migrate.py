@@ -17,7 +17,6 @@ from typing import Any, TextIO
 from alembic import command, util
 from alembic.config import Config
 from alembic.migration import MigrationContext
-from alembic.runtime.environment import EnvironmentContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import URL, create_engine, pool
 
@@ -82,25 +81,8 @@ def alembic_config(
 
 def scripts(cfg: Config | None = None) -> ScriptDirectory:
     """The migrations, every file read: ConfigError naming the file and line of one that
-    cannot be loaded (alembic raised a bare SyntaxError for it from deep inside). Without
-    `cfg`, the migrations folder's, read once while its version files stay as they are
-    (`migrate` asked for them five times, and each time every file was imported again)."""
-    global _read_once
-    if cfg is not None:
-        return _read(cfg)
-    folder = migrations_dir()
-    listing = (folder, tuple((path.name, path.stat().st_mtime_ns, path.stat().st_size)
-                             for path in sorted((folder / "versions").glob("*.py"))))
-    if _read_once is None or _read_once[0] != listing:
-        _read_once = (listing, _read(alembic_config()))
-    return _read_once[1]
-
-
-_read_once: tuple[object, ScriptDirectory] | None = None
-
-
-def _read(cfg: Config) -> ScriptDirectory:
-    script = ScriptDirectory.from_config(cfg)
+    cannot be loaded (alembic raised a bare SyntaxError for it from deep inside)."""
+    script = ScriptDirectory.from_config(cfg or alembic_config())
     try:
         script.get_heads()  # reads every version file
     except SyntaxError as exc:
@@ -128,21 +110,7 @@ def upgrade(
             # Past the newest migration: alembic's "didn't produce N migrations". Stop at
             # it, as a target the database is already past leaves it where it is.
             revision = "head"
-    _run_upgrade(alembic_config(url, connect_args=connect_args), script, revision, sql)
-
-
-def _run_upgrade(cfg: Config, script: ScriptDirectory, revision: str, sql: bool) -> None:
-    """alembic's `command.upgrade`, on the migrations already read (it reads them again)."""
-    start = None
-    if ":" in revision:
-        start, revision = revision.split(":", 1)
-
-    def steps(current: Any, _context: Any) -> Any:
-        return script._upgrade_revs(revision, current)
-
-    with EnvironmentContext(cfg, script, fn=steps, as_sql=sql, starting_rev=start,
-                            destination_rev=revision):
-        script.run_env()
+    command.upgrade(alembic_config(url, connect_args=connect_args), revision, sql=sql)
 
 
 def _steps_to_head(script: ScriptDirectory, current: str | None) -> int:

@@ -30,7 +30,7 @@ from postrelay.api.routers import (
     webhooks,
 )
 from postrelay.core.db import Database
-from postrelay.core.migrate import head_revision
+from postrelay.core.migrate import head_revision, scripts
 from postrelay.core.settings import Settings
 from postrelay.orchestrator import ProviderWebhooks, UnsubscribeLinks
 
@@ -61,6 +61,8 @@ def create_app(settings: Settings, db: Database) -> FastAPI:
     # One bound on failed authentication for the API and the dashboard's sign-in.
     app.state.auth_throttle = auth_throttle(settings)
     app.state.head_revision = head_revision()
+    # /readyz tells a database behind these from one a newer postrelay migrated.
+    app.state.known_revisions = frozenset(r.revision for r in scripts().walk_revisions())
     app.state.metrics_registry = metrics_registry(
         engine, max_tenants=settings.metrics_max_tenants)
     app.state.provider_webhooks = ProviderWebhooks.from_settings(settings)

@@ -11,7 +11,7 @@ from postrelay.core.migrate import head_revision
 from tests.api.conftest import SERVICE_KEY, data, error
 from tests.api.server import serve_database
 from tests.factories import insert_job
-from tests.migrations import throwaway_database
+from tests.migrations import pretend_migrated_by_a_newer_postrelay, throwaway_database
 
 
 def test_healthz_and_readyz_need_no_key(anonymous):
@@ -30,6 +30,21 @@ def test_readyz_is_503_on_a_database_behind_head(server_url):
         upgrade(url, "0002")
         err = error(httpx.get(f"{base}/readyz"), 503)
         assert "at migration 0002" in err["message"] and "postrelay migrate" in err["message"]
+        upgrade(url)  # what the message says to do: ready from the next probe on
+        assert data(httpx.get(f"{base}/readyz"))["revision"] == head_revision()
+
+
+def test_readyz_is_ready_on_a_database_a_newer_postrelay_migrated(server_url):
+    """A release rolled back meets a schema ahead of it. The worker, the relay and inbound
+    run on (postrelay.migrate.schema_ahead); /readyz said 503 "run `postrelay migrate`",
+    which refuses such a database, so every API replica left its load balancer at once."""
+    from postrelay.core.migrate import upgrade
+
+    with throwaway_database(server_url) as url, serve_database(url, SERVICE_KEY) as base:
+        upgrade(url)
+        pretend_migrated_by_a_newer_postrelay(url)
+        ready = data(httpx.get(f"{base}/readyz"))
+        assert ready == {"status": "ready", "revision": "0999", "head": head_revision()}
 
 
 def test_readyz_is_503_when_the_database_is_unreachable(caplog):

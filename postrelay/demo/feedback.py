@@ -39,18 +39,22 @@ def return_path() -> ReturnPath:
 
 
 def send_late_feedback(engine: AsyncEngine, received: Sequence[Received],
-                       policy: SuppressionPolicy) -> int:
+                       policy: SuppressionPolicy) -> tuple[int, int]:
     """Deliver the demo's DSNs and complaint for the messages in `received` to an inbound
     listener of its own (the engine serves that listener's loop alone); returns how many
-    reports went."""
+    DSNs and how many complaints went (on a second run the suppressed addresses were not
+    sent to, so fewer come back)."""
     mails = []
+    dsns = complaints = 0
     for message in received:
         for recipient in message.recipients:
             if recipient in LATE_BOUNCES:
                 status, said = LATE_BOUNCES[recipient]
                 mails.append((message.sender, dsn(message, recipient, status, said)))
+                dsns += 1
             elif recipient == COMPLAINT:
                 mails.append((FEEDBACK_ADDRESS, arf(message, recipient)))
+                complaints += 1
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -58,7 +62,23 @@ def send_late_feedback(engine: AsyncEngine, received: Sequence[Received],
     with InboundServer(engine, return_path(), policy, config) as server:
         asyncio.run(_deliver(port, mails))
         server.drain()  # its 250s say stored; the demo shows them recorded
-    return len(mails)
+    return dsns, complaints
+
+
+def describe_late(dsns: int, complaints: int) -> str:
+    """What came back, as the demo says it: `3 reports came back later (2 DSNs to their
+    VERP addresses, a complaint)`."""
+    parts = []
+    if dsns:
+        parts.append("a DSN to its VERP address" if dsns == 1
+                     else f"{dsns} DSNs to their VERP addresses")
+    if complaints:
+        parts.append("a complaint" if complaints == 1 else f"{complaints} complaints")
+    reports = dsns + complaints
+    if not reports:
+        return "no reports came back later"
+    return (f"{reports} report{'' if reports == 1 else 's'} came back later "
+            f"({', '.join(parts)})")
 
 
 async def _deliver(port: int, mails: list[tuple[str, bytes]]) -> None:

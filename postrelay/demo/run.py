@@ -92,11 +92,10 @@ def run_demo(settings: Settings, db: Database, echo: Echo = print) -> DemoReport
         logging.getLogger("postrelay").setLevel(logging.ERROR)  # the report says it all
         ids = list(tenants.values())
         asyncio.run(_run_until_settled(demo_settings, db, engine, ids, since))
-        late = feedback.send_late_feedback(db.async_engine(pool_pre_ping=False),
-                                           sink.handler.received,
-                                           SuppressionPolicy.from_settings(demo_settings))
-        echo(f"{late} reports came back later (DSNs to the VERP addresses, a complaint), "
-             "through an inbound listener")
+        dsns, complaints = feedback.send_late_feedback(
+            db.async_engine(pool_pre_ping=False), sink.handler.received,
+            SuppressionPolicy.from_settings(demo_settings))
+        echo(f"{feedback.describe_late(dsns, complaints)}, through an inbound listener")
         report = _report(engine, ids, since, received=len(sink.handler.received), maildir=maildir)
     engine.dispose()
     _print(report, echo, time.perf_counter() - started)

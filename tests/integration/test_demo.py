@@ -34,6 +34,8 @@ def test_demo_runs_the_whole_flow_to_settled_and_reports(worker_env, clean_db, t
     assert "ap@blocked.example refused with 554 5.7.1" in out
     assert "undefined variable: 'stats' is undefined" in out
     assert "virus_scan attempts=3/3" in out
+    assert ("3 reports came back later (2 DSNs to their VERP addresses, a complaint), "
+            "through an inbound listener") in out
     maildir = tmp_path / "demo-mail"
     assert f"the SMTP sink received 18 messages; read them in the Maildir {maildir}" in out
     assert len(list((maildir / "new").iterdir())) == 18
@@ -54,6 +56,10 @@ def test_demo_runs_the_whole_flow_to_settled_and_reports(worker_env, clean_db, t
     again = run_demo(env)
     assert "email log by outcome: failed=1, partial=3, sent=13, suppressed=5" in again
     assert "feedback after the SMTP handoff (1):" in again
+    # Only the full mailbox's DSN came back: the line said "1 reports came back later (DSNs
+    # to the VERP addresses, a complaint)".
+    assert ("1 report came back later (a DSN to its VERP address), through an inbound "
+            "listener") in again
 
 
 def test_demo_interrupted_halfway_leaves_nothing_claimed_and_runs_again(

@@ -135,6 +135,9 @@ class Database:
 
     def _engine_kwargs(self, kwargs: dict[str, Any]) -> dict[str, Any]:
         kwargs.setdefault("pool_pre_ping", True)
+        # A statement's error names its parameters otherwise, and errors are logged: a
+        # webhook secret, a payload or an address would reach the logs with them.
+        kwargs.setdefault("hide_parameters", True)
         kwargs.setdefault("json_deserializer", jsontext.read_stored)
         kwargs["connect_args"] = with_connect_timeout(self.url, kwargs.get("connect_args", {}))
         if self.pooler:

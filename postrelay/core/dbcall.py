@@ -196,18 +196,43 @@ async def _drive_async(conn: AsyncConnection | AsyncSession, steps: Steps[T]) ->
         return done
 
 
-def current_transaction(conn: AnyConnection) -> object | None:
-    """The caller's open transaction object (stable for the transaction's life), if any.
+def open_transactions(conn: AnyConnection) -> tuple[object, ...]:
+    """The caller's open transaction and savepoints, innermost first, each object stable
+    for its life; empty outside one.
 
-    psycopg has no such object: there every write carries its NOTIFY, and PostgreSQL
-    folds identical notifications of one transaction into one."""
+    What a savepoint did, a NOTIFY included, is undone when it rolls back; so a writer that
+    notifies once per transaction asks whether any of these has notified, and marks the
+    innermost. psycopg has no such objects: there every write carries its NOTIFY, and
+    PostgreSQL folds identical notifications of one transaction into one."""
     if isinstance(conn, psycopg.Connection | psycopg.AsyncConnection):
-        return None
+        return ()
     if isinstance(conn, AsyncConnection):
-        return conn.sync_connection.get_transaction() if conn.sync_connection else None
-    if isinstance(conn, AsyncSession):
-        return conn.sync_session.get_transaction()
-    return conn.get_transaction()
+        if conn.sync_connection is None:
+            return ()
+        return _connection_transactions(conn.sync_connection)
+    if isinstance(conn, Connection):
+        return _connection_transactions(conn)
+    session = conn.sync_session if isinstance(conn, AsyncSession) else conn
+    chain: list[object] = []
+    inner = session.get_nested_transaction() or session.get_transaction()
+    while inner is not None:
+        chain.append(inner)
+        inner = inner.parent
+    return tuple(chain)
+
+
+def _connection_transactions(conn: Connection) -> tuple[object, ...]:
+    chain: list[object] = []
+    nested = conn.get_nested_transaction()
+    while nested is not None:
+        chain.append(nested)
+        # SQLAlchemy has no public name for the savepoint a savepoint was begun in;
+        # without it, only the innermost and the root are known (at worst, a NOTIFY more).
+        nested = getattr(nested, "_previous_nested", None)
+    root = conn.get_transaction()
+    if root is not None:
+        chain.append(root)
+    return tuple(chain)
 
 
 def execution_option(conn: AnyConnection, name: str, default: Any) -> Any:

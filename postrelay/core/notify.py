@@ -3,19 +3,23 @@
 Every NOTIFY takes a global lock when its transaction commits, which serialises heavy
 writers, and a wake-up needs to be sent only once anyway. Writers ask `needed()` before
 choosing the statement that carries the NOTIFY, and `mark()` after it ran.
+
+A NOTIFY sent inside a savepoint is discarded when the savepoint rolls back, so the mark is
+the innermost savepoint's (or the transaction's): a write after such a rollback notifies
+again, and a write inside a savepoint of a transaction that has notified does not.
 """
 
 from __future__ import annotations
 
 import weakref
 
-from postrelay.core.dbcall import AnyConnection, current_transaction, execution_option
+from postrelay.core.dbcall import AnyConnection, execution_option, open_transactions
 
 
 class NotifyOnce:
     def __init__(self, channel: str) -> None:
         self.channel = channel
-        # Weak: a finished transaction drops out by itself.
+        # Weak: a finished transaction or savepoint drops out by itself.
         self._sent: weakref.WeakSet[object] = weakref.WeakSet()
 
     def wanted(self, conn: AnyConnection, notify: bool) -> bool:
@@ -24,10 +28,9 @@ class NotifyOnce:
         return notify and bool(execution_option(conn, "postrelay_notify", True))
 
     def needed(self, conn: AnyConnection) -> bool:
-        txn = current_transaction(conn)
-        return txn is None or txn not in self._sent
+        return not any(txn in self._sent for txn in open_transactions(conn))
 
     def mark(self, conn: AnyConnection) -> None:
-        txn = current_transaction(conn)
-        if txn is not None:
-            self._sent.add(txn)
+        open_now = open_transactions(conn)
+        if open_now:
+            self._sent.add(open_now[0])

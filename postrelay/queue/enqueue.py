@@ -195,12 +195,19 @@ async def enqueue_many_async(
 
 
 def _validated_specs(jobs: Iterable[JobSpec]) -> list[ValidatedJob]:
+    # One JobSpec, or a string (an iterable of letters), is a call that forgot the list.
+    if isinstance(jobs, JobSpec | str | bytes | Mapping) or not isinstance(jobs, Iterable):
+        raise ValidationError("jobs", "must be a list (or any iterable) of JobSpec, got "
+                                      f"{type(jobs).__name__}")
     max_bytes = max_payload_bytes()  # once per batch, not per job
-    return [
-        validated_job(s.kind, s.payload, s.tenant_id, s.priority, s.delay, s.run_at,
-                      s.max_attempts, s.idempotency_key, index=i, max_bytes=max_bytes)
-        for i, s in enumerate(jobs)
-    ]
+    rows = []
+    for i, s in enumerate(jobs):
+        if not isinstance(s, JobSpec):
+            raise ValidationError(f"jobs[{i}]", f"must be a JobSpec, got {type(s).__name__}")
+        rows.append(validated_job(s.kind, s.payload, s.tenant_id, s.priority, s.delay,
+                                  s.run_at, s.max_attempts, s.idempotency_key, index=i,
+                                  max_bytes=max_bytes))
+    return rows
 
 
 async def enqueue_validated_async(

@@ -276,6 +276,26 @@ def test_enqueue_many_rejects_whole_batch(engine, tenant):
     assert count_jobs(engine) == 0
 
 
+@pytest.mark.parametrize(("jobs", "field"), [
+    # A dict where a JobSpec goes was "'dict' object has no attribute 'kind'", and so was a
+    # string (its letters); one JobSpec where a list goes, "'JobSpec' object is not
+    # iterable": errors that name no field, unlike emit_many's.
+    ([{"kind": "reindex", "payload": {}}], "jobs[0]"),
+    (["reindex"], "jobs[0]"),
+    ("reindex", "jobs"),
+    (None, "jobs"),
+    (42, "jobs"),
+])
+def test_enqueue_many_of_something_else_than_job_specs_names_it(engine, tenant, jobs, field):
+    if jobs is None:
+        jobs = JobSpec("reindex", {}, tenant)
+    with engine.begin() as conn:
+        with pytest.raises(ValidationError) as info:
+            enqueue_many(conn, jobs)
+        assert info.value.field == field and "JobSpec" in info.value.rule
+        assert conn.execute(text("SELECT count(*) FROM mdm.aa_job")).scalar_one() == 0
+
+
 def test_one_notify_per_transaction(engine, tenant, libpq):
     import psycopg
 

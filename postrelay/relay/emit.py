@@ -170,6 +170,11 @@ def _validated_specs(events: Iterable[EventSpec], created_by: str | None) -> lis
     if isinstance(events, EventSpec | str | bytes | Mapping) or not isinstance(events, Iterable):
         raise ValidationError("events", "must be a list (or any iterable) of EventSpec, got "
                                         f"{type(events).__name__}")
+    # The batch's own argument, checked once and named as itself, not as an event's field.
+    if created_by is not None:
+        if not isinstance(created_by, str):
+            raise ValidationError("created_by", "must be a string")
+        checked_text(created_by, "created_by")
     rows = []
     max_bytes = max_payload_bytes()  # once per batch: the environment is slow to ask
     for i, e in enumerate(events):
@@ -177,7 +182,7 @@ def _validated_specs(events: Iterable[EventSpec], created_by: str | None) -> lis
             raise ValidationError(f"events[{i}]", f"must be an EventSpec, got {type(e).__name__}")
         try:
             rows.append(_validated(e.event_type, e.payload, e.tenant_id, e.aggregate_type,
-                                   e.aggregate_id, e.headers, created_by, max_bytes))
+                                   e.aggregate_id, e.headers, None, max_bytes))
         except ValidationError as exc:
             raise ValidationError(f"events[{i}].{exc.field}", exc.rule) from None
     return rows

@@ -153,3 +153,18 @@ def test_emit_many_of_something_else_than_event_specs_names_it(engine, tenant, c
         emit_many(conn, events)
     assert info.value.field == field and "EventSpec" in info.value.rule
     assert scalar(engine, "SELECT count(*) FROM mdm.aa_outbox_event") == 0
+
+
+@pytest.mark.parametrize("size", [0, 3, COPY_MIN_EVENTS])
+@pytest.mark.parametrize(("created_by", "rule"), [
+    (5, "must be a string"), ("importer\x00", "NUL"), ("\udc80", "surrogate")])
+def test_emit_many_names_a_bad_created_by_as_its_own_argument(engine, tenant, clean_db, size,
+                                                               created_by, rule):
+    # It was named `events[0].created_by`, the first event's field, which no EventSpec has;
+    # and with no events it was not checked at all, as enqueue_many checks it.
+    events = [EventSpec("order.placed", {}, tenant, "order", n) for n in range(size)]
+    with engine.begin() as conn:
+        with pytest.raises(ValidationError) as info:
+            emit_many(conn, events, created_by=created_by)
+        assert info.value.field == "created_by" and rule in info.value.rule
+        assert conn.execute(text("SELECT count(*) FROM mdm.aa_outbox_event")).scalar() == 0

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -36,6 +37,20 @@ from postrelay.core.limits import (
 )
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+# A payload is any Mapping (the signatures say so): a mapping that is not a dict (a row's
+# `_mapping`, a mappingproxy), at the top or inside, is written as the object it reads as.
+# `default` is called only for what json has no type for, so a dict costs nothing more.
+
+
+def _mapping_as_dict(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+_DOCUMENT_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False,
+                                     default=_mapping_as_dict)
+
 # Rows a statement takes as one jsonb parameter, written for every message sent and every
 # report recorded, are made by orjson, which writes them many times faster than json. A
 # value JSON has no type for goes as its text (a UUID as orjson writes it, the same as
@@ -132,7 +147,7 @@ def encode_document(value: Any, field: str, max_bytes: int,
     surrogate, at most `max_depth` levels, at most `max_bytes` bytes
     (PayloadTooLargeError)."""
     try:
-        text = _ENCODER.encode(value)
+        text = _DOCUMENT_ENCODER.encode(value)
     except RecursionError:  # hundreds of levels: the encoder's own recursion gave out
         raise ValidationError(field, depth_rule(max_depth)) from None
     except (TypeError, ValueError) as exc:
@@ -240,7 +255,7 @@ def _find_string(value: Any, bad: Any) -> str | None:
         if isinstance(item, str):
             if bad(item):
                 return path
-        elif isinstance(item, dict):
+        elif isinstance(item, Mapping):
             children = []
             for key, child in item.items():
                 if isinstance(key, str) and bad(key):

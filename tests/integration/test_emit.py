@@ -168,3 +168,34 @@ def test_emit_many_names_a_bad_created_by_as_its_own_argument(engine, tenant, cl
             emit_many(conn, events, created_by=created_by)
         assert info.value.field == "created_by" and rule in info.value.rule
         assert conn.execute(text("SELECT count(*) FROM mdm.aa_outbox_event")).scalar() == 0
+
+
+def test_a_payload_may_be_any_mapping_as_the_signatures_say(engine, tenant, clean_db):
+    # A Mapping that is not a dict (a mappingproxy, a row's `_mapping`), at the top or
+    # inside, was refused as "Object of type mappingproxy is not JSON serializable".
+    from types import MappingProxyType
+
+    from postrelay.queue import JobSpec, enqueue, enqueue_many
+
+    with engine.begin() as conn:
+        row = conn.execute(text("SELECT 42 AS total, 'eur' AS currency")).one()
+        payload = MappingProxyType({"order": row._mapping, "lines": [MappingProxyType({})]})
+        event_id = emit(conn, "order.placed", row._mapping, tenant_id=tenant,
+                        aggregate_type="order", aggregate_id=1, headers=payload)
+        (many_id,) = emit_many(conn, [EventSpec("order.placed", payload, tenant, "order", 2)])
+        job_id = enqueue(conn, "reindex", payload, tenant_id=tenant)
+        (batch_id,) = enqueue_many(conn, [JobSpec("reindex", row._mapping, tenant)])
+        with pytest.raises(ValidationError) as info:
+            emit(conn, "order.placed", MappingProxyType({"a": {"b": "\x00"}}),
+                 tenant_id=tenant, aggregate_type="order", aggregate_id=3)
+        assert info.value.field == "payload.a.b"
+        with pytest.raises(ValidationError) as info:
+            enqueue(conn, "reindex", MappingProxyType({"at": object()}), tenant_id=tenant)
+        assert info.value.field == "payload" and "object is not JSON" in info.value.rule
+    stored = {"order": {"total": 42, "currency": "eur"}, "lines": [{}]}
+    with engine.connect() as conn:
+        events = dict(conn.execute(text(
+            "SELECT id, jsonb_build_array(payload, headers) FROM mdm.aa_outbox_event")).all())
+        jobs = dict(conn.execute(text("SELECT id, payload FROM mdm.aa_job")).all())
+    assert events == {event_id: [stored["order"], stored], many_id: [stored, {}]}
+    assert jobs == {job_id: stored, batch_id: stored["order"]}

@@ -16,9 +16,9 @@ an event only of the log row's own tenant.
 
 from __future__ import annotations
 
-from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, overload
 from uuid import UUID
 
@@ -249,6 +249,7 @@ def check_job_payload(kind: str, payload: Mapping[str, Any]) -> None:
 
 def _checked_payload(message: EmailJob) -> dict[str, Any]:
     """The message's template name, addresses and headers checked; its payload."""
+    message = _as_written(message)
     check_template_name(message.template)  # else its run fails it: `../x` names no folder
     if not message.to:
         raise ValidationError("to", "a message needs at least one recipient")
@@ -268,6 +269,31 @@ def _checked_payload(message: EmailJob) -> dict[str, Any]:
             *(parse_addresses(list(getattr(message, name)), field=name)
               for name in ("to", "cc", "bcc"))))
     return message.to_payload()
+
+
+def _as_written(message: object) -> EmailJob:
+    """The message with its fields in the shapes `to_payload` writes, as a payload is read
+    (`from_payload`): one address given as a string is one recipient (not its letters), a
+    context of None is empty; a field of another shape is refused, naming it."""
+    if not isinstance(message, EmailJob):
+        raise ValidationError("message", f"must be an EmailJob, got {type(message).__name__}")
+    fixed: dict[str, Any] = {}
+    for name in ("to", "cc", "bcc", "reply_to"):
+        value = getattr(message, name)
+        if value is None or isinstance(value, str):
+            fixed[name] = () if value is None else (value,)
+        elif not isinstance(value, Iterable) or isinstance(value, bytes | Mapping):
+            raise ValidationError(name, "must be an address or a list of addresses")
+        elif not isinstance(value, tuple):
+            fixed[name] = tuple(value)
+    if message.context is None:
+        fixed["context"] = {}
+    elif not isinstance(message.context, Mapping):
+        raise ValidationError("context", "must be a JSON object (a mapping), got "
+                                         f"{type(message.context).__name__}")
+    if message.sender is not None and not isinstance(message.sender, str):
+        raise ValidationError("from", "must be a string")
+    return replace(message, **fixed) if fixed else message
 
 
 def check_category(category: object) -> None:

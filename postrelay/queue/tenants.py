@@ -52,5 +52,7 @@ def _checked_name(name: str) -> str:
 
 def _ensure_steps(name: str) -> Steps[UUID]:
     rows = yield JOB_SQL["tenant_upsert"], {"name": name}
+    while not rows:  # another transaction made it after the statement began: read it now
+        rows = yield JOB_SQL["tenant_upsert"], {"name": name}
     tenant_id: UUID = rows[0][0]
     return tenant_id

@@ -6,9 +6,21 @@
 SELECT unnest(enum_range(NULL::mdm.job_kind))::text AS kind;
 
 -- name: tenant_upsert
-INSERT INTO mdm.aa_tenant (name) VALUES (:name)
-ON CONFLICT (name) DO UPDATE SET name = EXCLUDED.name
-RETURNING id;
+-- The tenant called :name, made if there is none. Found, it is read, not locked: ON
+-- CONFLICT DO UPDATE locked the row FOR UPDATE until the caller committed, and so held up
+-- every other transaction's insert of a job or event of that tenant (its foreign-key check
+-- takes KEY SHARE). No row comes back when another transaction made the name after this
+-- statement's snapshot was taken (the insert waited for it and did nothing): the caller
+-- asks again.
+WITH found AS (
+    SELECT id FROM mdm.aa_tenant WHERE name = :name
+), made AS (
+    INSERT INTO mdm.aa_tenant (name)
+    SELECT :name WHERE NOT EXISTS (SELECT 1 FROM found)
+    ON CONFLICT (name) DO NOTHING
+    RETURNING id
+)
+SELECT id FROM found UNION ALL SELECT id FROM made;
 
 -- name: job_insert
 -- Selecting from aa_tenant, and checking the kind against the enum first, turn an unknown

@@ -114,7 +114,7 @@ def test_defaults_come_from_the_settings(root: Path, context: Path) -> None:
 @pytest.mark.parametrize(("args", "problem"), [
     (["missing"], "unknown template"),
     (["welcome"], "'user' is undefined"),
-    (["../welcome"], "template:"),
+    (["../welcome"], "TEMPLATE:"),
     (["welcome", "--format", "raw", "--to", "a@b.com, c@d.com"], "one address per string"),
     (["welcome", "--format", "raw", "--from", "x\r\nBcc: v@example.com <a@b.com>"],
      "header injection"),
@@ -123,7 +123,7 @@ def test_defaults_come_from_the_settings(root: Path, context: Path) -> None:
     (["welcome", "--format", "raw", "--from", "J\udcffrgen <a@b.com>"],
      "from: must not contain an unpaired surrogate"),
     (["welcome", "--format", "raw", "--to", '"J\udcffrgen" <a@b.com>'],
-     "to[0]: must not contain an unpaired surrogate"),
+     "--to (to[0]): must not contain an unpaired surrogate"),
 ])
 def test_errors_are_one_line_with_exit_code_1(root: Path, context: Path, args: list[str],
                                               problem: str) -> None:
@@ -156,7 +156,7 @@ def test_a_bad_context_file_is_an_error(root: Path, tmp_path: Path, content: str
     if content is not None:
         path.write_text(content, encoding="utf-8")
     code, _, err = preview("welcome", "--context", path, "--templates", root)
-    assert code == 1 and err.startswith("error: context: ") and problem in err
+    assert code == 1 and err.startswith("error: --context: ") and problem in err
 
 
 def test_a_bad_setting_exits_2(root: Path) -> None:

@@ -251,7 +251,7 @@ async def test_the_emails_command_lists_and_tells_one_message_s_story(
                     ["emails", "--job", ""], ["emails", "suppressed", "--tenant", ""]):
         done = subprocess.run([POSTRELAY, *command], env=worker_env, capture_output=True,
                               text=True, timeout=60)
-        field = command[-2].lstrip("-")
+        field = command[-2]
         assert (done.returncode, done.stdout) == (1, ""), command
         assert f"error: {field}: must be" in done.stderr and "not empty" in done.stderr, \
             done.stderr

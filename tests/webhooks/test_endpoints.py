@@ -131,7 +131,7 @@ def test_cli_add_list_disable_enable_rm(worker_env, wh_tenant):
     gone = run(worker_env, "webhooks", "rm", endpoint_id)
     assert gone.returncode == 1 and "no webhook endpoint" in gone.stderr
     bad = run(worker_env, "webhooks", "add", "--tenant", str(wh_tenant), "ftp://example.com")
-    assert bad.returncode == 1 and "url:" in bad.stderr
+    assert bad.returncode == 1 and "URL:" in bad.stderr
 
 
 # URLs that httpx cannot parse, that parsers read differently, and every IPv6 form that
@@ -153,7 +153,7 @@ def test_cli_add_refuses_unparseable_urls_and_embedded_private_addresses(worker_
     for url in REFUSED_AT_ADD:
         refused = run(env, "webhooks", "add", "--tenant", str(wh_tenant), url)
         assert refused.returncode == 1, (url, refused.stdout)
-        assert refused.stderr.startswith("error: url: ") and "Traceback" not in refused.stderr
+        assert refused.stderr.startswith("error: URL: ") and "Traceback" not in refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM mdm.aa_webhook_endpoint")).scalar() == 0
@@ -166,4 +166,4 @@ def test_cli_add_refuses_unparseable_urls_and_embedded_private_addresses(worker_
     # An unparseable URL is refused even then.
     still = run({**env, "POSTRELAY_WEBHOOK_ALLOW_PRIVATE": "true"}, "webhooks", "add",
                 "--tenant", str(wh_tenant), "http://0177.0.0.1:8000/x")
-    assert still.returncode == 1 and "url:" in still.stderr
+    assert still.returncode == 1 and "URL:" in still.stderr

@@ -151,8 +151,9 @@ class EmailSender:
         check_routed(job.payload)
         sender, to, cc, bcc, reply_to = self._addresses(spec)
         message_id = self._message_id(job, sender)  # a bad Message-ID domain: refused
-        parsed = _Parsed(spec, sender, to, cc, bcc, reply_to, message_id)
-        return parsed, [r.lower() for r in envelope_recipients(to, cc, bcc)]
+        envelope = envelope_recipients(to, cc, bcc)
+        parsed = _Parsed(spec, sender, to, cc, bcc, reply_to, message_id, envelope)
+        return parsed, [r.lower() for r in envelope]
 
     def claimed(self, jobs: Sequence[Job]) -> None:
         """The claim hook: each job's reads start now, for the claim's jobs together."""
@@ -163,7 +164,7 @@ class EmailSender:
     async def send(self, job: Job) -> None:
         ready = self.claimed_jobs.take(job)  # made ready at the claim (claimed.py)
         parsed, recipients = (ready.parsed, ready.recipients) if ready else self._parse(job)
-        spec, sender, to, cc, bcc, reply_to, message_id = parsed
+        spec, sender, to, cc, bcc, reply_to, message_id, envelope = parsed
         log = LogRow(job, spec)
         log.update(from_address=str(sender), recipients=recipients,
                    to_addresses=[str(a) for a in to], cc_addresses=[str(a) for a in cc],
@@ -219,7 +220,7 @@ class EmailSender:
         results = {r: {"status": "suppressed"} for r in recipients if r in suppressed}
         # RCPT TO as written: a local part may be case-sensitive (RFC 5321 2.4); the log,
         # the results and the suppression list keep addresses lower-cased.
-        live = [r for r in envelope_recipients(to, cc, bcc) if r.lower() not in suppressed]
+        live = [r for r in envelope if r.lower() not in suppressed]
         if not live:
             log.record("suppressed", recipient_results=results,
                        error="every recipient is on the tenant's suppression list")
@@ -390,6 +391,7 @@ class _Parsed(NamedTuple):
     bcc: tuple[Address, ...]
     reply_to: tuple[Address, ...]
     message_id: str
+    envelope: list[str]  # RCPT TO, each address once, as written
 
 
 def _already_sent(job: Job) -> None:

@@ -23,8 +23,12 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TypeVar
 
 from postrelay.core.errors import ConfigError, ValidationError
+
+T = TypeVar("T")
 
 MAX_PAYLOAD_BYTES_ENV = "POSTRELAY_MAX_PAYLOAD_BYTES"
 # SQS and Pub/Sub stop at 256 KiB too: a message, not a blob store. A list answer of 500
@@ -106,3 +110,24 @@ def checked_text(value: str, field: str, max_chars: int | None = None) -> str:
     except UnicodeEncodeError:
         raise ValidationError(field, SURROGATE_RULE) from None
     return value
+
+
+def checked_created_by(created_by: str | None) -> str | None:
+    """A writer's `created_by` as stored: None, or text checked as any stored text is."""
+    if created_by is not None and not isinstance(created_by, str):
+        raise ValidationError("created_by", "must be a string")
+    return None if created_by is None else checked_text(created_by, "created_by")
+
+
+def each_of(items: Iterable[T], kind: type[T], field: str) -> Iterator[tuple[int, T]]:
+    """(index, item) of a batch argument (`events`, `jobs`), each checked to be a `kind`:
+    ValidationError naming `field` or `field[i]` otherwise. One item alone, or a string (an
+    iterable of letters), is a call that forgot the list."""
+    if isinstance(items, kind | str | bytes | Mapping) or not isinstance(items, Iterable):
+        raise ValidationError(field, f"must be a list (or any iterable) of {kind.__name__}, "
+                                     f"got {type(items).__name__}")
+    one = f"{'an' if kind.__name__[0] in 'AEIOU' else 'a'} {kind.__name__}"
+    for i, item in enumerate(items):
+        if not isinstance(item, kind):
+            raise ValidationError(f"{field}[{i}]", f"must be {one}, got {type(item).__name__}")
+        yield i, item

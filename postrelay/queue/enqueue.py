@@ -34,13 +34,12 @@ from postrelay.core.dbcall import (
 )
 from postrelay.core.errors import ValidationError
 from postrelay.core.ids import new_uuid, new_uuids
-from postrelay.core.limits import max_payload_bytes
+from postrelay.core.limits import checked_created_by, each_of, max_payload_bytes
 from postrelay.core.notify import NotifyOnce
 from postrelay.queue.jobspec import (
     RELAY_KEY_PREFIX,
     JobSpec,
     ValidatedJob,
-    checked_created_by,
     validated_job,
 )
 from postrelay.queue.queries import JOB_SQL
@@ -195,19 +194,12 @@ async def enqueue_many_async(
 
 
 def _validated_specs(jobs: Iterable[JobSpec]) -> list[ValidatedJob]:
-    # One JobSpec, or a string (an iterable of letters), is a call that forgot the list.
-    if isinstance(jobs, JobSpec | str | bytes | Mapping) or not isinstance(jobs, Iterable):
-        raise ValidationError("jobs", "must be a list (or any iterable) of JobSpec, got "
-                                      f"{type(jobs).__name__}")
     max_bytes = max_payload_bytes()  # once per batch, not per job
-    rows = []
-    for i, s in enumerate(jobs):
-        if not isinstance(s, JobSpec):
-            raise ValidationError(f"jobs[{i}]", f"must be a JobSpec, got {type(s).__name__}")
-        rows.append(validated_job(s.kind, s.payload, s.tenant_id, s.priority, s.delay,
-                                  s.run_at, s.max_attempts, s.idempotency_key, index=i,
-                                  max_bytes=max_bytes))
-    return rows
+    return [
+        validated_job(s.kind, s.payload, s.tenant_id, s.priority, s.delay, s.run_at,
+                      s.max_attempts, s.idempotency_key, index=i, max_bytes=max_bytes)
+        for i, s in each_of(jobs, JobSpec, "jobs")
+    ]
 
 
 async def enqueue_validated_async(

@@ -58,13 +58,6 @@ def default_max_attempts() -> int:
     return environment_settings().job_max_retries
 
 
-def checked_created_by(created_by: str | None) -> str | None:
-    """A job's creator as stored: None, or text checked as any stored text is."""
-    if created_by is not None and not isinstance(created_by, str):
-        raise ValidationError("created_by", "must be a string")
-    return None if created_by is None else checked_text(created_by, "created_by")
-
-
 def run_at_in_reach(run_at: datetime, now: datetime) -> bool:
     """Whether a job may be due at `run_at`: no further ahead than a delay may be, and a
     time UTC can hold (year 1 at +14:00 is a year before it in UTC: PostgreSQL stores it,

@@ -31,7 +31,13 @@ from postrelay.core.dbcall import (
 )
 from postrelay.core.errors import ValidationError
 from postrelay.core.ids import new_uuid, new_uuids
-from postrelay.core.limits import MAX_NAME_CHARS, checked_text, max_payload_bytes
+from postrelay.core.limits import (
+    MAX_NAME_CHARS,
+    checked_created_by,
+    checked_text,
+    each_of,
+    max_payload_bytes,
+)
 from postrelay.core.notify import NotifyOnce
 from postrelay.relay.queries import OUTBOX_SQL
 
@@ -166,20 +172,11 @@ async def emit_many_async(
 
 
 def _validated_specs(events: Iterable[EventSpec], created_by: str | None) -> list[dict[str, Any]]:
-    # One EventSpec, or a string (an iterable of letters), is a call that forgot the list.
-    if isinstance(events, EventSpec | str | bytes | Mapping) or not isinstance(events, Iterable):
-        raise ValidationError("events", "must be a list (or any iterable) of EventSpec, got "
-                                        f"{type(events).__name__}")
     # The batch's own argument, checked once and named as itself, not as an event's field.
-    if created_by is not None:
-        if not isinstance(created_by, str):
-            raise ValidationError("created_by", "must be a string")
-        checked_text(created_by, "created_by")
+    checked_created_by(created_by)
     rows = []
     max_bytes = max_payload_bytes()  # once per batch: the environment is slow to ask
-    for i, e in enumerate(events):
-        if not isinstance(e, EventSpec):
-            raise ValidationError(f"events[{i}]", f"must be an EventSpec, got {type(e).__name__}")
+    for i, e in each_of(events, EventSpec, "events"):
         try:
             rows.append(_validated(e.event_type, e.payload, e.tenant_id, e.aggregate_type,
                                    e.aggregate_id, e.headers, None, max_bytes))
